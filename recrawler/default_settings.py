@@ -1,0 +1,64 @@
+"""Every ``RECRAWLER_*`` default, grouped by area; the add-on installs them at ``default`` priority."""
+
+from __future__ import annotations
+
+# --- state: one database holds crawl state (and, later, the knowledge base) ----------------------
+# Where state lives: sqlite:///relative.db, sqlite:////absolute.db, or a bare path.
+RECRAWLER_DB_URI = "sqlite:///recrawler.db"
+# Pages written per database transaction commit (group commit; each page stays atomic).
+RECRAWLER_DB_BATCH_SIZE = 200
+# Longest time a finished page write waits for its group commit.
+RECRAWLER_DB_COMMIT_SECS = 2.0
+# How long to wait for a lock held by another process before giving up.
+RECRAWLER_DB_TIMEOUT_SECS = 10.0
+# URI scheme -> import path of the StateStore backend (like FEED_STORAGES).
+RECRAWLER_STATE_BACKENDS = {
+    "sqlite": "recrawler.state.sqlite.SQLiteStateStore",
+    "file": "recrawler.state.sqlite.SQLiteStateStore",
+}
+
+# --- URL keys ----------------------------------------------------------------------------------
+# Query parameters dropped from page keys (fnmatch patterns, case-insensitive).
+RECRAWLER_URL_DROP_PARAMS = [
+    "utm_*", "gclid", "gbraid", "wbraid", "dclid", "fbclid", "msclkid", "yclid", "twclid",
+    "igshid", "mc_cid", "mc_eid", "_ga", "_gl", "_hsenc", "_hsmi", "mkt_tok", "ref_src",
+]
+# When non-empty, only these query parameters (fnmatch patterns) are kept in page keys.
+RECRAWLER_URL_KEEP_PARAMS: list[str] = []
+
+# --- conditional requests ----------------------------------------------------------------------
+RECRAWLER_CONDITIONAL_ENABLED = True
+# Conditional requests to a host without a single 304 before it is reported as never answering 304.
+RECRAWLER_CONDITIONAL_NO_304_AFTER = 20
+
+# --- content extraction and fingerprint ---------------------------------------------------------
+# Main-content candidates, first match wins (CSS selectors).
+RECRAWLER_CONTENT_SELECTORS = ["main", "article", "[role=main]", "#content", "body"]
+# Extra elements removed from the main content before hashing (CSS selectors).
+RECRAWLER_CONTENT_NOISE_SELECTORS: list[str] = []
+
+# --- reconciliation: gone pages and the outage guard ---------------------------------------------
+# Consecutive 404 answers after which a quarantined page becomes gone.
+RECRAWLER_GONE_AFTER_MISSES = 2
+# Statuses that prove a page is gone at once (RFC 9110 §15.5.11: 410 is intentionally permanent).
+RECRAWLER_GONE_STATUSES = [410]
+# Statuses that put a page in quarantine and count a miss.
+RECRAWLER_MISSING_STATUSES = [404]
+# Above this share of failed page requests (5xx, timeouts, DNS), nothing is quarantined or gone.
+RECRAWLER_MAX_ERROR_RATIO = 0.2
+# Check stored pages that this run did not reach with a direct request before the spider closes.
+RECRAWLER_VERIFY_UNSEEN_ENABLED = True
+# Unseen pages scheduled per spider_idle round.
+RECRAWLER_VERIFY_BATCH_SIZE = 500
+
+# --- run report and events ---------------------------------------------------------------------
+# new+changed above this share of crawled pages logs a warning and sets ``alert`` in the report.
+RECRAWLER_CHANGE_ALERT_RATIO = 0.5
+# Write the run report as JSON to this path (None: no file).
+RECRAWLER_REPORT_FILE: str | None = None
+# Deliver page events: file:///path/events.jsonl (None: events stay in the database outbox only).
+RECRAWLER_EVENTS_URI: str | None = None
+
+# --- crawl profile ------------------------------------------------------------------------------
+# "fast" (your own site: no delay, 32 concurrent per host) or "polite" (AutoThrottle, 1 s delay).
+RECRAWLER_PROFILE = "fast"

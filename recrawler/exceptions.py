@@ -1,0 +1,30 @@
+"""Errors raised by recrawler.
+
+RecrawlerError
+ ├── ConfigurationError         an enabled component got a bad setting value
+ └── StateStoreError            the database failed (wraps the driver's error)
+      ├── StateStoreUnavailable  it cannot be opened or is locked
+      └── SchemaVersionError     it is corrupt or comes from a newer recrawler
+"""
+
+from __future__ import annotations
+
+
+class RecrawlerError(Exception):
+    """Base class of every recrawler error."""
+
+
+class ConfigurationError(RecrawlerError):
+    """A setting of an enabled component has a bad value."""
+
+
+class StateStoreError(RecrawlerError):
+    """The state database failed."""
+
+
+class StateStoreUnavailable(StateStoreError):  # noqa: N818 (names the state, like Scrapy's NotConfigured)
+    """The state database cannot be opened (missing directory, locked, permissions)."""
+
+
+class SchemaVersionError(StateStoreError):
+    """The database is corrupt or was written by a newer schema; it is never recreated."""

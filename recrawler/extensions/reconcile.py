@@ -1,0 +1,305 @@
+"""Reconciler: verify unseen pages, apply misses behind the outage guard, report the run."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
+
+from scrapy import Request, signals
+from scrapy.exceptions import DontCloseSpider, NotConfigured
+from scrapy.spiders import SitemapSpider
+
+from recrawler import signals as recrawler_signals
+from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.items import PageStatus
+from recrawler.state import current_run, run_for, store_for, utcnow
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+    from recrawler.state import ReconcileResult, Run, StateStore
+
+logger = logging.getLogger(__name__)
+
+_NEW, _CHANGED, _UNCHANGED, _GONE, _ERROR = (
+    PageStatus.NEW, PageStatus.CHANGED, PageStatus.UNCHANGED, PageStatus.GONE, PageStatus.ERROR,
+)
+
+
+class Reconciler:
+    """Closes each run: checks stored pages the run did not reach, decides quarantine and gone
+    behind the outage guard, writes the run report, logs the summary line and closes the store.
+
+    Settings: ``RECRAWLER_VERIFY_UNSEEN_ENABLED``, ``RECRAWLER_VERIFY_BATCH_SIZE``,
+    ``RECRAWLER_GONE_AFTER_MISSES``, ``RECRAWLER_GONE_STATUSES``, ``RECRAWLER_MAX_ERROR_RATIO``,
+    ``RECRAWLER_CHANGE_ALERT_RATIO``, ``RECRAWLER_REPORT_FILE``.
+    Stats: ``recrawler/crawled``, ``recrawler/page/{gone,quarantined}``,
+    ``recrawler/page/gone/http_<code>``, ``recrawler/reconcile/verified``,
+    ``recrawler/reconcile/skipped/<reason>``, ``recrawler/reconcile/elapsed_seconds``,
+    ``recrawler/alert``. Signals: listens to ``spider_opened``, ``spider_idle``,
+    ``spider_closed``; sends ``run_finished``.
+    """
+
+    def __init__(
+        self,
+        crawler: Crawler,
+        store: StateStore,
+        *,
+        verify_unseen: bool = True,
+        verify_batch: int = 500,
+        gone_after: int = 2,
+        gone_statuses: tuple[int, ...] = (410,),
+        max_error_ratio: float = 0.2,
+        alert_ratio: float = 0.5,
+        report_file: str | None = None,
+    ) -> None:
+        for name, value, ok in (
+            ("RECRAWLER_GONE_AFTER_MISSES", gone_after, gone_after >= 1),
+            ("RECRAWLER_VERIFY_BATCH_SIZE", verify_batch, verify_batch >= 1),
+            ("RECRAWLER_MAX_ERROR_RATIO", max_error_ratio, 0 <= max_error_ratio <= 1),
+            ("RECRAWLER_CHANGE_ALERT_RATIO", alert_ratio, 0 <= alert_ratio <= 1),
+        ):
+            if not ok:
+                raise ConfigurationError(f"{name}: bad value {value!r}")
+        self.crawler = crawler
+        self.store = store
+        self.verify_unseen = verify_unseen
+        self.verify_batch = verify_batch
+        self.gone_after = gone_after
+        self.gone_statuses = gone_statuses
+        self.max_error_ratio = max_error_ratio
+        self.alert_ratio = alert_ratio
+        self.report_file = report_file
+        self._verify_done = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """Read settings and connect the signals."""
+        s = crawler.settings
+        if not s.get("RECRAWLER_DB_URI"):
+            raise NotConfigured("RECRAWLER_DB_URI is not set")
+        ext = cls(
+            crawler,
+            store_for(crawler),
+            verify_unseen=s.getbool("RECRAWLER_VERIFY_UNSEEN_ENABLED"),
+            verify_batch=s.getint("RECRAWLER_VERIFY_BATCH_SIZE"),
+            gone_after=s.getint("RECRAWLER_GONE_AFTER_MISSES"),
+            gone_statuses=tuple(int(x) for x in s.getlist("RECRAWLER_GONE_STATUSES")),
+            max_error_ratio=s.getfloat("RECRAWLER_MAX_ERROR_RATIO"),
+            alert_ratio=s.getfloat("RECRAWLER_CHANGE_ALERT_RATIO"),
+            report_file=s.get("RECRAWLER_REPORT_FILE") or None,
+        )
+        crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(ext.spider_idle, signal=signals.spider_idle)
+        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
+        return ext
+
+    def _stat(self, name: str) -> int:
+        stats = self.crawler.stats
+        assert stats is not None
+        return int(stats.get_value(name, 0) or 0)
+
+    async def spider_opened(self) -> None:
+        """Open the store and begin the run (the first component to ask does it)."""
+        run = await run_for(self.crawler)
+        logger.info(
+            "recrawler run %(run)d on %(uri)s (site: %(site)s)",
+            {"run": run.id, "uri": self.store.uri, "site": run.site or "-"},
+            extra={"spider": self.crawler.spider},
+        )
+
+    def _sitemap_failure(self) -> str | None:
+        if not isinstance(self.crawler.spider, SitemapSpider):
+            return None
+        if self._stat("recrawler/sitemap/error"):
+            return "sitemap_failed"
+        parsed, fetched = self._stat("recrawler/sitemap/parsed"), self._stat("recrawler/sitemap/fetched")
+        if parsed == 0 or parsed < fetched or self._stat("recrawler/sitemap/urls") == 0:
+            return "sitemap_failed"
+        return None
+
+    def spider_idle(self) -> None:
+        """Schedule direct checks of stored pages this run has not reached yet."""
+        if not self.verify_unseen or self._verify_done:
+            return
+        run = current_run(self.crawler)
+        if run is None or run.site is None:
+            self._verify_done = True
+            return
+        why = self._sitemap_failure()
+        if why is not None:
+            # Without the listing, every stored page would be "unseen": do not hammer a failing site.
+            self._verify_done = True
+            self.crawler.stats.inc_value(f"recrawler/reconcile/skipped/verify_{why}")  # type: ignore[union-attr]
+            return
+        try:
+            # Blocking is fine here: the spider is idle, nothing else is in flight.
+            batch = self.store.unseen_sync(run, self.verify_batch)  # type: ignore[attr-defined]
+        except StateStoreError as exc:
+            self.crawler.stats.inc_value(f"recrawler/state/error/{type(exc).__name__}")  # type: ignore[union-attr]
+            logger.error("could not list unseen pages: %(exc)s", {"exc": exc})
+            self._verify_done = True
+            return
+        if not batch:
+            self._verify_done = True
+            return
+        spider = self.crawler.spider
+        callback = getattr(spider, "recrawler_verify_callback", None) or spider.parse  # type: ignore[union-attr]
+        assert self.crawler.engine is not None
+        for key, url in batch:
+            self.crawler.engine.crawl(
+                Request(url, callback=callback, dont_filter=True, meta={"recrawler_key": key, "recrawler_verify": True})
+            )
+        self.crawler.stats.inc_value("recrawler/reconcile/verified", len(batch))  # type: ignore[union-attr]
+        logger.info("checking %(n)d stored pages this run did not reach", {"n": len(batch)})
+        raise DontCloseSpider
+
+    def _guard(self, reason: str) -> list[str]:
+        """Reasons not to trust this run's absence evidence (empty: trust it)."""
+        why = []
+        if reason != "finished":
+            why.append("not_finished")
+        sitemap = self._sitemap_failure()
+        if sitemap:
+            why.append(sitemap)
+        requests, failed = self._stat("recrawler/request/count"), self._stat("recrawler/request/failed")
+        if requests and failed / requests > self.max_error_ratio:
+            why.append("error_ratio")
+        stats = self.crawler.stats
+        assert stats is not None
+        if any(k.startswith("recrawler/state/error/") for k in stats.get_stats()):
+            why.append("state_error")
+        return why
+
+    async def spider_closed(self, reason: str) -> None:
+        """Reconcile, report and close the store: all ordered work lives in this one handler."""
+        started = time.monotonic()
+        run = current_run(self.crawler)
+        if run is None:
+            logger.error("recrawler run never started (state store failed to open); nothing recorded")
+            return
+        stats = self.crawler.stats
+        assert stats is not None
+        try:
+            await self.store.flush()
+            skipped = self._guard(reason)
+            result = await self.store.reconcile(
+                run, apply=not skipped, gone_after=self.gone_after,
+                gone_statuses=self.gone_statuses, at=utcnow(),
+            )
+            for why in skipped:
+                stats.inc_value(f"recrawler/reconcile/skipped/{why}")
+            if skipped and result.skipped_misses:
+                logger.error(
+                    "outage guard: %(n)d missing pages were NOT quarantined or marked gone (%(why)s)",
+                    {"n": result.skipped_misses, "why": ", ".join(skipped)},
+                )
+            elif skipped:
+                logger.warning("outage guard held (%(why)s): nothing quarantined or gone this run", {"why": ", ".join(skipped)})
+            report = self._report(run, reason, result, skipped)
+            stats.set_value("recrawler/reconcile/elapsed_seconds", round(time.monotonic() - started, 3))
+            await self.store.finish_run(run, reason=reason, at=utcnow(), report=report)
+        except StateStoreError as exc:
+            stats.inc_value(f"recrawler/state/error/{type(exc).__name__}")
+            logger.error("reconciliation failed, nothing quarantined or gone: %(exc)s", {"exc": exc})
+            report = self._report(run, reason, None, ["state_error"])
+        finally:
+            try:
+                await self.store.close()
+            except StateStoreError as exc:
+                logger.error("closing the state store failed: %(exc)s", {"exc": exc})
+        if self.report_file:
+            Path(self.report_file).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        logger.info(self.summary_line(report), extra={"spider": self.crawler.spider})
+        await self.crawler.signals.send_catch_log_async(recrawler_signals.run_finished, run=run, report=report)
+
+    def _report(self, run: Run, reason: str, result: ReconcileResult | None, skipped: list[str]) -> dict[str, Any]:
+        stats = self.crawler.stats
+        assert stats is not None
+        gone = sum(result.gone.values()) if result else 0
+        quarantined = result.quarantined if result else 0
+        missing = sum(v for k, v in stats.get_stats().items() if k.startswith("recrawler/page/missing/"))
+        for code, n in (result.gone.items() if result else ()):
+            stats.set_value(f"recrawler/page/{_GONE}/{code}", n)
+        stats.set_value(f"recrawler/page/{_GONE}", gone)
+        stats.set_value(f"recrawler/page/{PageStatus.QUARANTINED}", quarantined)
+        counts = {
+            "new": self._stat(f"recrawler/page/{_NEW}"),
+            "changed": self._stat(f"recrawler/page/{_CHANGED}"),
+            "unchanged": self._stat(f"recrawler/page/{_UNCHANGED}"),
+            "gone": gone,
+            "quarantined": quarantined,
+            "errors": self._stat(f"recrawler/page/{_ERROR}"),
+            "not_modified": self._stat("recrawler/conditional/not_modified"),
+            "validators_sent": self._stat("recrawler/conditional/sent"),
+            "unchanged_by_hash": self._stat(f"recrawler/page/{_UNCHANGED}/hash"),
+            "restored": self._stat(f"recrawler/page/{PageStatus.RESTORED}"),
+            "missing_held": result.skipped_misses if result else missing,
+            "verified": self._stat("recrawler/reconcile/verified"),
+        }
+        # every checked page lands in exactly one bucket; misses held by the guard included
+        counts["crawled"] = (
+            counts["new"] + counts["changed"] + counts["unchanged"] + gone + quarantined
+            + counts["errors"] + counts["missing_held"]
+        )
+        stats.set_value("recrawler/crawled", counts["crawled"])
+        changed = counts["new"] + counts["changed"]
+        alert = None
+        # A first run into empty state is all new by nature: no alert.
+        if run.prior_pages and counts["crawled"] and changed / counts["crawled"] > self.alert_ratio:
+            alert = (
+                f"{changed} of {counts['crawled']} pages new or changed "
+                f"(> RECRAWLER_CHANGE_ALERT_RATIO={self.alert_ratio}): template change or noisy hash?"
+            )
+            stats.set_value("recrawler/alert", 1)
+            logger.warning("change spike: %(alert)s", {"alert": alert})
+        no_304 = self._hosts_without_304()
+        for host in no_304:
+            logger.warning(
+                "host %(host)s answered no 304 to %(n)d conditional requests: it ignores validators, "
+                "so the content hash decides",
+                {"host": host, "n": self._stat(f"recrawler/conditional/sent/{host}")},
+            )
+        return {
+            "run_id": run.id,
+            "spider": run.spider,
+            "site": run.site,
+            "started_at": run.started_at.isoformat(),
+            "finished_at": utcnow().isoformat(),
+            "finish_reason": reason,
+            "counts": counts,
+            "alert": alert,
+            "reconcile": {"applied": bool(result and result.applied), "skipped": skipped},
+            "hosts_without_304": no_304,
+            "db": self.store.uri,
+        }
+
+    def _hosts_without_304(self) -> list[str]:
+        stats = self.crawler.stats
+        assert stats is not None
+        threshold = self.crawler.settings.getint("RECRAWLER_CONDITIONAL_NO_304_AFTER")
+        prefix = "recrawler/conditional/sent/"
+        return sorted(
+            k[len(prefix):] for k, v in stats.get_stats().items()
+            if k.startswith(prefix) and v >= threshold
+            and not stats.get_value(f"recrawler/conditional/not_modified/{k[len(prefix):]}")
+        )
+
+    @staticmethod
+    def summary_line(report: dict[str, Any]) -> str:
+        """``crawled: N new: N changed: N unchanged: N gone: N errors: N | <per layer>``."""
+        c = report["counts"]
+        head = " ".join(f"{k}: {c[k]}" for k in ("crawled", "new", "changed", "unchanged", "gone", "errors"))
+        tail = " ".join(
+            f"{k}: {c[k]}"
+            for k in ("quarantined", "restored", "validators_sent", "not_modified", "unchanged_by_hash", "verified", "missing_held")
+        )
+        line = f"{head} | {tail}"
+        if report["reconcile"]["skipped"]:
+            line += f" | reconcile skipped: {', '.join(report['reconcile']['skipped'])}"
+        if report.get("alert"):
+            line += " | ALERT: change spike"
+        return line

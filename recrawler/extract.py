@@ -1,0 +1,186 @@
+"""Main-content extraction: HTML in, markdown-like cleaned text out (pure, lxml only)."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import lxml.etree
+import lxml.html
+from lxml.cssselect import CSSSelector
+from cssselect import SelectorError
+
+from recrawler import default_settings
+from recrawler.exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from lxml.html import HtmlElement
+
+# Always removed from the main content: never text a reader reads as the page's own.
+ALWAYS_NOISE = (
+    "script", "style", "noscript", "template", "nav", "footer", "aside", "form", "iframe",
+    "svg", "canvas", "button", "select", "textarea", "input", "dialog", "[hidden]",
+)
+_HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
+_BLOCKS = frozenset({
+    "address", "article", "blockquote", "dd", "details", "div", "dl", "dt", "fieldset",
+    "figcaption", "figure", "hgroup", "li", "main", "ol", "p", "section", "summary", "ul",
+    "table", "tr", "hr", "body", "html", "center", "caption",
+})
+_WS = re.compile(r"\s+")
+_XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Content:
+    """What a page says: its title and its main content as markdown-like text."""
+
+    title: str
+    text: str
+
+
+def _compile(selectors: Iterable[str], setting: str) -> list[CSSSelector]:
+    compiled = []
+    for sel in selectors:
+        try:
+            compiled.append(CSSSelector(sel, translator="html"))
+        except SelectorError as exc:
+            msg = f"{setting}: bad CSS selector {sel!r}: {exc}"
+            raise ConfigurationError(msg) from exc
+    return compiled
+
+
+class ContentExtractor:
+    """Finds the main content, drops chrome and noise, renders headings, lists, tables and code."""
+
+    def __init__(
+        self,
+        selectors: Iterable[str] = default_settings.RECRAWLER_CONTENT_SELECTORS,
+        noise_selectors: Iterable[str] = default_settings.RECRAWLER_CONTENT_NOISE_SELECTORS,
+    ) -> None:
+        self._main = _compile(selectors, "RECRAWLER_CONTENT_SELECTORS")
+        if not self._main:
+            raise ConfigurationError("RECRAWLER_CONTENT_SELECTORS: needs at least one selector")
+        extra = list(noise_selectors)
+        _compile(extra, "RECRAWLER_CONTENT_NOISE_SELECTORS")
+        self._noise = CSSSelector(", ".join([*ALWAYS_NOISE, *extra]), translator="html")
+
+    def parse(self, body: bytes | str, encoding: str | None = None) -> HtmlElement | None:
+        """Parse a document leniently; ``None`` when nothing parseable is left."""
+        try:
+            if isinstance(body, str):
+                # lxml refuses str input that still carries an XML encoding declaration.
+                return lxml.html.document_fromstring(_XML_DECL.sub("", body))
+            parser = lxml.html.HTMLParser(encoding=encoding) if encoding else None
+            return lxml.html.document_fromstring(body, parser=parser)
+        except (lxml.etree.ParserError, ValueError, LookupError):
+            return None
+
+    def extract(self, body: bytes | str, encoding: str | None = None) -> Content:
+        """Return the page's title and cleaned main text (empty text when there is none)."""
+        root = self.parse(body, encoding)
+        if root is None:
+            return Content(title="", text="")
+        title_el = root.find(".//title")
+        title = _WS.sub(" ", title_el.text_content()).strip() if title_el is not None else ""
+        main = None
+        for sel in self._main:
+            found = sel(root)
+            if found:
+                main = found[0]
+                break
+        if main is None:
+            return Content(title=title, text="")
+        for el in self._noise(main):
+            if el is not main:
+                el.drop_tree()
+        for el in main.iter("header"):
+            # Page chrome lives in <header>, but an article's own <header> holds its title.
+            if not any(h.tag in _HEADINGS for h in el.iter()):
+                el.drop_tree()
+        return Content(title=title, text=render(main))
+
+
+class _Renderer:
+    __slots__ = ("blocks", "inline")
+
+    def __init__(self) -> None:
+        self.blocks: list[str] = []
+        self.inline: list[str] = []
+
+    def flush(self, prefix: str = "") -> None:
+        text = _WS.sub(" ", "".join(self.inline)).strip()
+        self.inline = []
+        if text:
+            self.blocks.append(prefix + text)
+
+    def walk(self, el: HtmlElement, prefix: str = "") -> None:  # noqa: C901, PLR0912 (one dispatch)
+        tag = el.tag if isinstance(el.tag, str) else ""
+        if not tag:
+            # comments and processing instructions: only their tail is text
+            if el.tail:
+                self.inline.append(el.tail)
+            return
+        tag = tag.lower()
+        if tag in _HEADINGS:
+            self.flush(prefix)
+            self.inline.append(el.text_content())
+            self.flush("#" * int(tag[1]) + " ")
+        elif tag == "pre":
+            self.flush(prefix)
+            code = el.text_content().strip("\n")
+            lines = [line.rstrip() for line in code.splitlines()]
+            if any(lines):
+                self.blocks.append("```\n" + "\n".join(lines) + "\n```")
+        elif tag == "table":
+            self.flush(prefix)
+            for row in el.iter("tr"):
+                cells = [_WS.sub(" ", c.text_content()).strip() for c in row if c.tag in ("td", "th")]
+                if any(cells):
+                    self.blocks.append("| " + " | ".join(cells) + " |")
+        elif tag in ("ul", "ol"):
+            self.flush(prefix)
+            n = 0
+            for child in el:
+                if isinstance(child.tag, str) and child.tag.lower() == "li":
+                    n += 1
+                    marker = f"{n}. " if tag == "ol" else "- "
+                    self.walk_children(child, prefix + marker)
+                    self.flush(prefix + marker)
+                else:
+                    self.walk(child, prefix)
+        elif tag == "br":
+            self.flush(prefix)
+        elif tag == "blockquote":
+            self.flush(prefix)
+            self.walk_children(el, prefix + "> ")
+            self.flush(prefix + "> ")
+        elif tag in _BLOCKS or tag in ("td", "th"):
+            self.flush(prefix)
+            self.walk_children(el, prefix)
+            self.flush(prefix)
+        else:
+            if el.text:
+                self.inline.append(el.text)
+            for child in el:
+                self.walk(child, prefix)
+        if el.tail and tag:
+            self.inline.append(el.tail)
+
+    def walk_children(self, el: HtmlElement, prefix: str) -> None:
+        if el.text:
+            self.inline.append(el.text)
+        for child in el:
+            self.walk(child, prefix)
+
+
+def render(el: HtmlElement) -> str:
+    """Render an element as markdown-like text: one block per line pair, whitespace collapsed."""
+    r = _Renderer()
+    r.walk_children(el, "")
+    r.flush()
+    return unicodedata.normalize("NFC", "\n\n".join(r.blocks))

@@ -1,0 +1,39 @@
+"""The Page item that flows from the spider to the pipelines, and the verdicts it can get."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class PageStatus(StrEnum):
+    """What a run concluded about a page. The values are the stat and event names."""
+
+    NEW = "new"
+    CHANGED = "changed"
+    UNCHANGED = "unchanged"
+    GONE = "gone"
+    QUARANTINED = "quarantined"
+    RESTORED = "restored"
+    ERROR = "error"
+
+
+@dataclass(slots=True, kw_only=True)
+class Page:
+    """One checked page: a 200 with its cleaned text, or a 304 with no body at all.
+
+    ``status`` is filled by ClassifyPipeline; ``error`` (a short reason such as
+    ``empty_content``) makes the page an error that leaves its stored state untouched.
+    """
+
+    url: str
+    key: str
+    http_status: int
+    etag: str | None = None
+    last_modified: str | None = None
+    lastmod: str | None = None
+    title: str | None = None
+    text: str | None = None
+    content_hash: str | None = None
+    error: str | None = None
+    status: PageStatus | None = None

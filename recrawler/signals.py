@@ -1,0 +1,8 @@
+"""Signals sent by recrawler components (send with ``send_catch_log_async``)."""
+
+from __future__ import annotations
+
+# page, status; ClassifyPipeline after the store write committed the page's new state
+page_classified = object()
+# run, report; Reconciler after the run was finished in the store and the report built
+run_finished = object()

@@ -1,0 +1,174 @@
+"""Spiders: RecrawlSitemapSpider (sitemap-driven recrawls) and the glue for users' own spiders."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Self
+from urllib.parse import urlsplit
+
+from scrapy.http import TextResponse
+from scrapy.spiders import SitemapSpider
+
+from recrawler.downloadermiddlewares.conditional import META_KEY
+from recrawler.exceptions import ConfigurationError
+from recrawler.extract import ContentExtractor
+from recrawler.fingerprint import content_hash
+from recrawler.items import Page
+from recrawler.urls import KeyMaker, key_host
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterable
+
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
+
+_HTML_TYPES = (b"text/html", b"application/xhtml+xml")
+
+
+def _header(response: Response, name: bytes) -> str | None:
+    value = response.headers.get(name)
+    return value.decode("latin-1") if value else None
+
+
+class PageBuilder:
+    """Turns responses into Page items: a 304 without parsing, a 200 extracted and hashed."""
+
+    def __init__(self, extractor: ContentExtractor, key_maker: KeyMaker) -> None:
+        self.extractor = extractor
+        self.key_maker = key_maker
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        """Build from ``RECRAWLER_CONTENT_*`` and ``RECRAWLER_URL_*`` settings."""
+        return cls(
+            ContentExtractor(
+                settings.getlist("RECRAWLER_CONTENT_SELECTORS"),
+                settings.getlist("RECRAWLER_CONTENT_NOISE_SELECTORS"),
+            ),
+            KeyMaker(settings.getlist("RECRAWLER_URL_DROP_PARAMS"), settings.getlist("RECRAWLER_URL_KEEP_PARAMS")),
+        )
+
+    def page(self, response: Response, lastmod: str | None = None) -> Page:
+        """Return the Page for *response* (call it from any spider callback)."""
+        key = response.meta.get(META_KEY) or self.key_maker(
+            (response.meta.get("redirect_urls") or [response.url])[0]
+        )
+        page = Page(
+            url=response.url,
+            key=key,
+            http_status=response.status,
+            etag=_header(response, b"ETag"),
+            last_modified=_header(response, b"Last-Modified"),
+            lastmod=lastmod,
+        )
+        if response.status == 304:
+            return page
+        ctype = (response.headers.get(b"Content-Type") or b"").split(b";")[0].strip().lower()
+        if not isinstance(response, TextResponse) or (ctype and ctype not in _HTML_TYPES):
+            page.error = "not_html"
+            return page
+        content = self.extractor.extract(response.body, response.encoding)
+        page.title = content.title
+        if not content.text.strip():
+            # Empty content is never "unchanged": it is an error and stored state stays as it was.
+            page.error = "empty_content"
+            return page
+        page.text = content.text
+        page.content_hash = content_hash(content.text)
+        return page
+
+
+class RecrawlerSpiderMixin:
+    """Gives a user's spider ``recrawler_page(response)``: yield its result from any callback."""
+
+    _recrawler_builder: PageBuilder | None = None
+
+    def recrawler_page(self, response: Response, lastmod: str | None = None) -> Page:
+        """Return the Page item for *response* (304s are not parsed)."""
+        if self._recrawler_builder is None:
+            settings = getattr(self, "settings", None)
+            if settings is None:
+                raise ConfigurationError("recrawler_page() needs a spider created by a crawler")
+            self._recrawler_builder = PageBuilder.from_settings(settings)
+        return self._recrawler_builder.page(response, lastmod)
+
+
+def _flag(value: Any) -> bool:
+    return str(value).strip().lower() in {"1", "true", "yes", "on"}
+
+
+class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
+    """A SitemapSpider that yields a Page per listed URL and keeps each URL's ``lastmod``.
+
+    Arguments (``-a``): ``sitemap_url`` (a sitemap, sitemap index, ``.xml.gz`` or robots.txt; may be
+    given several times comma-separated), ``allowed_hosts`` (comma-separated extra hosts, or
+    ``*`` for any), ``site`` (the host whose stored pages this run reconciles).
+    Stats: ``recrawler/sitemap/{parsed,urls,offsite}``.
+    """
+
+    sitemap_urls: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        *args: Any,
+        sitemap_url: str | None = None,
+        allowed_hosts: str | None = None,
+        site: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        if sitemap_url:
+            self.sitemap_urls = tuple(u.strip() for u in sitemap_url.split(",") if u.strip())
+        if not self.sitemap_urls:
+            raise ConfigurationError(
+                f"spider {self.name!r} needs a sitemap: -a sitemap_url=https://docs.example.com/sitemap.xml"
+            )
+        for url in self.sitemap_urls:
+            if urlsplit(url).scheme not in ("http", "https", "file") or not urlsplit(url).netloc and urlsplit(url).scheme != "file":
+                raise ConfigurationError(f"sitemap_url: not an http(s) URL: {url!r}")
+        km = KeyMaker()
+        first_host = key_host(km(self.sitemap_urls[0]))
+        self.recrawler_site: str | None = site or first_host
+        self._any_host = (allowed_hosts or "").strip() == "*"
+        self._hosts = {key_host(km(u)) for u in self.sitemap_urls}
+        for host in (allowed_hosts or "").split(","):
+            if host.strip() and host.strip() != "*":
+                self._hosts.add(key_host(km("http://" + host.strip())))
+        self._lastmods: dict[str, str] = {}
+        self._key_maker = km
+
+    async def start(self) -> AsyncIterator[Any]:
+        """Start from the sitemaps (SitemapSpider's own start)."""
+        async for request in super().start():
+            yield request
+
+    def _inc(self, name: str, count: int = 1) -> None:
+        crawler = getattr(self, "crawler", None)
+        if crawler is not None and crawler.stats is not None:
+            crawler.stats.inc_value(name, count)
+
+    def _on_site(self, url: str) -> bool:
+        return self._any_host or key_host(self._key_maker(url)) in self._hosts
+
+    def sitemap_filter(self, entries: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+        """Keep entries on the sitemap's host and remember each page URL's ``lastmod``."""
+        kind = getattr(entries, "type", None)
+        self._inc("recrawler/sitemap/parsed")
+        for entry in entries:
+            loc = entry.get("loc") or ""
+            if not self._on_site(loc):
+                self._inc("recrawler/sitemap/offsite")
+                continue
+            if kind == "urlset":
+                self._inc("recrawler/sitemap/urls")
+                if entry.get("lastmod"):
+                    self._lastmods[loc] = str(entry["lastmod"]).strip()
+            yield entry
+
+    def parse(self, response: Response, **kwargs: Any) -> Iterable[Page]:
+        """Yield the Page of a listed (or verified) URL."""
+        first_url = (response.meta.get("redirect_urls") or [response.url])[0]
+        yield self.recrawler_page(response, self._lastmods.pop(first_url, None))

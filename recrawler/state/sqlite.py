@@ -1,0 +1,604 @@
+"""SQLite state store: one file, WAL, group commits on one dedicated worker thread."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import sqlite3
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
+from urllib.parse import unquote, urlsplit
+
+from recrawler.events import EventSink, sink_from_uri
+from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
+from recrawler.state import GONE, LIVE, QUARANTINED, PageRecord, ReconcileResult, Run
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+
+    from scrapy.settings import BaseSettings
+
+    from recrawler.state import Event
+
+logger = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+_MIGRATION = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+_PAGE_COLUMNS = (
+    "key, site, url, etag, last_modified, lastmod, content_hash, fuzzy_hash, title, status, "
+    "misses, first_seen, last_checked, last_changed, last_seen_run"
+)
+
+
+def _migrations() -> list[tuple[int, str]]:
+    folder = resources.files("recrawler.state") / "migrations" / "sqlite"
+    found = []
+    for entry in folder.iterdir():
+        m = _MIGRATION.match(entry.name)
+        if m:
+            found.append((int(m.group(1)), entry.read_text(encoding="utf-8")))
+    return sorted(found)
+
+
+SCHEMA_VERSION = max(v for v, _ in _migrations())
+
+
+def path_from_uri(uri: str) -> str:
+    """Map ``sqlite:///rel.db``, ``sqlite:////abs.db``, ``file:///abs.db`` or a bare path to a path."""
+    if "://" not in uri:
+        return uri
+    parts = urlsplit(uri)
+    path = unquote(parts.path)
+    if parts.scheme == "sqlite":
+        # sqlite:///rel.db -> "rel.db"; sqlite:////abs.db -> "/abs.db" (SQLAlchemy's convention)
+        return path[1:] if path.startswith("/") else path
+    return path
+
+
+def _ts(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _dt(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def _row_to_record(row: sqlite3.Row) -> PageRecord:
+    first_seen = _dt(row["first_seen"])
+    assert first_seen is not None  # NOT NULL column
+    return PageRecord(
+        key=row["key"],
+        site=row["site"],
+        url=row["url"],
+        etag=row["etag"],
+        last_modified=row["last_modified"],
+        lastmod=row["lastmod"],
+        content_hash=row["content_hash"],
+        fuzzy_hash=row["fuzzy_hash"],
+        title=row["title"],
+        status=row["status"],
+        misses=row["misses"],
+        first_seen=first_seen,
+        last_checked=_dt(row["last_checked"]),
+        last_changed=_dt(row["last_changed"]),
+        last_seen_run=row["last_seen_run"],
+    )
+
+
+class SQLiteStateStore:
+    """State in one SQLite file (WAL, ``synchronous=NORMAL``).
+
+    Every call runs on one dedicated worker thread that owns the connection, so the reactor never
+    blocks. Page writes are savepoints inside a group transaction committed every
+    ``RECRAWLER_DB_BATCH_SIZE`` pages or ``RECRAWLER_DB_COMMIT_SECS`` seconds: each page is atomic,
+    and a kill loses at most the uncommitted tail, which the next run simply checks again.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        batch_size: int = 200,
+        commit_secs: float = 2.0,
+        timeout_secs: float = 10.0,
+        sink: EventSink | None = None,
+    ) -> None:
+        self.uri = uri
+        self.path = path_from_uri(uri)
+        self.batch_size = max(1, batch_size)
+        self.commit_secs = commit_secs
+        self.timeout_secs = timeout_secs
+        self.sink = sink
+        self._conn: sqlite3.Connection | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._open_lock = threading.Lock()
+        self._pending = 0
+        self._txn_since = 0.0
+
+    @classmethod
+    def from_settings(cls, uri: str, settings: BaseSettings) -> Self:
+        """Build the store from a crawler's settings."""
+        return cls(
+            uri,
+            batch_size=settings.getint("RECRAWLER_DB_BATCH_SIZE"),
+            commit_secs=settings.getfloat("RECRAWLER_DB_COMMIT_SECS"),
+            timeout_secs=settings.getfloat("RECRAWLER_DB_TIMEOUT_SECS"),
+            sink=sink_from_uri(settings.get("RECRAWLER_EVENTS_URI")),
+        )
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    async def _call(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recrawler-sqlite")
+        fut = self._executor.submit(func, *args, **kwargs)
+        return await asyncio.wrap_future(fut)
+
+    def call_sync(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """Run *func* on the worker thread and wait (for ``spider_idle``, where nothing else runs)."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recrawler-sqlite")
+        return self._executor.submit(func, *args, **kwargs).result()
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StateStoreError(f"state store {self.path!r} is not open")
+        return self._conn
+
+    def _connect(self, *, readonly: bool = False) -> sqlite3.Connection:
+        path = self.path
+        if path != ":memory:":
+            parent = Path(path).resolve().parent
+            if not parent.is_dir():
+                msg = f"cannot open state database {path!r}: directory {str(parent)!r} does not exist"
+                raise StateStoreUnavailable(msg)
+            if readonly and not Path(path).exists():
+                msg = f"no state database at {path!r} (run a crawl first, or pass --db)"
+                raise StateStoreUnavailable(msg)
+        try:
+            target = f"file:{path}?mode=ro" if readonly else path
+            conn = sqlite3.connect(
+                target, timeout=self.timeout_secs, isolation_level=None, uri=readonly,
+                check_same_thread=False,
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA foreign_keys = ON")
+            if not readonly:
+                conn.execute("PRAGMA journal_mode = WAL")
+                # WAL + NORMAL: a commit is atomic and consistent; only the last commits before a
+                # power loss may roll back, which the next run re-checks.
+                conn.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.DatabaseError as exc:
+            raise self._wrap_open_error(exc) from exc
+        return conn
+
+    def _wrap_open_error(self, exc: sqlite3.Error) -> StateStoreError:
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            return StateStoreUnavailable(
+                f"state database {self.path!r} is locked by another process ({text}); "
+                "is another crawl running on it?"
+            )
+        if isinstance(exc, sqlite3.OperationalError) and "unable to open" in text:
+            return StateStoreUnavailable(f"cannot open state database {self.path!r}: {text}")
+        return SchemaVersionError(
+            f"state database {self.path!r} is corrupt or not a recrawler database ({text}); "
+            "it was left untouched: move it away or point RECRAWLER_DB_URI elsewhere"
+        )
+
+    def _schema_version(self, conn: sqlite3.Connection) -> int:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables:
+            return 0
+        if "schema_version" not in tables:
+            msg = (
+                f"state database {self.path!r} is not a recrawler database (tables: "
+                f"{', '.join(sorted(tables))}); it was left untouched"
+            )
+            raise SchemaVersionError(msg)
+        row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        return int(row[0] or 0)
+
+    def _open(self) -> None:
+        with self._open_lock:
+            if self._conn is not None:
+                return
+            conn = self._connect()
+            try:
+                self._migrate(conn)
+            except sqlite3.DatabaseError as exc:
+                conn.close()
+                raise self._wrap_open_error(exc) from exc
+            except StateStoreError:
+                conn.close()
+                raise
+            self._conn = conn
+        self._deliver()
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        version = self._schema_version(conn)
+        if version > SCHEMA_VERSION:
+            msg = (
+                f"state database {self.path!r} has schema version {version}, newer than this "
+                f"recrawler's {SCHEMA_VERSION}; upgrade recrawler (the database was left untouched)"
+            )
+            raise SchemaVersionError(msg)
+        for number, sql in _migrations():
+            if number <= version:
+                continue
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if number == 1:
+                    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+                for statement in _split_sql(sql):
+                    conn.execute(statement)
+                conn.execute("INSERT INTO schema_version (version) VALUES (?)", (number,))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            logger.info("state database %(path)s migrated to schema %(v)d", {"path": self.path, "v": number})
+
+    def _begin(self) -> None:
+        conn = self.conn
+        if not conn.in_transaction:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise self._wrap_open_error(exc) from exc
+            self._txn_since = time.monotonic()
+            self._pending = 0
+
+    def _maybe_commit(self) -> None:
+        self._pending += 1
+        if self._pending >= self.batch_size or time.monotonic() - self._txn_since >= self.commit_secs:
+            self._commit()
+
+    def _commit(self) -> None:
+        conn = self.conn
+        if conn.in_transaction:
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise StateStoreError(f"commit to {self.path!r} failed: {exc}") from exc
+        self._pending = 0
+        self._deliver()
+
+    def _deliver(self) -> None:
+        """Send committed outbox events to the sink, then delete them (at-least-once)."""
+        if self.sink is None:
+            return
+        conn = self.conn
+        if conn.in_transaction:
+            return
+        while True:
+            rows = conn.execute("SELECT id, payload FROM outbox ORDER BY id LIMIT 1000").fetchall()
+            if not rows:
+                return
+            self.sink.deliver([r["payload"] for r in rows])
+            conn.execute("DELETE FROM outbox WHERE id <= ?", (rows[-1]["id"],))
+
+    def _page_txn(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run *work* as one atomic page write inside the group transaction."""
+        self._begin()
+        conn = self.conn
+        conn.execute("SAVEPOINT page")
+        try:
+            result = work(conn)
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK TO page")
+            conn.execute("RELEASE page")
+            raise StateStoreError(f"page write to {self.path!r} failed: {exc}") from exc
+        except BaseException:
+            conn.execute("ROLLBACK TO page")
+            conn.execute("RELEASE page")
+            raise
+        conn.execute("RELEASE page")
+        self._maybe_commit()
+        return result
+
+    def _outbox(self, conn: sqlite3.Connection, events: Sequence[Event]) -> None:
+        if self.sink is not None and events:
+            conn.executemany("INSERT INTO outbox (payload) VALUES (?)", [(e.to_json(),) for e in events])
+
+    # --- contract ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect, enable WAL and apply migrations; refuse newer or foreign databases."""
+        await self._call(self._open)
+
+    async def flush(self) -> None:
+        """Commit pending writes and deliver their events."""
+        await self._call(self._flush)
+
+    def _flush(self) -> None:
+        if self._conn is not None:
+            self._commit()
+
+    async def close(self) -> None:
+        """Commit, deliver events and close the connection and the worker thread."""
+        if self._executor is None:
+            return
+        try:
+            await self._call(self._close)
+        finally:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    def _close(self) -> None:
+        if self._conn is None:
+            return
+        try:
+            self._commit()
+        finally:
+            self._conn.close()
+            self._conn = None
+            if self.sink is not None:
+                self.sink.close()
+
+    async def begin_run(self, spider: str, site: str | None, started_at: datetime) -> Run:
+        """Insert a run row and return it."""
+
+        def work() -> Run:
+            self._commit()
+            cur = self.conn.execute(
+                "INSERT INTO runs (spider, site, started_at) VALUES (?, ?, ?)",
+                (spider, site, _ts(started_at)),
+            )
+            run_id = cur.lastrowid
+            assert run_id is not None
+            prior = self.conn.execute(
+                "SELECT COUNT(*) FROM pages WHERE site = ? AND status != ?", (site, GONE)
+            ).fetchone()[0] if site is not None else 0
+            return Run(id=run_id, spider=spider, site=site, started_at=started_at, prior_pages=prior)
+
+        return await self._call(self._guard, work)
+
+    def _guard(self, work: Callable[[], _T]) -> _T:
+        try:
+            return work()
+        except sqlite3.Error as exc:
+            raise StateStoreError(f"state database {self.path!r}: {exc}") from exc
+
+    async def get(self, key: str) -> PageRecord | None:
+        """Return the stored record of *key*."""
+        return await self._call(self._guard, lambda: self._get(key))
+
+    def _get(self, key: str) -> PageRecord | None:
+        row = self.conn.execute(f"SELECT {_PAGE_COLUMNS} FROM pages WHERE key = ?", (key,)).fetchone()
+        return _row_to_record(row) if row is not None else None
+
+    async def record(self, run: Run, rec: PageRecord, events: Sequence[Event]) -> None:
+        """Upsert the page's new state and its events atomically; lift any staged miss."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                f"""INSERT INTO pages ({_PAGE_COLUMNS})
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (key) DO UPDATE SET
+                      url = excluded.url, site = excluded.site, etag = excluded.etag,
+                      last_modified = excluded.last_modified, lastmod = excluded.lastmod,
+                      content_hash = excluded.content_hash, fuzzy_hash = excluded.fuzzy_hash,
+                      title = excluded.title, status = excluded.status, misses = excluded.misses,
+                      last_checked = excluded.last_checked, last_changed = excluded.last_changed,
+                      last_seen_run = excluded.last_seen_run""",  # noqa: S608 (constant column list)
+                (
+                    rec.key, rec.site, rec.url, rec.etag, rec.last_modified, rec.lastmod,
+                    rec.content_hash, rec.fuzzy_hash, rec.title, rec.status, rec.misses,
+                    _ts(rec.first_seen), _ts(rec.last_checked), _ts(rec.last_changed), run.id,
+                ),
+            )
+            conn.execute("DELETE FROM run_misses WHERE run_id = ? AND key = ?", (run.id, rec.key))
+            self._outbox(conn, events)
+
+        await self._call(self._page_txn, work)
+
+    async def record_error(self, run: Run, key: str | None, events: Sequence[Event]) -> None:
+        """Mark a stored page as reached this run (state untouched) and write its error events."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            if key is not None:
+                conn.execute("UPDATE pages SET last_seen_run = ? WHERE key = ?", (run.id, key))
+            self._outbox(conn, events)
+
+        await self._call(self._page_txn, work)
+
+    async def record_miss(self, run: Run, key: str, http_status: int) -> str:
+        """Stage a 404/410 of a stored page for the reconciliation.
+
+        Returns ``"staged"`` (a live or quarantined page), ``"tombstone"`` (already gone) or
+        ``"unknown"`` (no record).
+        """
+
+        def work(conn: sqlite3.Connection) -> str:
+            row = conn.execute("SELECT status FROM pages WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                return "unknown"
+            conn.execute("UPDATE pages SET last_seen_run = ? WHERE key = ?", (run.id, key))
+            if row["status"] == GONE:
+                return "tombstone"
+            conn.execute(
+                "INSERT OR REPLACE INTO run_misses (run_id, key, http_status) VALUES (?, ?, ?)",
+                (run.id, key, http_status),
+            )
+            return "staged"
+
+        return await self._call(self._page_txn, work)
+
+    def _unseen(self, run: Run, limit: int) -> list[tuple[str, str]]:
+        if run.site is None:
+            return []
+        self._begin()
+        rows = self.conn.execute(
+            """UPDATE pages SET verify_run = ?
+               WHERE key IN (
+                 SELECT key FROM pages
+                 WHERE site = ? AND status != ?
+                   AND (last_seen_run IS NULL OR last_seen_run != ?)
+                   AND (verify_run IS NULL OR verify_run != ?)
+                 ORDER BY key LIMIT ?)
+               RETURNING key, url""",
+            (run.id, run.site, GONE, run.id, run.id, limit),
+        ).fetchall()
+        self._commit()
+        return sorted((r["key"], r["url"]) for r in rows)
+
+    def unseen_sync(self, run: Run, limit: int) -> list[tuple[str, str]]:
+        """Return up to *limit* pages of the run's site not reached this run, marking them.
+
+        Blocking: for ``spider_idle`` handlers, which run when nothing else is in flight.
+        """
+        return self.call_sync(self._guard, lambda: self._unseen(run, limit))
+
+    async def unseen(self, run: Run, limit: int) -> list[tuple[str, str]]:
+        """Async form of :meth:`unseen_sync`."""
+        return await self._call(self._guard, lambda: self._unseen(run, limit))
+
+    async def reconcile(
+        self, run: Run, *, apply: bool, gone_after: int, gone_statuses: Sequence[int], at: datetime
+    ) -> ReconcileResult:
+        """Apply the run's staged misses in one transaction, or drop them when not *apply*."""
+
+        def work() -> ReconcileResult:
+            conn = self.conn
+            self._commit()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = self._reconcile(conn, run, apply, gone_after, list(gone_statuses), at)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            self._deliver()
+            return result
+
+        return await self._call(self._guard, work)
+
+    def _reconcile(
+        self, conn: sqlite3.Connection, run: Run, apply: bool, gone_after: int,
+        gone_statuses: list[int], at: datetime,
+    ) -> ReconcileResult:
+        if not apply:
+            n = conn.execute("DELETE FROM run_misses WHERE run_id = ?", (run.id,)).rowcount
+            return ReconcileResult(applied=False, skipped_misses=n)
+        codes = json.dumps(gone_statuses)
+        # Decide every staged miss in one statement: gone (gone status, or enough consecutive
+        # misses) or quarantined. RETURNING gives the counts without loading the rows' state.
+        rows = conn.execute(
+            """UPDATE pages SET
+                 misses = misses + 1,
+                 last_checked = :at,
+                 status = CASE
+                   WHEN (SELECT m.http_status FROM run_misses m
+                         WHERE m.run_id = :run AND m.key = pages.key)
+                        IN (SELECT value FROM json_each(:codes)) THEN :gone
+                   WHEN misses + 1 >= :after THEN :gone
+                   ELSE :quarantined END
+               WHERE key IN (SELECT key FROM run_misses WHERE run_id = :run) AND status != :gone
+               RETURNING key, url, status, content_hash,
+                 (SELECT m.http_status FROM run_misses m
+                  WHERE m.run_id = :run AND m.key = pages.key) AS http_status""",
+            {"at": _ts(at), "run": run.id, "codes": codes, "gone": GONE,
+             "quarantined": QUARANTINED, "after": gone_after},
+        )
+        quarantined = 0
+        gone: dict[str, int] = {}
+        batch: list[tuple[str]] = []
+        from recrawler.state import Event  # noqa: PLC0415 (avoid a cycle at import time)
+
+        for r in rows:
+            action = r["status"]
+            if action == GONE:
+                reason = f"http_{r['http_status']}"
+                gone[reason] = gone.get(reason, 0) + 1
+            else:
+                quarantined += 1
+                reason = f"http_{r['http_status']}"
+            if self.sink is not None:
+                ev = Event(
+                    run_id=run.id, action=action, url=r["url"], key=r["key"],
+                    content_hash=r["content_hash"], status=action, at=at, reason=reason,
+                    http_status=r["http_status"],
+                )
+                batch.append((ev.to_json(),))
+        if batch:
+            conn.executemany("INSERT INTO outbox (payload) VALUES (?)", batch)
+        conn.execute("DELETE FROM run_misses WHERE run_id = ?", (run.id,))
+        return ReconcileResult(applied=True, quarantined=quarantined, gone=gone)
+
+    async def finish_run(self, run: Run, *, reason: str, at: datetime, report: dict[str, Any]) -> None:
+        """Store the run's end, counts and report."""
+
+        def work() -> None:
+            self._commit()
+            self.conn.execute(
+                "UPDATE runs SET finished_at = ?, finish_reason = ?, counts = ?, report = ? WHERE id = ?",
+                (_ts(at), reason, json.dumps(report.get("counts", {})), json.dumps(report), run.id),
+            )
+
+        await self._call(self._guard, work)
+
+    # --- synchronous readers for the CLI ----------------------------------------------------
+
+    def _reader(self) -> sqlite3.Connection:
+        conn = self._connect(readonly=True)
+        try:
+            version = self._schema_version(conn)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise self._wrap_open_error(exc) from exc
+        if version > SCHEMA_VERSION:
+            conn.close()
+            msg = (
+                f"state database {self.path!r} has schema version {version}, newer than this "
+                f"recrawler's {SCHEMA_VERSION}; upgrade recrawler"
+            )
+            raise SchemaVersionError(msg)
+        return conn
+
+    def iter_pages(self, status: str | None = None) -> Iterator[PageRecord]:
+        """Yield pages ordered by key, streaming (never all in memory)."""
+        conn = self._reader()
+        try:
+            if status:
+                cur = conn.execute(
+                    f"SELECT {_PAGE_COLUMNS} FROM pages WHERE status = ? ORDER BY key", (status,)
+                )
+            else:
+                cur = conn.execute(f"SELECT {_PAGE_COLUMNS} FROM pages ORDER BY key")
+            for row in cur:
+                yield _row_to_record(row)
+        finally:
+            conn.close()
+
+    def iter_runs(self) -> Iterator[dict[str, Any]]:
+        """Yield runs newest first."""
+        conn = self._reader()
+        try:
+            for row in conn.execute(
+                "SELECT id, spider, site, started_at, finished_at, finish_reason, counts FROM runs "
+                "ORDER BY id DESC"
+            ):
+                data = dict(row)
+                data["counts"] = json.loads(data["counts"]) if data["counts"] else None
+                yield data
+        finally:
+            conn.close()
+
+
+def _split_sql(sql: str) -> list[str]:
+    """Split a migration file into statements (no semicolons inside our literals)."""
+    lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+__all__ = ["LIVE", "SCHEMA_VERSION", "SQLiteStateStore", "path_from_uri"]

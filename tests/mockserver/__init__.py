@@ -1,0 +1,245 @@
+"""Local HTTP server for crawl tests: ``ROOT/<site>/<path>`` with validators and a request log.
+
+Run ``python -m tests.mockserver ROOT``; the first stdout line is the base URL. Per-path options
+come from ``ROOT/<site>/_meta.json`` (see ``OPTIONS``) and each request is appended as one JSON
+line to ``ROOT/<site>/_requests.jsonl`` (requests outside a site go to ``ROOT/_requests.jsonl``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import random
+import re
+import secrets
+import sys
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import formatdate, parsedate_to_datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET, Site
+
+if TYPE_CHECKING:
+    from twisted.web import http
+    from twisted.web.server import Request
+
+# _meta.json: {"<path>": {option: value}}, keyed by the served file's path within the site.
+OPTIONS = {
+    "validators": '"strong" (default), "weak", "lm" (Last-Modified only) or "none"',
+    "status": "force this status with a small body and no validators",
+    "gone": "true answers 410 Gone",
+    "noise": "true substitutes {{NOW}}, {{TOKEN}} and {{WIDGET}} on every request",
+    "hang": "true never answers",
+    "redirect": "answers 301 to /<site>/<value>",
+}
+META = "_meta.json"
+REQUESTS = "_requests.jsonl"
+ROBOTS = b"User-agent: *\nAllow: /\n"
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".xml": "application/xml",
+    ".gz": "application/gzip",
+    ".txt": "text/plain",
+    ".json": "application/json",
+}
+VALIDATORS = ("strong", "weak", "lm", "none")
+WIDGETS = tuple(
+    f'<div class="related"><h3>Related articles</h3><ul>{items}</ul></div>'
+    for items in (
+        '<li><a href="/blog/launch">We launched v2</a></li>',
+        '<li><a href="/blog/pricing">New pricing</a></li><li><a href="/blog/faq">FAQ</a></li>',
+        '<li><a href="/blog/webinar">Join our webinar</a></li>',
+        '<li><a href="/blog/case-study">Case study: ACME</a></li>',
+        '<li><a href="/blog/roadmap">2026 roadmap</a></li><li><a href="/blog/jobs">Jobs</a></li>',
+    )
+)
+_ENTITY_TAG = re.compile(r'(?:W/)?"[^"]*"')
+_REASONS = {301: "Moved Permanently", 404: "Not Found", 405: "Method Not Allowed", 410: "Gone"}
+
+
+@dataclass(slots=True)
+class Reply:
+    status: int
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def error(status: int, **headers: str) -> Reply:
+    reason = _REASONS.get(status, "Error")
+    body = f"<html><body><h1>{status} {reason}</h1></body></html>\n".encode()
+    return Reply(status, body, {"Content-Type": CONTENT_TYPES[".html"], **headers})
+
+
+def add_noise(body: bytes) -> bytes:
+    now = datetime.now(UTC).isoformat(timespec="microseconds")
+    body = body.replace(b"{{NOW}}", now.encode())
+    body = body.replace(b"{{TOKEN}}", secrets.token_hex(16).encode())
+    return body.replace(b"{{WIDGET}}", random.choice(WIDGETS).encode())
+
+
+def not_modified(request: Request, etag: str | None, mtime: float | None) -> bool:
+    """Evaluate If-None-Match, else If-Modified-Since (RFC 9110 §13.2.2 order)."""
+    if_none_match = request.getHeader("If-None-Match")
+    if if_none_match is not None:
+        # RFC 9110 §13.1.2: "*" matches any current representation, tags use weak comparison.
+        if if_none_match.strip() == "*":
+            return True
+        tags = {tag.removeprefix("W/") for tag in _ENTITY_TAG.findall(if_none_match)}
+        return etag is not None and etag.removeprefix("W/") in tags
+    if_modified_since = request.getHeader("If-Modified-Since")
+    if if_modified_since is None or mtime is None:
+        return False
+    try:
+        since = parsedate_to_datetime(if_modified_since)
+    except (TypeError, ValueError):
+        # RFC 9110 §13.1.3: an invalid HTTP-date is ignored.
+        return False
+    if since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)
+    return since.timestamp() >= int(mtime)
+
+
+class SiteTree(Resource):
+    """Serve ``ROOT/<site>/<path>`` for GET and HEAD, following each site's ``_meta.json``."""
+
+    isLeaf = True
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def render(self, request: Request) -> bytes | int:
+        path = unquote(request.path.decode("ascii", "replace"))
+        raw_query = request.uri.partition(b"?")[2]
+        query = "?" + raw_query.decode("ascii", "replace") if raw_query else ""
+        site, _, rest = path.removeprefix("/").partition("/")
+        if site and not site.startswith(("_", ".")) and (self.root / site).is_dir():
+            log_dir, logged = self.root / site, rest + query
+        else:
+            site, log_dir, logged = "", self.root, path + query
+
+        if request.method not in (b"GET", b"HEAD"):
+            reply: Reply | None = error(405, Allow="GET, HEAD")
+        elif site:
+            reply = self.reply(request, site, rest)
+        elif path == "/robots.txt":
+            robots = self.root / "robots.txt"
+            body = robots.read_bytes() if robots.is_file() else ROBOTS
+            reply = Reply(200, body, {"Content-Type": CONTENT_TYPES[".txt"]})
+        else:
+            reply = error(404)
+
+        sent = len(reply.body) if reply and reply.status != 304 and request.method != b"HEAD" else 0
+        entry = {
+            "path": logged,
+            "method": request.method.decode("ascii", "replace"),
+            "if_none_match": request.getHeader("If-None-Match"),
+            "if_modified_since": request.getHeader("If-Modified-Since"),
+            "status": None if reply is None else reply.status,
+            "bytes": sent,
+        }
+        with (log_dir / REQUESTS).open("a", encoding="utf-8") as log:
+            log.write(json.dumps(entry) + "\n")
+
+        if reply is None:
+            # "hang": keep the connection open and never answer.
+            return NOT_DONE_YET
+        request.setResponseCode(reply.status)
+        for name, value in reply.headers.items():
+            request.setHeader(name, value)
+        if reply.status == 304:
+            # Finish by hand: returning bytes would add "Content-Length: 0" (RFC 9110 §8.6).
+            request.finish()
+            return NOT_DONE_YET
+        return reply.body
+
+    def reply(self, request: Request, site: str, rest: str) -> Reply | None:
+        """Build the reply for ``rest`` within ``site``; None means never answer."""
+        key = rest + "index.html" if not rest or rest.endswith("/") else rest
+        parts = key.split("/")
+        if any(part in ("", ".", "..") or part.startswith("_") for part in parts):
+            return error(404)
+        options: dict[str, Any] = self.options(site).get(key, {})
+        if options.get("hang"):
+            return None
+        if options.get("gone"):
+            return error(410)
+        if "status" in options:
+            return error(int(options["status"]))
+        if "redirect" in options:
+            return error(301, Location=f"/{site}/{options['redirect']}")
+        file = self.root.joinpath(site, *parts)
+        if not file.is_file():
+            return error(404)
+        body, mtime = file.read_bytes(), file.stat().st_mtime
+        if options.get("noise"):
+            body = add_noise(body)
+
+        validators = options.get("validators", "strong")
+        if validators not in VALIDATORS:
+            msg = f"{site}/{META}: {key}: validators must be in {VALIDATORS}, not {validators!r}"
+            raise ValueError(msg)
+        headers: dict[str, str] = {}
+        etag = None
+        if validators in ("strong", "weak"):
+            etag = f'"{hashlib.sha256(body).hexdigest()[:16]}"'
+            etag = headers["ETag"] = etag if validators == "strong" else f"W/{etag}"
+        if validators != "none":
+            headers["Last-Modified"] = formatdate(mtime, usegmt=True)
+        if not_modified(request, etag, mtime if validators != "none" else None):
+            # RFC 9110 §15.4.5: a 304 carries the validators a 200 would have sent.
+            return Reply(304, b"", headers)
+        headers["Content-Type"] = CONTENT_TYPES.get(file.suffix, "application/octet-stream")
+        return Reply(200, body, headers)
+
+    def options(self, site: str) -> dict[str, dict[str, Any]]:
+        meta = self.root / site / META
+        return json.loads(meta.read_bytes()) if meta.is_file() else {}
+
+
+class QuietSite(Site):
+    """A Site without Twisted's access log: ``_requests.jsonl`` is the log."""
+
+    def log(self, request: http.Request) -> None:
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.mockserver", description=__doc__)
+    parser.add_argument("root", type=Path, help="directory holding one folder per site")
+    parser.add_argument("--stop-on-eof", action="store_true", help="also stop when stdin closes")
+    args = parser.parse_args(argv)
+
+    # Imported here so that importing this module never installs a reactor.
+    from twisted.internet import reactor
+    from twisted.internet.error import ReactorNotRunning
+    from twisted.logger import globalLogBeginner, textFileLogObserver
+
+    globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)
+    port = reactor.listenTCP(0, QuietSite(SiteTree(args.root.resolve())), interface="127.0.0.1")
+    address = port.getHost()
+    print(f"http://{address.host}:{address.port}", flush=True)
+
+    def stop() -> None:
+        with contextlib.suppress(ReactorNotRunning):
+            reactor.stop()
+
+    def wait_for_eof() -> None:
+        # The parent holds our stdin: EOF means it is gone, so do not outlive it. Raw reads,
+        # because a daemon thread blocked in sys.stdin would abort interpreter shutdown.
+        while os.read(0, 4096):
+            pass
+        reactor.callFromThread(stop)
+
+    if args.stop_on_eof:
+        threading.Thread(target=wait_for_eof, daemon=True).start()
+    # reactor.run() installs SIGINT/SIGTERM handlers that stop the reactor.
+    reactor.run()

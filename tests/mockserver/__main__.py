@@ -1,0 +1,5 @@
+"""Entry point: ``python -m tests.mockserver ROOT``."""
+
+from tests.mockserver import main
+
+main()
