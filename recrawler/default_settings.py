@@ -27,6 +27,7 @@ RECRAWLER_URL_DROP_PARAMS = [
 RECRAWLER_URL_KEEP_PARAMS: list[str] = []
 
 # --- conditional requests ----------------------------------------------------------------------
+# Send stored ETag / Last-Modified back as If-None-Match / If-Modified-Since.
 RECRAWLER_CONDITIONAL_ENABLED = True
 # Conditional requests to a host without a single 304 before it is reported as never answering 304.
 RECRAWLER_CONDITIONAL_NO_304_AFTER = 20
@@ -38,6 +39,8 @@ RECRAWLER_CONTENT_SELECTORS = ["main", "article", "[role=main]", "#content", "bo
 RECRAWLER_CONTENT_NOISE_SELECTORS: list[str] = []
 
 # --- reconciliation: gone pages and the outage guard ---------------------------------------------
+# Check stored pages that this run did not reach with a direct request before the spider closes.
+RECRAWLER_VERIFY_UNSEEN_ENABLED = True
 # Consecutive 404 answers after which a quarantined page becomes gone.
 RECRAWLER_GONE_AFTER_MISSES = 2
 # Statuses that prove a page is gone at once (RFC 9110 §15.5.11: 410 is intentionally permanent).
@@ -46,8 +49,6 @@ RECRAWLER_GONE_STATUSES = [410]
 RECRAWLER_MISSING_STATUSES = [404]
 # Above this share of failed page requests (5xx, timeouts, DNS), nothing is quarantined or gone.
 RECRAWLER_MAX_ERROR_RATIO = 0.2
-# Check stored pages that this run did not reach with a direct request before the spider closes.
-RECRAWLER_VERIFY_UNSEEN_ENABLED = True
 # Unseen pages scheduled per spider_idle round.
 RECRAWLER_VERIFY_BATCH_SIZE = 500
 
@@ -56,7 +57,7 @@ RECRAWLER_VERIFY_BATCH_SIZE = 500
 RECRAWLER_CHANGE_ALERT_RATIO = 0.5
 # Write the run report as JSON to this path (None: no file).
 RECRAWLER_REPORT_FILE: str | None = None
-# Deliver page events: file:///path/events.jsonl (None: events stay in the database outbox only).
+# Deliver page events: file:///path/events.jsonl (None: no events are written).
 RECRAWLER_EVENTS_URI: str | None = None
 
 # --- crawl profile ------------------------------------------------------------------------------

@@ -81,9 +81,16 @@ class Reconciler:
         s = crawler.settings
         if not s.get("RECRAWLER_DB_URI"):
             raise NotConfigured("RECRAWLER_DB_URI is not set")
+        store = store_for(crawler)
+        try:
+            # Fail before the first request: a locked, corrupt or newer database stops the crawl.
+            store.open_sync()
+        except StateStoreError as exc:
+            logger.critical("recrawler: %(exc)s", {"exc": exc})
+            raise
         ext = cls(
             crawler,
-            store_for(crawler),
+            store,
             verify_unseen=s.getbool("RECRAWLER_VERIFY_UNSEEN_ENABLED"),
             verify_batch=s.getint("RECRAWLER_VERIFY_BATCH_SIZE"),
             gone_after=s.getint("RECRAWLER_GONE_AFTER_MISSES"),

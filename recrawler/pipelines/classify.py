@@ -10,6 +10,7 @@ from scrapy.exceptions import DropItem
 
 from recrawler import signals
 from recrawler.exceptions import StateStoreError
+from recrawler.fingerprint import fuzzy_hash
 from recrawler.items import Page, PageStatus
 from recrawler.state import GONE, LIVE, QUARANTINED, Event, PageRecord, run_for, store_for, utcnow
 from recrawler.urls import key_host
@@ -64,7 +65,8 @@ def next_record(page: Page, rec: PageRecord | None, status: PageStatus, now: dat
         last_modified=page.last_modified,
         lastmod=page.lastmod or (rec.lastmod if rec else None),
         content_hash=page.content_hash,
-        fuzzy_hash=rec.fuzzy_hash if rec and not changed else None,
+        # TLSH only where the text moved: an unchanged page keeps its stored digest
+        fuzzy_hash=fuzzy_hash(page.text) if changed and page.text else (rec.fuzzy_hash if rec else None),
         title=page.title,
         status=LIVE,
         misses=0,

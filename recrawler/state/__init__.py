@@ -120,6 +120,9 @@ class StateStore(Protocol):
     async def open(self) -> None:
         """Connect and migrate; idempotent. Raises StateStoreError subclasses."""
 
+    def open_sync(self) -> None:
+        """Blocking open, used once at startup so a bad database stops the crawl before it begins."""
+
     async def close(self) -> None:
         """Commit what is pending, deliver events, disconnect."""
 

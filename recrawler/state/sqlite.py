@@ -316,6 +316,10 @@ class SQLiteStateStore:
         """Connect, enable WAL and apply migrations; refuse newer or foreign databases."""
         await self._call(self._open)
 
+    def open_sync(self) -> None:
+        """Blocking :meth:`open`, for startup checks before the crawl begins."""
+        self.call_sync(self._open)
+
     async def flush(self) -> None:
         """Commit pending writes and deliver their events."""
         await self._call(self._flush)

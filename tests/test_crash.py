@@ -1,0 +1,91 @@
+"""A run killed with SIGKILL half way, then rerun, ends in the state of an uninterrupted run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from tests import docsite
+
+if TYPE_CHECKING:
+    from tests.conftest import Crawls
+    from tests.conftest_mockserver import Site
+
+REPO = Path(__file__).resolve().parent.parent
+T0 = 1_760_000_000.0
+N = 40
+COLUMNS = "key, url, status, content_hash, etag, last_modified, misses"
+
+
+def _state(db: Path) -> list[tuple[object, ...]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(f"SELECT {COLUMNS} FROM pages ORDER BY key").fetchall()  # noqa: S608
+
+
+def _wait_for(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.05)
+
+
+@deferred_f_from_coro_f
+async def test_sigkill_midway_then_rerun_matches_uninterrupted(site: Site, crawls: Crawls, tmp_path: Path) -> None:
+    for i in range(N):
+        site.write(f"p{i:02d}.html", docsite.page(f"Page {i}", [("S", [f"Text {i}."])]), mtime=T0)
+    sitemap = site.write_sitemap([f"p{i:02d}.html" for i in range(N)])
+
+    # the reference: one uninterrupted run into its own database
+    await crawls.crawl(sitemap)
+    reference = _state(crawls.db_path)
+    assert len(reference) == N
+
+    # the victim: a real `scrapy crawl docs` process, killed while one page hangs mid-crawl
+    site.options("p20.html", hang=True)
+    db = tmp_path / "killed.db"
+    proc = subprocess.Popen(  # noqa: S603 (fixed argv)
+        [
+            sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}",
+            "-s", f"RECRAWLER_DB_URI=sqlite:///{db}", "-s", "RECRAWLER_DB_BATCH_SIZE=4",
+            "-s", "CONCURRENT_REQUESTS=1", "-s", "DOWNLOAD_TIMEOUT=120", "-s", "LOG_LEVEL=WARNING",
+        ],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ},
+    )
+    try:
+        _wait_for(lambda: any(r["path"] == "p20.html" for r in site.requests()))
+
+        def committed() -> int:
+            if not db.exists():
+                return 0
+            with sqlite3.connect(db) as conn:
+                try:
+                    return int(conn.execute("SELECT COUNT(*) FROM pages").fetchone()[0])
+                except sqlite3.OperationalError:
+                    return 0
+
+        _wait_for(lambda: committed() >= 4)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    partial = _state(db)
+    assert 0 < len(partial) < N  # killed half way: some pages committed, not all
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert conn.execute("SELECT finish_reason FROM runs").fetchall() == [(None,)]
+
+    # rerun on the killed database: it completes the work
+    site.options("p20.html", hang=None)
+    crawls.db_path, crawls.db_uri = db, f"sqlite:///{db}"
+    rerun = await crawls.crawl(sitemap)
+    assert _state(db) == reference
+    assert rerun.counts["new"] == N - len(partial)
+    assert rerun.counts["unchanged"] == len(partial)
