@@ -24,7 +24,7 @@ SITE = HERE / "docsite"
 
 
 class QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (stdlib signature)
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -51,7 +51,9 @@ def deploy_v2(root: Path) -> None:
 def crawl(db: str, sitemap: str, label: str) -> None:
     proc = subprocess.run(  # noqa: S603 (fixed argv)
         [sys.executable, "-m", "recrawler.cli", "crawl", "--db", db, sitemap],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     lines = [line for line in proc.stderr.splitlines() if "crawled:" in line]
     if proc.returncode != 0 or not lines:

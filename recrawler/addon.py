@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from recrawler import default_settings
+from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddleware
 from recrawler.exceptions import ConfigurationError
+from recrawler.extensions.reconcile import Reconciler
+from recrawler.pipelines.classify import ClassifyPipeline
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 #: Scrapy settings for a team crawling its own docs site: fast, bounded, robots.txt obeyed.
-FAST_PROFILE = {
+FAST_PROFILE: dict[str, Any] = {
     "ROBOTSTXT_OBEY": True,
     "DOWNLOAD_DELAY": 0,
     # Scrapy is CPU-bound at ~400 pages/s on loopback with 32 in flight; the per-domain
@@ -25,7 +28,7 @@ FAST_PROFILE = {
     "DOWNLOAD_MAXSIZE": 32 * 1024 * 1024,
 }
 #: For sites you do not own: AutoThrottle keeps about one request in flight, at least 1 s apart.
-POLITE_PROFILE = {
+POLITE_PROFILE: dict[str, Any] = {
     **FAST_PROFILE,
     "DOWNLOAD_DELAY": 1.0,
     "CONCURRENT_REQUESTS_PER_DOMAIN": 2,
@@ -33,7 +36,7 @@ POLITE_PROFILE = {
     "AUTOTHROTTLE_START_DELAY": 1.0,
     "AUTOTHROTTLE_TARGET_CONCURRENCY": 1.0,
 }
-PROFILES = {"fast": FAST_PROFILE, "polite": POLITE_PROFILE}
+PROFILES: dict[str, dict[str, Any]] = {"fast": FAST_PROFILE, "polite": POLITE_PROFILE}
 
 
 class RecrawlerAddon:
@@ -58,16 +61,16 @@ class RecrawlerAddon:
         # Only replace Scrapy's own fingerprinter, never a user's.
         if (settings.getpriority("REQUEST_FINGERPRINTER_CLASS") or 0) <= 0:
             settings.set(
-                "REQUEST_FINGERPRINTER_CLASS", "recrawler.requests.PageKeyRequestFingerprinter", priority="addon"
+                "REQUEST_FINGERPRINTER_CLASS",
+                "recrawler.requests.PageKeyRequestFingerprinter",
+                priority="addon",
             )
         # 540: below RetryMiddleware (550) and RedirectMiddleware (600), so process_response and
         # process_exception see only final outcomes, after retries and redirects.
         settings.setdefault_in_component_priority_dict(
-            "DOWNLOADER_MIDDLEWARES", "recrawler.downloadermiddlewares.conditional.ConditionalRequestMiddleware", 540
+            "DOWNLOADER_MIDDLEWARES", ConditionalRequestMiddleware, 540
         )
         # 800: late, so a project's enrichment pipelines run first and the state write is last.
-        settings.setdefault_in_component_priority_dict(
-            "ITEM_PIPELINES", "recrawler.pipelines.classify.ClassifyPipeline", 800
-        )
+        settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", ClassifyPipeline, 800)
         # Extension order is irrelevant: it works from signals only.
-        settings.setdefault_in_component_priority_dict("EXTENSIONS", "recrawler.extensions.reconcile.Reconciler", 0)
+        settings.setdefault_in_component_priority_dict("EXTENSIONS", Reconciler, 0)

@@ -66,7 +66,9 @@ def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
             out.write(json.dumps(run) + "\n")
             continue
         c = run["counts"] or {}
-        counts = " ".join(f"{k}: {c.get(k, 0)}" for k in ("crawled", "new", "changed", "unchanged", "gone", "errors"))
+        counts = " ".join(
+            f"{k}: {c.get(k, 0)}" for k in ("crawled", "new", "changed", "unchanged", "gone", "errors")
+        )
         out.write(
             f"{run['id']:>5} {run['started_at'][:19]} {run['finish_reason'] or 'unfinished':<12} "
             f"{run['site'] or '-'}  {counts}\n"
@@ -88,7 +90,7 @@ def cmd_normalize(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_crawl(args: argparse.Namespace, out: TextIO) -> int:  # pragma: no cover - hands over to Scrapy
     """Run ``scrapy crawl docs`` with recrawler's project settings from anywhere."""
-    from scrapy.cmdline import execute  # noqa: PLC0415
+    from scrapy.cmdline import execute
 
     os.environ.setdefault("SCRAPY_SETTINGS_MODULE", "recrawler.settings")
     os.environ["RECRAWLER_DB_URI"] = args.db
@@ -105,7 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def with_db(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--db", default=db_default, help="state database URI (default: $RECRAWLER_DB_URI or %(default)s)")
+        p.add_argument(
+            "--db",
+            default=db_default,
+            help="state database URI (default: $RECRAWLER_DB_URI or %(default)s)",
+        )
 
     p = sub.add_parser("pages", help="list stored pages")
     with_db(p)
@@ -127,7 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("crawl", help="run the docs spider (scrapy crawl docs) from any directory")
     with_db(p)
     p.add_argument("sitemap_url")
-    p.add_argument("scrapy_args", nargs=argparse.REMAINDER, help="further scrapy arguments, e.g. -s KEY=VALUE")
+    p.add_argument(
+        "scrapy_args", nargs=argparse.REMAINDER, help="further scrapy arguments, e.g. -s KEY=VALUE"
+    )
     p.set_defaults(func=cmd_crawl)
     return parser
 

@@ -20,8 +20,24 @@ RECRAWLER_STATE_BACKENDS = {
 # --- URL keys ----------------------------------------------------------------------------------
 # Query parameters dropped from page keys (fnmatch patterns, case-insensitive).
 RECRAWLER_URL_DROP_PARAMS = [
-    "utm_*", "gclid", "gbraid", "wbraid", "dclid", "fbclid", "msclkid", "yclid", "twclid",
-    "igshid", "mc_cid", "mc_eid", "_ga", "_gl", "_hsenc", "_hsmi", "mkt_tok", "ref_src",
+    "utm_*",
+    "gclid",
+    "gbraid",
+    "wbraid",
+    "dclid",
+    "fbclid",
+    "msclkid",
+    "yclid",
+    "twclid",
+    "igshid",
+    "mc_cid",
+    "mc_eid",
+    "_ga",
+    "_gl",
+    "_hsenc",
+    "_hsmi",
+    "mkt_tok",
+    "ref_src",
 ]
 # When non-empty, only these query parameters (fnmatch patterns) are kept in page keys.
 RECRAWLER_URL_KEEP_PARAMS: list[str] = []

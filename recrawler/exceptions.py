@@ -22,7 +22,7 @@ class StateStoreError(RecrawlerError):
     """The state database failed."""
 
 
-class StateStoreUnavailable(StateStoreError):  # noqa: N818 (names the state, like Scrapy's NotConfigured)
+class StateStoreUnavailable(StateStoreError):
     """The state database cannot be opened (missing directory, locked, permissions)."""
 
 

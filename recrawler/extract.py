@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import lxml.etree
-import lxml.html
-from lxml.cssselect import CSSSelector
 from cssselect import SelectorError
+from lxml.cssselect import CSSSelector
 
 from recrawler import default_settings
 from recrawler.exceptions import ConfigurationError
@@ -18,20 +17,64 @@ from recrawler.exceptions import ConfigurationError
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from lxml.html import HtmlElement
+    from lxml.etree import _Element
 
 # Always removed from the main content: never text a reader reads as the page's own.
 ALWAYS_NOISE = (
-    "script", "style", "noscript", "template", "nav", "footer", "aside", "form", "iframe",
-    "svg", "canvas", "button", "select", "textarea", "input", "dialog", "[hidden]",
+    "script",
+    "style",
+    "noscript",
+    "template",
+    "nav",
+    "footer",
+    "aside",
+    "form",
+    "iframe",
+    "svg",
+    "canvas",
+    "button",
+    "select",
+    "textarea",
+    "input",
+    "dialog",
+    "[hidden]",
 )
 _HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
-_BLOCKS = frozenset({
-    "address", "article", "blockquote", "dd", "details", "div", "dl", "dt", "fieldset",
-    "figcaption", "figure", "hgroup", "li", "main", "ol", "p", "section", "summary", "ul",
-    "table", "tr", "hr", "body", "html", "center", "caption",
-})
+_BLOCKS = frozenset(
+    {
+        "address",
+        "article",
+        "blockquote",
+        "dd",
+        "details",
+        "div",
+        "dl",
+        "dt",
+        "fieldset",
+        "figcaption",
+        "figure",
+        "hgroup",
+        "li",
+        "main",
+        "ol",
+        "p",
+        "section",
+        "summary",
+        "ul",
+        "table",
+        "tr",
+        "hr",
+        "body",
+        "html",
+        "center",
+        "caption",
+    }
+)
 _WS = re.compile(r"\s+")
+# plain etree parsers (no lxml.html element-class lookup per node), one per encoding
+_PARSERS: dict[str | None, lxml.etree.HTMLParser] = {
+    None: lxml.etree.HTMLParser(remove_comments=True, remove_pis=True),
+}
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>", re.IGNORECASE)
 
 
@@ -69,16 +112,22 @@ class ContentExtractor:
         _compile(extra, "RECRAWLER_CONTENT_NOISE_SELECTORS")
         self._noise = CSSSelector(", ".join([*ALWAYS_NOISE, *extra]), translator="html")
 
-    def parse(self, body: bytes | str, encoding: str | None = None) -> HtmlElement | None:
+    def parse(self, body: bytes | str, encoding: str | None = None) -> _Element | None:
         """Parse a document leniently; ``None`` when nothing parseable is left."""
         try:
             if isinstance(body, str):
                 # lxml refuses str input that still carries an XML encoding declaration.
-                return lxml.html.document_fromstring(_XML_DECL.sub("", body))
-            parser = lxml.html.HTMLParser(encoding=encoding) if encoding else None
-            return lxml.html.document_fromstring(body, parser=parser)
+                body = _XML_DECL.sub("", body)
+                parser = _PARSERS.get(None)
+            else:
+                parser = _PARSERS.get(encoding)
+                if parser is None:
+                    parser = lxml.etree.HTMLParser(encoding=encoding, remove_comments=True, remove_pis=True)
+                    _PARSERS[encoding] = parser
+            root = lxml.etree.fromstring(body, parser)
         except (lxml.etree.ParserError, ValueError, LookupError):
             return None
+        return root
 
     def extract(self, body: bytes | str, encoding: str | None = None) -> Content:
         """Return the page's title and cleaned main text (empty text when there is none)."""
@@ -86,7 +135,7 @@ class ContentExtractor:
         if root is None:
             return Content(title="", text="")
         title_el = root.find(".//title")
-        title = _WS.sub(" ", title_el.text_content()).strip() if title_el is not None else ""
+        title = _WS.sub(" ", _text(title_el)).strip() if title_el is not None else ""
         main = None
         for sel in self._main:
             found = sel(root)
@@ -97,12 +146,30 @@ class ContentExtractor:
             return Content(title=title, text="")
         for el in self._noise(main):
             if el is not main:
-                el.drop_tree()
-        for el in main.iter("header"):
+                _drop(el)
+        for el in list(main.iter("header")):
             # Page chrome lives in <header>, but an article's own <header> holds its title.
             if not any(h.tag in _HEADINGS for h in el.iter()):
-                el.drop_tree()
+                _drop(el)
         return Content(title=title, text=render(main))
+
+
+def _text(el: _Element) -> str:
+    return "".join(el.itertext())
+
+
+def _drop(el: _Element) -> None:
+    """Remove *el* and its subtree, keeping the text that follows it (its tail)."""
+    parent = el.getparent()
+    if parent is None:
+        return
+    if el.tail:
+        prev = el.getprevious()
+        if prev is not None:
+            prev.tail = (prev.tail or "") + el.tail
+        else:
+            parent.text = (parent.text or "") + el.tail
+    parent.remove(el)
 
 
 class _Renderer:
@@ -113,12 +180,14 @@ class _Renderer:
         self.inline: list[str] = []
 
     def flush(self, prefix: str = "") -> None:
+        if not self.inline:
+            return
         text = _WS.sub(" ", "".join(self.inline)).strip()
         self.inline = []
         if text:
             self.blocks.append(prefix + text)
 
-    def walk(self, el: HtmlElement, prefix: str = "") -> None:  # noqa: C901, PLR0912 (one dispatch)
+    def walk(self, el: _Element, prefix: str = "") -> None:
         tag = el.tag if isinstance(el.tag, str) else ""
         if not tag:
             # comments and processing instructions: only their tail is text
@@ -128,18 +197,18 @@ class _Renderer:
         tag = tag.lower()
         if tag in _HEADINGS:
             self.flush(prefix)
-            self.inline.append(el.text_content())
+            self.inline.append(_text(el))
             self.flush("#" * int(tag[1]) + " ")
         elif tag == "pre":
             self.flush(prefix)
-            code = el.text_content().strip("\n")
+            code = _text(el).strip("\n")
             lines = [line.rstrip() for line in code.splitlines()]
             if any(lines):
                 self.blocks.append("```\n" + "\n".join(lines) + "\n```")
         elif tag == "table":
             self.flush(prefix)
             for row in el.iter("tr"):
-                cells = [_WS.sub(" ", c.text_content()).strip() for c in row if c.tag in ("td", "th")]
+                cells = [_WS.sub(" ", _text(c)).strip() for c in row if c.tag in ("td", "th")]
                 if any(cells):
                     self.blocks.append("| " + " | ".join(cells) + " |")
         elif tag in ("ul", "ol"):
@@ -171,14 +240,14 @@ class _Renderer:
         if el.tail and tag:
             self.inline.append(el.tail)
 
-    def walk_children(self, el: HtmlElement, prefix: str) -> None:
+    def walk_children(self, el: _Element, prefix: str) -> None:
         if el.text:
             self.inline.append(el.text)
         for child in el:
             self.walk(child, prefix)
 
 
-def render(el: HtmlElement) -> str:
+def render(el: _Element) -> str:
     """Render an element as markdown-like text: one block per line pair, whitespace collapsed."""
     r = _Renderer()
     r.walk_children(el, "")

@@ -42,7 +42,11 @@ class PageKeyRequestFingerprinter:
             return self.fallback.fingerprint(request)
         fp = self._cache.get(request)
         if fp is None:
-            key = request.meta.get("recrawler_key") or self.key_maker(request.url)
+            key = request.meta.get("recrawler_key")
+            if not key:
+                key = self.key_maker(request.url)
+                # computed once per request: the middleware and the spider reuse it
+                request.meta["recrawler_key"] = key
             fp = hashlib.sha1(f"{request.method} {key}".encode(), usedforsecurity=False).digest()
             self._cache[request] = fp
         return fp

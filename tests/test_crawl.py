@@ -218,3 +218,32 @@ async def test_cli_pages_and_runs(site: Site, crawls: Crawls, capsys) -> None:  
     assert set(lines[0]) >= {"key", "url", "status", "content_hash", "etag", "last_modified", "last_checked", "last_changed", "misses"}
     assert cli_main(["runs", "--db", crawls.db_uri]) == 0
     assert "crawled: 1 new: 1" in capsys.readouterr().out
+
+
+@deferred_f_from_coro_f
+async def test_robots_txt_as_sitemap_url(site: Site, crawls: Crawls, mockserver) -> None:  # type: ignore[no-untyped-def]
+    site.write("a.html", body("A"), mtime=T0)
+    site.write("b.html", body("B"), mtime=T0)
+    sitemap = site.write_sitemap([("a.html", "2026-01-02"), ("b.html", "2026-03-04T05:06:07+00:00")])
+    robots = mockserver.root / "robots.txt"
+    robots.write_text(f"User-agent: *\nAllow: /\nSitemap: {sitemap}\n")
+    try:
+        r1 = await crawls.crawl(f"{mockserver.url}/robots.txt")
+    finally:
+        robots.unlink()
+    assert r1.counts["new"] == 2
+    lastmods = dict(sqlite3.connect(crawls.db_path).execute("SELECT url, lastmod FROM pages").fetchall())
+    assert lastmods == {site.url("a.html"): "2026-01-02", site.url("b.html"): "2026-03-04T05:06:07+00:00"}
+
+
+@deferred_f_from_coro_f
+async def test_bad_sitemap_url_and_unparseable_sitemap(site: Site, crawls: Crawls) -> None:
+    site.write("a.html", body("A"), mtime=T0)
+    sitemap = site.write_sitemap(["a.html"])
+    await crawls.crawl(sitemap)
+    site.remove("a.html")
+    site.write("sitemap.xml", "this is not xml <<<")
+    r2 = await crawls.crawl(sitemap)
+    assert r2.report["reconcile"]["skipped"] == ["sitemap_failed"]
+    status = sqlite3.connect(crawls.db_path).execute("SELECT status FROM pages").fetchone()[0]
+    assert status == "live"

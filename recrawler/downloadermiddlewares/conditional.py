@@ -6,11 +6,10 @@ import logging
 from typing import TYPE_CHECKING, Self
 
 from scrapy.http.request import NO_CALLBACK
-from scrapy.utils.httpobj import urlparse_cached
 
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
-from recrawler.state import GONE, Event, run_for, store_for, utcnow
+from recrawler.state import GONE, Event, hints_for, run_for, store_for, utcnow
 from recrawler.urls import KeyMaker, key_host
 
 if TYPE_CHECKING:
@@ -84,7 +83,10 @@ class ConditionalRequestMiddleware:
         self.conditional = conditional
         self.miss_statuses = frozenset(missing_statuses) | frozenset(gone_statuses)
         if self.miss_statuses & {200, 304}:
-            msg = f"RECRAWLER_MISSING_STATUSES/RECRAWLER_GONE_STATUSES: 200 and 304 are not misses ({sorted(self.miss_statuses)})"
+            msg = (
+                "RECRAWLER_MISSING_STATUSES/RECRAWLER_GONE_STATUSES: 200 and 304 are not misses "
+                f"({sorted(self.miss_statuses)})"
+            )
             raise ConfigurationError(msg)
         self.crawler = crawler
 
@@ -92,15 +94,22 @@ class ConditionalRequestMiddleware:
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Build from settings; the store is the crawler's single store."""
         s = crawler.settings
-        if s.get("HTTPCACHE_ENABLED") and s.getbool("HTTPCACHE_ENABLED") and s.get(
-            "HTTPCACHE_POLICY"
-        ) == "scrapy.extensions.httpcache.RFC2616Policy":
+        if (
+            s.get("HTTPCACHE_ENABLED")
+            and s.getbool("HTTPCACHE_ENABLED")
+            and s.get("HTTPCACHE_POLICY") == "scrapy.extensions.httpcache.RFC2616Policy"
+        ):
             # Both would set validators: RFC2616Policy answers "fresh" pages without asking.
-            msg = "HTTPCACHE_POLICY: RFC2616Policy conflicts with ConditionalRequestMiddleware; use DummyPolicy or disable HTTPCACHE"
+            msg = (
+                "HTTPCACHE_POLICY: RFC2616Policy conflicts with ConditionalRequestMiddleware; "
+                "use DummyPolicy or disable HTTPCACHE"
+            )
             raise ConfigurationError(msg)
         return cls(
             store_for(crawler),
-            key_maker=KeyMaker(s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS")),
+            key_maker=KeyMaker(
+                s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS")
+            ),
             conditional=s.getbool("RECRAWLER_CONDITIONAL_ENABLED"),
             missing_statuses=tuple(int(x) for x in s.getlist("RECRAWLER_MISSING_STATUSES")),
             gone_statuses=tuple(int(x) for x in s.getlist("RECRAWLER_GONE_STATUSES")),
@@ -134,6 +143,8 @@ class ConditionalRequestMiddleware:
             # A read failure is treated as "no record" (as httpcache does): the page is fetched.
             self._state_error(exc)
             return
+        if self.crawler is not None:
+            hints_for(self.crawler).put(key, rec)
         if rec is None or rec.status == GONE:
             return
         sent = self._attach(request, rec)
@@ -174,7 +185,8 @@ class ConditionalRequestMiddleware:
             else:
                 self._inc("recrawler/sitemap/error")
                 logger.error(
-                    "sitemap %(url)s answered HTTP %(status)d", {"url": response.url, "status": response.status}
+                    "sitemap %(url)s answered HTTP %(status)d",
+                    {"url": response.url, "status": response.status},
                 )
             return response
         if not is_page_request(request, spider):
@@ -201,9 +213,7 @@ class ConditionalRequestMiddleware:
         spider = self.crawler.spider if self.crawler else None
         if is_sitemap_request(request, spider):
             self._inc("recrawler/sitemap/error")
-            logger.error(
-                "sitemap %(url)s failed: %(exc)r", {"url": request.url, "exc": exception}
-            )
+            logger.error("sitemap %(url)s failed: %(exc)r", {"url": request.url, "exc": exception})
             return
         if not is_page_request(request, spider):
             return
@@ -239,8 +249,15 @@ class ConditionalRequestMiddleware:
             return
         run = await run_for(self.crawler)
         event = Event(
-            run_id=run.id, action=PageStatus.ERROR, url=request.url, key=key, content_hash=None,
-            status=PageStatus.ERROR, at=utcnow(), reason=reason, http_status=http_status,
+            run_id=run.id,
+            action=PageStatus.ERROR,
+            url=request.url,
+            key=key,
+            content_hash=None,
+            status=PageStatus.ERROR,
+            at=utcnow(),
+            reason=reason,
+            http_status=http_status,
         )
         try:
             await self.store.record_error(run, key, [event])

@@ -25,7 +25,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _NEW, _CHANGED, _UNCHANGED, _GONE, _ERROR = (
-    PageStatus.NEW, PageStatus.CHANGED, PageStatus.UNCHANGED, PageStatus.GONE, PageStatus.ERROR,
+    PageStatus.NEW,
+    PageStatus.CHANGED,
+    PageStatus.UNCHANGED,
+    PageStatus.GONE,
+    PageStatus.ERROR,
 )
 
 
@@ -123,7 +127,10 @@ class Reconciler:
             return None
         if self._stat("recrawler/sitemap/error"):
             return "sitemap_failed"
-        parsed, fetched = self._stat("recrawler/sitemap/parsed"), self._stat("recrawler/sitemap/fetched")
+        parsed, fetched = (
+            self._stat("recrawler/sitemap/parsed"),
+            self._stat("recrawler/sitemap/fetched"),
+        )
         if parsed == 0 or parsed < fetched or self._stat("recrawler/sitemap/urls") == 0:
             return "sitemap_failed"
         return None
@@ -140,13 +147,13 @@ class Reconciler:
         if why is not None:
             # Without the listing, every stored page would be "unseen": do not hammer a failing site.
             self._verify_done = True
-            self.crawler.stats.inc_value(f"recrawler/reconcile/skipped/verify_{why}")  # type: ignore[union-attr]
+            self.crawler.stats.inc_value(f"recrawler/reconcile/skipped/verify_{why}")
             return
         try:
             # Blocking is fine here: the spider is idle, nothing else is in flight.
-            batch = self.store.unseen_sync(run, self.verify_batch)  # type: ignore[attr-defined]
+            batch = self.store.unseen_sync(run, self.verify_batch)
         except StateStoreError as exc:
-            self.crawler.stats.inc_value(f"recrawler/state/error/{type(exc).__name__}")  # type: ignore[union-attr]
+            self.crawler.stats.inc_value(f"recrawler/state/error/{type(exc).__name__}")
             logger.error("could not list unseen pages: %(exc)s", {"exc": exc})
             self._verify_done = True
             return
@@ -154,13 +161,19 @@ class Reconciler:
             self._verify_done = True
             return
         spider = self.crawler.spider
-        callback = getattr(spider, "recrawler_verify_callback", None) or spider.parse  # type: ignore[union-attr]
+        assert spider is not None
+        callback = getattr(spider, "recrawler_verify_callback", None) or spider.parse
         assert self.crawler.engine is not None
         for key, url in batch:
             self.crawler.engine.crawl(
-                Request(url, callback=callback, dont_filter=True, meta={"recrawler_key": key, "recrawler_verify": True})
+                Request(
+                    url,
+                    callback=callback,
+                    dont_filter=True,
+                    meta={"recrawler_key": key, "recrawler_verify": True},
+                )
             )
-        self.crawler.stats.inc_value("recrawler/reconcile/verified", len(batch))  # type: ignore[union-attr]
+        self.crawler.stats.inc_value("recrawler/reconcile/verified", len(batch))
         logger.info("checking %(n)d stored pages this run did not reach", {"n": len(batch)})
         raise DontCloseSpider
 
@@ -172,7 +185,10 @@ class Reconciler:
         sitemap = self._sitemap_failure()
         if sitemap:
             why.append(sitemap)
-        requests, failed = self._stat("recrawler/request/count"), self._stat("recrawler/request/failed")
+        requests, failed = (
+            self._stat("recrawler/request/count"),
+            self._stat("recrawler/request/failed"),
+        )
         if requests and failed / requests > self.max_error_ratio:
             why.append("error_ratio")
         stats = self.crawler.stats
@@ -194,8 +210,11 @@ class Reconciler:
             await self.store.flush()
             skipped = self._guard(reason)
             result = await self.store.reconcile(
-                run, apply=not skipped, gone_after=self.gone_after,
-                gone_statuses=self.gone_statuses, at=utcnow(),
+                run,
+                apply=not skipped,
+                gone_after=self.gone_after,
+                gone_statuses=self.gone_statuses,
+                at=utcnow(),
             )
             for why in skipped:
                 stats.inc_value(f"recrawler/reconcile/skipped/{why}")
@@ -205,7 +224,10 @@ class Reconciler:
                     {"n": result.skipped_misses, "why": ", ".join(skipped)},
                 )
             elif skipped:
-                logger.warning("outage guard held (%(why)s): nothing quarantined or gone this run", {"why": ", ".join(skipped)})
+                logger.warning(
+                    "outage guard held (%(why)s): nothing quarantined or gone this run",
+                    {"why": ", ".join(skipped)},
+                )
             report = self._report(run, reason, result, skipped)
             stats.set_value("recrawler/reconcile/elapsed_seconds", round(time.monotonic() - started, 3))
             await self.store.finish_run(run, reason=reason, at=utcnow(), report=report)
@@ -221,15 +243,19 @@ class Reconciler:
         if self.report_file:
             Path(self.report_file).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         logger.info(self.summary_line(report), extra={"spider": self.crawler.spider})
-        await self.crawler.signals.send_catch_log_async(recrawler_signals.run_finished, run=run, report=report)
+        await self.crawler.signals.send_catch_log_async(
+            recrawler_signals.run_finished, run=run, report=report
+        )
 
-    def _report(self, run: Run, reason: str, result: ReconcileResult | None, skipped: list[str]) -> dict[str, Any]:
+    def _report(
+        self, run: Run, reason: str, result: ReconcileResult | None, skipped: list[str]
+    ) -> dict[str, Any]:
         stats = self.crawler.stats
         assert stats is not None
         gone = sum(result.gone.values()) if result else 0
         quarantined = result.quarantined if result else 0
         missing = sum(v for k, v in stats.get_stats().items() if k.startswith("recrawler/page/missing/"))
-        for code, n in (result.gone.items() if result else ()):
+        for code, n in result.gone.items() if result else ():
             stats.set_value(f"recrawler/page/{_GONE}/{code}", n)
         stats.set_value(f"recrawler/page/{_GONE}", gone)
         stats.set_value(f"recrawler/page/{PageStatus.QUARANTINED}", quarantined)
@@ -249,8 +275,13 @@ class Reconciler:
         }
         # every checked page lands in exactly one bucket; misses held by the guard included
         counts["crawled"] = (
-            counts["new"] + counts["changed"] + counts["unchanged"] + gone + quarantined
-            + counts["errors"] + counts["missing_held"]
+            counts["new"]
+            + counts["changed"]
+            + counts["unchanged"]
+            + gone
+            + quarantined
+            + counts["errors"]
+            + counts["missing_held"]
         )
         stats.set_value("recrawler/crawled", counts["crawled"])
         changed = counts["new"] + counts["changed"]
@@ -290,9 +321,11 @@ class Reconciler:
         threshold = self.crawler.settings.getint("RECRAWLER_CONDITIONAL_NO_304_AFTER")
         prefix = "recrawler/conditional/sent/"
         return sorted(
-            k[len(prefix):] for k, v in stats.get_stats().items()
-            if k.startswith(prefix) and v >= threshold
-            and not stats.get_value(f"recrawler/conditional/not_modified/{k[len(prefix):]}")
+            k[len(prefix) :]
+            for k, v in stats.get_stats().items()
+            if k.startswith(prefix)
+            and v >= threshold
+            and not stats.get_value(f"recrawler/conditional/not_modified/{k[len(prefix) :]}")
         )
 
     @staticmethod
@@ -302,7 +335,15 @@ class Reconciler:
         head = " ".join(f"{k}: {c[k]}" for k in ("crawled", "new", "changed", "unchanged", "gone", "errors"))
         tail = " ".join(
             f"{k}: {c[k]}"
-            for k in ("quarantined", "restored", "validators_sent", "not_modified", "unchanged_by_hash", "verified", "missing_held")
+            for k in (
+                "quarantined",
+                "restored",
+                "validators_sent",
+                "not_modified",
+                "unchanged_by_hash",
+                "verified",
+                "missing_held",
+            )
         )
         line = f"{head} | {tail}"
         if report["reconcile"]["skipped"]:

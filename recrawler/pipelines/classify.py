@@ -12,7 +12,18 @@ from recrawler import signals
 from recrawler.exceptions import StateStoreError
 from recrawler.fingerprint import fuzzy_hash
 from recrawler.items import Page, PageStatus
-from recrawler.state import GONE, LIVE, QUARANTINED, Event, PageRecord, run_for, store_for, utcnow
+from recrawler.state import (
+    GONE,
+    LIVE,
+    QUARANTINED,
+    Event,
+    PageRecord,
+    RecordHints,
+    hints_for,
+    run_for,
+    store_for,
+    utcnow,
+)
 from recrawler.urls import key_host
 
 if TYPE_CHECKING:
@@ -114,8 +125,10 @@ class ClassifyPipeline:
         now = utcnow()
         if item.error:
             return await self._error(run, item, now)
+        rec = hints_for(self.crawler).pop(item.key)
         try:
-            rec = await self.store.get(item.key)
+            if rec is RecordHints.MISSING:
+                rec = await self.store.get(item.key)
         except StateStoreError as exc:
             # A read failure is treated as "no record" (the page is then new; nothing is lost).
             self._inc(f"recrawler/state/error/{type(exc).__name__}")
@@ -149,8 +162,14 @@ class ClassifyPipeline:
     @staticmethod
     def _event(run: Run, action: PageStatus, rec: PageRecord, now: datetime) -> Event:
         return Event(
-            run_id=run.id, action=action, url=rec.url, key=rec.key, content_hash=rec.content_hash,
-            status=rec.status, at=now, extra={"title": rec.title} if rec.title else {},
+            run_id=run.id,
+            action=action,
+            url=rec.url,
+            key=rec.key,
+            content_hash=rec.content_hash,
+            status=rec.status,
+            at=now,
+            extra={"title": rec.title} if rec.title else {},
         )
 
     async def _error(self, run: Run, item: Page, now: datetime) -> Page:
@@ -159,8 +178,15 @@ class ClassifyPipeline:
         self._inc(f"recrawler/page/{PageStatus.ERROR}/{reason}")
         logger.warning("page error %(reason)s: %(url)s", {"reason": reason, "url": item.url})
         event = Event(
-            run_id=run.id, action=PageStatus.ERROR, url=item.url, key=item.key, content_hash=None,
-            status=PageStatus.ERROR, at=now, reason=reason, http_status=item.http_status,
+            run_id=run.id,
+            action=PageStatus.ERROR,
+            url=item.url,
+            key=item.key,
+            content_hash=None,
+            status=PageStatus.ERROR,
+            at=now,
+            reason=reason,
+            http_status=item.http_status,
         )
         try:
             await self.store.record_error(run, item.key, [event])

@@ -19,7 +19,6 @@ from recrawler.urls import KeyMaker, key_host
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
 
-    from scrapy.crawler import Crawler
     from scrapy.http import Response
     from scrapy.settings import BaseSettings
 
@@ -48,7 +47,10 @@ class PageBuilder:
                 settings.getlist("RECRAWLER_CONTENT_SELECTORS"),
                 settings.getlist("RECRAWLER_CONTENT_NOISE_SELECTORS"),
             ),
-            KeyMaker(settings.getlist("RECRAWLER_URL_DROP_PARAMS"), settings.getlist("RECRAWLER_URL_KEEP_PARAMS")),
+            KeyMaker(
+                settings.getlist("RECRAWLER_URL_DROP_PARAMS"),
+                settings.getlist("RECRAWLER_URL_KEEP_PARAMS"),
+            ),
         )
 
     def page(self, response: Response, lastmod: str | None = None) -> Page:
@@ -127,7 +129,8 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                 f"spider {self.name!r} needs a sitemap: -a sitemap_url=https://docs.example.com/sitemap.xml"
             )
         for url in self.sitemap_urls:
-            if urlsplit(url).scheme not in ("http", "https", "file") or not urlsplit(url).netloc and urlsplit(url).scheme != "file":
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise ConfigurationError(f"sitemap_url: not an http(s) URL: {url!r}")
         km = KeyMaker()
         first_host = key_host(km(self.sitemap_urls[0]))
@@ -151,7 +154,17 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             crawler.stats.inc_value(name, count)
 
     def _on_site(self, url: str) -> bool:
-        return self._any_host or key_host(self._key_maker(url)) in self._hosts
+        if self._any_host:
+            return True
+        try:
+            parts = urlsplit(url)
+            host = (parts.hostname or "").removeprefix("www.")
+            port = parts.port
+        except ValueError:
+            return False
+        if port is not None and port != {"http": 80, "https": 443}.get(parts.scheme):
+            host = f"{host}:{port}"
+        return host in self._hosts
 
     def sitemap_filter(self, entries: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
         """Keep entries on the sitemap's host and remember each page URL's ``lastmod``."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -144,6 +145,9 @@ class StateStore(Protocol):
     async def record_miss(self, run: Run, key: str, http_status: int) -> str:
         """Stage a 404/410 answer of a stored page: ``staged``, ``tombstone`` or ``unknown``."""
 
+    def unseen_sync(self, run: Run, limit: int) -> list[tuple[str, str]]:
+        """Blocking :meth:`unseen`, for ``spider_idle`` handlers (sync signals, nothing in flight)."""
+
     async def unseen(self, run: Run, limit: int) -> list[tuple[str, str]]:
         """Return up to *limit* (key, url) of the run's site not reached yet, marking them."""
 
@@ -183,10 +187,49 @@ def store_for(crawler: Crawler) -> StateStore:
     if store is None:
         uri = crawler.settings.get("RECRAWLER_DB_URI")
         if not uri:
-            raise ConfigurationError("RECRAWLER_DB_URI: empty; set a database URI such as sqlite:///recrawler.db")
+            raise ConfigurationError(
+                "RECRAWLER_DB_URI: empty; set a database URI such as sqlite:///recrawler.db"
+            )
         store = store_from_uri(str(uri), crawler.settings)
         _stores[crawler] = store
     return store
+
+
+class RecordHints:
+    """Records the middleware read for in-flight requests, so the pipeline does not read again.
+
+    Bounded (oldest dropped first); a miss only costs the pipeline one more read.
+    """
+
+    MISSING: Any = object()
+
+    def __init__(self, maxsize: int = 10_000) -> None:
+        self.maxsize = maxsize
+        self._data: OrderedDict[str, PageRecord | None] = OrderedDict()
+
+    def put(self, key: str, rec: PageRecord | None) -> None:
+        """Remember what the store held for *key* when its request was sent."""
+        self._data[key] = rec
+        if len(self._data) > self.maxsize:
+            self._data.popitem(last=False)
+
+    def pop(self, key: str) -> PageRecord | Any | None:
+        """Return and forget the hint for *key*, or ``MISSING``."""
+        return self._data.pop(key, self.MISSING)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+_hints: WeakKeyDictionary[Crawler, RecordHints] = WeakKeyDictionary()
+
+
+def hints_for(crawler: Crawler) -> RecordHints:
+    """Return the crawler's record hints."""
+    hints = _hints.get(crawler)
+    if hints is None:
+        hints = _hints[crawler] = RecordHints()
+    return hints
 
 
 _runs: WeakKeyDictionary[Crawler, Any] = WeakKeyDictionary()
@@ -194,12 +237,16 @@ _runs: WeakKeyDictionary[Crawler, Any] = WeakKeyDictionary()
 
 async def run_for(crawler: Crawler) -> Run:
     """Open the crawler's store and begin its run once; every component awaits the same run."""
-    import asyncio  # noqa: PLC0415 (only needed inside the reactor)
+    import asyncio
 
     fut = _runs.get(crawler)
     if fut is None:
         fut = asyncio.ensure_future(_begin(crawler))
         _runs[crawler] = fut
+    elif fut.done():
+        # the hot path: every request and item after the first
+        done: Run = fut.result()
+        return done
     run: Run = await asyncio.shield(fut)
     return run
 

@@ -167,7 +167,10 @@ class SQLiteStateStore:
         try:
             target = f"file:{path}?mode=ro" if readonly else path
             conn = sqlite3.connect(
-                target, timeout=self.timeout_secs, isolation_level=None, uri=readonly,
+                target,
+                timeout=self.timeout_secs,
+                isolation_level=None,
+                uri=readonly,
                 check_same_thread=False,
             )
             conn.row_factory = sqlite3.Row
@@ -360,9 +363,13 @@ class SQLiteStateStore:
             )
             run_id = cur.lastrowid
             assert run_id is not None
-            prior = self.conn.execute(
-                "SELECT COUNT(*) FROM pages WHERE site = ? AND status != ?", (site, GONE)
-            ).fetchone()[0] if site is not None else 0
+            prior = (
+                self.conn.execute(
+                    "SELECT COUNT(*) FROM pages WHERE site = ? AND status != ?", (site, GONE)
+                ).fetchone()[0]
+                if site is not None
+                else 0
+            )
             return Run(id=run_id, spider=spider, site=site, started_at=started_at, prior_pages=prior)
 
         return await self._call(self._guard, work)
@@ -394,11 +401,23 @@ class SQLiteStateStore:
                       content_hash = excluded.content_hash, fuzzy_hash = excluded.fuzzy_hash,
                       title = excluded.title, status = excluded.status, misses = excluded.misses,
                       last_checked = excluded.last_checked, last_changed = excluded.last_changed,
-                      last_seen_run = excluded.last_seen_run""",  # noqa: S608 (constant column list)
+                      last_seen_run = excluded.last_seen_run""",
                 (
-                    rec.key, rec.site, rec.url, rec.etag, rec.last_modified, rec.lastmod,
-                    rec.content_hash, rec.fuzzy_hash, rec.title, rec.status, rec.misses,
-                    _ts(rec.first_seen), _ts(rec.last_checked), _ts(rec.last_changed), run.id,
+                    rec.key,
+                    rec.site,
+                    rec.url,
+                    rec.etag,
+                    rec.last_modified,
+                    rec.lastmod,
+                    rec.content_hash,
+                    rec.fuzzy_hash,
+                    rec.title,
+                    rec.status,
+                    rec.misses,
+                    _ts(rec.first_seen),
+                    _ts(rec.last_checked),
+                    _ts(rec.last_changed),
+                    run.id,
                 ),
             )
             conn.execute("DELETE FROM run_misses WHERE run_id = ? AND key = ?", (run.id, rec.key))
@@ -488,8 +507,13 @@ class SQLiteStateStore:
         return await self._call(self._guard, work)
 
     def _reconcile(
-        self, conn: sqlite3.Connection, run: Run, apply: bool, gone_after: int,
-        gone_statuses: list[int], at: datetime,
+        self,
+        conn: sqlite3.Connection,
+        run: Run,
+        apply: bool,
+        gone_after: int,
+        gone_statuses: list[int],
+        at: datetime,
     ) -> ReconcileResult:
         if not apply:
             n = conn.execute("DELETE FROM run_misses WHERE run_id = ?", (run.id,)).rowcount
@@ -511,13 +535,19 @@ class SQLiteStateStore:
                RETURNING key, url, status, content_hash,
                  (SELECT m.http_status FROM run_misses m
                   WHERE m.run_id = :run AND m.key = pages.key) AS http_status""",
-            {"at": _ts(at), "run": run.id, "codes": codes, "gone": GONE,
-             "quarantined": QUARANTINED, "after": gone_after},
+            {
+                "at": _ts(at),
+                "run": run.id,
+                "codes": codes,
+                "gone": GONE,
+                "quarantined": QUARANTINED,
+                "after": gone_after,
+            },
         )
         quarantined = 0
         gone: dict[str, int] = {}
         batch: list[tuple[str]] = []
-        from recrawler.state import Event  # noqa: PLC0415 (avoid a cycle at import time)
+        from recrawler.state import Event
 
         for r in rows:
             action = r["status"]
@@ -529,8 +559,14 @@ class SQLiteStateStore:
                 reason = f"http_{r['http_status']}"
             if self.sink is not None:
                 ev = Event(
-                    run_id=run.id, action=action, url=r["url"], key=r["key"],
-                    content_hash=r["content_hash"], status=action, at=at, reason=reason,
+                    run_id=run.id,
+                    action=action,
+                    url=r["url"],
+                    key=r["key"],
+                    content_hash=r["content_hash"],
+                    status=action,
+                    at=at,
+                    reason=reason,
                     http_status=r["http_status"],
                 )
                 batch.append((ev.to_json(),))
