@@ -71,9 +71,11 @@ _BLOCKS = frozenset(
     }
 )
 _WS = re.compile(r"\s+")
+# deeper element nesting than this is flattened to its text (no recursion limit on odd pages)
+_MAX_DEPTH = 200
 # plain etree parsers (no lxml.html element-class lookup per node), one per encoding
 _PARSERS: dict[str | None, lxml.etree.HTMLParser] = {
-    None: lxml.etree.HTMLParser(remove_comments=True, remove_pis=True),
+    None: lxml.etree.HTMLParser(remove_comments=True, remove_pis=True, huge_tree=True),
 }
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>", re.IGNORECASE)
 
@@ -84,6 +86,8 @@ class Content:
 
     title: str
     text: str
+    #: the text's headings in order: (level, heading text, anchor id or None)
+    headings: tuple[tuple[int, str, str | None], ...] = ()
 
 
 def _compile(selectors: Iterable[str], setting: str) -> list[CSSSelector]:
@@ -122,7 +126,11 @@ class ContentExtractor:
             else:
                 parser = _PARSERS.get(encoding)
                 if parser is None:
-                    parser = lxml.etree.HTMLParser(encoding=encoding, remove_comments=True, remove_pis=True)
+                    # huge_tree: libxml2 otherwise stops at depth 256 or at 10 MB text nodes,
+                    # silently dropping the rest of the page
+                    parser = lxml.etree.HTMLParser(
+                        encoding=encoding, remove_comments=True, remove_pis=True, huge_tree=True
+                    )
                     _PARSERS[encoding] = parser
             root = lxml.etree.fromstring(body, parser)
         except (lxml.etree.ParserError, ValueError, LookupError):
@@ -151,7 +159,8 @@ class ContentExtractor:
             # Page chrome lives in <header>, but an article's own <header> holds its title.
             if not any(h.tag in _HEADINGS for h in el.iter()):
                 _drop(el)
-        return Content(title=title, text=render(main))
+        text, headings = render_with_headings(main)
+        return Content(title=title, text=text, headings=tuple(headings))
 
 
 def _text(el: _Element) -> str:
@@ -173,11 +182,12 @@ def _drop(el: _Element) -> None:
 
 
 class _Renderer:
-    __slots__ = ("blocks", "inline")
+    __slots__ = ("blocks", "headings", "inline")
 
     def __init__(self) -> None:
         self.blocks: list[str] = []
         self.inline: list[str] = []
+        self.headings: list[tuple[int, str, str | None]] = []
 
     def flush(self, prefix: str = "") -> None:
         if not self.inline:
@@ -187,7 +197,7 @@ class _Renderer:
         if text:
             self.blocks.append(prefix + text)
 
-    def walk(self, el: _Element, prefix: str = "") -> None:
+    def walk(self, el: _Element, prefix: str = "", depth: int = 0) -> None:
         tag = el.tag if isinstance(el.tag, str) else ""
         if not tag:
             # comments and processing instructions: only their tail is text
@@ -195,10 +205,16 @@ class _Renderer:
                 self.inline.append(el.tail)
             return
         tag = tag.lower()
-        if tag in _HEADINGS:
+        depth += 1
+        if depth > _MAX_DEPTH:
+            # pathological nesting: keep the words, stop recursing
+            self.inline.append(_text(el))
+        elif tag in _HEADINGS:
             self.flush(prefix)
             self.inline.append(_text(el))
-            self.flush("#" * int(tag[1]) + " ")
+            level = int(tag[1])
+            self.headings.append((level, _WS.sub(" ", _text(el)).strip(), _anchor(el)))
+            self.flush("#" * level + " ")
         elif tag == "pre":
             self.flush(prefix)
             code = _text(el).strip("\n")
@@ -218,38 +234,55 @@ class _Renderer:
                 if isinstance(child.tag, str) and child.tag.lower() == "li":
                     n += 1
                     marker = f"{n}. " if tag == "ol" else "- "
-                    self.walk_children(child, prefix + marker)
+                    self.walk_children(child, prefix + marker, depth)
                     self.flush(prefix + marker)
                 else:
-                    self.walk(child, prefix)
+                    self.walk(child, prefix, depth)
         elif tag == "br":
             self.flush(prefix)
         elif tag == "blockquote":
             self.flush(prefix)
-            self.walk_children(el, prefix + "> ")
+            self.walk_children(el, prefix + "> ", depth)
             self.flush(prefix + "> ")
         elif tag in _BLOCKS or tag in ("td", "th"):
             self.flush(prefix)
-            self.walk_children(el, prefix)
+            self.walk_children(el, prefix, depth)
             self.flush(prefix)
         else:
-            if el.text:
-                self.inline.append(el.text)
-            for child in el:
-                self.walk(child, prefix)
-        if el.tail and tag:
+            self.walk_children(el, prefix, depth)
+        if el.tail:
             self.inline.append(el.tail)
 
-    def walk_children(self, el: _Element, prefix: str) -> None:
+    def walk_children(self, el: _Element, prefix: str, depth: int = 0) -> None:
         if el.text:
             self.inline.append(el.text)
         for child in el:
-            self.walk(child, prefix)
+            self.walk(child, prefix, depth)
+
+
+def _anchor(heading: _Element) -> str | None:
+    """The fragment that links to a heading: its id, an anchor inside it, or its section's id."""
+    found: str | None = heading.get("id")
+    if found:
+        return found
+    for a in heading.iter("a"):
+        found = a.get("id") or a.get("name")
+        if found:
+            return found
+    parent = heading.getparent()
+    if parent is not None and len(parent) and parent[0] is heading:
+        found = parent.get("id")
+    return found or None
+
+
+def render_with_headings(el: _Element) -> tuple[str, list[tuple[int, str, str | None]]]:
+    """Render *el* (see :func:`render`) and list its headings as (level, text, anchor)."""
+    r = _Renderer()
+    r.walk_children(el, "")
+    r.flush()
+    return unicodedata.normalize("NFC", "\n\n".join(r.blocks)), r.headings
 
 
 def render(el: _Element) -> str:
     """Render an element as markdown-like text: one block per line pair, whitespace collapsed."""
-    r = _Renderer()
-    r.walk_children(el, "")
-    r.flush()
-    return unicodedata.normalize("NFC", "\n\n".join(r.blocks))
+    return render_with_headings(el)[0]

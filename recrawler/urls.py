@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit
 
 from w3lib.url import canonicalize_url, safe_url_string
 
@@ -14,6 +14,25 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _host(parts: SplitResult) -> str:
+    host = (parts.hostname or "").rstrip(".").removeprefix("www.")
+    if ":" in host:
+        # an IPv6 literal keeps its brackets, so the port stays unambiguous
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is not None and port != _DEFAULT_PORTS.get(parts.scheme):
+        host = f"{host}:{port}"
+    return host
+
+
+def url_host(url: str) -> str:
+    """Return the folded ``host[:port]`` of *url* as page keys spell it (cheap: no full key)."""
+    return _host(urlsplit(url.strip()))
 
 
 class KeyMaker:
@@ -43,15 +62,7 @@ class KeyMaker:
         """
         # canonicalize_url percent-encodes consistently, sorts the query and drops the fragment.
         parts = urlsplit(canonicalize_url(safe_url_string(url.strip())))
-        host = (parts.hostname or "").rstrip(".")
-        if host.startswith("www."):
-            host = host[4:]
-        try:
-            port = parts.port
-        except ValueError:
-            port = None
-        if port is not None and port != _DEFAULT_PORTS.get(parts.scheme):
-            host = f"{host}:{port}"
+        host = _host(parts)
         path = parts.path.rstrip("/")
         query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if self._kept(k)]
         key = host + path

@@ -54,7 +54,9 @@ class Crawls:
             **extra,
         }
 
-    async def crawl(self, sitemap_url: str, spider_args: dict[str, Any] | None = None, **settings: Any) -> CrawlResult:
+    async def crawl(
+        self, sitemap_url: str, spider_args: dict[str, Any] | None = None, **settings: Any
+    ) -> CrawlResult:
         before = self._events()
         crawler = get_crawler(DocsSpider, self.settings(**settings))
         await crawler.crawl_async(sitemap_url=sitemap_url, **(spider_args or {}))
@@ -62,7 +64,7 @@ class Crawls:
         stats = {k: v for k, v in crawler.stats.get_stats().items() if k.startswith("recrawler/")}
         report_path = Path(crawler.settings["RECRAWLER_REPORT_FILE"])
         report = json.loads(report_path.read_text()) if report_path.exists() else {}
-        return CrawlResult(stats=stats, report=report, events=self._events()[len(before):])
+        return CrawlResult(stats=stats, report=report, events=self._events()[len(before) :])
 
     def _events(self) -> list[dict[str, Any]]:
         if not self.events_path.exists():

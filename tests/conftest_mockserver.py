@@ -54,9 +54,7 @@ class Site:
         """Return the full URL of ``path`` (which may carry a query string)."""
         return self.base_url + path.removeprefix("/")
 
-    def write(
-        self, path: str, body: str | bytes, mtime: float | None = None, **options: Any
-    ) -> None:
+    def write(self, path: str, body: str | bytes, mtime: float | None = None, **options: Any) -> None:
         """Write a file (str as UTF-8), set its mtime if given and replace its options."""
         key = self._key(path)
         file = self.root / key
@@ -103,8 +101,7 @@ class Site:
         A ``name`` ending in ``.gz`` is written gzipped.
         """
         urls: list[Entry] = [
-            self.url(entry) if isinstance(entry, str) else (self.url(entry[0]), entry[1])
-            for entry in entries
+            self.url(entry) if isinstance(entry, str) else (self.url(entry[0]), entry[1]) for entry in entries
         ]
         text = sitemap(urls)
         self.write(name, gzip_bytes(text) if name.endswith(".gz") else text)

@@ -25,9 +25,7 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
 
 
-def page(
-    title: str, sections: Sequence[Section], *, chrome_noise: bool = False, extra_main: str = ""
-) -> str:
+def page(title: str, sections: Sequence[Section], *, chrome_noise: bool = False, extra_main: str = "") -> str:
     """Return a docs page; with ``chrome_noise`` the mockserver's placeholders go in the chrome.
 
     ``{{NOW}}``, ``{{TOKEN}}`` and ``{{WIDGET}}`` appear only in the header, aside and footer,

@@ -27,7 +27,7 @@ COLUMNS = "key, url, status, content_hash, etag, last_modified, misses"
 
 def _state(db: Path) -> list[tuple[object, ...]]:
     with sqlite3.connect(db) as conn:
-        return conn.execute(f"SELECT {COLUMNS} FROM pages ORDER BY key").fetchall()  # noqa: S608
+        return conn.execute(f"SELECT {COLUMNS} FROM pages ORDER BY key").fetchall()
 
 
 def _wait_for(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
@@ -39,7 +39,9 @@ def _wait_for(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-unty
 
 
 @deferred_f_from_coro_f
-async def test_sigkill_midway_then_rerun_matches_uninterrupted(site: Site, crawls: Crawls, tmp_path: Path) -> None:
+async def test_sigkill_midway_then_rerun_matches_uninterrupted(
+    site: Site, crawls: Crawls, tmp_path: Path
+) -> None:
     for i in range(N):
         site.write(f"p{i:02d}.html", docsite.page(f"Page {i}", [("S", [f"Text {i}."])]), mtime=T0)
     sitemap = site.write_sitemap([f"p{i:02d}.html" for i in range(N)])
@@ -52,13 +54,30 @@ async def test_sigkill_midway_then_rerun_matches_uninterrupted(site: Site, crawl
     # the victim: a real `scrapy crawl docs` process, killed while one page hangs mid-crawl
     site.options("p20.html", hang=True)
     db = tmp_path / "killed.db"
-    proc = subprocess.Popen(  # noqa: S603 (fixed argv)
+    proc = subprocess.Popen(
         [
-            sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}",
-            "-s", f"RECRAWLER_DB_URI=sqlite:///{db}", "-s", "RECRAWLER_DB_BATCH_SIZE=4",
-            "-s", "CONCURRENT_REQUESTS=1", "-s", "DOWNLOAD_TIMEOUT=120", "-s", "LOG_LEVEL=WARNING",
+            sys.executable,
+            "-m",
+            "scrapy",
+            "crawl",
+            "docs",
+            "-a",
+            f"sitemap_url={sitemap}",
+            "-s",
+            f"RECRAWLER_DB_URI=sqlite:///{db}",
+            "-s",
+            "RECRAWLER_DB_BATCH_SIZE=4",
+            "-s",
+            "CONCURRENT_REQUESTS=1",
+            "-s",
+            "DOWNLOAD_TIMEOUT=120",
+            "-s",
+            "LOG_LEVEL=WARNING",
         ],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ},
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ},
     )
     try:
         _wait_for(lambda: any(r["path"] == "p20.html" for r in site.requests()))

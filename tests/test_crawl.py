@@ -27,13 +27,24 @@ def build_site(site: Site) -> str:
     site.write("weak.html", body("Weak"), mtime=T0, validators="weak")
     site.write("lm.html", body("LM"), mtime=T0, validators="lm")
     site.write("none.html", body("None"), mtime=T0, validators="none")
-    site.write("noisy.html", docsite.page("Noisy", [("A", ["Stable words."])], chrome_noise=True), mtime=T0, noise=True, validators="none")
+    site.write(
+        "noisy.html",
+        docsite.page("Noisy", [("A", ["Stable words."])], chrome_noise=True),
+        mtime=T0,
+        noise=True,
+        validators="none",
+    )
     site.write("guide/index.html", body("Guide"), mtime=T0)
     site.write("missing.html", body("Missing"), mtime=T0)
     site.write("tomb.html", body("Tomb"), mtime=T0)
     site.write("flaky.html", body("Flaky"), mtime=T0)
-    site.write_sitemap(["strong.html", "weak.html", "lm.html", "guide/", "guide#intro", "guide/?utm_source=news"], name="pages1.xml")
-    site.write_sitemap(["none.html", "noisy.html", "missing.html", "tomb.html", "flaky.html"], name="pages2.xml.gz")
+    site.write_sitemap(
+        ["strong.html", "weak.html", "lm.html", "guide/", "guide#intro", "guide/?utm_source=news"],
+        name="pages1.xml",
+    )
+    site.write_sitemap(
+        ["none.html", "noisy.html", "missing.html", "tomb.html", "flaky.html"], name="pages2.xml.gz"
+    )
     site.write("sitemap.xml", docsite.sitemap_index([site.url("pages1.xml"), site.url("pages2.xml.gz")]))
     return site.url("sitemap.xml")
 
@@ -45,7 +56,12 @@ async def test_four_runs_exact_actions(site: Site, crawls: Crawls) -> None:
     r1 = await crawls.crawl(sitemap)
     assert r1.counts | {} == r1.counts
     assert {k: r1.counts[k] for k in ("crawled", "new", "changed", "unchanged", "gone", "errors")} == {
-        "crawled": 9, "new": 9, "changed": 0, "unchanged": 0, "gone": 0, "errors": 0,
+        "crawled": 9,
+        "new": 9,
+        "changed": 0,
+        "unchanged": 0,
+        "gone": 0,
+        "errors": 0,
     }
     assert set(r1.actions().values()) == {"new"}
     # URL variants of one page are fetched once
@@ -56,16 +72,20 @@ async def test_four_runs_exact_actions(site: Site, crawls: Crawls) -> None:
     site.clear_requests()
     r2 = await crawls.crawl(sitemap)
     assert r2.stats["recrawler/page/unchanged"] == 9
-    assert "recrawler/page/new" not in r2.stats and "recrawler/page/changed" not in r2.stats
+    assert "recrawler/page/new" not in r2.stats
+    assert "recrawler/page/changed" not in r2.stats
     assert r2.stats["recrawler/conditional/sent"] == 7  # none.html and noisy.html have no validators
     assert r2.stats["recrawler/conditional/not_modified"] == 7
     assert r2.stats["recrawler/page/unchanged/hash"] == 2
     assert r2.events == []
     strong = site.requests("strong.html")[0]
-    assert strong["status"] == 304 and strong["if_none_match"].startswith('"')
+    assert strong["status"] == 304
+    assert strong["if_none_match"].startswith('"')
     assert site.requests("weak.html")[0]["if_none_match"].startswith('W/"')  # sent back byte for byte
     lm = site.requests("lm.html")[0]
-    assert lm["if_none_match"] is None and lm["status"] == 304 and lm["if_modified_since"].endswith("GMT")
+    assert lm["if_none_match"] is None
+    assert lm["status"] == 304
+    assert lm["if_modified_since"].endswith("GMT")
 
     # run 3: an edit, a new page, a 404, a 410, a 500
     site.write("strong.html", body("Strong", "The NEW text."), mtime=T0 + 100)
@@ -76,11 +96,22 @@ async def test_four_runs_exact_actions(site: Site, crawls: Crawls) -> None:
     site.write_sitemap(["strong.html", "weak.html", "lm.html", "guide/", "new.html"], name="pages1.xml")
     r3 = await crawls.crawl(sitemap)
     assert r3.actions() == {
-        "strong.html": "changed", "new.html": "new", "missing.html": "quarantined",
-        "tomb.html": "gone", "flaky.html": "error",
+        "strong.html": "changed",
+        "new.html": "new",
+        "missing.html": "quarantined",
+        "tomb.html": "gone",
+        "flaky.html": "error",
     }
-    assert {k: r3.counts[k] for k in ("crawled", "new", "changed", "unchanged", "gone", "quarantined", "errors")} == {
-        "crawled": 10, "new": 1, "changed": 1, "unchanged": 5, "gone": 1, "quarantined": 1, "errors": 1,
+    assert {
+        k: r3.counts[k] for k in ("crawled", "new", "changed", "unchanged", "gone", "quarantined", "errors")
+    } == {
+        "crawled": 10,
+        "new": 1,
+        "changed": 1,
+        "unchanged": 5,
+        "gone": 1,
+        "quarantined": 1,
+        "errors": 1,
     }
     assert r3.stats["recrawler/page/gone/http_410"] == 1
 
@@ -107,7 +138,8 @@ async def test_unlisted_page_is_checked_directly_and_quarantine_lifts(site: Site
     site.write_sitemap(["a.html"])
     r2 = await crawls.crawl(sitemap)
     assert r2.stats["recrawler/reconcile/verified"] == 1
-    assert r2.counts["unchanged"] == 2 and r2.events == []
+    assert r2.counts["unchanged"] == 2
+    assert r2.events == []
 
     # b now 404s while unlisted: quarantined, then restored when it comes back
     site.remove("b.html")
@@ -117,7 +149,8 @@ async def test_unlisted_page_is_checked_directly_and_quarantine_lifts(site: Site
     site.write_sitemap(["a.html", "b.html"])
     r4 = await crawls.crawl(sitemap)
     assert r4.actions() == {"b.html": "restored"}
-    assert r4.counts["restored"] == 1 and r4.counts["unchanged"] == 2
+    assert r4.counts["restored"] == 1
+    assert r4.counts["unchanged"] == 2
 
 
 @deferred_f_from_coro_f
@@ -133,10 +166,14 @@ async def test_500s_never_quarantine_and_error_ratio_holds_the_guard(site: Site,
     site.remove("p2.html")
     r2 = await crawls.crawl(sitemap)
     assert r2.report["reconcile"] == {"applied": False, "skipped": ["error_ratio"]}
-    assert r2.counts["errors"] == 2 and r2.counts["quarantined"] == 0 and r2.counts["gone"] == 0
+    assert r2.counts["errors"] == 2
+    assert r2.counts["quarantined"] == 0
+    assert r2.counts["gone"] == 0
     assert r2.counts["missing_held"] == 1
     assert r2.stats["recrawler/reconcile/skipped/error_ratio"] == 1
-    rows = dict(sqlite3.connect(crawls.db_path).execute("SELECT url, status || ':' || misses FROM pages").fetchall())
+    rows = dict(
+        sqlite3.connect(crawls.db_path).execute("SELECT url, status || ':' || misses FROM pages").fetchall()
+    )
     assert set(rows.values()) == {"live:0"}
 
 
@@ -195,11 +232,18 @@ async def test_host_never_answering_304_is_reported(site: Site, crawls: Crawls) 
     # A server that sends validators but ignores them: a fresh mtime on every request is simulated
     # by noise pages with validators computed on the substituted bytes.
     for i in range(3):
-        site.write(f"p{i}.html", docsite.page(f"P{i}", [("A", ["Words."])], chrome_noise=True), mtime=T0, noise=True, validators="weak")
+        site.write(
+            f"p{i}.html",
+            docsite.page(f"P{i}", [("A", ["Words."])], chrome_noise=True),
+            mtime=T0,
+            noise=True,
+            validators="weak",
+        )
     sitemap = site.write_sitemap([f"p{i}.html" for i in range(3)])
     await crawls.crawl(sitemap)
     r2 = await crawls.crawl(sitemap, RECRAWLER_CONDITIONAL_NO_304_AFTER=3)
-    assert r2.counts["unchanged"] == 3 and r2.counts["not_modified"] == 0
+    assert r2.counts["unchanged"] == 3
+    assert r2.counts["not_modified"] == 0
     host = site.url().split("/")[2]
     assert r2.report["hosts_without_304"] == [host]
 
@@ -215,7 +259,17 @@ async def test_cli_pages_and_runs(site: Site, crawls: Crawls, capsys) -> None:  
 
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert [x["url"] for x in lines] == [site.url("a.html")]
-    assert set(lines[0]) >= {"key", "url", "status", "content_hash", "etag", "last_modified", "last_checked", "last_changed", "misses"}
+    assert set(lines[0]) >= {
+        "key",
+        "url",
+        "status",
+        "content_hash",
+        "etag",
+        "last_modified",
+        "last_checked",
+        "last_changed",
+        "misses",
+    }
     assert cli_main(["runs", "--db", crawls.db_uri]) == 0
     assert "crawled: 1 new: 1" in capsys.readouterr().out
 

@@ -106,9 +106,7 @@ def test_content_types_and_index(site: Site, path: str, url_path: str, content_t
         ("none", None, None),
     ],
 )
-def test_validators(
-    site: Site, validators: str | None, etag: str | None, last_modified: str | None
-) -> None:
+def test_validators(site: Site, validators: str | None, etag: str | None, last_modified: str | None) -> None:
     options = {"validators": validators} if validators else {}
     site.write("a.html", BODY, mtime=MTIME, **options)
     fetched = fetch(site.url("a.html"))

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Self
 
+from scrapy.extensions.httpcache import RFC2616Policy
 from scrapy.http.request import NO_CALLBACK
+from scrapy.utils.misc import load_object
 
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
@@ -25,6 +27,14 @@ META_KEY = "recrawler_key"
 META_ENABLED = "recrawler_enabled"
 _META_SENT = "_recrawler_validators"
 _VALIDATOR_HEADERS = (b"If-None-Match", b"If-Modified-Since")
+
+
+def _is_rfc2616(policy: object) -> bool:
+    try:
+        cls = load_object(policy) if isinstance(policy, str) else policy
+    except (ImportError, ValueError, NameError, AttributeError):
+        return False
+    return isinstance(cls, type) and issubclass(cls, RFC2616Policy)
 
 
 def is_sitemap_request(request: Request, spider: object) -> bool:
@@ -94,11 +104,7 @@ class ConditionalRequestMiddleware:
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Build from settings; the store is the crawler's single store."""
         s = crawler.settings
-        if (
-            s.get("HTTPCACHE_ENABLED")
-            and s.getbool("HTTPCACHE_ENABLED")
-            and s.get("HTTPCACHE_POLICY") == "scrapy.extensions.httpcache.RFC2616Policy"
-        ):
+        if s.getbool("HTTPCACHE_ENABLED") and _is_rfc2616(s.get("HTTPCACHE_POLICY")):
             # Both would set validators: RFC2616Policy answers "fresh" pages without asking.
             msg = (
                 "HTTPCACHE_POLICY: RFC2616Policy conflicts with ConditionalRequestMiddleware; "

@@ -14,7 +14,7 @@ from recrawler.exceptions import ConfigurationError
 from recrawler.extract import ContentExtractor
 from recrawler.fingerprint import content_hash
 from recrawler.items import Page
-from recrawler.urls import KeyMaker, key_host
+from recrawler.urls import KeyMaker, key_host, url_host
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
@@ -154,17 +154,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             crawler.stats.inc_value(name, count)
 
     def _on_site(self, url: str) -> bool:
-        if self._any_host:
-            return True
-        try:
-            parts = urlsplit(url)
-            host = (parts.hostname or "").removeprefix("www.")
-            port = parts.port
-        except ValueError:
-            return False
-        if port is not None and port != {"http": 80, "https": 443}.get(parts.scheme):
-            host = f"{host}:{port}"
-        return host in self._hosts
+        return self._any_host or url_host(url) in self._hosts
 
     def sitemap_filter(self, entries: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
         """Keep entries on the sitemap's host and remember each page URL's ``lastmod``."""
@@ -178,10 +168,12 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             if kind == "urlset":
                 self._inc("recrawler/sitemap/urls")
                 if entry.get("lastmod"):
-                    self._lastmods[loc] = str(entry["lastmod"]).strip()
+                    # keyed by page key: Scrapy percent-encodes the URL it actually requests
+                    self._lastmods[self._key_maker(loc)] = str(entry["lastmod"]).strip()
             yield entry
 
     def parse(self, response: Response, **kwargs: Any) -> Iterable[Page]:
         """Yield the Page of a listed (or verified) URL."""
-        first_url = (response.meta.get("redirect_urls") or [response.url])[0]
-        yield self.recrawler_page(response, self._lastmods.pop(first_url, None))
+        page = self.recrawler_page(response)
+        page.lastmod = self._lastmods.pop(page.key, None)
+        yield page

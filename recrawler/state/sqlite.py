@@ -122,6 +122,8 @@ class SQLiteStateStore:
         self._open_lock = threading.Lock()
         self._pending = 0
         self._txn_since = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._background: set[asyncio.Future[None]] = set()
 
     @classmethod
     def from_settings(cls, uri: str, settings: BaseSettings) -> Self:
@@ -165,7 +167,8 @@ class SQLiteStateStore:
                 msg = f"no state database at {path!r} (run a crawl first, or pass --db)"
                 raise StateStoreUnavailable(msg)
         try:
-            target = f"file:{path}?mode=ro" if readonly else path
+            # a read-only open needs a URI: quote the path so "?" or "#" in it stay part of it
+            target = Path(path).resolve().as_uri() + "?mode=ro" if readonly else path
             conn = sqlite3.connect(
                 target,
                 timeout=self.timeout_secs,
@@ -175,11 +178,6 @@ class SQLiteStateStore:
             )
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA foreign_keys = ON")
-            if not readonly:
-                conn.execute("PRAGMA journal_mode = WAL")
-                # WAL + NORMAL: a commit is atomic and consistent; only the last commits before a
-                # power loss may roll back, which the next run re-checks.
-                conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.DatabaseError as exc:
             raise self._wrap_open_error(exc) from exc
         return conn
@@ -217,6 +215,12 @@ class SQLiteStateStore:
                 return
             conn = self._connect()
             try:
+                # check the schema before anything writes: a refused file stays byte-identical
+                self._schema_version_checked(conn)
+                conn.execute("PRAGMA journal_mode = WAL")
+                # WAL + NORMAL: a commit is atomic and consistent; only the last commits before a
+                # power loss may roll back, which the next run re-checks.
+                conn.execute("PRAGMA synchronous = NORMAL")
                 self._migrate(conn)
             except sqlite3.DatabaseError as exc:
                 conn.close()
@@ -227,7 +231,7 @@ class SQLiteStateStore:
             self._conn = conn
         self._deliver()
 
-    def _migrate(self, conn: sqlite3.Connection) -> None:
+    def _schema_version_checked(self, conn: sqlite3.Connection) -> int:
         version = self._schema_version(conn)
         if version > SCHEMA_VERSION:
             msg = (
@@ -235,6 +239,10 @@ class SQLiteStateStore:
                 f"recrawler's {SCHEMA_VERSION}; upgrade recrawler (the database was left untouched)"
             )
             raise SchemaVersionError(msg)
+        return version
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        version = self._schema_version_checked(conn)
         for number, sql in _migrations():
             if number <= version:
                 continue
@@ -287,7 +295,15 @@ class SQLiteStateStore:
             rows = conn.execute("SELECT id, payload FROM outbox ORDER BY id LIMIT 1000").fetchall()
             if not rows:
                 return
-            self.sink.deliver([r["payload"] for r in rows])
+            try:
+                self.sink.deliver([r["payload"] for r in rows])
+            except OSError as exc:
+                # the pages are committed; their events wait in the outbox for the next delivery
+                logger.error(
+                    "event delivery to %(sink)s failed, kept in the outbox: %(exc)s",
+                    {"sink": getattr(self.sink, "path", self.sink), "exc": exc},
+                )
+                return
             conn.execute("DELETE FROM outbox WHERE id <= ?", (rows[-1]["id"],))
 
     def _page_txn(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
@@ -331,8 +347,34 @@ class SQLiteStateStore:
         if self._conn is not None:
             self._commit()
 
+    async def _page_write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        result = await self._call(self._page_txn, work)
+        if self._timer is None and self._conn is not None and self._conn.in_transaction:
+            # bound the wait of the group's last page: commit within commit_secs even if no
+            # further write comes to trigger it
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self.commit_secs, self._timed_flush)
+        return result
+
+    def _timed_flush(self) -> None:
+        self._timer = None
+        if self._executor is not None:
+            task = asyncio.ensure_future(self._call(self._guard, self._flush))
+            self._background.add(task)
+            task.add_done_callback(self._flush_done)
+
+    def _flush_done(self, task: asyncio.Future[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error(
+                "timed commit to %(path)s failed: %(exc)s", {"path": self.path, "exc": task.exception()}
+            )
+
     async def close(self) -> None:
         """Commit, deliver events and close the connection and the worker thread."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._executor is None:
             return
         try:
@@ -378,6 +420,9 @@ class SQLiteStateStore:
         try:
             return work()
         except sqlite3.Error as exc:
+            text = str(exc)
+            if "locked" in text or "busy" in text:
+                raise self._wrap_open_error(exc) from exc
             raise StateStoreError(f"state database {self.path!r}: {exc}") from exc
 
     async def get(self, key: str) -> PageRecord | None:
@@ -423,7 +468,7 @@ class SQLiteStateStore:
             conn.execute("DELETE FROM run_misses WHERE run_id = ? AND key = ?", (run.id, rec.key))
             self._outbox(conn, events)
 
-        await self._call(self._page_txn, work)
+        await self._page_write(work)
 
     async def record_error(self, run: Run, key: str | None, events: Sequence[Event]) -> None:
         """Mark a stored page as reached this run (state untouched) and write its error events."""
@@ -433,7 +478,7 @@ class SQLiteStateStore:
                 conn.execute("UPDATE pages SET last_seen_run = ? WHERE key = ?", (run.id, key))
             self._outbox(conn, events)
 
-        await self._call(self._page_txn, work)
+        await self._page_write(work)
 
     async def record_miss(self, run: Run, key: str, http_status: int) -> str:
         """Stage a 404/410 of a stored page for the reconciliation.
@@ -455,7 +500,7 @@ class SQLiteStateStore:
             )
             return "staged"
 
-        return await self._call(self._page_txn, work)
+        return await self._page_write(work)
 
     def _unseen(self, run: Run, limit: int) -> list[tuple[str, str]]:
         if run.site is None:
