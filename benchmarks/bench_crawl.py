@@ -152,8 +152,7 @@ def _code_block(rng: random.Random) -> str:
     lines = [f"from acme import {ident.capitalize()}", ""]
     lines.append(f"{ident} = {ident.capitalize()}(timeout={rng.randint(1, 60)})")
     lines.extend(
-        f"{ident}.{rng.choice(VERBS)}({rng.choice(WORDS)!r}, "
-        f"{rng.choice(WORDS)}={rng.randint(0, 999)})"
+        f"{ident}.{rng.choice(VERBS)}({rng.choice(WORDS)!r}, {rng.choice(WORDS)}={rng.randint(0, 999)})"
         for _ in range(rng.randint(4, 9))
     )
     lines.append(f"print({ident}.{rng.choice(VERBS)}())")
@@ -200,9 +199,7 @@ def render_page(spec: PageSpec, specs: Sequence[PageSpec], base_url: str, seed: 
     rng = random.Random(f"{seed}:page:{spec.index}")
     target = PAGE_TARGET_BYTES + rng.randint(-500, 500)
     section_title = spec.section.replace("-", " ").title()
-    top_nav = "".join(
-        f'<li><a href="/docs/{s}/">{s.replace("-", " ").title()}</a></li>' for s in SECTIONS
-    )
+    top_nav = "".join(f'<li><a href="/docs/{s}/">{s.replace("-", " ").title()}</a></li>' for s in SECTIONS)
     siblings = list(specs[spec.index % len(SECTIONS) :: len(SECTIONS)])
     pos = spec.index // len(SECTIONS)
     near = siblings[max(0, pos - 6) : pos + 7]
@@ -283,8 +280,7 @@ def generate_site(root: Path, base_url: str, pages: int, seed: int) -> list[Page
         ts = spec.lastmod.timestamp()
         os.utime(path, (ts, ts))
     entries = "".join(
-        f"<url><loc>{base_url}{s.path}</loc>"
-        f"<lastmod>{s.lastmod:%Y-%m-%dT%H:%M:%S+00:00}</lastmod></url>\n"
+        f"<url><loc>{base_url}{s.path}</loc><lastmod>{s.lastmod:%Y-%m-%dT%H:%M:%S+00:00}</lastmod></url>\n"
         for s in specs
     )
     (root / "sitemap.xml").write_text(
@@ -427,9 +423,7 @@ def crawl(
     result = RunResult(name=name, label=label, command=cmd, log_file=str(log_path))
     server.truncate_access_log()
     print(f"run {name}: {label} ...", file=sys.stderr, flush=True)
-    rc, timed_out, wall, maxrss_kib = run_process(
-        cmd, cwd=cwd, env=env, log_path=log_path, timeout=timeout
-    )
+    rc, timed_out, wall, maxrss_kib = run_process(cmd, cwd=cwd, env=env, log_path=log_path, timeout=timeout)
     result.returncode, result.timed_out, result.wall_s = rc, timed_out, wall
     result.peak_rss_mib = maxrss_kib / 1024
     count_requests(server.read_access_log(), page_paths, result)
@@ -488,8 +482,7 @@ def format_table(runs: Sequence[RunResult]) -> str:
     lines = []
     for n, row in enumerate(rows):
         cells = [
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
         ]
         lines.append("  ".join(cells))
         if n == 0:
@@ -525,6 +518,18 @@ def compute_ratios(by_name: dict[str, RunResult]) -> dict[str, Any]:
     }
 
 
+def median_runs(runs: Sequence[RunResult]) -> dict[str, RunResult]:
+    """Per run name, the run with the median wall time (the upper median for even counts)."""
+    by_name: dict[str, list[RunResult]] = {}
+    for r in runs:
+        by_name.setdefault(r.name, []).append(r)
+    chosen = {}
+    for name, group in by_name.items():
+        ok = sorted((r for r in group if r.ok), key=lambda r: r.wall_s) or group
+        chosen[name] = ok[len(ok) // 2]
+    return chosen
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
@@ -539,6 +544,8 @@ def print_report(
     print()
     print("pages = page URLs requested; requests include robots.txt and sitemap.xml;")
     print("wall s = process start to exit; crawl s = Scrapy's elapsed_time_seconds stat.")
+    rounds = max(sum(1 for r in runs if r.name == n) for n in "ABC" if any(r.name == n for r in runs))
+    print(f"ratios below use each run's median over {rounds} interleaved round(s).")
     print()
     rb, rw = ratios["bytes_C_over_B"], ratios["wall_B_over_A"]
     print(
@@ -620,14 +627,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per crawl (default 900)")
     p.add_argument(
-        "--project-dir", type=Path, default=PROJECT_DIR, help="recrawler project (scrapy.cfg)"
+        "--repeat",
+        type=int,
+        default=3,
+        help="rounds of A, B, C, interleaved; ratios use each run's median (default 3)",
     )
+    p.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help="recrawler project (scrapy.cfg)")
     args = p.parse_args(argv)
     args.runs = args.runs.upper()
     if not args.runs or set(args.runs) - set("ABC"):
         p.error("--runs takes letters from A, B, C")
     if args.pages < 1:
         p.error("--pages must be at least 1")
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
     return args
 
 
@@ -637,9 +650,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-crawl-"))
     site = workdir / "site"
     site.mkdir()
-    base_env = {
-        k: v for k, v in os.environ.items() if k not in ("SCRAPY_SETTINGS_MODULE", "SCRAPY_PROJECT")
-    }
+    base_env = {k: v for k, v in os.environ.items() if k not in ("SCRAPY_SETTINGS_MODULE", "SCRAPY_PROJECT")}
     server = NginxServer(site, prefix=workdir / "nginx")
     runs: list[RunResult] = []
     reports: dict[str, Any] = {}
@@ -670,30 +681,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                 timeout=args.timeout,
             )
 
-        def recrawl(name: str, label: str, report: str) -> RunResult:
+        def recrawl(name: str, label: str, report: str, db: str = "state.db") -> RunResult:
             cmd = [py, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap_url}"]
-            cmd += ["-s", f"RECRAWLER_DB_URI=sqlite:///{workdir / 'state.db'}"]
+            cmd += ["-s", f"RECRAWLER_DB_URI=sqlite:///{workdir / db}"]
             cmd += ["-s", f"RECRAWLER_REPORT_FILE={workdir / report}", "-s", "LOG_LEVEL=INFO"]
             return run(name, label, cmd, args.project_dir)
 
-        if "A" in args.runs:
-            # From workdir, which has no scrapy.cfg above it: only the spider's own settings apply.
-            cmd = [py, "-m", "scrapy", "runspider", str(BARE_SPIDER), "-a"]
-            cmd += [f"sitemap_url={sitemap_url}", "-s", "LOG_LEVEL=INFO"]
-            runs.append(run("A", "bare", cmd, workdir))
-
-        if "B" in args.runs:
-            runs.append(recrawl("B", "recrawler 1st", "report1.json"))
-            reports["report1.json"] = _read_report(workdir / "report1.json")
-        if "C" in args.runs:
-            runs.append(recrawl("C", "recrawler 2nd", "report2.json"))
-            reports["report2.json"] = _read_report(workdir / "report2.json")
+        for round_no in range(1, args.repeat + 1):
+            # Interleaved rounds: machine drift hits A, B and C alike; medians drop outliers.
+            db = f"state{round_no}.db"
+            if "A" in args.runs:
+                # From workdir, which has no scrapy.cfg above it: only the spider's settings apply.
+                cmd = [py, "-m", "scrapy", "runspider", str(BARE_SPIDER), "-a"]
+                cmd += [f"sitemap_url={sitemap_url}", "-s", "LOG_LEVEL=INFO"]
+                runs.append(run("A", "bare", cmd, workdir))
+            if "B" in args.runs:
+                runs.append(recrawl("B", "recrawler 1st", "report1.json", db))
+                reports["report1.json"] = _read_report(workdir / "report1.json")
+            if "C" in args.runs:
+                runs.append(recrawl("C", "recrawler 2nd", "report2.json", db))
+                reports["report2.json"] = _read_report(workdir / "report2.json")
     finally:
         server.stop()
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    ratios = compute_ratios({r.name: r for r in runs})
+    ratios = compute_ratios(median_runs(runs))
     print_report(runs, ratios, reports, args.pages)
     if args.keep:
         print(f"\nkept {workdir}")

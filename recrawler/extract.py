@@ -192,7 +192,8 @@ class _Renderer:
     def flush(self, prefix: str = "") -> None:
         if not self.inline:
             return
-        text = _WS.sub(" ", "".join(self.inline)).strip()
+        # str.split() collapses every whitespace run (Unicode too) faster than a regex
+        text = " ".join("".join(self.inline).split())
         self.inline = []
         if text:
             self.blocks.append(prefix + text)
