@@ -9,6 +9,7 @@ from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddle
 from recrawler.exceptions import ConfigurationError
 from recrawler.extensions.reconcile import Reconciler
 from recrawler.pipelines.classify import ClassifyPipeline
+from recrawler.pipelines.index import IndexPipeline
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -70,7 +71,9 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", ConditionalRequestMiddleware, 540
         )
-        # 800: late, so a project's enrichment pipelines run first and the state write is last.
-        settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", ClassifyPipeline, 800)
+        # 700 then 800: late, so a project's enrichment pipelines run first; IndexPipeline writes
+        # the page (state, chunks, events) last, in one transaction.
+        settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", ClassifyPipeline, 700)
+        settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", IndexPipeline, 800)
         # Extension order is irrelevant: it works from signals only.
         settings.setdefault_in_component_priority_dict("EXTENSIONS", Reconciler, 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
@@ -11,8 +12,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 from scrapy.settings import Settings
 
 from recrawler import __version__, default_settings
-from recrawler.exceptions import RecrawlerError
-from recrawler.state import store_from_uri
+from recrawler.embedders import embedder_from_spec
+from recrawler.exceptions import ConfigurationError, RecrawlerError
+from recrawler.index import open_kb
+from recrawler.index.sqlite import embedder_spec
+from recrawler.pipelines.index import embed_missing
+from recrawler.state import RUN_HELD, store_from_uri, utcnow
 from recrawler.urls import KeyMaker
 
 if TYPE_CHECKING:
@@ -60,7 +65,11 @@ def cmd_pages(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
-    """List runs, newest first."""
+    """List runs, newest first; or approve / discard a held run."""
+    if args.action in ("approve", "discard"):
+        if args.run_id is None:
+            raise ConfigurationError(f"runs {args.action}: give the RUN_ID of a held run")
+        return asyncio.run(_approve_or_discard(args, out))
     for run in _store(args).iter_runs():
         if args.json:
             out.write(json.dumps(run) + "\n")
@@ -71,8 +80,74 @@ def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
         )
         out.write(
             f"{run['id']:>5} {run['started_at'][:19]} {run['finish_reason'] or 'unfinished':<12} "
-            f"{run['site'] or '-'}  {counts}\n"
+            f"{run.get('state') or '-':<11} {run['site'] or '-'}  {counts}\n"
         )
+    return 0
+
+
+async def _approve_or_discard(args: argparse.Namespace, out: TextIO) -> int:
+    store = _store(args)
+    await store.open()
+    try:
+        info = await store.run_info(args.run_id)
+        if info is None:
+            raise ConfigurationError(f"no run {args.run_id} in {args.db}")
+        if info["state"] != RUN_HELD:
+            raise ConfigurationError(f"run {args.run_id} is {info['state']}, not held")
+        if args.action == "discard":
+            result = await store.discard(args.run_id)
+            out.write(
+                f"run {args.run_id} discarded: {result['chunks_dropped']} staged chunks dropped, "
+                f"{result['pages']} pages will be checked again next run\n"
+            )
+            return 0
+        spec, options = embedder_spec(info["embedder"], _embedder_options(args))
+        embedder = embedder_from_spec(args.embedder or spec, **options)
+        try:
+            texts, calls = await embed_missing(store, embedder, include_run=args.run_id)
+        finally:
+            embedder.close()
+        gc = await store.publish(args.run_id, utcnow())
+        out.write(
+            f"run {args.run_id} approved and published: {texts} texts embedded in {calls} calls, "
+            f"{gc['chunks_deleted']} retired chunks removed\n"
+        )
+        return 0
+    finally:
+        await store.close()
+
+
+def _embedder_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"base_url": args.base_url} if getattr(args, "base_url", None) else {}
+
+
+def cmd_search(args: argparse.Namespace, out: TextIO) -> int:
+    """Search the published knowledge base."""
+    with open_kb(args.db, embedder=args.embedder, **_embedder_options(args)) as kb:
+        hits = kb.search(args.query, k=args.k)
+        for hit in hits:
+            if args.json:
+                out.write(json.dumps(hit.to_dict()) + "\n")
+                continue
+            verified = hit.last_checked.strftime("%Y-%m-%d %H:%M") if hit.last_checked else "-"
+            changed = hit.last_changed.strftime("%Y-%m-%d %H:%M") if hit.last_changed else "-"
+            body = " ".join(hit.text.split())
+            out.write(
+                f"{hit.score:.3f}  {hit.url}\n       {hit.heading or hit.title or ''}"
+                f"  (verified {verified}, changed {changed})\n"
+                f"       {body[:240]}{'...' if len(body) > 240 else ''}\n\n"
+            )
+    return 0
+
+
+def cmd_chunks(args: argparse.Namespace, out: TextIO) -> int:
+    """Dump the published knowledge base, one chunk per line."""
+    with open_kb(args.db, embedder="hashing") as kb:
+        for chunk in kb.chunks():
+            if args.json:
+                out.write(json.dumps(chunk.to_dict()) + "\n")
+            else:
+                out.write(f"{chunk.url}\t{chunk.chunk_index}\t{chunk.heading}\t{len(chunk.text)} chars\n")
     return 0
 
 
@@ -119,10 +194,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.set_defaults(func=cmd_pages)
 
-    p = sub.add_parser("runs", help="list runs, newest first")
+    p = sub.add_parser("runs", help="list runs; approve or discard a held run")
     with_db(p)
+    p.add_argument("action", nargs="?", choices=["list", "approve", "discard"], default="list")
+    p.add_argument("run_id", nargs="?", type=int, metavar="RUN_ID")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument("--embedder", help="embedder spec for approve (default: the one the run used)")
+    p.add_argument("--base-url", help="OpenAI-protocol base URL for approve")
     p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("search", help="search the published knowledge base")
+    with_db(p)
+    p.add_argument("query")
+    p.add_argument("-k", type=int, default=5, help="number of chunks (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="one JSON object per hit")
+    p.add_argument("--embedder", help="embedder spec (default: the one the last published run used)")
+    p.add_argument("--base-url", help="OpenAI-protocol base URL")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("chunks", help="dump the published knowledge base")
+    with_db(p)
+    p.add_argument("--json", action="store_true", help="one JSON object per chunk")
+    p.set_defaults(func=cmd_chunks)
 
     p = sub.add_parser("normalize", help="print the page key of each URL")
     p.add_argument("urls", nargs="+", metavar="URL")

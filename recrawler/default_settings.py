@@ -69,12 +69,38 @@ RECRAWLER_MAX_ERROR_RATIO = 0.2
 RECRAWLER_VERIFY_BATCH_SIZE = 500
 
 # --- run report and events ---------------------------------------------------------------------
-# new+changed above this share of crawled pages logs a warning and sets ``alert`` in the report.
+# new+changed above this share of crawled pages: warning, ``alert`` in the report, run held.
 RECRAWLER_CHANGE_ALERT_RATIO = 0.5
 # Write the run report as JSON to this path (None: no file).
 RECRAWLER_REPORT_FILE: str | None = None
 # Deliver page events: file:///path/events.jsonl (None: no events are written).
 RECRAWLER_EVENTS_URI: str | None = None
+
+# --- knowledge base: chunks, embeddings, publication --------------------------------------------
+# Keep the knowledge base (chunks + embeddings) in the state database.
+RECRAWLER_INDEX_ENABLED = True
+# Largest chunk, in characters (a new chunk also starts at every heading).
+RECRAWLER_CHUNK_SIZE = 1200
+# Characters carried from one chunk into the next when a section is split.
+RECRAWLER_CHUNK_OVERLAP = 150
+# "hashing" (offline, lexical), "sentence-transformers:<model>" or "openai:<model>".
+RECRAWLER_EMBEDDER = "hashing"
+# Base URL of an OpenAI-protocol /v1/embeddings server (None: https://api.openai.com/v1).
+RECRAWLER_EMBEDDER_BASE_URL: str | None = None
+# API key (None: $RECRAWLER_EMBEDDER_API_KEY, then $OPENAI_API_KEY). Never commit one.
+RECRAWLER_EMBEDDER_API_KEY: str | None = None
+# Texts per embedder call.
+RECRAWLER_EMBEDDER_BATCH_SIZE = 64
+# Retries (with backoff) on 429, 5xx and connection errors before the run is left unpublished.
+RECRAWLER_EMBEDDER_MAX_RETRIES = 5
+# Timeout of one embedder call.
+RECRAWLER_EMBEDDER_TIMEOUT_SECS = 60.0
+# "run": search switches to a run's changes when the run finishes; "page": as each page commits.
+RECRAWLER_PUBLISH = "run"
+# A change spike (see RECRAWLER_CHANGE_ALERT_RATIO) needs at least this many new+changed pages.
+RECRAWLER_CHANGE_ALERT_MIN = 10
+# Crawl and classify, report what would be embedded, deleted and published; write nothing.
+RECRAWLER_DRY_RUN = False
 
 # --- crawl profile ------------------------------------------------------------------------------
 # "fast" (your own site: no delay, 32 concurrent per host) or "polite" (AutoThrottle, 1 s delay).

@@ -34,6 +34,8 @@ class Page:
     lastmod: str | None = None
     title: str | None = None
     text: str | None = None
+    #: the text's headings in order: (level, heading text, anchor id or None)
+    headings: tuple[tuple[int, str, str | None], ...] = ()
     content_hash: str | None = None
     error: str | None = None
     status: PageStatus | None = None

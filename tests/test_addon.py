@@ -18,6 +18,7 @@ from recrawler.exceptions import ConfigurationError
 from recrawler.extensions.reconcile import Reconciler
 from recrawler.items import Page
 from recrawler.pipelines.classify import ClassifyPipeline
+from recrawler.pipelines.index import IndexPipeline
 from recrawler.requests import PageKeyRequestFingerprinter
 from recrawler.spiders import RecrawlerSpiderMixin
 from recrawler.spiders.docs import DocsSpider
@@ -193,7 +194,8 @@ async def test_addon_places_components_and_defaults(tmp_path: Path) -> None:
     async with built(MySpider, settings) as crawler:
         s = crawler.settings
         assert s.getdict("DOWNLOADER_MIDDLEWARES")[ConditionalRequestMiddleware] == 540
-        assert s.getdict("ITEM_PIPELINES")[ClassifyPipeline] == 800
+        assert s.getdict("ITEM_PIPELINES")[ClassifyPipeline] == 700
+        assert s.getdict("ITEM_PIPELINES")[IndexPipeline] == 800
         assert s.getdict("EXTENSIONS")[Reconciler] == 0
         assert isinstance(crawler.request_fingerprinter, PageKeyRequestFingerprinter)
         for name, value in RECRAWLER_DEFAULTS.items():
@@ -225,7 +227,7 @@ async def test_addon_keeps_the_projects_own_settings(tmp_path: Path) -> None:
         assert s.getint("CONCURRENT_REQUESTS_PER_DOMAIN") == FAST_PROFILE["CONCURRENT_REQUESTS_PER_DOMAIN"]
         assert type(crawler.request_fingerprinter).__name__ == "RequestFingerprinter"
         pipelines = s.getdict("ITEM_PIPELINES")
-        assert pipelines == {"recrawler.pipelines.classify.ClassifyPipeline": 300}
+        assert pipelines == {"recrawler.pipelines.classify.ClassifyPipeline": 300, IndexPipeline: 800}
 
 
 @deferred_f_from_coro_f

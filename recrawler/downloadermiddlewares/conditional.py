@@ -11,7 +11,8 @@ from scrapy.utils.misc import load_object
 
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
-from recrawler.state import GONE, Event, hints_for, run_for, store_for, utcnow
+from recrawler.pipelines import pending_for
+from recrawler.state import GONE, LIVE, Event, hints_for, run_for, store_for, utcnow
 from recrawler.urls import KeyMaker, key_host
 
 if TYPE_CHECKING:
@@ -122,6 +123,10 @@ class ConditionalRequestMiddleware:
             crawler=crawler,
         )
 
+    def _indexing(self) -> bool:
+        # an enabled IndexPipeline registers its hand-over when it is built
+        return self.crawler is not None and pending_for(self.crawler) is not None
+
     def _inc(self, name: str, count: int = 1) -> None:
         if self.crawler is not None and self.crawler.stats is not None:
             self.crawler.stats.inc_value(name, count)
@@ -152,6 +157,9 @@ class ConditionalRequestMiddleware:
         if self.crawler is not None:
             hints_for(self.crawler).put(key, rec)
         if rec is None or rec.status == GONE:
+            return
+        if rec.status == LIVE and rec.chunks == 0 and self._indexing():
+            # stored before the knowledge base was on: fetch the body once so it gets indexed
             return
         sent = self._attach(request, rec)
         if sent:

@@ -13,9 +13,19 @@ from scrapy.exceptions import DontCloseSpider, NotConfigured
 from scrapy.spiders import SitemapSpider
 
 from recrawler import signals as recrawler_signals
+from recrawler.embedders import EmbedderError
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
-from recrawler.state import current_run, run_for, store_for, utcnow
+from recrawler.pipelines.index import embed_missing, embedder_for, publish_mode, spike
+from recrawler.state import (
+    RUN_FINISHED,
+    RUN_HELD,
+    RUN_PUBLISHED,
+    current_run,
+    run_for,
+    store_for,
+    utcnow,
+)
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -58,7 +68,11 @@ class Reconciler:
         gone_statuses: tuple[int, ...] = (410,),
         max_error_ratio: float = 0.2,
         alert_ratio: float = 0.5,
+        alert_min: int = 10,
         report_file: str | None = None,
+        index_enabled: bool = False,
+        publish_each_page: bool = False,
+        dry_run: bool = False,
     ) -> None:
         for name, value, ok in (
             ("RECRAWLER_GONE_AFTER_MISSES", gone_after, gone_after >= 1),
@@ -77,6 +91,10 @@ class Reconciler:
         self.max_error_ratio = max_error_ratio
         self.alert_ratio = alert_ratio
         self.report_file = report_file
+        self.alert_min = alert_min
+        self.index_enabled = index_enabled
+        self.publish_each_page = publish_each_page
+        self.dry_run = dry_run
         self._verify_done = False
 
     @classmethod
@@ -101,7 +119,11 @@ class Reconciler:
             gone_statuses=tuple(int(x) for x in s.getlist("RECRAWLER_GONE_STATUSES")),
             max_error_ratio=s.getfloat("RECRAWLER_MAX_ERROR_RATIO"),
             alert_ratio=s.getfloat("RECRAWLER_CHANGE_ALERT_RATIO"),
+            alert_min=s.getint("RECRAWLER_CHANGE_ALERT_MIN"),
             report_file=s.get("RECRAWLER_REPORT_FILE") or None,
+            index_enabled=s.getbool("RECRAWLER_INDEX_ENABLED"),
+            publish_each_page=publish_mode(s) == "page",
+            dry_run=s.getbool("RECRAWLER_DRY_RUN"),
         )
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.spider_idle, signal=signals.spider_idle)
@@ -229,6 +251,7 @@ class Reconciler:
                     {"why": ", ".join(skipped)},
                 )
             report = self._report(run, reason, result, skipped)
+            report["index"] = await self._publish(run, reason, report)
             stats.set_value("recrawler/reconcile/elapsed_seconds", round(time.monotonic() - started, 3))
             await self.store.finish_run(run, reason=reason, at=utcnow(), report=report)
         except StateStoreError as exc:
@@ -246,6 +269,67 @@ class Reconciler:
         await self.crawler.signals.send_catch_log_async(
             recrawler_signals.run_finished, run=run, report=report
         )
+
+    async def _publish(self, run: Run, reason: str, report: dict[str, Any]) -> dict[str, Any]:
+        """Hold, or embed what is new and publish the run in one statement."""
+        if not self.index_enabled:
+            return {"state": "disabled"}
+        stats = self.crawler.stats
+        assert stats is not None
+        embedder = embedder_for(self.crawler)
+        counts = await self.store.run_index_counts(run.id, embedder.id)
+        info: dict[str, Any] = {
+            "embedder": embedder.id,
+            "chunks_added": counts["chunks_added"],
+            "chunks_retired": counts["chunks_retired"],
+            "texts_embedded": int(stats.get_value("recrawler/embed/texts", 0)),
+            "embed_calls": int(stats.get_value("recrawler/embed/calls", 0)),
+            "embed_cache_hits": counts["texts_cached"],
+        }
+        if self.dry_run:
+            info.update(
+                state="dry_run",
+                would_embed=await self.store.count_missing(embedder.id),
+                would_publish=counts["chunks_added"],
+                would_delete=counts["chunks_retired"],
+            )
+            return info
+        if report["alert"] or stats.get_value("recrawler/run/held"):
+            await self.store.set_run_state(run.id, RUN_HELD)
+            stats.set_value("recrawler/run/held", 1)
+            logger.warning(
+                "run %(run)d held: nothing embedded or published until `recrawler runs approve %(run)d` "
+                "(or `recrawler runs discard %(run)d` to drop it and check its pages again next run)",
+                {"run": run.id},
+            )
+            info["state"] = RUN_HELD
+            return info
+        if reason != "finished" and not self.publish_each_page:
+            await self.store.set_run_state(run.id, RUN_FINISHED)
+            info.update(
+                state="unpublished", reason=f"run ended with {reason}: the next run publishes its work"
+            )
+            return info
+        try:
+            embedded, calls = await embed_missing(self.store, embedder)
+        except (EmbedderError, StateStoreError) as exc:
+            stats.inc_value("recrawler/index/error")
+            logger.error("run %(run)d not published, embedding failed: %(exc)s", {"run": run.id, "exc": exc})
+            await self.store.set_run_state(run.id, RUN_FINISHED)
+            info.update(state="unpublished", reason=str(exc))
+            return info
+        stats.inc_value("recrawler/embed/texts", embedded)
+        stats.inc_value("recrawler/embed/calls", calls)
+        gc = await self.store.publish(run.id, utcnow())
+        stats.set_value("recrawler/index/deleted", gc["chunks_deleted"])
+        info.update(
+            state=RUN_PUBLISHED,
+            texts_embedded=info["texts_embedded"] + embedded,
+            embed_calls=info["embed_calls"] + calls,
+            chunks_deleted=gc["chunks_deleted"],
+            embeddings_deleted=gc["embeddings_deleted"],
+        )
+        return info
 
     def _report(
         self, run: Run, reason: str, result: ReconcileResult | None, skipped: list[str]
@@ -287,7 +371,7 @@ class Reconciler:
         changed = counts["new"] + counts["changed"]
         alert = None
         # A first run into empty state is all new by nature: no alert.
-        if run.prior_pages and counts["crawled"] and changed / counts["crawled"] > self.alert_ratio:
+        if spike(run, changed, counts["crawled"], ratio=self.alert_ratio, minimum=self.alert_min):
             alert = (
                 f"{changed} of {counts['crawled']} pages new or changed "
                 f"(> RECRAWLER_CHANGE_ALERT_RATIO={self.alert_ratio}): template change or noisy hash?"
@@ -346,6 +430,12 @@ class Reconciler:
             )
         )
         line = f"{head} | {tail}"
+        index = report.get("index") or {}
+        if index.get("state") not in (None, "disabled"):
+            line += (
+                f" | index: {index['state']} chunks_added: {index.get('chunks_added', 0)}"
+                f" texts_embedded: {index.get('texts_embedded', 0)}"
+            )
         if report["reconcile"]["skipped"]:
             line += f" | reconcile skipped: {', '.join(report['reconcile']['skipped'])}"
         if report.get("alert"):

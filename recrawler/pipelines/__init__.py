@@ -1,0 +1,117 @@
+"""Item pipelines: ClassifyPipeline decides, IndexPipeline (when enabled) adds the knowledge base;
+whichever runs last writes the page's state, chunks and events in one transaction."""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
+
+from scrapy.exceptions import DropItem
+
+from recrawler import signals
+from recrawler.exceptions import StateStoreError
+from recrawler.items import PageStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from scrapy.crawler import Crawler
+
+    from recrawler.chunking import Chunk
+    from recrawler.items import Page
+    from recrawler.state import Event, PageRecord, Run, StateStore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True, kw_only=True)
+class PageUpdate:
+    """What ClassifyPipeline decided for a page, waiting to be written."""
+
+    page: Page
+    status: PageStatus
+    record: PageRecord
+    events: list[Event] = field(default_factory=list)
+    #: the page was quarantined and is back: it counts as restored
+    restored: bool = False
+    #: the page has text but no chunks yet (stored before indexing was on): index it
+    backfill: bool = False
+
+
+class PendingUpdates:
+    """Updates handed from ClassifyPipeline to IndexPipeline, by page key; bounded, oldest dropped
+    (a dropped update only means the page is checked again next run)."""
+
+    def __init__(self, maxsize: int = 10_000) -> None:
+        self.maxsize = maxsize
+        self._data: OrderedDict[str, PageUpdate] = OrderedDict()
+
+    def put(self, update: PageUpdate) -> None:
+        """Hand *update* over."""
+        self._data[update.page.key] = update
+        if len(self._data) > self.maxsize:
+            self._data.popitem(last=False)
+
+    def pop(self, key: str) -> PageUpdate | None:
+        """Take the update for *key*."""
+        return self._data.pop(key, None)
+
+
+_pending: WeakKeyDictionary[Crawler, PendingUpdates] = WeakKeyDictionary()
+
+
+def pending_for(crawler: Crawler) -> PendingUpdates | None:
+    """The crawler's hand-over, or None when no IndexPipeline is enabled (ClassifyPipeline writes)."""
+    return _pending.get(crawler)
+
+
+def enable_handover(crawler: Crawler) -> PendingUpdates:
+    """Called by IndexPipeline: from now on ClassifyPipeline hands pages over instead of writing."""
+    pending = _pending.get(crawler)
+    if pending is None:
+        pending = _pending[crawler] = PendingUpdates()
+    return pending
+
+
+async def commit(
+    crawler: Crawler,
+    store: StateStore,
+    run: Run,
+    update: PageUpdate,
+    *,
+    chunks: Sequence[Chunk] | None = None,
+    restore: bool = False,
+    embeddings: Sequence[tuple[str, str, bytes]] = (),
+) -> Page:
+    """Write a page's state, events and knowledge-base rows in one transaction; count; signal.
+
+    A failed write leaves the old state (the page is checked again next run) and drops the item.
+    """
+    stats = crawler.stats
+    assert stats is not None
+    page, status = update.page, update.status
+    try:
+        await store.record(
+            run, update.record, update.events, chunks=chunks, restore=restore, embeddings=embeddings
+        )
+    except StateStoreError as exc:
+        stats.inc_value(f"recrawler/state/error/{type(exc).__name__}")
+        logger.error("state write failed for %(url)s: %(exc)s", {"url": page.url, "exc": exc})
+        raise DropItem(f"state write failed: {exc}") from exc
+    page.status = status
+    stats.inc_value(f"recrawler/page/{status}")
+    if status == PageStatus.UNCHANGED:
+        stats.inc_value(f"recrawler/page/{status}/{'not_modified' if page.http_status == 304 else 'hash'}")
+    if update.restored:
+        stats.inc_value(f"recrawler/page/{PageStatus.RESTORED}")
+    if chunks is not None:
+        stats.inc_value("recrawler/index/upserted")
+        stats.inc_value("recrawler/index/chunks", len(chunks))
+    await crawler.signals.send_catch_log_async(signals.page_classified, page=page, status=status)
+    return page
+
+
+__all__: list[str] = ["PageUpdate", "PendingUpdates", "commit", "enable_handover", "pending_for"]

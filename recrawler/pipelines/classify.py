@@ -6,12 +6,10 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, Self
 
-from scrapy.exceptions import DropItem
-
-from recrawler import signals
 from recrawler.exceptions import StateStoreError
 from recrawler.fingerprint import fuzzy_hash
 from recrawler.items import Page, PageStatus
+from recrawler.pipelines import PageUpdate, commit, pending_for
 from recrawler.state import (
     GONE,
     LIVE,
@@ -139,25 +137,31 @@ class ClassifyPipeline:
             return await self._error(run, item, now)
         status = classify(item, rec)
         new_rec = next_record(item, rec, status, now)
+        restored = rec is not None and rec.status == QUARANTINED
         events = []
-        if rec is not None and rec.status == QUARANTINED:
+        if restored:
             events.append(self._event(run, PageStatus.RESTORED, new_rec, now))
         if status in (PageStatus.NEW, PageStatus.CHANGED):
             events.append(self._event(run, status, new_rec, now))
-        try:
-            await self.store.record(run, new_rec, events)
-        except StateStoreError as exc:
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
-            logger.error("state write failed for %(url)s: %(exc)s", {"url": item.url, "exc": exc})
-            raise DropItem(f"state write failed: {exc}") from exc
-        item.status = status
-        self._inc(f"recrawler/page/{status}")
-        if status == PageStatus.UNCHANGED:
-            self._inc(f"recrawler/page/{status}/{'not_modified' if item.http_status == 304 else 'hash'}")
-        if rec is not None and rec.status == QUARANTINED:
-            self._inc(f"recrawler/page/{PageStatus.RESTORED}")
-        await self.crawler.signals.send_catch_log_async(signals.page_classified, page=item, status=status)
-        return item
+        update = PageUpdate(
+            page=item,
+            status=status,
+            record=new_rec,
+            events=events,
+            restored=restored,
+            # stored before the knowledge base existed: index it now that its text is here
+            backfill=status == PageStatus.UNCHANGED
+            and bool(item.text)
+            and rec is not None
+            and rec.chunks == 0,
+        )
+        pending = pending_for(self.crawler)
+        if pending is not None:
+            # IndexPipeline adds the page's chunks and writes everything in one transaction
+            pending.put(update)
+            item.status = status
+            return item
+        return await commit(self.crawler, self.store, run, update)
 
     @staticmethod
     def _event(run: Run, action: PageStatus, rec: PageRecord, now: datetime) -> Event:

@@ -79,6 +79,7 @@ class PageBuilder:
             page.error = "empty_content"
             return page
         page.text = content.text
+        page.headings = content.headings
         page.content_hash = content_hash(content.text)
         return page
 

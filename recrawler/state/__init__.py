@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
+    from recrawler.chunking import Chunk
+
 __all__ = [
     "Event",
     "PageRecord",
@@ -31,6 +33,14 @@ __all__ = [
 ]
 
 LIVE, QUARANTINED, GONE = "live", "quarantined", "gone"
+# run states: published runs are what search reads; held runs wait for a person
+RUN_RUNNING, RUN_FINISHED, RUN_HELD, RUN_PUBLISHED, RUN_DISCARDED = (
+    "running",
+    "finished",
+    "held",
+    "published",
+    "discarded",
+)
 
 
 def utcnow() -> datetime:
@@ -57,6 +67,8 @@ class PageRecord:
     last_checked: datetime | None = None
     last_changed: datetime | None = None
     last_seen_run: int | None = None
+    #: current knowledge-base chunks of the page (0: none yet, e.g. stored before indexing)
+    chunks: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,14 +142,31 @@ class StateStore(Protocol):
     async def flush(self) -> None:
         """Commit pending page writes now and deliver their events."""
 
-    async def begin_run(self, spider: str, site: str | None, started_at: datetime) -> Run:
-        """Start a run."""
+    async def begin_run(
+        self,
+        spider: str,
+        site: str | None,
+        started_at: datetime,
+        *,
+        embedder: str | None = None,
+        publish_each_page: bool = False,
+    ) -> Run:
+        """Start a run (published at once when each page publishes itself)."""
 
     async def get(self, key: str) -> PageRecord | None:
         """Return the stored record of *key*, or None."""
 
-    async def record(self, run: Run, rec: PageRecord, events: Sequence[Event]) -> None:
-        """Write a page's new state and its events in one transaction."""
+    async def record(
+        self,
+        run: Run,
+        rec: PageRecord,
+        events: Sequence[Event],
+        *,
+        chunks: Sequence[Chunk] | None = None,
+        restore: bool = False,
+        embeddings: Sequence[tuple[str, str, bytes]] = (),
+    ) -> None:
+        """Write a page's new state, events and knowledge-base rows in one transaction."""
 
     async def record_error(self, run: Run, key: str | None, events: Sequence[Event]) -> None:
         """Note that a page was reached with an error: state untouched, events written."""
@@ -158,6 +187,37 @@ class StateStore(Protocol):
 
     async def finish_run(self, run: Run, *, reason: str, at: datetime, report: dict[str, Any]) -> None:
         """Record how the run ended."""
+
+    # --- knowledge base ---------------------------------------------------------------------
+
+    async def missing_embeddings(
+        self, embedder: str, limit: int, *, include_run: int | None = None
+    ) -> list[tuple[str, str]]:
+        """Up to *limit* (text hash, text) of current, not-held chunks with no embedding."""
+
+    async def count_missing(self, embedder: str) -> int:
+        """How many distinct current chunk texts (held runs aside) have no embedding."""
+
+    async def missing_for(self, embedder: str, hashes: Sequence[str]) -> list[str]:
+        """Those of *hashes* that have no embedding for *embedder*, in the given order."""
+
+    async def store_embeddings(self, rows: Sequence[tuple[str, str, bytes]]) -> None:
+        """Add (embedder, text hash, vector) rows to the embedding cache, committed."""
+
+    async def run_index_counts(self, run_id: int, embedder: str) -> dict[str, int]:
+        """Chunks a run added and retired; its distinct texts and how many are embedded."""
+
+    async def set_run_state(self, run_id: int, state: str) -> None:
+        """Set a run's state (``RUN_*``)."""
+
+    async def publish(self, run_id: int, at: datetime) -> dict[str, int]:
+        """Make a run visible to search in one statement; garbage-collect what no one can see."""
+
+    async def discard(self, run_id: int) -> dict[str, int]:
+        """Drop a held run's knowledge-base changes; its pages are checked again next run."""
+
+    async def run_info(self, run_id: int) -> dict[str, Any] | None:
+        """A run's row, or None."""
 
     def iter_pages(self, status: str | None = None) -> Iterator[PageRecord]:
         """Yield stored pages ordered by key (synchronous; for the CLI)."""
@@ -256,7 +316,30 @@ async def _begin(crawler: Crawler) -> Run:
     await store.open()
     spider = crawler.spider
     site = getattr(spider, "recrawler_site", None)
-    return await store.begin_run(getattr(spider, "name", "?"), site, utcnow())
+    settings = crawler.settings
+    embedder = None
+    if settings.getbool("RECRAWLER_INDEX_ENABLED"):
+        from recrawler.pipelines.index import embedder_for
+
+        # what search and `runs approve` need to rebuild the same embedder (never the API key)
+        embedder = json.dumps(
+            {
+                "id": embedder_for(crawler).id,
+                "spec": settings.get("RECRAWLER_EMBEDDER"),
+                "base_url": settings.get("RECRAWLER_EMBEDDER_BASE_URL"),
+            }
+        )
+    return await store.begin_run(
+        getattr(spider, "name", "?"),
+        site,
+        utcnow(),
+        embedder=embedder,
+        publish_each_page=(
+            embedder is not None
+            and settings.get("RECRAWLER_PUBLISH") == "page"
+            and not settings.getbool("RECRAWLER_DRY_RUN")
+        ),
+    )
 
 
 def current_run(crawler: Crawler) -> Run | None:

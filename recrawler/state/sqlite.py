@@ -18,23 +18,38 @@ from urllib.parse import unquote, urlsplit
 
 from recrawler.events import EventSink, sink_from_uri
 from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
-from recrawler.state import GONE, LIVE, QUARANTINED, PageRecord, ReconcileResult, Run
+from recrawler.state import (
+    GONE,
+    LIVE,
+    QUARANTINED,
+    RUN_DISCARDED,
+    RUN_HELD,
+    RUN_PUBLISHED,
+    RUN_RUNNING,
+    PageRecord,
+    ReconcileResult,
+    Run,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
     from scrapy.settings import BaseSettings
 
+    from recrawler.chunking import Chunk
     from recrawler.state import Event
 
 logger = logging.getLogger(__name__)
 
 _P = ParamSpec("_P")
+# why a chunk row was retired
+_RETIRED_REPLACED, _RETIRED_QUARANTINED, _RETIRED_GONE = 0, 1, 2
+
 _T = TypeVar("_T")
 _MIGRATION = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 _PAGE_COLUMNS = (
     "key, site, url, etag, last_modified, lastmod, content_hash, fuzzy_hash, title, status, "
-    "misses, first_seen, last_checked, last_changed, last_seen_run"
+    "misses, first_seen, last_checked, last_changed, last_seen_run, chunks"
 )
 
 
@@ -90,6 +105,7 @@ def _row_to_record(row: sqlite3.Row) -> PageRecord:
         last_checked=_dt(row["last_checked"]),
         last_changed=_dt(row["last_changed"]),
         last_seen_run=row["last_seen_run"],
+        chunks=row["chunks"],
     )
 
 
@@ -110,9 +126,11 @@ class SQLiteStateStore:
         commit_secs: float = 2.0,
         timeout_secs: float = 10.0,
         sink: EventSink | None = None,
+        dry_run: bool = False,
     ) -> None:
         self.uri = uri
         self.path = path_from_uri(uri)
+        self.dry_run = dry_run
         self.batch_size = max(1, batch_size)
         self.commit_secs = commit_secs
         self.timeout_secs = timeout_secs
@@ -128,12 +146,15 @@ class SQLiteStateStore:
     @classmethod
     def from_settings(cls, uri: str, settings: BaseSettings) -> Self:
         """Build the store from a crawler's settings."""
+        dry_run = settings.getbool("RECRAWLER_DRY_RUN")
         return cls(
             uri,
             batch_size=settings.getint("RECRAWLER_DB_BATCH_SIZE"),
             commit_secs=settings.getfloat("RECRAWLER_DB_COMMIT_SECS"),
             timeout_secs=settings.getfloat("RECRAWLER_DB_TIMEOUT_SECS"),
-            sink=sink_from_uri(settings.get("RECRAWLER_EVENTS_URI")),
+            # a dry run writes nothing: no events either
+            sink=None if dry_run else sink_from_uri(settings.get("RECRAWLER_EVENTS_URI")),
+            dry_run=dry_run,
         )
 
     # --- plumbing ---------------------------------------------------------------------------
@@ -213,14 +234,21 @@ class SQLiteStateStore:
         with self._open_lock:
             if self._conn is not None:
                 return
+            if self.dry_run and self.path != ":memory:" and not Path(self.path).exists():
+                # a dry run against no database compares with empty state and creates no file
+                self.path = ":memory:"
             conn = self._connect()
             try:
                 # check the schema before anything writes: a refused file stays byte-identical
                 self._schema_version_checked(conn)
-                conn.execute("PRAGMA journal_mode = WAL")
-                # WAL + NORMAL: a commit is atomic and consistent; only the last commits before a
-                # power loss may roll back, which the next run re-checks.
-                conn.execute("PRAGMA synchronous = NORMAL")
+                if self.dry_run:
+                    # one transaction for the whole run, rolled back at close: nothing is written
+                    conn.execute("BEGIN IMMEDIATE")
+                else:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                    # WAL + NORMAL: a commit is atomic and consistent; only the last commits
+                    # before a power loss may roll back, which the next run re-checks.
+                    conn.execute("PRAGMA synchronous = NORMAL")
                 self._migrate(conn)
             except sqlite3.DatabaseError as exc:
                 conn.close()
@@ -246,16 +274,19 @@ class SQLiteStateStore:
         for number, sql in _migrations():
             if number <= version:
                 continue
-            conn.execute("BEGIN IMMEDIATE")
+            if self.dry_run:
+                conn.execute("SAVEPOINT migrate")
+            else:
+                conn.execute("BEGIN IMMEDIATE")
             try:
                 if number == 1:
                     conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
                 for statement in _split_sql(sql):
                     conn.execute(statement)
                 conn.execute("INSERT INTO schema_version (version) VALUES (?)", (number,))
-                conn.execute("COMMIT")
+                conn.execute("RELEASE migrate" if self.dry_run else "COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                conn.execute("ROLLBACK TO migrate" if self.dry_run else "ROLLBACK")
                 raise
             logger.info("state database %(path)s migrated to schema %(v)d", {"path": self.path, "v": number})
 
@@ -276,6 +307,8 @@ class SQLiteStateStore:
 
     def _commit(self) -> None:
         conn = self.conn
+        if self.dry_run:
+            return
         if conn.in_transaction:
             try:
                 conn.execute("COMMIT")
@@ -387,21 +420,40 @@ class SQLiteStateStore:
         if self._conn is None:
             return
         try:
-            self._commit()
+            if self.dry_run and self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            else:
+                self._commit()
         finally:
             self._conn.close()
             self._conn = None
             if self.sink is not None:
                 self.sink.close()
 
-    async def begin_run(self, spider: str, site: str | None, started_at: datetime) -> Run:
-        """Insert a run row and return it."""
+    async def begin_run(
+        self,
+        spider: str,
+        site: str | None,
+        started_at: datetime,
+        *,
+        embedder: str | None = None,
+        publish_each_page: bool = False,
+    ) -> Run:
+        """Insert a run row and return it (published at once when each page publishes itself)."""
 
         def work() -> Run:
             self._commit()
             cur = self.conn.execute(
-                "INSERT INTO runs (spider, site, started_at) VALUES (?, ?, ?)",
-                (spider, site, _ts(started_at)),
+                "INSERT INTO runs (spider, site, started_at, state, published_at, embedder) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    spider,
+                    site,
+                    _ts(started_at),
+                    RUN_PUBLISHED if publish_each_page else RUN_RUNNING,
+                    _ts(started_at) if publish_each_page else None,
+                    embedder,
+                ),
             )
             run_id = cur.lastrowid
             assert run_id is not None
@@ -433,13 +485,28 @@ class SQLiteStateStore:
         row = self.conn.execute(f"SELECT {_PAGE_COLUMNS} FROM pages WHERE key = ?", (key,)).fetchone()
         return _row_to_record(row) if row is not None else None
 
-    async def record(self, run: Run, rec: PageRecord, events: Sequence[Event]) -> None:
-        """Upsert the page's new state and its events atomically; lift any staged miss."""
+    async def record(
+        self,
+        run: Run,
+        rec: PageRecord,
+        events: Sequence[Event],
+        *,
+        chunks: Sequence[Chunk] | None = None,
+        restore: bool = False,
+        embeddings: Sequence[tuple[str, str, bytes]] = (),
+    ) -> None:
+        """Upsert the page's new state, its events and its knowledge-base rows atomically.
+
+        ``chunks`` replaces the page's current chunks (old rows retired by this run, new rows
+        added by it: search switches when the run publishes); ``restore`` brings back the rows a
+        quarantine kept; ``embeddings`` are (embedder, text hash, vector) cache rows.
+        Any staged miss of the page is lifted.
+        """
 
         def work(conn: sqlite3.Connection) -> None:
             conn.execute(
                 f"""INSERT INTO pages ({_PAGE_COLUMNS})
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT (key) DO UPDATE SET
                       url = excluded.url, site = excluded.site, etag = excluded.etag,
                       last_modified = excluded.last_modified, lastmod = excluded.lastmod,
@@ -463,12 +530,53 @@ class SQLiteStateStore:
                     _ts(rec.last_checked),
                     _ts(rec.last_changed),
                     run.id,
+                    rec.chunks,
                 ),
             )
             conn.execute("DELETE FROM run_misses WHERE run_id = ? AND key = ?", (run.id, rec.key))
+            if chunks is not None:
+                self._replace_chunks(conn, run, rec.key, chunks)
+            elif restore:
+                self._restore_chunks(conn, run, rec.key)
+            if embeddings:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO embeddings (embedder, text_hash, vector) VALUES (?, ?, ?)",
+                    embeddings,
+                )
             self._outbox(conn, events)
 
         await self._page_write(work)
+
+    @staticmethod
+    def _replace_chunks(conn: sqlite3.Connection, run: Run, key: str, chunks: Sequence[Chunk]) -> None:
+        # the current version and any rows a quarantine kept are superseded by this run's version
+        conn.execute(
+            """UPDATE chunks SET retired_run = ?, retired_why = ?
+               WHERE key = ? AND (retired_run IS NULL OR retired_why = ?)""",
+            (run.id, _RETIRED_REPLACED, key, _RETIRED_QUARANTINED),
+        )
+        conn.executemany(
+            """INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run)
+               VALUES (?, ?, ?, ?, ?, ?, ?)""",
+            [(key, c.chunk_index, c.chunk_hash, c.url, c.heading, c.text, run.id) for c in chunks],
+        )
+        conn.execute("UPDATE pages SET chunks = ? WHERE key = ?", (len(chunks), key))
+
+    @staticmethod
+    def _restore_chunks(conn: sqlite3.Connection, run: Run, key: str) -> None:
+        # copies of the kept rows become current in this run; same texts, so same embeddings
+        n = conn.execute(
+            """INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run)
+               SELECT key, chunk_index, chunk_hash, url, heading, text, ? FROM chunks
+               WHERE key = ? AND retired_why = ? AND retired_run IS NOT NULL
+               ORDER BY chunk_index""",
+            (run.id, key, _RETIRED_QUARANTINED),
+        ).rowcount
+        conn.execute(
+            "UPDATE chunks SET retired_why = ? WHERE key = ? AND retired_why = ? AND added_run != ?",
+            (_RETIRED_REPLACED, key, _RETIRED_QUARANTINED, run.id),
+        )
+        conn.execute("UPDATE pages SET chunks = ? WHERE key = ?", (n, key))
 
     async def record_error(self, run: Run, key: str | None, events: Sequence[Event]) -> None:
         """Mark a stored page as reached this run (state untouched) and write its error events."""
@@ -539,14 +647,16 @@ class SQLiteStateStore:
         def work() -> ReconcileResult:
             conn = self.conn
             self._commit()
-            conn.execute("BEGIN IMMEDIATE")
+            self._begin()
+            conn.execute("SAVEPOINT reconcile")
             try:
                 result = self._reconcile(conn, run, apply, gone_after, list(gone_statuses), at)
-                conn.execute("COMMIT")
+                conn.execute("RELEASE reconcile")
             except BaseException:
-                conn.execute("ROLLBACK")
+                conn.execute("ROLLBACK TO reconcile")
+                conn.execute("RELEASE reconcile")
                 raise
-            self._deliver()
+            self._commit()
             return result
 
         return await self._call(self._guard, work)
@@ -617,8 +727,233 @@ class SQLiteStateStore:
                 batch.append((ev.to_json(),))
         if batch:
             conn.executemany("INSERT INTO outbox (payload) VALUES (?)", batch)
+        # The knowledge base follows in the same transaction: quarantined pages' chunks are
+        # retired but kept (restored without re-embedding), gone pages' chunks are retired for good.
+        for status, why in ((QUARANTINED, _RETIRED_QUARANTINED), (GONE, _RETIRED_GONE)):
+            conn.execute(
+                """UPDATE chunks SET retired_run = :run, retired_why = :why
+                   WHERE (retired_run IS NULL OR retired_why = :kept)
+                     AND key IN (SELECT m.key FROM run_misses m JOIN pages p ON p.key = m.key
+                                 WHERE m.run_id = :run AND p.status = :status)""",
+                {"run": run.id, "why": why, "kept": _RETIRED_QUARANTINED, "status": status},
+            )
+        conn.execute(
+            "UPDATE pages SET chunks = 0 WHERE key IN (SELECT key FROM run_misses WHERE run_id = ?)",
+            (run.id,),
+        )
         conn.execute("DELETE FROM run_misses WHERE run_id = ?", (run.id,))
         return ReconcileResult(applied=True, quarantined=quarantined, gone=gone)
+
+    # --- knowledge base: embedding, holding and publishing runs --------------------------------
+
+    def _held_ids(self, conn: sqlite3.Connection) -> list[int]:
+        return [
+            r[0] for r in conn.execute("SELECT id FROM runs WHERE state IN (?, ?)", (RUN_HELD, RUN_DISCARDED))
+        ]
+
+    async def missing_embeddings(
+        self, embedder: str, limit: int, *, include_run: int | None = None
+    ) -> list[tuple[str, str]]:
+        """Return up to *limit* distinct (text hash, text) of current chunks with no embedding.
+
+        Chunks of held runs are left out (nothing is paid for a held run) unless
+        *include_run* names the held run being approved.
+        """
+
+        def work() -> list[tuple[str, str]]:
+            conn = self.conn
+            excluded = [r for r in self._held_ids(conn) if r != include_run]
+            rows = conn.execute(
+                """SELECT c.chunk_hash, MIN(c.text) AS text FROM chunks c
+                   WHERE c.retired_run IS NULL
+                     AND c.added_run NOT IN (SELECT value FROM json_each(?))
+                     AND NOT EXISTS (SELECT 1 FROM embeddings e
+                                     WHERE e.embedder = ? AND e.text_hash = c.chunk_hash)
+                   GROUP BY c.chunk_hash LIMIT ?""",
+                (json.dumps(excluded), embedder, limit),
+            ).fetchall()
+            return [(r[0], r[1]) for r in rows]
+
+        return await self._call(self._guard, work)
+
+    async def count_missing(self, embedder: str) -> int:
+        """How many distinct current chunk texts (held runs aside) have no embedding."""
+
+        def work() -> int:
+            conn = self.conn
+            row = conn.execute(
+                """SELECT COUNT(DISTINCT c.chunk_hash) FROM chunks c
+                   WHERE c.retired_run IS NULL
+                     AND c.added_run NOT IN (SELECT value FROM json_each(?))
+                     AND NOT EXISTS (SELECT 1 FROM embeddings e
+                                     WHERE e.embedder = ? AND e.text_hash = c.chunk_hash)""",
+                (json.dumps(self._held_ids(conn)), embedder),
+            ).fetchone()
+            return int(row[0])
+
+        return await self._call(self._guard, work)
+
+    async def missing_for(self, embedder: str, hashes: Sequence[str]) -> list[str]:
+        """Those of *hashes* with no embedding for *embedder*, in the given order."""
+
+        def work() -> list[str]:
+            have = {
+                r[0]
+                for r in self.conn.execute(
+                    "SELECT text_hash FROM embeddings WHERE embedder = ? "
+                    "AND text_hash IN (SELECT value FROM json_each(?))",
+                    (embedder, json.dumps(list(hashes))),
+                )
+            }
+            return [h for h in hashes if h not in have]
+
+        return await self._call(self._guard, work)
+
+    async def store_embeddings(self, rows: Sequence[tuple[str, str, bytes]]) -> None:
+        """Add (embedder, text hash, vector) rows to the cache and commit them (a paid cache)."""
+
+        def work() -> None:
+            self._begin()
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO embeddings (embedder, text_hash, vector) VALUES (?, ?, ?)", rows
+            )
+            self._commit()
+
+        await self._call(self._guard, work)
+
+    async def run_index_counts(self, run_id: int, embedder: str) -> dict[str, int]:
+        """Chunks a run added and retired, and how many of its texts are already embedded."""
+
+        def work() -> dict[str, int]:
+            conn = self.conn
+            added = conn.execute("SELECT COUNT(*) FROM chunks WHERE added_run = ?", (run_id,)).fetchone()[0]
+            retired = conn.execute("SELECT COUNT(*) FROM chunks WHERE retired_run = ?", (run_id,)).fetchone()[
+                0
+            ]
+            texts = conn.execute(
+                "SELECT COUNT(DISTINCT chunk_hash) FROM chunks WHERE added_run = ?", (run_id,)
+            ).fetchone()[0]
+            cached = conn.execute(
+                """SELECT COUNT(DISTINCT c.chunk_hash) FROM chunks c
+                   JOIN embeddings e ON e.embedder = ? AND e.text_hash = c.chunk_hash
+                   WHERE c.added_run = ?""",
+                (embedder, run_id),
+            ).fetchone()[0]
+            return {"chunks_added": added, "chunks_retired": retired, "texts": texts, "texts_cached": cached}
+
+        return await self._call(self._guard, work)
+
+    async def set_run_state(self, run_id: int, state: str) -> None:
+        """Mark a run running / finished / held (held runs stay invisible to search)."""
+
+        def work() -> None:
+            self._begin()
+            self.conn.execute("UPDATE runs SET state = ? WHERE id = ?", (state, run_id))
+            self._commit()
+
+        await self._call(self._guard, work)
+
+    async def publish(self, run_id: int, at: datetime) -> dict[str, int]:
+        """Make a run's changes visible to search in one statement, then drop what no one can see.
+
+        Returns counts of chunk rows and embeddings garbage-collected.
+        """
+
+        def work() -> dict[str, int]:
+            conn = self.conn
+            self._commit()
+            self._begin()
+            conn.execute(
+                "UPDATE runs SET state = ?, published_at = COALESCE(published_at, ?) WHERE id = ?",
+                (RUN_PUBLISHED, _ts(at), run_id),
+            )
+            result = self._gc(conn)
+            self._commit()
+            return result
+
+        return await self._call(self._guard, work)
+
+    def _gc(self, conn: sqlite3.Connection) -> dict[str, int]:
+        watermark = conn.execute(
+            "SELECT COALESCE(MAX(id), 0) FROM runs WHERE state = ?", (RUN_PUBLISHED,)
+        ).fetchone()[0]
+        held = json.dumps(self._held_ids(conn))
+        # rows retired by a published run are invisible for good; quarantine-kept rows stay
+        rows = conn.execute(
+            """DELETE FROM chunks
+               WHERE retired_run IS NOT NULL AND retired_run <= ? AND retired_why != ?
+                 AND retired_run NOT IN (SELECT value FROM json_each(?))
+               RETURNING chunk_hash, retired_why""",
+            (watermark, _RETIRED_QUARANTINED, held),
+        ).fetchall()
+        gone_hashes = {(r[0],) for r in rows if r[1] == _RETIRED_GONE}
+        # gone pages take their embeddings with them, unless another chunk still uses the text;
+        # replaced versions keep theirs, so a page that moves back embeds nothing
+        before = conn.total_changes
+        conn.executemany(
+            "DELETE FROM embeddings WHERE text_hash = ?1 AND NOT EXISTS "
+            "(SELECT 1 FROM chunks WHERE chunk_hash = ?1)",
+            sorted(gone_hashes),
+        )
+        return {"chunks_deleted": len(rows), "embeddings_deleted": conn.total_changes - before}
+
+    async def discard(self, run_id: int) -> dict[str, int]:
+        """Drop a held run's knowledge-base changes; its pages are checked again next run."""
+
+        def work() -> dict[str, int]:
+            conn = self.conn
+            row = conn.execute("SELECT state FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise StateStoreError(f"no run {run_id} in {self.path!r}")
+            if row[0] != RUN_HELD:
+                raise StateStoreError(f"run {run_id} is {row[0]}, not held: only held runs can be discarded")
+            self._commit()
+            self._begin()
+            later = "NOT EXISTS (SELECT 1 FROM chunks c2 WHERE c2.key = chunks.key AND c2.added_run > :run)"
+            touched = [
+                r[0]
+                for r in conn.execute(
+                    f"""SELECT DISTINCT key FROM chunks
+                        WHERE (added_run = :run OR retired_run = :run) AND {later}""",
+                    {"run": run_id},
+                )
+            ]
+            dropped = conn.execute("DELETE FROM chunks WHERE added_run = ?", (run_id,)).rowcount
+            conn.execute(
+                f"UPDATE chunks SET retired_run = NULL, retired_why = 0 WHERE retired_run = :run AND {later}",
+                {"run": run_id},
+            )
+            # pages the run saw first have no rows left: forget them, so the next run finds them new;
+            # the others lose hash and validators, so the next run fetches and re-indexes them
+            conn.executemany(
+                "DELETE FROM pages WHERE key = ?1 AND NOT EXISTS (SELECT 1 FROM chunks WHERE key = ?1)",
+                [(k,) for k in touched],
+            )
+            conn.executemany(
+                """UPDATE pages SET content_hash = NULL, fuzzy_hash = NULL, etag = NULL,
+                     last_modified = NULL, status = 'live', misses = 0,
+                     chunks = (SELECT COUNT(*) FROM chunks c WHERE c.key = ?1 AND c.retired_run IS NULL)
+                   WHERE key = ?1""",
+                [(k,) for k in touched],
+            )
+            conn.execute("UPDATE runs SET state = ? WHERE id = ?", (RUN_DISCARDED, run_id))
+            self._commit()
+            return {"pages": len(touched), "chunks_dropped": dropped}
+
+        return await self._call(self._guard, work)
+
+    async def run_info(self, run_id: int) -> dict[str, Any] | None:
+        """Return a run's row (id, state, embedder, site, counts) or None."""
+
+        def work() -> dict[str, Any] | None:
+            row = self.conn.execute(
+                "SELECT id, spider, site, state, embedder, started_at, finished_at, published_at, counts "
+                "FROM runs WHERE id = ?",
+                (run_id,),
+            ).fetchone()
+            return dict(row) if row is not None else None
+
+        return await self._call(self._guard, work)
 
     async def finish_run(self, run: Run, *, reason: str, at: datetime, report: dict[str, Any]) -> None:
         """Store the run's end, counts and report."""
@@ -670,8 +1005,8 @@ class SQLiteStateStore:
         conn = self._reader()
         try:
             for row in conn.execute(
-                "SELECT id, spider, site, started_at, finished_at, finish_reason, counts FROM runs "
-                "ORDER BY id DESC"
+                "SELECT id, spider, site, started_at, finished_at, finish_reason, state, published_at, "
+                "counts FROM runs ORDER BY id DESC"
             ):
                 data = dict(row)
                 data["counts"] = json.loads(data["counts"]) if data["counts"] else None
