@@ -1,0 +1,47 @@
+"""The README's offline example runs on a fresh machine and shows what the README says."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_offline_demo(tmp_path: Path) -> None:
+    proc = subprocess.run(  # noqa: S603 (fixed argv)
+        [sys.executable, str(REPO / "examples" / "demo.py"), "--db", str(tmp_path / "demo.db")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        cwd=tmp_path,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("run ")]
+    assert len(lines) == 4
+    assert "crawled: 6 new: 6 changed: 0 unchanged: 0 gone: 0 errors: 0" in lines[0]
+    assert "crawled: 6 new: 0 changed: 0 unchanged: 6 gone: 0 errors: 0" in lines[1]
+    assert "not_modified: 6" in lines[1]
+    assert "crawled: 7 new: 1 changed: 1 unchanged: 4 gone: 0 errors: 0 | quarantined: 1" in lines[2]
+    assert "crawled: 7 new: 0 changed: 0 unchanged: 6 gone: 1 errors: 0" in lines[3]
+    assert "index: published" in lines[2]
+    # the renamed setting is what the knowledge base now answers with
+    search = subprocess.run(  # noqa: S603
+        [
+            sys.executable,
+            "-m",
+            "recrawler.cli",
+            "search",
+            "retry_limit",
+            "-k",
+            "1",
+            "--db",
+            str(tmp_path / "demo.db"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "configuration.html#retries" in search.stdout
