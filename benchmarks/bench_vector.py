@@ -764,22 +764,24 @@ def _plan(args: argparse.Namespace) -> list[Run]:
                 [*base, "--load-method", "memview", "--load-sql", "chunks-first"],
             )
         )
-        runs.append(
-            Run("numpy [memview] OPENBLAS_CORETYPE/L2_SIZE unset", "numpy", me, best, unset=OPENBLAS_VARS)
-        )
-        runs.extend(
-            Run(
-                f"numpy [memview] OPENBLAS_CORETYPE={core}",
-                "numpy",
-                me,
-                best,
-                env={"OPENBLAS_CORETYPE": core},
+        # OpenBLAS kernels: as this environment has them, with both variables unset, and with
+        # OPENBLAS_CORETYPE forced (--simulate-coretype); each at the default thread count and at one
+        # thread (one thread is the stable comparison when another process holds the other core)
+        one = {"OPENBLAS_NUM_THREADS": "1"}
+        blas_runs: list[tuple[str, dict[str, str], tuple[str, ...]]] = [
+            ("", {}, ()),
+            (" OPENBLAS_* unset", {}, OPENBLAS_VARS),
+            *(
+                (f" OPENBLAS_CORETYPE={core}", {"OPENBLAS_CORETYPE": core}, ())
+                for core in filter(None, args.simulate_coretype.split(","))
+            ),
+        ]
+        for suffix, env, unset in blas_runs:
+            if suffix:
+                runs.append(Run(f"numpy [memview]{suffix}", "numpy", me, best, env=env, unset=unset))
+            runs.append(
+                Run(f"numpy [memview]{suffix}, 1 thread", "numpy", me, best, env={**env, **one}, unset=unset)
             )
-            for core in filter(None, args.simulate_coretype.split(","))
-        )
-        runs.append(
-            Run("numpy [memview] 1 BLAS thread", "numpy", me, best, env={"OPENBLAS_NUM_THREADS": "1"})
-        )
     for driver in ("apsw", "pysqlite3"):
         if driver in wanted:
             runs.extend(

@@ -28,7 +28,7 @@ class Chunk:
     chunk_hash: str
 
 
-def _blocks(text: str) -> list[str]:
+def blocks_of(text: str) -> list[str]:
     """Split rendered text into blocks, keeping fenced code blocks (which may hold blank lines) whole."""
     out: list[str] = []
     fence: list[str] | None = None
@@ -124,7 +124,7 @@ class Chunker:
         anchor: str | None = None
         body: list[str] = []
         next_heading = 0
-        for block in _blocks(text):
+        for block in blocks_of(text):
             m = _HEADING.match(block)
             if m is None:
                 body.append(block)

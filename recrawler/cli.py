@@ -6,19 +6,27 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import sys
+import time
+import urllib.request
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from scrapy.settings import Settings
+from scrapy.utils.project import get_project_settings
 
 from recrawler import __version__, default_settings
 from recrawler.embedders import embedder_from_spec
 from recrawler.exceptions import ConfigurationError, RecrawlerError
+from recrawler.extract import ContentExtractor
 from recrawler.index import open_kb
 from recrawler.index.sqlite import embedder_spec
+from recrawler.learning import NoiseRegistry
 from recrawler.pipelines.index import embed_missing
+from recrawler.regions import volatile_regions
 from recrawler.state import RUN_HELD, store_from_uri, utcnow
-from recrawler.urls import KeyMaker
+from recrawler.urls import KeyMaker, key_host
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -30,6 +38,166 @@ def _settings() -> Settings:
     settings = Settings()
     settings.setmodule(default_settings, priority="default")
     return settings
+
+
+def _project_settings() -> Settings:
+    """The Scrapy project's settings when run inside one (extraction and noise), else defaults."""
+    settings = (
+        get_project_settings()
+        if (Path("scrapy.cfg").exists() or os.environ.get("SCRAPY_SETTINGS_MODULE"))
+        else Settings()
+    )
+    for name in dir(default_settings):
+        if name.startswith("RECRAWLER_"):
+            settings.set(name, getattr(default_settings, name), priority="default")
+    return settings
+
+
+def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
+    """Show a page's last recorded change (``--all``: its whole history)."""
+    key = KeyMaker()(args.url)
+    rows = list(_store(args).iter_changes(key=key, limit=None if args.all else 1))
+    if not rows:
+        out.write(f"no recorded change for {key}\n")
+        return 1
+    for row in rows:
+        if args.json:
+            out.write(json.dumps(row) + "\n")
+            continue
+        fields = ", ".join(row["changed_fields"]) or "-"
+        distance = "-" if row["distance"] is None else str(row["distance"])
+        old_hash, new_hash = (row["old_hash"] or "-")[:12], (row["new_hash"] or "-")[:12]
+        out.write(
+            f"run {row['run_id']} at {row['at'][:19]}: {row['verdict']} {row['url']}\n"
+            f"  fields: {fields}  tlsh distance: {distance}  {old_hash} -> {new_hash}\n"
+        )
+        for reason in row["critical"]:
+            out.write(f"  critical: {reason}\n")
+        out.write((row["diff"] or "") + "\n\n")
+    return 0
+
+
+def cmd_noise(args: argparse.Namespace, out: TextIO) -> int:
+    """List what is being ignored per site: token patterns, boilerplate blocks, learned regions."""
+    settings = _project_settings()
+    registry = NoiseRegistry.from_settings(settings)
+    report = _store(args).noise_report()
+    sites = sorted(set(report) | {s for s in registry.patterns if s != "*"})
+    if args.site:
+        sites = [s for s in sites if s == args.site] or [args.site]
+    for site in sites:
+        data = report.get(site, {"boilerplate": [], "regions": []})
+        patterns = [p.name for p in registry.site(site).normalizer.patterns]
+        if args.json:
+            out.write(json.dumps({"site": site, "patterns": patterns, **data}) + "\n")
+            continue
+        out.write(f"{site}\n  token patterns ({len(patterns)}): {', '.join(patterns)}\n")
+        out.write(f"  boilerplate blocks ({len(data['boilerplate'])}):\n")
+        for b in data["boilerplate"]:
+            out.write(f"    on {b['pages']} pages: {' '.join((b['sample'] or '').split())[:100]}\n")
+        out.write(f"  volatile regions ({len(data['regions'])}):\n")
+        for r in data["regions"]:
+            out.write(f"    {r['selector']}  ({r['source']}, {r['hits']}x, from {r['learned_from']})\n")
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace, out: TextIO) -> int:
+    """Replay the recorded history: what each fuzzy threshold would suppress and what the guard keeps."""
+    rows = [r for r in _store(args).iter_changes(site=args.site) if r["distance"] is not None]
+    thresholds = [int(t) for t in args.thresholds.split(",")]
+    results = []
+    for t in thresholds:
+        suppressed = [r for r in rows if r["distance"] <= t]
+        caught = [r for r in suppressed if r["critical"]]
+        results.append(
+            {
+                "threshold": t,
+                "changes": len(rows),
+                "suppressed": len(suppressed),
+                "caught_by_guard": len(caught),
+                "missed": len(suppressed) - len(caught),
+                "missed_urls": sorted({r["url"] for r in suppressed if not r["critical"]})[:10],
+            }
+        )
+    if args.json:
+        for r in results:
+            out.write(json.dumps(r) + "\n")
+        return 0
+    out.write(f"{len(rows)} recorded changes with a TLSH distance{' on ' + args.site if args.site else ''}\n")
+    out.write("threshold  fuzzy would suppress  guard still catches  let through\n")
+    for r in results:
+        out.write(
+            f"{r['threshold']:>9}  {r['suppressed']:>20}  {r['caught_by_guard']:>19}  {r['missed']:>11}\n"
+        )
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
+    """Fetch a sample of pages twice and learn the regions that differ as volatile."""
+    settings = _project_settings()
+    store = _store(args)
+    urls = list(args.urls)
+    if not urls:
+        pages = [p for p in store.iter_pages(status="live") if not args.site or p.site == args.site]
+        random.Random(args.seed).shuffle(pages)  # noqa: S311 (a sample, not a secret)
+        urls = [p.url for p in pages[: args.sample]]
+    if not urls:
+        raise ConfigurationError("calibrate: no pages to sample (crawl first, or give URLs)")
+    extractor = ContentExtractor(
+        settings.getlist("RECRAWLER_CONTENT_SELECTORS"), settings.getlist("RECRAWLER_CONTENT_NOISE_SELECTORS")
+    )
+    registry = NoiseRegistry.from_settings(settings)
+    learned: dict[str, set[str]] = {}
+    noisy = 0
+    for url in urls:
+        first = _fetch(url, settings)
+        time.sleep(args.delay)
+        second = _fetch(url, settings)
+        site = key_host(KeyMaker()(url))
+        normalize = registry.site(site).normalizer.normalize
+        _, a = extractor.main(first)
+        _, b = extractor.main(second)
+        if a is None or b is None:
+            out.write(f"  {url}: no main content\n")
+            continue
+        regions = volatile_regions(a, b, normalize)
+        if regions:
+            noisy += 1
+            learned.setdefault(site, set()).update(regions)
+        out.write(f"  {url}: {', '.join(regions) if regions else 'stable'}\n")
+    new = asyncio.run(_store_regions(args, learned))
+    out.write(
+        f"{len(urls)} pages fetched twice {args.delay:g} s apart: {noisy} differed; "
+        f"{new} new volatile regions learned\n"
+    )
+    return 0
+
+
+def _fetch(url: str, settings: Settings) -> bytes:
+    if not url.startswith(("http://", "https://")):
+        raise ConfigurationError(f"calibrate: not an http(s) URL: {url!r}")
+    agent = str(settings.get("USER_AGENT") or "recrawler")
+    request = urllib.request.Request(url, headers={"User-Agent": agent})  # noqa: S310 (http(s) checked)
+    try:
+        timeout = settings.getfloat("DOWNLOAD_TIMEOUT") or 30
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (http(s) checked above)  # noqa: S310
+            return bytes(response.read())
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(f"calibrate: cannot fetch {url}: {exc}") from exc
+
+
+async def _store_regions(args: argparse.Namespace, learned: dict[str, set[str]]) -> int:
+    store = _store(args)
+    await store.open()
+    try:
+        total = 0
+        for site, selectors in learned.items():
+            total += await store.add_regions(
+                site, sorted(selectors), source="calibrate", learned_from="recrawler calibrate", at=utcnow()
+            )
+        return total
+    finally:
+        await store.close()
 
 
 def _store(args: argparse.Namespace) -> StateStore:
@@ -222,6 +390,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drop", action="append", help="query parameter pattern to drop (repeatable)")
     p.add_argument("--keep", action="append", help="keep only these query parameter patterns (repeatable)")
     p.set_defaults(func=cmd_normalize)
+
+    p = sub.add_parser("diff", help="show a page's last recorded change")
+    with_db(p)
+    p.add_argument("url")
+    p.add_argument("--all", action="store_true", help="the whole history, newest first")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("noise", help="list what is being ignored, per site")
+    with_db(p)
+    p.add_argument("--site")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_noise)
+
+    p = sub.add_parser("tune", help="replay recorded changes against candidate fuzzy thresholds")
+    with_db(p)
+    p.add_argument("--site")
+    p.add_argument("--thresholds", default="10,20,30,40,50,75,100,150,200")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("calibrate", help="fetch pages twice and learn the regions that differ as volatile")
+    with_db(p)
+    p.add_argument(
+        "urls", nargs="*", metavar="URL", help="pages to fetch (default: a sample of stored pages)"
+    )
+    p.add_argument("--site", help="sample only this site's pages")
+    p.add_argument("--sample", type=int, default=10, help="pages to sample (default %(default)s)")
+    p.add_argument("--delay", type=float, default=60.0, help="seconds between the two fetches (default 60)")
+    p.add_argument("--seed", type=int, default=None)
+    p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("crawl", help="run the docs spider (scrapy crawl docs) from any directory")
     with_db(p)

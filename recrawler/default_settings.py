@@ -76,6 +76,30 @@ RECRAWLER_REPORT_FILE: str | None = None
 # Deliver page events: file:///path/events.jsonl (None: no events are written).
 RECRAWLER_EVENTS_URI: str | None = None
 
+# --- change detection: noise out, critical edits in ----------------------------------------------
+# Drop blocks repeated on a large share of a site's pages from the hash (learned per site).
+RECRAWLER_BOILERPLATE_ENABLED = True
+# A block on at least this share of a site's live pages becomes boilerplate...
+RECRAWLER_BOILERPLATE_SHARE = 0.5
+# ...and stops being boilerplate only below this share (hysteresis: no flip-flopping).
+RECRAWLER_BOILERPLATE_EXIT_SHARE = 0.35
+# Sites with fewer live pages than this have no boilerplate (a block on 2 of 3 pages is content).
+RECRAWLER_BOILERPLATE_MIN_PAGES = 10
+# Normalise volatile tokens (dates in "last updated" lines, relative times, counters, ids).
+RECRAWLER_VOLATILE_ENABLED = True
+# Extra volatile patterns: {"docs.example.com": [regex, ...], "*": [regex, ...]}.
+RECRAWLER_VOLATILE_PATTERNS: dict[str, list[str]] = {}
+# Re-fetch at once a page whose validators say "same" but whose text moved, and learn the regions
+# that differ between the two fetches as volatile for the site.
+RECRAWLER_VOLATILE_LEARN = True
+# TLSH distance within which a page counts as unchanged unless a critical token changed
+# (None: off, exact comparison only).
+RECRAWLER_FUZZY_THRESHOLD: int | None = None
+# Per-site fuzzy thresholds: {"docs.example.com": 30}.
+RECRAWLER_FUZZY_THRESHOLDS: dict[str, int | None] = {}
+# Largest unified diff kept per history entry, in characters.
+RECRAWLER_DIFF_MAX_BYTES = 20_000
+
 # --- knowledge base: chunks, embeddings, publication --------------------------------------------
 # Keep the knowledge base (chunks + embeddings) in the state database.
 RECRAWLER_INDEX_ENABLED = True

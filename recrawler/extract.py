@@ -88,6 +88,10 @@ class Content:
     text: str
     #: the text's headings in order: (level, heading text, anchor id or None)
     headings: tuple[tuple[int, str, str | None], ...] = ()
+    #: inline code spans and code blocks, in order
+    code: tuple[str, ...] = ()
+    #: links of the main content: (href, text)
+    links: tuple[tuple[str, str], ...] = ()
 
 
 def _compile(selectors: Iterable[str], setting: str) -> list[CSSSelector]:
@@ -137,11 +141,11 @@ class ContentExtractor:
             return None
         return root
 
-    def extract(self, body: bytes | str, encoding: str | None = None) -> Content:
-        """Return the page's title and cleaned main text (empty text when there is none)."""
+    def main(self, body: bytes | str, encoding: str | None = None) -> tuple[str, _Element | None]:
+        """Return the title and the main-content element with chrome and noise removed."""
         root = self.parse(body, encoding)
         if root is None:
-            return Content(title="", text="")
+            return "", None
         title_el = root.find(".//title")
         title = _WS.sub(" ", _text(title_el)).strip() if title_el is not None else ""
         main = None
@@ -151,7 +155,7 @@ class ContentExtractor:
                 main = found[0]
                 break
         if main is None:
-            return Content(title=title, text="")
+            return title, None
         for el in self._noise(main):
             if el is not main:
                 _drop(el)
@@ -159,8 +163,38 @@ class ContentExtractor:
             # Page chrome lives in <header>, but an article's own <header> holds its title.
             if not any(h.tag in _HEADINGS for h in el.iter()):
                 _drop(el)
-        text, headings = render_with_headings(main)
-        return Content(title=title, text=text, headings=tuple(headings))
+        return title, main
+
+    def extract(
+        self, body: bytes | str, encoding: str | None = None, *, regions: CSSSelector | None = None
+    ) -> Content:
+        """Return the page's title, cleaned main text and fields (empty text when there is none).
+
+        *regions* drops a site's learned volatile regions before rendering.
+        """
+        title, main = self.main(body, encoding)
+        if main is None:
+            return Content(title=title, text="")
+        if regions is not None:
+            for el in regions(main):
+                if el is not main:
+                    _drop(el)
+        return content_of(title, main)
+
+
+def content_of(title: str, main: _Element) -> Content:
+    """Render a cleaned main element into Content (text, headings, code, links)."""
+    code: list[str] = []
+    for el in main.iter("code", "pre", "kbd", "samp", "tt"):
+        if el.tag == "pre":
+            code.append(_text(el).strip("\n"))
+        elif not any(a.tag == "pre" for a in el.iterancestors()):
+            span = " ".join(_text(el).split())
+            if span:
+                code.append(span)
+    links = tuple((a.get("href", ""), " ".join(_text(a).split())) for a in main.iter("a") if a.get("href"))
+    text, headings = render_with_headings(main)
+    return Content(title=title, text=text, headings=tuple(headings), code=tuple(code), links=links)
 
 
 def _text(el: _Element) -> str:

@@ -1,10 +1,14 @@
-"""Content fingerprints of cleaned text (never of raw HTML): exact sha256 and fuzzy TLSH."""
+"""Content fingerprints of cleaned text (never of raw HTML): exact sha256, per-block hashes, TLSH."""
 
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 import tlsh
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def content_hash(text: str) -> str:
@@ -25,3 +29,34 @@ def fuzzy_hash(text: str) -> str | None:
 def fuzzy_distance(a: str, b: str) -> int:
     """Return the TLSH distance of two digests (0: identical; larger: more different)."""
     return int(tlsh.diff(a, b))
+
+
+def block_hash(normalized_block: str) -> int:
+    """A 64-bit (signed, SQLite INTEGER-sized) hash of one normalised block of text."""
+    digest = hashlib.blake2b(normalized_block.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def pack_blocks(hashes: Sequence[int]) -> bytes:
+    """Pack block hashes in page order: 8 bytes each."""
+    return b"".join(h.to_bytes(8, "big", signed=True) for h in hashes)
+
+
+def unpack_blocks(blob: bytes | None) -> list[int]:
+    """The block hashes of :func:`pack_blocks`."""
+    if not blob:
+        return []
+    return [int.from_bytes(blob[i : i + 8], "big", signed=True) for i in range(0, len(blob), 8)]
+
+
+def page_hash(kept_blocks: Sequence[int]) -> str:
+    """The page fingerprint: sha256 over its kept (non-boilerplate) normalised blocks, in order."""
+    return hashlib.sha256(pack_blocks(kept_blocks)).hexdigest()
+
+
+def is_pure_deletion(old: Sequence[int], new: Sequence[int]) -> bool:
+    """True when *new* is *old* with some blocks removed and nothing added or reordered."""
+    if len(new) >= len(old):
+        return False
+    it = iter(old)
+    return all(any(h == o for o in it) for h in new)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -36,6 +36,14 @@ class Page:
     text: str | None = None
     #: the text's headings in order: (level, heading text, anchor id or None)
     headings: tuple[tuple[int, str, str | None], ...] = ()
+    #: inline code spans and code blocks of the main content, in order
+    code: tuple[str, ...] = ()
+    #: links of the main content: (href, text)
+    links: tuple[tuple[str, str], ...] = ()
     content_hash: str | None = None
     error: str | None = None
     status: PageStatus | None = None
+    #: volatile regions learned from this fetch and the one just before it (CSS selectors)
+    learned_regions: tuple[str, ...] = ()
+    #: the response body, kept only while a same-validator page whose text moved is re-checked
+    raw_body: bytes | None = field(default=None, repr=False, compare=False)

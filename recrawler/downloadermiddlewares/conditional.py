@@ -12,14 +12,14 @@ from scrapy.utils.misc import load_object
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
 from recrawler.pipelines import pending_for
-from recrawler.state import GONE, LIVE, Event, hints_for, run_for, store_for, utcnow
+from recrawler.state import GONE, LIVE, Event, PageRecord, hints_for, run_for, store_for, utcnow
 from recrawler.urls import KeyMaker, key_host
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Request, Response
 
-    from recrawler.state import PageRecord, StateStore
+    from recrawler.state import StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 META_KEY = "recrawler_key"
 META_ENABLED = "recrawler_enabled"
 _META_SENT = "_recrawler_validators"
+#: set on a 200 whose validators equal the stored ones
+META_SAME_VALIDATOR = "_recrawler_same_validator"
 _VALIDATOR_HEADERS = (b"If-None-Match", b"If-Modified-Since")
 
 
@@ -36,6 +38,14 @@ def _is_rfc2616(policy: object) -> bool:
     except (ImportError, ValueError, NameError, AttributeError):
         return False
     return isinstance(cls, type) and issubclass(cls, RFC2616Policy)
+
+
+def _same_validator(response: Response, rec: PageRecord) -> bool:
+    etag = response.headers.get(b"ETag")
+    if etag and rec.etag:
+        return bool(etag.decode("latin-1") == rec.etag)
+    last_modified = response.headers.get(b"Last-Modified")
+    return bool(last_modified and rec.last_modified and last_modified.decode("latin-1") == rec.last_modified)
 
 
 def is_sitemap_request(request: Request, spider: object) -> bool:
@@ -212,6 +222,11 @@ class ConditionalRequestMiddleware:
             self._inc("recrawler/conditional/not_modified")
             self._inc(f"recrawler/conditional/not_modified/{key_host(key)}")
             return response
+        if status == 200 and self.crawler is not None:
+            rec = hints_for(self.crawler).peek(key)
+            if isinstance(rec, PageRecord) and _same_validator(response, rec):
+                # the server calls this the same entity: if its text moved, that is noise
+                request.meta[META_SAME_VALIDATOR] = True
         if 200 <= status < 300 or status == 304:
             return response
         if status in self.miss_statuses:

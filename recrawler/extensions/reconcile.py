@@ -250,8 +250,11 @@ class Reconciler:
                     "outage guard held (%(why)s): nothing quarantined or gone this run",
                     {"why": ", ".join(skipped)},
                 )
+            noise = await self._learn_boilerplate(run)
             report = self._report(run, reason, result, skipped)
+            report["noise"] = noise
             report["index"] = await self._publish(run, reason, report)
+            await self.store.deliver()
             stats.set_value("recrawler/reconcile/elapsed_seconds", round(time.monotonic() - started, 3))
             await self.store.finish_run(run, reason=reason, at=utcnow(), report=report)
         except StateStoreError as exc:
@@ -269,6 +272,40 @@ class Reconciler:
         await self.crawler.signals.send_catch_log_async(
             recrawler_signals.run_finished, run=run, report=report
         )
+
+    async def _learn_boilerplate(self, run: Run) -> dict[str, Any]:
+        """Re-decide the site's boilerplate blocks from this run's pages (with hysteresis)."""
+        s = self.crawler.settings
+        if run.site is None or not s.getbool("RECRAWLER_BOILERPLATE_ENABLED"):
+            return {}
+        result = await self.store.update_boilerplate(
+            run.site,
+            enter_share=s.getfloat("RECRAWLER_BOILERPLATE_SHARE"),
+            exit_share=s.getfloat("RECRAWLER_BOILERPLATE_EXIT_SHARE"),
+            min_pages=s.getint("RECRAWLER_BOILERPLATE_MIN_PAGES"),
+        )
+        taken: list[str] = []
+        if result["boilerplate_on"]:
+            # a site-wide block that changed on many pages this run is noise, not a docs sprint
+            taken = await self.store.take_back_boilerplate_changes(run, run.site)
+            if taken:
+                stats = self.crawler.stats
+                assert stats is not None
+                stats.inc_value(f"recrawler/page/{_CHANGED}", -len(taken))
+                stats.inc_value(f"recrawler/page/{_UNCHANGED}", len(taken))
+                stats.inc_value(f"recrawler/page/{_UNCHANGED}/boilerplate", len(taken))
+        result["taken_back"] = len(taken)
+        if result["boilerplate_on"] or result["boilerplate_off"]:
+            logger.info(
+                "boilerplate of %(site)s: %(on)d blocks now ignored, %(off)d back in; %(n)d pages re-hashed",
+                {
+                    "site": run.site,
+                    "on": result["boilerplate_on"],
+                    "off": result["boilerplate_off"],
+                    "n": result["rehashed"],
+                },
+            )
+        return result
 
     async def _publish(self, run: Run, reason: str, report: dict[str, Any]) -> dict[str, Any]:
         """Hold, or embed what is new and publish the run in one statement."""

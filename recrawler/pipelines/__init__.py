@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from recrawler.chunking import Chunk
     from recrawler.items import Page
-    from recrawler.state import Event, PageRecord, Run, StateStore
+    from recrawler.state import ChangeRow, Event, FieldsRow, PageRecord, Run, StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,13 @@ class PageUpdate:
     page: Page
     status: PageStatus
     record: PageRecord
+    #: how an unchanged verdict was reached: not_modified, hash, rebaseline or fuzzy
+    how: str = ""
     events: list[Event] = field(default_factory=list)
+    #: the page's new field-level record (None: keep the stored one)
+    fields: FieldsRow | None = None
+    #: an entry for the page's history
+    change: ChangeRow | None = None
     #: the page was quarantined and is back: it counts as restored
     restored: bool = False
     #: the page has text but no chunks yet (stored before indexing was on): index it
@@ -95,7 +101,14 @@ async def commit(
     page, status = update.page, update.status
     try:
         await store.record(
-            run, update.record, update.events, chunks=chunks, restore=restore, embeddings=embeddings
+            run,
+            update.record,
+            update.events,
+            chunks=chunks,
+            restore=restore,
+            embeddings=embeddings,
+            fields=update.fields,
+            change=update.change,
         )
     except StateStoreError as exc:
         stats.inc_value(f"recrawler/state/error/{type(exc).__name__}")
@@ -104,7 +117,8 @@ async def commit(
     page.status = status
     stats.inc_value(f"recrawler/page/{status}")
     if status == PageStatus.UNCHANGED:
-        stats.inc_value(f"recrawler/page/{status}/{'not_modified' if page.http_status == 304 else 'hash'}")
+        how = update.how or ("not_modified" if page.http_status == 304 else "hash")
+        stats.inc_value(f"recrawler/page/{status}/{how}")
     if update.restored:
         stats.inc_value(f"recrawler/page/{PageStatus.RESTORED}")
     if chunks is not None:

@@ -1,20 +1,28 @@
-"""ClassifyPipeline: new / changed / unchanged against stored state, written with its events."""
+"""ClassifyPipeline: new / changed / unchanged against stored state, noise taken out first."""
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
-from recrawler.exceptions import StateStoreError
-from recrawler.fingerprint import fuzzy_hash
+from scrapy import Request
+
+from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.fingerprint import fuzzy_distance, is_pure_deletion, pack_blocks, unpack_blocks
 from recrawler.items import Page, PageStatus
+from recrawler.learning import fingerprint, noise_for
+from recrawler.noise import Fields, critical_changes, fields_from_text
 from recrawler.pipelines import PageUpdate, commit, pending_for
 from recrawler.state import (
     GONE,
     LIVE,
     QUARANTINED,
+    ChangeRow,
     Event,
+    FieldsRow,
     PageRecord,
     RecordHints,
     hints_for,
@@ -25,31 +33,114 @@ from recrawler.state import (
 from recrawler.urls import key_host
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from datetime import datetime
 
     from scrapy.crawler import Crawler
 
+    from recrawler.learning import Fingerprint, NoiseRegistry, SiteNoise
     from recrawler.state import Run, StateStore
 
 logger = logging.getLogger(__name__)
 
+#: how an unchanged verdict was reached (the ``recrawler/page/unchanged/<how>`` stats)
+NOT_MODIFIED, BY_HASH, REBASELINED, BY_FUZZY = "not_modified", "hash", "rebaseline", "fuzzy"
 
-def classify(page: Page, rec: PageRecord | None) -> PageStatus:
-    """Return the verdict for *page* against its stored record (pure; errors decided earlier).
 
-    A 304 is unchanged; a 200 is new without a live or quarantined record, changed when the hash
-    differs, unchanged when it is equal. Empty text never reaches here (it is an error).
+@dataclass(slots=True, kw_only=True)
+class Verdict:
+    """A page's classification and the evidence for it."""
+
+    status: PageStatus
+    how: str = ""
+    distance: int | None = None
+    critical: list[str] = field(default_factory=list)
+    #: the new content becomes the stored baseline (hash, fields)
+    advance: bool = True
+
+
+def guard_fields(text: str, code: Sequence[str], noise: SiteNoise) -> Fields:
+    """What the critical-token guard compares: normalised text (volatile tokens do not trip it)."""
+    return fields_from_text(noise.normalizer.normalize(text), code)
+
+
+def changed_fields(old: FieldsRow, page: Page) -> list[str]:
+    """Which of title, headings, code, links and text differ."""
+    out = []
+    if (old.title or "") != (page.title or ""):
+        out.append("title")
+    if old.headings != [h[1] for h in page.headings]:
+        out.append("headings")
+    if old.code != list(page.code):
+        out.append("code")
+    if old.links != [list(x) for x in page.links]:
+        out.append("links")
+    if old.text != (page.text or ""):
+        out.append("text")
+    return out
+
+
+def unified_diff(old: str, new: str, *, url: str, limit: int) -> str:
+    """A unified diff of two texts, capped at *limit* characters."""
+    diff = "\n".join(
+        difflib.unified_diff(old.splitlines(), new.splitlines(), "before", "after", n=2, lineterm="")
+    )
+    if len(diff) > limit:
+        diff = diff[:limit] + f"\n... diff truncated at {limit} characters ({url})"
+    return diff
+
+
+def decide(
+    page: Page,
+    rec: PageRecord | None,
+    fp: Fingerprint | None,
+    noise: SiteNoise | None,
+    old: FieldsRow | None,
+    *,
+    threshold: int | None,
+) -> Verdict:
+    """The verdict for *page* (pure). Default: changed if and only if the normalised main text
+    differs. With a fuzzy *threshold*, a TLSH match within it counts as unchanged unless the
+    critical-token guard trips; texts too short or too uniform for TLSH fall back to exact.
     """
     if rec is None or rec.status == GONE:
-        return PageStatus.NEW
+        return Verdict(status=PageStatus.NEW)
     if page.http_status == 304:
-        return PageStatus.UNCHANGED
-    if rec.content_hash != page.content_hash:
-        return PageStatus.CHANGED
-    return PageStatus.UNCHANGED
+        return Verdict(status=PageStatus.UNCHANGED, how=NOT_MODIFIED)
+    assert fp is not None
+    assert noise is not None
+    if fp.content_hash == rec.content_hash:
+        return Verdict(status=PageStatus.UNCHANGED, how=BY_HASH, advance=rec.noise_key != noise.key)
+    if rec.noise_key is None and page.content_hash == rec.content_hash:
+        # stored before per-block hashing: the same cleaned text is the same page
+        return Verdict(status=PageStatus.UNCHANGED, how=BY_HASH)
+    if old is not None and rec.noise_key != noise.key:
+        old_kept = [b for b in unpack_blocks(old.blocks) if b not in noise.boilerplate]
+        if is_pure_deletion(old_kept, fp.kept):
+            # the noise model changed since (a region learned): only noise left, nothing came in
+            return Verdict(status=PageStatus.UNCHANGED, how=REBASELINED)
+    distance = None
+    if fp.fuzzy_hash and rec.fuzzy_hash:
+        distance = fuzzy_distance(rec.fuzzy_hash, fp.fuzzy_hash)
+    critical = []
+    if old is not None:
+        new_fields = guard_fields(page.text or "", page.code, noise)
+        critical = critical_changes(guard_fields(old.text, old.code, noise), new_fields)
+    if threshold is not None and distance is not None and distance <= threshold and not critical:
+        return Verdict(
+            status=PageStatus.UNCHANGED, how=BY_FUZZY, distance=distance, critical=critical, advance=False
+        )
+    return Verdict(status=PageStatus.CHANGED, distance=distance, critical=critical)
 
 
-def next_record(page: Page, rec: PageRecord | None, status: PageStatus, now: datetime) -> PageRecord:
+def next_record(
+    page: Page,
+    rec: PageRecord | None,
+    verdict: Verdict,
+    now: datetime,
+    fp: Fingerprint | None = None,
+    noise_key: str | None = None,
+) -> PageRecord:
     """Build the page's new stored state."""
     if page.http_status == 304:
         assert rec is not None
@@ -64,7 +155,8 @@ def next_record(page: Page, rec: PageRecord | None, status: PageStatus, now: dat
             misses=0,
             last_checked=now,
         )
-    changed = status in (PageStatus.NEW, PageStatus.CHANGED)
+    changed = verdict.status in (PageStatus.NEW, PageStatus.CHANGED)
+    keep_old = rec is not None and not verdict.advance
     return PageRecord(
         key=page.key,
         site=key_host(page.key),
@@ -73,46 +165,100 @@ def next_record(page: Page, rec: PageRecord | None, status: PageStatus, now: dat
         etag=page.etag,
         last_modified=page.last_modified,
         lastmod=page.lastmod or (rec.lastmod if rec else None),
-        content_hash=page.content_hash,
-        # TLSH only where the text moved: an unchanged page keeps its stored digest
-        fuzzy_hash=fuzzy_hash(page.text) if changed and page.text else (rec.fuzzy_hash if rec else None),
-        title=page.title,
+        # a fuzzy "unchanged" keeps the old baseline, so small drifts add up and get caught
+        content_hash=rec.content_hash if keep_old and rec else (fp.content_hash if fp else page.content_hash),
+        fuzzy_hash=rec.fuzzy_hash if keep_old and rec else (fp.fuzzy_hash if fp else None),
+        title=rec.title if keep_old and rec else page.title,
         status=LIVE,
         misses=0,
         first_seen=rec.first_seen if rec else now,
         last_checked=now,
         last_changed=now if changed else (rec.last_changed if rec else now),
+        chunks=rec.chunks if rec else 0,
+        noise_key=rec.noise_key if keep_old and rec else noise_key,
     )
 
 
+def _threshold(value: Any, setting: str) -> int | None:
+    if value in (None, "", "None", "none", "off"):
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = -1
+    if number < 0:
+        raise ConfigurationError(
+            f"{setting}: expected a TLSH distance (an integer >= 0) or None, got {value!r}"
+        )
+    return number
+
+
 class ClassifyPipeline:
-    """Classifies each Page and writes its new state and events in one transaction.
+    """Classifies each Page against its stored state, with site noise taken out first: volatile
+    tokens normalised, learned volatile regions dropped, site boilerplate blocks left out of the
+    hash; optionally a TLSH match (with the critical-token guard) counts as unchanged. Changes go
+    to the page's append-only history with the fields that changed and a capped diff.
 
-    A page's state is written only once it is classified; a failed write leaves the old state,
-    so the page is checked again next run. Error pages (``Page.error``) leave state untouched.
+    A page's state is written only once it is classified (by IndexPipeline, when enabled, with its
+    chunks); a failed write leaves the old state, so the page is checked again next run. Error
+    pages (``Page.error``) leave state untouched.
 
-    Settings: ``RECRAWLER_DB_URI``. Stats: ``recrawler/page/{new,changed,unchanged,restored,error}``,
-    ``recrawler/page/unchanged/{not_modified,hash}``, ``recrawler/page/error/<reason>``,
-    ``recrawler/state/error/<Exception>``. Signals: sends ``page_classified``.
+    Settings: ``RECRAWLER_DB_URI``, ``RECRAWLER_FUZZY_THRESHOLD``, ``RECRAWLER_FUZZY_THRESHOLDS``,
+    ``RECRAWLER_DIFF_MAX_BYTES``, ``RECRAWLER_VOLATILE_*``, ``RECRAWLER_BOILERPLATE_*``.
+    Stats: ``recrawler/page/{new,changed,unchanged,restored,error}``,
+    ``recrawler/page/unchanged/{not_modified,hash,rebaseline,fuzzy}``,
+    ``recrawler/page/changed/guard``, ``recrawler/page/error/<reason>``,
+    ``recrawler/volatile/{recheck,learned}``, ``recrawler/state/error/<Exception>``.
+    Signals: sends ``page_classified`` (through the write).
     """
 
-    def __init__(self, store: StateStore, crawler: Crawler | None = None) -> None:
+    def __init__(
+        self,
+        store: StateStore,
+        crawler: Crawler | None = None,
+        *,
+        noise: NoiseRegistry | None = None,
+        threshold: int | None = None,
+        thresholds: Mapping[str, int | None] | None = None,
+        diff_limit: int = 20_000,
+        learn: bool = True,
+    ) -> None:
         self.store = store
         self.crawler = crawler
+        self.noise = noise
+        self.threshold = threshold
+        self.thresholds = dict(thresholds or {})
+        self.diff_limit = diff_limit
+        self.learn = learn
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        """Use the crawler's single store."""
-        return cls(store_for(crawler), crawler)
+        """Use the crawler's single store and noise registry."""
+        s = crawler.settings
+        thresholds = {
+            str(site): _threshold(v, "RECRAWLER_FUZZY_THRESHOLDS")
+            for site, v in s.getdict("RECRAWLER_FUZZY_THRESHOLDS").items()
+        }
+        return cls(
+            store_for(crawler),
+            crawler,
+            noise=noise_for(crawler),
+            threshold=_threshold(s.get("RECRAWLER_FUZZY_THRESHOLD"), "RECRAWLER_FUZZY_THRESHOLD"),
+            thresholds=thresholds,
+            diff_limit=s.getint("RECRAWLER_DIFF_MAX_BYTES"),
+            learn=s.getbool("RECRAWLER_VOLATILE_ENABLED") and s.getbool("RECRAWLER_VOLATILE_LEARN"),
+        )
 
     async def open_spider(self) -> None:
-        """Open the store and begin the run before the first page arrives."""
+        """Open the store, begin the run and load the sites' learned regions."""
         if self.crawler is not None:
             await run_for(self.crawler)
+            if self.noise is not None:
+                await self.noise.load(self.store)
 
-    def _inc(self, name: str) -> None:
+    def _inc(self, name: str, count: int = 1) -> None:
         if self.crawler is not None and self.crawler.stats is not None:
-            self.crawler.stats.inc_value(name)
+            self.crawler.stats.inc_value(name, count)
 
     async def process_item(self, item: Any) -> Any:
         """Classify a Page; other items pass through untouched."""
@@ -135,26 +281,131 @@ class ClassifyPipeline:
         if item.http_status == 304 and (rec is None or rec.status == GONE):
             item.error = "not_modified_without_record"
             return await self._error(run, item, now)
-        status = classify(item, rec)
-        new_rec = next_record(item, rec, status, now)
+        site = key_host(item.key)
+        noise = fp = old = None
+        if item.http_status != 304 and self.noise is not None:
+            noise = await self.noise.ensure(site, self.store)
+            if item.learned_regions:
+                new = await self.store.add_regions(
+                    site, item.learned_regions, source="recheck", learned_from=item.url, at=now
+                )
+                self._inc("recrawler/volatile/learned", new)
+                noise = self.noise.site(site)
+            assert item.text is not None
+            fp = fingerprint(item.text, noise)
+            if rec is not None and rec.status != GONE and fp.content_hash != rec.content_hash:
+                old = await self._old_fields(item)
+                if self._recheck(item, rec, old):
+                    return item
+        threshold = self.thresholds.get(site, self.threshold)
+        verdict = decide(item, rec, fp, noise, old, threshold=threshold)
+        return await self._write(run, item, rec, verdict, fp, noise, old, now)
+
+    async def _old_fields(self, item: Page) -> FieldsRow | None:
+        try:
+            return await self.store.get_fields(item.key)
+        except StateStoreError as exc:
+            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            return None
+
+    def _recheck(self, item: Page, rec: PageRecord, old: FieldsRow | None) -> bool:
+        """The server says "same entity" but the text moved: fetch again at once and learn the
+        regions that differ between the two fetches (volatile noise), then decide."""
+        if not self.learn or item.learned_regions or self.crawler is None or self.crawler.engine is None:
+            return False
+        same_validator = (item.etag and item.etag == rec.etag) or (
+            item.last_modified and item.last_modified == rec.last_modified and not item.etag
+        )
+        if not same_validator or item.raw_body is None:
+            return False
+        spider = self.crawler.spider
+        callback = getattr(spider, "recrawler_verify_callback", None) or getattr(spider, "parse", None)
+        self.crawler.engine.crawl(
+            Request(
+                item.url,
+                callback=callback,
+                dont_filter=True,
+                meta={
+                    "recrawler_key": item.key,
+                    "recrawler_enabled": True,
+                    "_recrawler_first_body": item.raw_body,
+                },
+            )
+        )
+        self._inc("recrawler/volatile/recheck")
+        return True
+
+    async def _write(
+        self,
+        run: Run,
+        item: Page,
+        rec: PageRecord | None,
+        verdict: Verdict,
+        fp: Fingerprint | None,
+        noise: SiteNoise | None,
+        old: FieldsRow | None,
+        now: datetime,
+    ) -> Any:
+        assert self.crawler is not None
+        status = verdict.status
+        new_rec = next_record(item, rec, verdict, now, fp, noise.key if noise else None)
+        if fp is not None:
+            item.content_hash = new_rec.content_hash
         restored = rec is not None and rec.status == QUARANTINED
+        changed = None
+        if (
+            old is not None
+            and status in (PageStatus.CHANGED, PageStatus.UNCHANGED)
+            and verdict.how != BY_HASH
+        ):
+            changed = ChangeRow(
+                key=item.key,
+                url=item.url,
+                at=now,
+                verdict="changed" if status == PageStatus.CHANGED else f"unchanged_{verdict.how}",
+                old_hash=rec.content_hash if rec else None,
+                new_hash=fp.content_hash if fp else None,
+                changed_fields=changed_fields(old, item),
+                distance=verdict.distance,
+                critical=verdict.critical,
+                diff=unified_diff(old.text, item.text or "", url=item.url, limit=self.diff_limit),
+                old_blocks=old.blocks,
+            )
         events = []
         if restored:
             events.append(self._event(run, PageStatus.RESTORED, new_rec, now))
         if status in (PageStatus.NEW, PageStatus.CHANGED):
-            events.append(self._event(run, status, new_rec, now))
+            extra = {"changed_fields": changed.changed_fields} if changed else {}
+            events.append(self._event(run, status, new_rec, now, extra))
+        if verdict.critical and status == PageStatus.CHANGED and verdict.distance is not None:
+            self._inc("recrawler/page/changed/guard")
+        fields = None
+        if fp is not None and (verdict.advance or status == PageStatus.NEW):
+            fields = FieldsRow(
+                title=item.title or "",
+                headings=[h[1] for h in item.headings],
+                code=list(item.code),
+                links=[list(x) for x in item.links],
+                text=item.text or "",
+                blocks=pack_blocks(fp.blocks),
+                samples=fp.samples,
+            )
         update = PageUpdate(
             page=item,
             status=status,
+            how=verdict.how,
             record=new_rec,
             events=events,
             restored=restored,
+            fields=fields,
+            change=changed,
             # stored before the knowledge base existed: index it now that its text is here
             backfill=status == PageStatus.UNCHANGED
             and bool(item.text)
             and rec is not None
             and rec.chunks == 0,
         )
+        item.raw_body = None
         pending = pending_for(self.crawler)
         if pending is not None:
             # IndexPipeline adds the page's chunks and writes everything in one transaction
@@ -164,7 +415,9 @@ class ClassifyPipeline:
         return await commit(self.crawler, self.store, run, update)
 
     @staticmethod
-    def _event(run: Run, action: PageStatus, rec: PageRecord, now: datetime) -> Event:
+    def _event(
+        run: Run, action: PageStatus, rec: PageRecord, now: datetime, extra: dict[str, Any] | None = None
+    ) -> Event:
         return Event(
             run_id=run.id,
             action=action,
@@ -173,7 +426,7 @@ class ClassifyPipeline:
             content_hash=rec.content_hash,
             status=rec.status,
             at=now,
-            extra={"title": rec.title} if rec.title else {},
+            extra={**({"title": rec.title} if rec.title else {}), **(extra or {})},
         )
 
     async def _error(self, run: Run, item: Page, now: datetime) -> Page:
@@ -198,4 +451,5 @@ class ClassifyPipeline:
             self._inc(f"recrawler/state/error/{type(exc).__name__}")
             logger.error("state write failed for %(url)s: %(exc)s", {"url": item.url, "exc": exc})
         item.status = PageStatus.ERROR
+        item.raw_body = None
         return item

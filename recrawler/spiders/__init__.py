@@ -9,11 +9,13 @@ from urllib.parse import urlsplit
 from scrapy.http import TextResponse
 from scrapy.spiders import SitemapSpider
 
-from recrawler.downloadermiddlewares.conditional import META_KEY
+from recrawler.downloadermiddlewares.conditional import META_KEY, META_SAME_VALIDATOR
 from recrawler.exceptions import ConfigurationError
 from recrawler.extract import ContentExtractor
 from recrawler.fingerprint import content_hash
 from recrawler.items import Page
+from recrawler.learning import noise_for
+from recrawler.regions import volatile_regions
 from recrawler.urls import KeyMaker, key_host, url_host
 
 if TYPE_CHECKING:
@@ -22,7 +24,12 @@ if TYPE_CHECKING:
     from scrapy.http import Response
     from scrapy.settings import BaseSettings
 
+    from recrawler.learning import NoiseRegistry, SiteNoise
+
 logger = logging.getLogger(__name__)
+
+#: request meta: the body of a first fetch, on the immediate re-fetch that learns volatile regions
+META_FIRST_BODY = "_recrawler_first_body"
 
 _HTML_TYPES = (b"text/html", b"application/xhtml+xml")
 
@@ -35,9 +42,12 @@ def _header(response: Response, name: bytes) -> str | None:
 class PageBuilder:
     """Turns responses into Page items: a 304 without parsing, a 200 extracted and hashed."""
 
-    def __init__(self, extractor: ContentExtractor, key_maker: KeyMaker) -> None:
+    def __init__(
+        self, extractor: ContentExtractor, key_maker: KeyMaker, noise: NoiseRegistry | None = None
+    ) -> None:
         self.extractor = extractor
         self.key_maker = key_maker
+        self.noise = noise
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -72,16 +82,45 @@ class PageBuilder:
         if not isinstance(response, TextResponse) or (ctype and ctype not in _HTML_TYPES):
             page.error = "not_html"
             return page
-        content = self.extractor.extract(response.body, response.encoding)
+        regions = None
+        if self.noise is not None:
+            site = self.noise.site(key_host(key))
+            first = response.meta.get(META_FIRST_BODY)
+            if first is not None:
+                # a second fetch moments after the first: what differs between them is volatile
+                learned = self._learn(first, response, site)
+                if learned:
+                    page.learned_regions = tuple(learned)
+                    self.noise.learned(site.site, learned)
+                    site = self.noise.site(site.site)
+            regions = site.regions_css
+        content = self.extractor.extract(response.body, response.encoding, regions=regions)
         page.title = content.title
         if not content.text.strip():
             # Empty content is never "unchanged": it is an error and stored state stays as it was.
             page.error = "empty_content"
             return page
         page.text = content.text
+        if response.meta.get(META_SAME_VALIDATOR):
+            page.raw_body = response.body
         page.headings = content.headings
+        page.code = content.code
+        page.links = content.links
         page.content_hash = content_hash(content.text)
         return page
+
+    def _learn(self, first: bytes, response: TextResponse, site: SiteNoise) -> list[str]:
+        _, a = self.extractor.main(first, response.encoding)
+        _, b = self.extractor.main(response.body, response.encoding)
+        if a is None or b is None:
+            return []
+        if site.regions_css is not None:
+            for main in (a, b):
+                for el in site.regions_css(main):
+                    parent = el.getparent()
+                    if parent is not None:
+                        parent.remove(el)
+        return volatile_regions(a, b, site.normalizer.normalize)
 
 
 class RecrawlerSpiderMixin:
@@ -92,10 +131,11 @@ class RecrawlerSpiderMixin:
     def recrawler_page(self, response: Response, lastmod: str | None = None) -> Page:
         """Return the Page item for *response* (304s are not parsed)."""
         if self._recrawler_builder is None:
-            settings = getattr(self, "settings", None)
-            if settings is None:
+            crawler = getattr(self, "crawler", None)
+            if crawler is None:
                 raise ConfigurationError("recrawler_page() needs a spider created by a crawler")
-            self._recrawler_builder = PageBuilder.from_settings(settings)
+            self._recrawler_builder = PageBuilder.from_settings(crawler.settings)
+            self._recrawler_builder.noise = noise_for(crawler)
         return self._recrawler_builder.page(response, lastmod)
 
 

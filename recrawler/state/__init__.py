@@ -69,6 +69,40 @@ class PageRecord:
     last_seen_run: int | None = None
     #: current knowledge-base chunks of the page (0: none yet, e.g. stored before indexing)
     chunks: int = 0
+    #: the noise configuration its content hash was computed with (None: before schema 3)
+    noise_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FieldsRow:
+    """A page's field-level record: what it says, field by field, and its normalised blocks."""
+
+    title: str
+    headings: list[str]
+    code: list[str]
+    links: list[list[str]]
+    text: str
+    #: packed 8-byte hashes of the normalised blocks, in page order
+    blocks: bytes
+    #: a readable sample of each block, for ``recrawler noise``
+    samples: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChangeRow:
+    """One entry of a page's append-only history."""
+
+    key: str
+    url: str
+    at: datetime
+    verdict: str
+    old_hash: str | None
+    new_hash: str | None
+    changed_fields: list[str]
+    distance: int | None = None
+    critical: list[str] = field(default_factory=list)
+    diff: str = ""
+    old_blocks: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -165,8 +199,11 @@ class StateStore(Protocol):
         chunks: Sequence[Chunk] | None = None,
         restore: bool = False,
         embeddings: Sequence[tuple[str, str, bytes]] = (),
+        fields: FieldsRow | None = None,
+        change: ChangeRow | None = None,
     ) -> None:
-        """Write a page's new state, events and knowledge-base rows in one transaction."""
+        """Write a page's new state, events, knowledge-base rows, fields and history in one
+        transaction."""
 
     async def record_error(self, run: Run, key: str | None, events: Sequence[Event]) -> None:
         """Note that a page was reached with an error: state untouched, events written."""
@@ -218,6 +255,41 @@ class StateStore(Protocol):
 
     async def run_info(self, run_id: int) -> dict[str, Any] | None:
         """A run's row, or None."""
+
+    # --- change detection ---------------------------------------------------------------------
+
+    async def get_fields(self, key: str) -> FieldsRow | None:
+        """The page's field-level record, or None."""
+
+    async def load_regions(self) -> dict[str, list[str]]:
+        """Every site's learned volatile regions."""
+
+    async def add_regions(
+        self, site: str, selectors: Sequence[str], *, source: str, learned_from: str, at: datetime
+    ) -> int:
+        """Learn volatile regions for a site; returns how many are new."""
+
+    async def load_boilerplate(self, site: str) -> frozenset[int]:
+        """The site's boilerplate block hashes."""
+
+    async def update_boilerplate(
+        self, site: str, *, enter_share: float, exit_share: float, min_pages: int
+    ) -> dict[str, int]:
+        """Re-decide a site's boilerplate blocks and re-hash the pages they move."""
+
+    async def take_back_boilerplate_changes(self, run: Run, site: str) -> list[str]:
+        """Call unchanged the pages whose only change this run is now boilerplate."""
+
+    async def deliver(self) -> None:
+        """Commit and deliver every committed event now."""
+
+    def noise_report(self) -> dict[str, dict[str, list[dict[str, Any]]]]:
+        """What is being ignored, per site (synchronous; for the CLI)."""
+
+    def iter_changes(
+        self, *, key: str | None = None, site: str | None = None, limit: int | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """History rows, newest first (synchronous; for the CLI)."""
 
     def iter_pages(self, status: str | None = None) -> Iterator[PageRecord]:
         """Yield stored pages ordered by key (synchronous; for the CLI)."""
@@ -276,6 +348,10 @@ class RecordHints:
     def pop(self, key: str) -> PageRecord | Any | None:
         """Return and forget the hint for *key*, or ``MISSING``."""
         return self._data.pop(key, self.MISSING)
+
+    def peek(self, key: str) -> PageRecord | Any | None:
+        """Return the hint for *key* (kept), or ``MISSING``."""
+        return self._data.get(key, self.MISSING)
 
     def __len__(self) -> int:
         return len(self._data)

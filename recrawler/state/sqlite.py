@@ -9,6 +9,7 @@ import re
 import sqlite3
 import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from importlib import resources
@@ -18,6 +19,7 @@ from urllib.parse import unquote, urlsplit
 
 from recrawler.events import EventSink, sink_from_uri
 from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
+from recrawler.fingerprint import page_hash, unpack_blocks
 from recrawler.state import (
     GONE,
     LIVE,
@@ -26,6 +28,8 @@ from recrawler.state import (
     RUN_HELD,
     RUN_PUBLISHED,
     RUN_RUNNING,
+    ChangeRow,
+    FieldsRow,
     PageRecord,
     ReconcileResult,
     Run,
@@ -49,7 +53,7 @@ _T = TypeVar("_T")
 _MIGRATION = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 _PAGE_COLUMNS = (
     "key, site, url, etag, last_modified, lastmod, content_hash, fuzzy_hash, title, status, "
-    "misses, first_seen, last_checked, last_changed, last_seen_run, chunks"
+    "misses, first_seen, last_checked, last_changed, last_seen_run, chunks, noise_key"
 )
 
 
@@ -106,6 +110,7 @@ def _row_to_record(row: sqlite3.Row) -> PageRecord:
         last_changed=_dt(row["last_changed"]),
         last_seen_run=row["last_seen_run"],
         chunks=row["chunks"],
+        noise_key=row["noise_key"],
     )
 
 
@@ -127,8 +132,12 @@ class SQLiteStateStore:
         timeout_secs: float = 10.0,
         sink: EventSink | None = None,
         dry_run: bool = False,
+        deliver_on_commit: bool = True,
     ) -> None:
         self.uri = uri
+        #: deliver events after each commit; off when the run publishes as a whole, so events go
+        #: out with the run (and a change the run takes back is never announced)
+        self.deliver_on_commit = deliver_on_commit
         self.path = path_from_uri(uri)
         self.dry_run = dry_run
         self.batch_size = max(1, batch_size)
@@ -141,6 +150,7 @@ class SQLiteStateStore:
         self._pending = 0
         self._txn_since = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self._flipped_off: dict[str, set[int]] = {}
         self._background: set[asyncio.Future[None]] = set()
 
     @classmethod
@@ -155,6 +165,9 @@ class SQLiteStateStore:
             # a dry run writes nothing: no events either
             sink=None if dry_run else sink_from_uri(settings.get("RECRAWLER_EVENTS_URI")),
             dry_run=dry_run,
+            deliver_on_commit=not (
+                settings.getbool("RECRAWLER_INDEX_ENABLED") and settings.get("RECRAWLER_PUBLISH") == "run"
+            ),
         )
 
     # --- plumbing ---------------------------------------------------------------------------
@@ -315,7 +328,17 @@ class SQLiteStateStore:
             except sqlite3.Error as exc:
                 raise StateStoreError(f"commit to {self.path!r} failed: {exc}") from exc
         self._pending = 0
-        self._deliver()
+        if self.deliver_on_commit:
+            self._deliver()
+
+    async def deliver(self) -> None:
+        """Commit and deliver every committed event now (the end of a run published as a whole)."""
+
+        def work() -> None:
+            self._commit()
+            self._deliver()
+
+        await self._call(self._guard, work)
 
     def _deliver(self) -> None:
         """Send committed outbox events to the sink, then delete them (at-least-once)."""
@@ -424,6 +447,7 @@ class SQLiteStateStore:
                 self._conn.execute("ROLLBACK")
             else:
                 self._commit()
+                self._deliver()
         finally:
             self._conn.close()
             self._conn = None
@@ -494,8 +518,13 @@ class SQLiteStateStore:
         chunks: Sequence[Chunk] | None = None,
         restore: bool = False,
         embeddings: Sequence[tuple[str, str, bytes]] = (),
+        fields: FieldsRow | None = None,
+        change: ChangeRow | None = None,
     ) -> None:
         """Upsert the page's new state, its events and its knowledge-base rows atomically.
+
+        ``fields`` replaces the page's field-level record (and updates the site's block counts);
+        ``change`` appends to the page's history.
 
         ``chunks`` replaces the page's current chunks (old rows retired by this run, new rows
         added by it: search switches when the run publishes); ``restore`` brings back the rows a
@@ -506,8 +535,8 @@ class SQLiteStateStore:
         def work(conn: sqlite3.Connection) -> None:
             conn.execute(
                 f"""INSERT INTO pages ({_PAGE_COLUMNS})
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT (key) DO UPDATE SET
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (key) DO UPDATE SET noise_key = excluded.noise_key,
                       url = excluded.url, site = excluded.site, etag = excluded.etag,
                       last_modified = excluded.last_modified, lastmod = excluded.lastmod,
                       content_hash = excluded.content_hash, fuzzy_hash = excluded.fuzzy_hash,
@@ -531,6 +560,7 @@ class SQLiteStateStore:
                     _ts(rec.last_changed),
                     run.id,
                     rec.chunks,
+                    rec.noise_key,
                 ),
             )
             conn.execute("DELETE FROM run_misses WHERE run_id = ? AND key = ?", (run.id, rec.key))
@@ -543,9 +573,67 @@ class SQLiteStateStore:
                     "INSERT OR IGNORE INTO embeddings (embedder, text_hash, vector) VALUES (?, ?, ?)",
                     embeddings,
                 )
+            if fields is not None:
+                self._write_fields(conn, rec.key, rec.site, fields)
+            if change is not None:
+                self._write_change(conn, run, change)
             self._outbox(conn, events)
 
         await self._page_write(work)
+
+    @staticmethod
+    def _write_fields(conn: sqlite3.Connection, key: str, site: str, fields: FieldsRow) -> None:
+        row = conn.execute("SELECT blocks FROM page_fields WHERE key = ?", (key,)).fetchone()
+        old = set(unpack_blocks(row[0])) if row is not None else set()
+        new = set(unpack_blocks(fields.blocks))
+        # the site's block statistics follow the page's block set, in the page's transaction
+        conn.executemany(
+            "UPDATE site_blocks SET pages = MAX(pages - 1, 0) WHERE site = ? AND block = ?",
+            [(site, b) for b in old - new],
+        )
+        conn.executemany(
+            """INSERT INTO site_blocks (site, block, pages, sample) VALUES (?, ?, 1, ?)
+               ON CONFLICT (site, block) DO UPDATE SET pages = pages + 1""",
+            [(site, b, fields.samples.get(b, "")[:200]) for b in new - old],
+        )
+        conn.execute(
+            """INSERT INTO page_fields (key, title, headings, code, links, text, blocks)
+               VALUES (?, ?, ?, ?, ?, ?, ?)
+               ON CONFLICT (key) DO UPDATE SET title = excluded.title, headings = excluded.headings,
+                 code = excluded.code, links = excluded.links, text = excluded.text,
+                 blocks = excluded.blocks""",
+            (
+                key,
+                fields.title,
+                json.dumps(fields.headings),
+                json.dumps(fields.code),
+                json.dumps(fields.links),
+                zlib.compress(fields.text.encode("utf-8")),
+                fields.blocks,
+            ),
+        )
+
+    @staticmethod
+    def _write_change(conn: sqlite3.Connection, run: Run, change: ChangeRow) -> None:
+        conn.execute(
+            """INSERT INTO page_changes (key, url, run_id, at, verdict, old_hash, new_hash,
+                 changed_fields, distance, critical, diff, old_blocks)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            (
+                change.key,
+                change.url,
+                run.id,
+                _ts(change.at),
+                change.verdict,
+                change.old_hash,
+                change.new_hash,
+                json.dumps(change.changed_fields),
+                change.distance,
+                json.dumps(change.critical),
+                change.diff,
+                change.old_blocks,
+            ),
+        )
 
     @staticmethod
     def _replace_chunks(conn: sqlite3.Connection, run: Run, key: str, chunks: Sequence[Chunk]) -> None:
@@ -741,8 +829,267 @@ class SQLiteStateStore:
             "UPDATE pages SET chunks = 0 WHERE key IN (SELECT key FROM run_misses WHERE run_id = ?)",
             (run.id,),
         )
+        # a gone page no longer counts towards its site's boilerplate statistics
+        for key, site, blob in conn.execute(
+            """SELECT p.key, p.site, f.blocks FROM run_misses m JOIN pages p ON p.key = m.key
+               JOIN page_fields f ON f.key = p.key WHERE m.run_id = ? AND p.status = ?""",
+            (run.id, GONE),
+        ).fetchall():
+            conn.executemany(
+                "UPDATE site_blocks SET pages = MAX(pages - 1, 0) WHERE site = ? AND block = ?",
+                [(site, b) for b in set(unpack_blocks(blob))],
+            )
+            conn.execute("DELETE FROM page_fields WHERE key = ?", (key,))
         conn.execute("DELETE FROM run_misses WHERE run_id = ?", (run.id,))
         return ReconcileResult(applied=True, quarantined=quarantined, gone=gone)
+
+    # --- change detection: fields, history, boilerplate, learned regions ----------------------
+
+    async def get_fields(self, key: str) -> FieldsRow | None:
+        """The page's stored field-level record, or None."""
+
+        def work() -> FieldsRow | None:
+            row = self.conn.execute(
+                "SELECT title, headings, code, links, text, blocks FROM page_fields WHERE key = ?", (key,)
+            ).fetchone()
+            if row is None:
+                return None
+            return FieldsRow(
+                title=row["title"] or "",
+                headings=json.loads(row["headings"] or "[]"),
+                code=json.loads(row["code"] or "[]"),
+                links=json.loads(row["links"] or "[]"),
+                text=zlib.decompress(row["text"]).decode("utf-8") if row["text"] else "",
+                blocks=row["blocks"] or b"",
+            )
+
+        return await self._call(self._guard, work)
+
+    async def load_regions(self) -> dict[str, list[str]]:
+        """Every site's learned volatile regions (CSS selectors); a small table."""
+
+        def work() -> dict[str, list[str]]:
+            out: dict[str, list[str]] = {}
+            for r in self.conn.execute("SELECT site, selector FROM site_regions ORDER BY site, selector"):
+                out.setdefault(r[0], []).append(r[1])
+            return out
+
+        return await self._call(self._guard, work)
+
+    async def add_regions(
+        self, site: str, selectors: Sequence[str], *, source: str, learned_from: str, at: datetime
+    ) -> int:
+        """Learn volatile regions for *site*; returns how many are new."""
+
+        def work() -> int:
+            conn = self.conn
+            self._begin()
+            before = conn.total_changes
+            for sel in selectors:
+                conn.execute(
+                    """INSERT INTO site_regions (site, selector, source, learned_from, first_seen)
+                       VALUES (?, ?, ?, ?, ?)
+                       ON CONFLICT (site, selector) DO UPDATE SET hits = hits + 1""",
+                    (site, sel, source, learned_from, _ts(at)),
+                )
+            new = conn.execute(
+                "SELECT COUNT(*) FROM site_regions WHERE site = ? AND hits = 1 AND selector IN "
+                "(SELECT value FROM json_each(?))",
+                (site, json.dumps(list(selectors))),
+            ).fetchone()[0]
+            self._commit()
+            return int(new) if conn.total_changes > before else 0
+
+        return await self._call(self._guard, work)
+
+    async def load_boilerplate(self, site: str) -> frozenset[int]:
+        """The site's boilerplate block hashes."""
+
+        def work() -> frozenset[int]:
+            return frozenset(
+                r[0]
+                for r in self.conn.execute(
+                    "SELECT block FROM site_blocks WHERE site = ? AND boilerplate = 1", (site,)
+                )
+            )
+
+        return await self._call(self._guard, work)
+
+    async def update_boilerplate(
+        self, site: str, *, enter_share: float, exit_share: float, min_pages: int
+    ) -> dict[str, int]:
+        """Re-decide the site's boilerplate blocks (with hysteresis) and re-hash affected pages.
+
+        A block becomes boilerplate when it is on at least *enter_share* of the site's live pages
+        and stops being one below *exit_share*; sites with fewer than *min_pages* pages have none.
+        Pages whose hash moves because of a flip are re-hashed from their stored blocks, so the
+        next run compares like with like (no false "changed").
+        """
+
+        def work() -> dict[str, int]:
+            conn = self.conn
+            self._commit()
+            self._begin()
+            live = conn.execute(
+                "SELECT COUNT(*) FROM pages WHERE site = ? AND status = ?", (site, LIVE)
+            ).fetchone()[0]
+            # blocks that stop being boilerplate this run (kept for taking back changes below)
+            self._flipped_off[site] = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT block FROM site_blocks WHERE site = ? AND boilerplate = 1 AND pages < ? * ?",
+                    (site, exit_share if live >= min_pages else 2.0, max(live, 1)),
+                )
+            }
+            if live < min_pages:
+                on = 0
+                off = conn.execute(
+                    "UPDATE site_blocks SET boilerplate = 0 WHERE site = ? AND boilerplate = 1", (site,)
+                ).rowcount
+            else:
+                on = conn.execute(
+                    "UPDATE site_blocks SET boilerplate = 1 WHERE site = ? AND boilerplate = 0 "
+                    "AND pages >= ? * ?",
+                    (site, enter_share, live),
+                ).rowcount
+                off = conn.execute(
+                    "UPDATE site_blocks SET boilerplate = 0 WHERE site = ? AND boilerplate = 1 "
+                    "AND pages < ? * ?",
+                    (site, exit_share, live),
+                ).rowcount
+            conn.execute("DELETE FROM site_blocks WHERE site = ? AND pages <= 0", (site,))
+            rehashed = 0
+            if on or off:
+                boiler = {
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT block FROM site_blocks WHERE site = ? AND boilerplate = 1", (site,)
+                    )
+                }
+                cur = conn.execute(
+                    """SELECT p.key, p.content_hash, f.blocks FROM pages p
+                       JOIN page_fields f ON f.key = p.key
+                       WHERE p.site = ? AND p.noise_key IS NOT NULL""",
+                    (site,),
+                )
+                updates = []
+                for key, old_hash, blob in cur:
+                    new_hash = page_hash([b for b in unpack_blocks(blob) if b not in boiler])
+                    if new_hash != old_hash:
+                        updates.append((new_hash, key))
+                conn.executemany("UPDATE pages SET content_hash = ? WHERE key = ?", updates)
+                rehashed = len(updates)
+            self._commit()
+            return {"boilerplate_on": on, "boilerplate_off": off, "rehashed": rehashed}
+
+        return await self._call(self._guard, work)
+
+    async def take_back_boilerplate_changes(self, run: Run, site: str) -> list[str]:
+        """Pages this run called changed whose only difference is now boilerplate: call them
+        unchanged after all. Their chunk swap and their undelivered events are taken back.
+
+        Returns the page keys taken back.
+        """
+
+        def work() -> list[str]:
+            conn = self.conn
+            self._commit()
+            self._begin()
+            # a block that was boilerplate when the run started still counts as noise here
+            boiler = self._flipped_off.get(site, set()) | {
+                r[0]
+                for r in conn.execute(
+                    "SELECT block FROM site_blocks WHERE site = ? AND boilerplate = 1", (site,)
+                )
+            }
+            rows = conn.execute(
+                """SELECT c.id, c.key, c.old_blocks, f.blocks FROM page_changes c
+                   JOIN page_fields f ON f.key = c.key JOIN pages p ON p.key = c.key
+                   WHERE c.run_id = ? AND c.verdict = 'changed' AND p.site = ?
+                     AND c.old_blocks IS NOT NULL""",
+                (run.id, site),
+            ).fetchall()
+            taken: list[str] = []
+            for change_id, key, old_blob, new_blob in rows:
+                old = [b for b in unpack_blocks(old_blob) if b not in boiler]
+                new = [b for b in unpack_blocks(new_blob) if b not in boiler]
+                if old != new:
+                    continue
+                taken.append(key)
+                conn.execute(
+                    "UPDATE page_changes SET verdict = 'unchanged_boilerplate' WHERE id = ?", (change_id,)
+                )
+                conn.execute("DELETE FROM chunks WHERE key = ? AND added_run = ?", (key, run.id))
+                conn.execute(
+                    "UPDATE chunks SET retired_run = NULL "
+                    "WHERE key = ? AND retired_run = ? AND retired_why = ?",
+                    (key, run.id, _RETIRED_REPLACED),
+                )
+                conn.execute(
+                    "UPDATE pages SET chunks = "
+                    "(SELECT COUNT(*) FROM chunks WHERE key = ?1 AND retired_run IS NULL) WHERE key = ?1",
+                    (key,),
+                )
+                conn.execute(
+                    """DELETE FROM outbox WHERE json_extract(payload, '$.key') = ?
+                         AND json_extract(payload, '$.run_id') = ?
+                         AND json_extract(payload, '$.action') = 'changed'""",
+                    (key, run.id),
+                )
+            self._commit()
+            return taken
+
+        return await self._call(self._guard, work)
+
+    def noise_report(self) -> dict[str, dict[str, list[dict[str, Any]]]]:
+        """What is being ignored, per site: boilerplate blocks and learned regions (for the CLI)."""
+        conn = self._reader()
+        try:
+            out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+            for r in conn.execute(
+                "SELECT site, block, pages, sample FROM site_blocks WHERE boilerplate = 1 "
+                "ORDER BY site, pages DESC"
+            ):
+                out.setdefault(r[0], {"boilerplate": [], "regions": []})["boilerplate"].append(
+                    {"block": r[1], "pages": r[2], "sample": r[3]}
+                )
+            for r in conn.execute(
+                "SELECT site, selector, source, learned_from, first_seen, hits FROM site_regions "
+                "ORDER BY site, selector"
+            ):
+                out.setdefault(r[0], {"boilerplate": [], "regions": []})["regions"].append(
+                    {"selector": r[1], "source": r[2], "learned_from": r[3], "first_seen": r[4], "hits": r[5]}
+                )
+            return out
+        finally:
+            conn.close()
+
+    def iter_changes(
+        self, *, key: str | None = None, site: str | None = None, limit: int | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """History rows, newest first, for one page or one site (for the CLI)."""
+        conn = self._reader()
+        try:
+            where, params = [], []
+            if key is not None:
+                where.append("key = ?")
+                params.append(key)
+            if site is not None:
+                where.append("(key = ? OR key LIKE ? || '/%' OR key LIKE ? || '?%')")
+                params.extend([site, site, site])
+            sql = "SELECT * FROM page_changes"
+            if where:
+                sql += " WHERE " + " AND ".join(where)
+            sql += " ORDER BY id DESC"
+            if limit:
+                sql += f" LIMIT {int(limit)}"
+            for row in conn.execute(sql, params):
+                data = dict(row)
+                data["changed_fields"] = json.loads(data["changed_fields"] or "[]")
+                data["critical"] = json.loads(data["critical"] or "[]")
+                yield data
+        finally:
+            conn.close()
 
     # --- knowledge base: embedding, holding and publishing runs --------------------------------
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import itertools
 import json
 import os
-import random
 import re
 import secrets
 import sys
@@ -38,6 +38,7 @@ OPTIONS = {
     "gone": "true answers 410 Gone",
     "noise": "true substitutes {{NOW}}, {{TOKEN}} and {{WIDGET}} on every request",
     "hang": "true never answers",
+    "no304": "true sends validators but ignores them in requests (never 304)",
     "redirect": "answers 301 to /<site>/<value>",
 }
 META = "_meta.json"
@@ -61,6 +62,7 @@ WIDGETS = tuple(
         '<li><a href="/blog/roadmap">2026 roadmap</a></li><li><a href="/blog/jobs">Jobs</a></li>',
     )
 )
+_WIDGET_TURN = itertools.count()
 _ENTITY_TAG = re.compile(r'(?:W/)?"[^"]*"')
 _REASONS = {301: "Moved Permanently", 404: "Not Found", 405: "Method Not Allowed", 410: "Gone"}
 
@@ -82,7 +84,8 @@ def add_noise(body: bytes) -> bytes:
     now = datetime.now(UTC).isoformat(timespec="microseconds")
     body = body.replace(b"{{NOW}}", now.encode())
     body = body.replace(b"{{TOKEN}}", secrets.token_hex(16).encode())
-    return body.replace(b"{{WIDGET}}", random.choice(WIDGETS).encode())
+    # round robin, not random: two fetches in a row always show different widgets
+    return body.replace(b"{{WIDGET}}", WIDGETS[next(_WIDGET_TURN) % len(WIDGETS)].encode())
 
 
 def not_modified(request: Request, etag: str | None, mtime: float | None) -> bool:
@@ -194,7 +197,7 @@ class SiteTree(Resource):
             etag = headers["ETag"] = etag if validators == "strong" else f"W/{etag}"
         if validators != "none":
             headers["Last-Modified"] = formatdate(mtime, usegmt=True)
-        if not_modified(request, etag, mtime if validators != "none" else None):
+        if not options.get("no304") and not_modified(request, etag, mtime if validators != "none" else None):
             # RFC 9110 §15.4.5: a 304 carries the validators a 200 would have sent.
             return Reply(304, b"", headers)
         headers["Content-Type"] = CONTENT_TYPES.get(file.suffix, "application/octet-stream")

@@ -1,0 +1,870 @@
+"""Volatile-token normalisation and the critical-token guard for fuzzy matches (pure, stdlib only)."""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from recrawler.exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+# --- volatile tokens ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VolatilePattern:
+    """A volatile token: a regex and the placeholder its matches become.
+
+    When the regex has a group named ``value``, only that group is replaced, so the words that
+    make the context volatile ("Last updated") stay; a match in which ``value`` took no part is
+    left as it is, which lets a pattern claim look-alikes it must not touch (a checksum after
+    "sha256"). Without that group the whole match is replaced. The replacement is literal text.
+    """
+
+    name: str
+    regex: str
+    replacement: str
+
+
+_MONTH = (
+    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
+    r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
+)
+_WEEKDAY = r"(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]{0,6}\.?,?\s+)"
+_DAY = r"(?:3[01]|[12]\d|0?[1-9])(?:st|nd|rd|th)?(?!\d)"
+_YEAR = r"(?:19|20)\d{2}(?!\d)"
+_TZ = (
+    r"(?:\s*(?:UTC|GMT)(?:[+-]\d{1,2}(?::?\d{2})?)?|\s?[+-]\d{2}:?\d{2}|Z"
+    r"|\s*\(?(?:[ECMPA][SD]T|CES?T|BST|IST|JST|AES?T)\)?)?"
+)
+_TIME = rf"(?:[01]?\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:[.,]\d+)?)?(?:\s*[AaPp]\.?[Mm]\b\.?)?{_TZ}(?![\d:])"
+_DATE = (
+    r"(?:\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?(?![\d-])"
+    r"|\d{4}/\d{1,2}/\d{1,2}(?![\d/])"
+    r"|(?:\d{1,2}[/-]\d{1,2}[/-](?:\d{4}|\d{2})|\d{1,2}\.\d{1,2}\.\d{4})(?![\d/.-]\d)"
+    rf"|{_WEEKDAY}?{_DAY}\s+(?:of\s+)?{_MONTH},?(?:\s+{_YEAR})?"
+    rf"|{_WEEKDAY}?{_MONTH}\s+{_DAY}(?:,?\s+{_YEAR})?"
+    rf"|{_MONTH},?\s+{_YEAR}"
+    r"|(?i:today|yesterday))"
+)
+# The words that make a date volatile: a page's own "last updated" line, a build stamp.
+_CONTEXT = (
+    r"(?i:\b(?:last[ -](?:updated?|modified|edited|changed|reviewed|built|generated|published)"
+    r"|updated|modified|edited|generated|built|published|rendered|as\s+of)\b)"
+    r"(?:\s+by\s+[^\s,:]+(?:\s+[^\s,:]+)?)?,?(?:\s+(?i:on|at))?\s*[:\-\u2013\u2014]?\s*"
+)
+_UNIT_WORDS = r"(?:seconds?|secs?|minutes?|mins?|hours?|hrs?|days?|weeks?|wks?|months?|mos?|years?|yrs?)"
+_AGO_AMOUNT = r"(?:\d+|an?|one|two|three|four|five|six|seven|eight|nine|ten|(?:a\s+)?few|several|some)"
+_AGO = (
+    r"(?i:\b(?:(?:about|around|almost|nearly|over|under|less\s+than|more\s+than)\s+)?"
+    rf"(?:{_AGO_AMOUNT}\s+{_UNIT_WORDS}|\d+\s*(?:[smhdwy]|mo)\.?)"
+    rf"(?:,?\s+(?:and\s+)?\d+\s+{_UNIT_WORDS})*\s+ago\b"
+    r"|\bjust\s+now\b|\b(?:a\s+)?moments?\s+ago\b"
+    rf"|\byesterday(?:,?\s+at\s+{_TIME})?\b)"
+)
+_COUNT_NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?\s?[kKmM]\b|\d+)"
+_COUNT_NOUNS = (
+    "views",
+    "comments",
+    "likes",
+    "downloads",
+    "stars",
+    "forks",
+    "reads",
+    "reactions",
+    "replies",
+    "visits",
+    "votes",
+    "upvotes",
+    "followers",
+    "watchers",
+    "subscribers",
+    "shares",
+    "clicks",
+    "answers",
+)
+_COUNT_WORD = (
+    r"(?i:(?:view|comment|like|download|star|fork|read|reaction|visit|vote|upvote|follower|watcher"
+    r"|subscriber|share|click|answer)s?|repl(?:y|ies))\b"
+)
+# A counter is a UI widget: it starts a line, follows a separator or another counter. A number
+# in running prose ("returns up to 100 comments per page") is content and stays.
+_COUNT_LEFT = (
+    r"(?:^|(?<=[|\u00b7\u2022,;:(\[{\u2013\u2014>/.!?])"
+    + "".join(f"|(?<={w} )|(?<={w.capitalize()} )" for w in _COUNT_NOUNS)
+    + ")"
+)
+_COUNT_PROSE = r"(?!\s+(?i:per|each|in|at|for|from|to|of|on|by|are|is|were|was|will|can|may|must|should)\b)"
+
+DEFAULT_PATTERNS: tuple[VolatilePattern, ...] = (
+    VolatilePattern(
+        name="uuid",
+        regex=r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b",
+        replacement="<uuid>",
+    ),
+    VolatilePattern(
+        # a checksum or digest the reader copies is content: it is claimed here and kept
+        name="hex-id",
+        regex=(
+            r"(?i:\b(?:sha-?(?:1|224|256|384|512)|sha3-\d+|md5|blake2[bs]?|checksum|digest|hash"
+            r"|fingerprint|integrity)\b)[^\w\n]{0,3}(?:sha\d+-)?[0-9A-Fa-f]{16,}\b"
+            r"|\b(?P<value>(?=[0-9A-Fa-f]*\d)(?=[0-9A-Fa-f]*[A-Fa-f])[0-9A-Fa-f]{16,})\b"
+        ),
+        replacement="<hexid>",
+    ),
+    VolatilePattern(
+        name="revision",
+        regex=(
+            r"(?i:\b(?:commit|build|rev|revision)\b)[\s:#@]*"
+            r"(?P<value>(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40})\b"
+        ),
+        replacement="<hexid>",
+    ),
+    VolatilePattern(
+        name="build-id",
+        regex=(
+            r"(?:\bBuild(?:\s+(?:ID|[Nn]umber|No\.?))?\s*[:#]|(?i:\bbuild[ _-]?(?:id|number|no\.?))\s*[:#]?)"
+            r"\s*#?(?!v?\d{1,3}(?:\.\d+){1,3}\b)(?P<value>(?=[\w.:-]*\d)[A-Za-z0-9](?:[\w.:-]*[A-Za-z0-9])?)"
+        ),
+        replacement="<id>",
+    ),
+    VolatilePattern(
+        name="build-number",
+        regex=(
+            r"\bBuild\s+#?(?!v?\d{1,3}(?:\.\d+){1,3}\b)"
+            r"(?P<value>(?=[\w.-]*\d)[A-Za-z0-9][\w.-]{3,}[A-Za-z0-9])\b(?!\.\d)"
+        ),
+        replacement="<id>",
+    ),
+    VolatilePattern(
+        name="request-id",
+        regex=(
+            r"(?i:\b(?:request|trace|correlation|span|ray)[ _-]?id\b)\s*[:#=]?\s*"
+            r"(?P<value>(?=[\w-]*\d)[\w-]{4,})"
+        ),
+        replacement="<id>",
+    ),
+    VolatilePattern(
+        name="date",
+        regex=(
+            rf"{_CONTEXT}(?P<value>{_DATE}(?:,?\s+(?:at\s+|@\s*)?{_TIME}(?:\s+{_YEAR})?)?"
+            rf"|{_TIME},?\s+(?:on\s+)?{_DATE})"
+        ),
+        replacement="<date>",
+    ),
+    VolatilePattern(name="time", regex=rf"{_CONTEXT}(?P<value>{_TIME})", replacement="<time>"),
+    VolatilePattern(name="relative-time", regex=_AGO, replacement="<ago>"),
+    VolatilePattern(
+        # "expires in 5 minutes" is content; only live countdowns are volatile
+        name="countdown",
+        regex=(
+            r"(?i:\b(?:refresh(?:es|ing)?|reload(?:s|ing)?|updates|updating|retrying|resets"
+            r"|next\s+(?:update|refresh|run|sync|build)|starts|ends|closes)\s+in\s+)"
+            rf"(?P<value>(?i:{_AGO_AMOUNT}\s+{_UNIT_WORDS}|\d+\s*[smhd]\b))"
+        ),
+        replacement="<ago>",
+    ),
+    VolatilePattern(
+        name="render-time",
+        regex=(
+            r"(?i:\b(?:generated|rendered|served)\s+in\s+)"
+            r"(?P<value>\d+(?:[.,]\d+)?\s*(?i:ms|\u00b5s|s|secs?|seconds?|milliseconds?))\b"
+        ),
+        replacement="<duration>",
+    ),
+    VolatilePattern(
+        name="counter",
+        regex=(
+            rf"(?m:{_COUNT_LEFT})\s*(?P<value>{_COUNT_NUM})\s+{_COUNT_WORD}{_COUNT_PROSE}"
+            rf"|(?i:\b(?:{'|'.join(_COUNT_NOUNS)}|view|comment|like|download|star|fork)\b)"
+            rf"\s*[:(|]\s*(?P<value2>{_COUNT_NUM})(?!\s*(?:[-\u2013]|to)\s*\d)"
+        ),
+        replacement="<count>",
+    ),
+    VolatilePattern(
+        name="counter-times",
+        regex=(
+            r"(?i:\b(?:viewed|downloaded|visited|watched|played|starred|forked)\s+)"
+            rf"(?P<value>{_COUNT_NUM})\s+times\b"
+        ),
+        replacement="<count>",
+    ),
+    VolatilePattern(
+        name="counter-helpful",
+        regex=(
+            rf"(?P<value>{_COUNT_NUM}(?:\s+(?:of|out\s+of)\s+{_COUNT_NUM})?)\s+"
+            r"(?i:people|users|readers|customers|members)\s+found\s+this\s+(?i:helpful|useful)"
+        ),
+        replacement="<count>",
+    ),
+    VolatilePattern(
+        name="counter-icon",
+        regex=rf"[\U0001f441\U0001f440\U0001f44d\U0001f44e\u2764\u2665\u2605\u2b50\U0001f4ac]\ufe0f?\s*(?P<value>{_COUNT_NUM})",
+        replacement="<count>",
+    ),
+    VolatilePattern(
+        name="copyright-year",
+        regex=(
+            r"(?:\u00a9|\([cC]\)|(?i:\bcopyright\b))(?:\s*(?:\u00a9|\([cC]\)|(?i:copyright)))*\s*"
+            r"(?P<value>(?:19|20)\d{2}(?:\s*(?:[-\u2013\u2014,]|to)\s*(?:19|20)\d{2})*)(?!\d)"
+        ),
+        replacement="<year>",
+    ),
+    VolatilePattern(
+        # a Python repr's memory address ("<Foo object at 0x7f3a2c1b4d50>") moves every run
+        name="object-address",
+        regex=r"\bat\s+(?P<value>0x[0-9a-fA-F]{6,16})\b",
+        replacement="<addr>",
+    ),
+)
+
+
+@functools.cache
+def _compile(regex: str) -> re.Pattern[str]:
+    return re.compile(regex)
+
+
+def _as_pattern(pattern: VolatilePattern | str) -> VolatilePattern:
+    if isinstance(pattern, VolatilePattern):
+        return pattern
+    if isinstance(pattern, str):
+        return VolatilePattern(name=pattern, regex=pattern, replacement="<volatile>")
+    msg = f"RECRAWLER_VOLATILE_PATTERNS: expected a regex string, got {pattern!r}"
+    raise ConfigurationError(msg)
+
+
+class _Compiled:
+    __slots__ = ("groups", "pattern", "regex", "replacement")
+
+    def __init__(self, pattern: VolatilePattern) -> None:
+        try:
+            self.regex: re.Pattern[str] = _compile(pattern.regex)
+        except re.error as exc:
+            msg = f"RECRAWLER_VOLATILE_PATTERNS: bad regex {pattern.regex!r} ({pattern.name}): {exc}"
+            raise ConfigurationError(msg) from exc
+        if self.regex.fullmatch(""):
+            msg = f"RECRAWLER_VOLATILE_PATTERNS: regex {pattern.regex!r} matches the empty string"
+            raise ConfigurationError(msg)
+        self.pattern = pattern
+        self.replacement = pattern.replacement
+        # ``value`` (and value2, value3...: a regex cannot name one group twice) mark the part replaced
+        self.groups: tuple[str, ...] = tuple(
+            g for g in sorted(self.regex.groupindex) if g == "value" or re.fullmatch(r"value\d+", g)
+        )
+
+    def span(self, m: re.Match[str]) -> tuple[int, int] | None:
+        """The span to replace in *m*, or None when the match is to be left alone."""
+        if not self.groups:
+            start, end = m.span()
+        else:
+            for g in self.groups:
+                start, end = m.span(g)
+                if start >= 0:
+                    break
+            else:
+                return None
+        return (start, end) if end > start else None
+
+    def sub(self, text: str) -> str:
+        out: list[str] = []
+        pos = 0
+        for m in self.regex.finditer(text):
+            span = self.span(m)
+            if span is not None:
+                out.append(text[pos : span[0]])
+                out.append(self.replacement)
+                pos = span[1]
+        if not out:
+            return text
+        out.append(text[pos:])
+        return "".join(out)
+
+
+class Normalizer:
+    """Replaces volatile tokens (dates in "last updated" lines, relative times, counters, ids)
+    with placeholders, so that two renderings of the same page hash the same.
+
+    Patterns apply in order, each to the output of the previous one. A plain string is a regex
+    whose matches become ``<volatile>``; a bad regex raises :class:`ConfigurationError` naming
+    ``RECRAWLER_VOLATILE_PATTERNS``.
+    """
+
+    def __init__(self, patterns: Iterable[VolatilePattern | str] = DEFAULT_PATTERNS) -> None:
+        self.patterns: tuple[VolatilePattern, ...] = tuple(_as_pattern(p) for p in patterns)
+        self._compiled: tuple[_Compiled, ...] = tuple(_Compiled(p) for p in self.patterns)
+
+    def normalize(self, text: str) -> str:
+        """Return *text* with every volatile token replaced by its placeholder."""
+        for c in self._compiled:
+            text = c.sub(text)
+        return text
+
+    def matches(self, text: str) -> list[tuple[str, str]]:
+        """List (pattern name, matched text) for each token :meth:`normalize` would replace."""
+        found: list[tuple[str, str]] = []
+        for c in self._compiled:
+            hit = False
+            for m in c.regex.finditer(text):
+                span = c.span(m)
+                if span is not None:
+                    found.append((c.pattern.name, text[span[0] : span[1]]))
+                    hit = True
+            if hit:
+                text = c.sub(text)
+        return found
+
+
+# --- critical-token guard -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fields:
+    """What the guard compares: the text, its code (inline spans and blocks) and its headings."""
+
+    text: str
+    code: tuple[str, ...] = ()
+    headings: tuple[str, ...] = ()
+
+
+# A similar removed and added sentence are one modified sentence (difflib ratio).
+PAIR_RATIO = 0.6
+# Sentences listed per "sentence added/removed" reason kind before the rest is counted.
+_MAX_LISTED = 5
+_SHORT = 80
+
+_FENCE = re.compile(r"^```[^\n]*\n(.*?)\n?^```[ \t]*$", re.MULTILINE | re.DOTALL)
+_HEADING = re.compile(r"^#{1,6}[ \t]+(.+)$")
+_MARKER = re.compile(r"^(?:(?:[-*+>]|\d{1,3}[.)])[ \t]+)+")
+_BLOCK_SEP = re.compile(r"\n[ \t]*\n")
+_SENTENCE_END = re.compile(r"[.!?\u2026]+[\"'\u201d\u2019)\]]*\s+(?=[^\sa-z])")
+_ABBREVIATIONS = frozenset(
+    {"e.g", "i.e", "etc", "vs", "cf", "approx", "dr", "mr", "mrs", "ms", "fig", "eq", "incl", "al", "resp"}
+)
+
+_UNITS = (
+    r"%|\u2030|\u00b0[CF]?|KiB|MiB|GiB|TiB|kB|KB|MB|GB|TB|PB|Kb|Mb|Gb|bytes?|bits?|B|"
+    r"ms|\u00b5s|us|ns|s|secs?|seconds?|min|mins|minutes?|h|hrs?|hours?|days?|weeks?|months?|years?|"
+    r"milliseconds?|microseconds?|nanoseconds?|kilobytes?|megabytes?|gigabytes?|terabytes?|percent|"
+    r"px|em|rem|pt|vh|vw|dpi|Hz|kHz|MHz|GHz|fps|rpm|k|K|M|x|V|W|kW|mA|USD|EUR|GBP|st|nd|rd|th"
+)
+_TOKEN = re.compile(
+    r"(?P<url>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s<>\"'`]+[^\s<>\"'`.,;:!?)\]])"
+    r"|(?P<path>(?<![\w.:/])(?:~|\.{1,2})?/[\w.@%+~-]+(?:/[\w.@%+~-]+)*/?"
+    r"|(?<![\w.:/-])[\w.~-]+/[\w.@%+~-]+(?:/[\w.@%+~-]+)*/?)"
+    r"|(?P<flag>(?<![\w-])--?[A-Za-z][\w-]*\w)"
+    r"|(?P<version>(?<![\w.])[vV]\d+(?:\.\d+)*(?:[-.]?(?:a|b|rc|alpha|beta|dev|post)\d*)?(?!\w))"
+    r"|(?P<number>(?<![\w.])(?:[$\u20ac\u00a3\u00a5\u20b9]\s?)?-?\d+(?:[.,]\d+)*"
+    rf"(?:\s?(?P<unit>{_UNITS})(?![\w%]))?(?!\w))"
+    r"|(?P<alnum>(?<![\w.])\d+[A-Za-z_]\w*)"
+    r"|(?P<word>(?<![\w.])\.?[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:\(\))?)"
+)
+_NEXT_WORD = re.compile(r"\s?([A-Za-z][\w-]*)")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_WORDS = re.compile(r"[a-z]+(?:'[a-z]+)?")
+_NEGATIONS = frozenset(
+    {"not", "no", "never", "none", "nothing", "nobody", "nowhere", "neither", "nor", "without"}
+)
+_MODALS = frozenset(
+    {
+        "must",
+        "should",
+        "shall",
+        "may",
+        "might",
+        "required",
+        "require",
+        "requires",
+        "optional",
+        "optionally",
+        "mandatory",
+        "recommended",
+        "discouraged",
+        "forbidden",
+        "prohibited",
+        "deprecated",
+        "removed",
+        "obsolete",
+        "unsupported",
+        "supported",
+        "experimental",
+        "always",
+        "only",
+        "unless",
+        "except",
+        "enabled",
+        "disabled",
+        "true",
+        "false",
+    }
+)
+_NUMBER_WORDS = frozenset(
+    {
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "once",
+        "twice",
+        "thrice",
+        "half",
+        "double",
+        "triple",
+        "dozen",
+        "hundred",
+        "thousand",
+        "million",
+        "billion",
+    }
+)
+_NT_BASES = {"ca": "can", "wo": "will", "sha": "shall"}
+_INNER_CAPS = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")
+_HAS_DIGIT = re.compile(r"\d")
+_HAS_ALPHA = re.compile(r"[A-Za-z]")
+
+
+def _clean(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFC", text).split())
+
+
+def _clean_code(code: str) -> str:
+    lines = [line.rstrip() for line in unicodedata.normalize("NFC", code).splitlines()]
+    while lines and not lines[0]:
+        lines.pop(0)
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(lines)
+
+
+def _short(text: str, limit: int = _SHORT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _sentences(line: str) -> list[str]:
+    out: list[str] = []
+    start = 0
+    for m in _SENTENCE_END.finditer(line):
+        before = line[start : m.start()].rsplit(None, 1)
+        last = before[-1].lstrip("([\"'").lower() if before else ""
+        # an abbreviation or an initial ("e.g. Foo", "J. Smith") does not end a sentence
+        if last in _ABBREVIATIONS or (len(last) == 1 and last.isalpha()):
+            continue
+        out.append(line[start : m.end()].strip())
+        start = m.end()
+    rest = line[start:].strip()
+    if rest:
+        out.append(rest)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    text: str
+    line: int  # the line (block, list item, table row) it comes from
+
+
+def _parse(text: str) -> tuple[list[_Unit], list[str], list[str]]:
+    """Split markdown-like text into sentence units, heading texts and code blocks."""
+    code = [_clean_code(m.group(1)) for m in _FENCE.finditer(text)]
+    body = _FENCE.sub("\n\n", text) if code else text
+    units: list[_Unit] = []
+    headings: list[str] = []
+    n = 0
+    for block in _BLOCK_SEP.split(body):
+        for raw in block.splitlines():
+            line = raw.strip()
+            if not line:
+                continue
+            n += 1
+            heading = _HEADING.match(line)
+            if heading:
+                headings.append(_clean(heading.group(1)))
+                continue
+            line = _clean(_MARKER.sub("", line))
+            if not line:
+                continue
+            if line.startswith("|"):
+                units.append(_Unit(line, n))
+            else:
+                units.extend(_Unit(s, n) for s in _sentences(line))
+    return units, headings, [c for c in code if c]
+
+
+def fields_from_text(text: str, code: Sequence[str] = ()) -> Fields:
+    """Build :class:`Fields` from cleaned text: headings from its ``#`` lines, and its fenced code
+    blocks added to *code* (inline spans and blocks, as extraction lists them) unless already there.
+    """
+    _, headings, blocks = _parse(text)
+    spans = [c for c in (_clean_code(s) for s in code) if c]
+    have = Counter(spans)
+    for block in blocks:
+        if have[block] > 0:
+            have[block] -= 1
+        else:
+            spans.append(block)
+    return Fields(text=text, code=tuple(spans), headings=tuple(headings))
+
+
+class _Tokens:
+    __slots__ = ("display", "identifiers", "modals", "names", "negations", "numbers")
+
+    def __init__(self, text: str) -> None:
+        self.numbers: Counter[str] = Counter()
+        self.display: dict[str, str] = {}
+        self.identifiers: Counter[str] = Counter()
+        self.names: Counter[str] = Counter()
+        self.negations: Counter[str] = Counter()
+        self.modals: Counter[str] = Counter()
+        for m in _TOKEN.finditer(text):
+            kind = m.lastgroup
+            tok = m.group()
+            if kind == "number" or kind == "version":
+                self._number(m, text)
+            elif kind == "word":
+                self._word(tok, text, m.start())
+            elif kind == "path":
+                if self._is_path(tok):
+                    self.identifiers[tok.rstrip("/")] += 1
+                else:
+                    for part in re.finditer(r"[\w.()]+", tok):
+                        self._word(part.group(), text, m.start() + part.start())
+            else:  # url, flag, alnum
+                self.identifiers[tok] += 1
+        self._words(text)
+
+    def _number(self, m: re.Match[str], text: str) -> None:
+        tok = m.group()
+        unit = m.group("unit") if m.lastgroup == "number" else None
+        value = tok[: m.start("unit") - m.start()] if unit else tok
+        value = _THOUSANDS.sub("", value.replace(" ", "")).rstrip()
+        key = f"{value} {unit}" if unit else value
+        self.numbers[key] += 1
+        if key not in self.display:
+            shown = tok
+            if not unit:
+                nxt = _NEXT_WORD.match(text, m.end())
+                if nxt:
+                    shown = f"{tok} {nxt.group(1)}"
+            self.display[key] = shown
+
+    @staticmethod
+    def _is_path(tok: str) -> bool:
+        if tok.startswith(("/", "~", ".")) or tok.count("/") >= 2:
+            return True
+        last = tok.rstrip("/").rsplit("/", 1)[-1]
+        return "." in last.strip(".") or any(_identifier(p) for p in tok.split("/"))
+
+    def _word(self, tok: str, text: str, start: int) -> None:
+        if _identifier(tok):
+            self.identifiers[tok] += 1
+        elif tok[0].isupper() and len(tok) > 1 and not _sentence_start(text, start):
+            # a proper name inside a sentence ("... on Linux and Windows") is a fact, not wording
+            self.names[tok] += 1
+
+    def _words(self, text: str) -> None:
+        words = _WORDS.findall(text.lower().replace("\u2019", "'").replace("\u2018", "'"))
+        skip = False
+        for i, w in enumerate(words):
+            if skip:
+                skip = False
+                continue
+            if w == "no" and i + 1 < len(words) and words[i + 1] == "longer":
+                self.negations["no longer"] += 1
+                skip = True
+            elif w.endswith("n't"):
+                base = w[:-3]
+                base = _NT_BASES.get(base, base)
+                if base in _MODALS:
+                    self.modals[base] += 1
+                self.negations["not"] += 1
+            elif w == "cannot":
+                self.negations["not"] += 1
+            elif w in _NEGATIONS:
+                self.negations[w] += 1
+            elif w in _MODALS:
+                self.modals[w] += 1
+            elif w in _NUMBER_WORDS:
+                self.numbers[w] += 1
+
+
+def _identifier(tok: str) -> bool:
+    """snake_case, camelCase, PascalCase with inner caps, dotted.names, name(), CONSTANTS, sha256."""
+    core = tok[:-2] if tok.endswith("()") else tok
+    if tok.endswith("()") or "_" in core:
+        return True
+    if "." in core.strip("."):
+        parts = core.strip(".").split(".")
+        # e.g, i.e, a.m: abbreviations, not names
+        return not all(len(p) == 1 for p in parts)
+    if core.startswith("."):
+        return len(core) > 1
+    if _INNER_CAPS.search(core):
+        return True
+    if len(core) >= 2 and core.isupper():
+        return True
+    return bool(_HAS_DIGIT.search(core) and _HAS_ALPHA.search(core))
+
+
+def _sentence_start(text: str, start: int) -> bool:
+    i = start - 1
+    while i >= 0 and (text[i].isspace() or text[i] in "\"'(\u201c\u2018[*_"):
+        i -= 1
+    return i < 0 or text[i] in ".!?:\u2026|"
+
+
+def _changes(old: Counter[str], new: Counter[str]) -> tuple[list[str], list[str]]:
+    return list((old - new).elements()), list((new - old).elements())
+
+
+def _token_reasons(old_text: str, new_text: str) -> list[str]:
+    """Reasons from one modified sentence (or a sentence split or merged)."""
+    a, b = _Tokens(old_text), _Tokens(new_text)
+    reasons: list[str] = []
+    minus, plus = _changes(a.numbers, b.numbers)
+    if minus or plus:
+        shown_minus = [a.display.get(k, k) for k in minus]
+        shown_plus = [b.display.get(k, k) for k in plus]
+        if len(minus) == 1 and len(plus) == 1:
+            reasons.append(f"number: {shown_minus[0]!r} -> {shown_plus[0]!r}")
+        else:
+            parts = [f"-{s!r}" for s in shown_minus] + [f"+{s!r}" for s in shown_plus]
+            reasons.append("number: " + " ".join(parts))
+    for category, old_c, new_c in (
+        ("identifier", a.identifiers, b.identifiers),
+        ("negation", a.negations, b.negations),
+        ("modal", a.modals, b.modals),
+        ("name", a.names, b.names),
+    ):
+        minus, plus = _changes(old_c, new_c)
+        if minus or plus:
+            reasons.append(f"{category}: " + " ".join([f"-{t}" for t in minus] + [f"+{t}" for t in plus]))
+    return reasons
+
+
+def _pair(
+    olds: Sequence[str], news: Sequence[str], threshold: float = PAIR_RATIO
+) -> list[tuple[int, int, float]]:
+    """Greedy best-first pairs (old index, new index, ratio) of strings at least *threshold* alike."""
+    candidates: list[tuple[float, int, int]] = []
+    sm = difflib.SequenceMatcher(autojunk=False)
+    for j, b in enumerate(news):
+        sm.set_seq2(b)
+        for i, a in enumerate(olds):
+            sm.set_seq1(a)
+            if sm.real_quick_ratio() >= threshold and sm.quick_ratio() >= threshold:
+                r = sm.ratio()
+                if r >= threshold:
+                    candidates.append((r, i, j))
+    candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
+    used_old: set[int] = set()
+    used_new: set[int] = set()
+    pairs: list[tuple[int, int, float]] = []
+    for r, i, j in candidates:
+        if i not in used_old and j not in used_new:
+            used_old.add(i)
+            used_new.add(j)
+            pairs.append((i, j, r))
+    return pairs
+
+
+def _ratio(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def _take(units: Sequence[_Unit], extra: Counter[str]) -> list[int]:
+    """Indexes of the units counted in *extra* (the last occurrences of repeated ones)."""
+    left = extra.copy()
+    picked: list[int] = []
+    for k in range(len(units) - 1, -1, -1):
+        if left[units[k].text] > 0:
+            left[units[k].text] -= 1
+            picked.append(k)
+    return picked[::-1]
+
+
+class _Group:
+    """A modified passage: old units and new units (contiguous, each side) that say the same thing."""
+
+    __slots__ = ("new", "old", "ratio")
+
+    def __init__(self, old: int, new: int, ratio: float) -> None:
+        self.old = [old]
+        self.new = [new]
+        self.ratio = ratio
+
+
+def _joined(units: Sequence[_Unit], idx: Sequence[int]) -> str:
+    return " ".join(units[k].text for k in idx)
+
+
+def _absorb(
+    groups: list[_Group], left: set[int], old: Sequence[_Unit], new: Sequence[_Unit], side: str
+) -> None:
+    """Attach leftover units to a neighbouring group when that makes the group more alike: a
+    sentence split in two or two merged into one is a modification, not an addition."""
+    units = new if side == "new" else old
+    changed = True
+    while changed and left:
+        changed = False
+        for g in groups:
+            idx = g.new if side == "new" else g.old
+            for k in (idx[0] - 1, idx[-1] + 1):
+                if k not in left or units[k].line != units[idx[0]].line:
+                    continue
+                trial = sorted([*idx, k])
+                o = _joined(old, trial if side == "old" else g.old)
+                n = _joined(new, trial if side == "new" else g.new)
+                r = _ratio(o, n)
+                if r > g.ratio:
+                    idx[:] = trial
+                    g.ratio = r
+                    left.discard(k)
+                    changed = True
+                    break
+
+
+def _sentence_reasons(kind: str, texts: list[str]) -> list[str]:
+    reasons = [f"sentence {kind}: {_short(t)!r}" for t in texts[:_MAX_LISTED]]
+    if len(texts) > _MAX_LISTED:
+        reasons.append(f"sentence {kind}: {len(texts) - _MAX_LISTED} more")
+    return reasons
+
+
+def _text_reasons(old: list[_Unit], new: list[_Unit]) -> list[str]:
+    old_c = Counter(u.text for u in old)
+    new_c = Counter(u.text for u in new)
+    reasons: list[str] = []
+    if old_c != new_c:
+        removed = _take(old, old_c - new_c)
+        added = _take(new, new_c - old_c)
+        pairs = _pair([old[k].text for k in removed], [new[k].text for k in added])
+        groups = [_Group(removed[i], added[j], r) for i, j, r in pairs]
+        left_old = set(removed) - {g.old[0] for g in groups}
+        left_new = set(added) - {g.new[0] for g in groups}
+        _absorb(groups, left_new, old, new, "new")
+        _absorb(groups, left_old, old, new, "old")
+        groups.sort(key=lambda g: g.new[0])
+        for g in groups:
+            reasons.extend(_token_reasons(_joined(old, g.old), _joined(new, g.new)))
+        reasons.extend(_sentence_reasons("added", [new[k].text for k in sorted(left_new)]))
+        reasons.extend(_sentence_reasons("removed", [old[k].text for k in sorted(left_old)]))
+    reasons.extend(_order_reasons(old, new, old_c & new_c))
+    return reasons
+
+
+def _order_reasons(old: list[_Unit], new: list[_Unit], common: Counter[str]) -> list[str]:
+    """Sentences kept on both sides but moved (steps of a procedure swapped)."""
+    if not common:
+        return []
+
+    def keep(units: list[_Unit]) -> list[str]:
+        left = common.copy()
+        out = []
+        for u in units:
+            if left[u.text] > 0:
+                left[u.text] -= 1
+                out.append(u.text)
+        return out
+
+    a, b = keep(old), keep(new)
+    if a == b:
+        return []
+    sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    moved = [a[k] for tag, i1, i2, _, _ in sm.get_opcodes() if tag != "equal" for k in range(i1, i2)]
+    reasons = [f"order: moved {_short(t)!r}" for t in moved[:_MAX_LISTED]]
+    if len(moved) > _MAX_LISTED:
+        reasons.append(f"order: {len(moved) - _MAX_LISTED} more moved")
+    return reasons
+
+
+def _heading_reasons(old: Sequence[str], new: Sequence[str]) -> list[str]:
+    if list(old) == list(new):
+        return []
+    minus, plus = _changes(Counter(old), Counter(new))
+    if not minus and not plus:
+        return ["heading: order changed"]
+    return [f"heading: -{_short(h)!r}" for h in minus] + [f"heading: +{_short(h)!r}" for h in plus]
+
+
+def _code_change(a: str, b: str) -> str:
+    if "\n" not in a and "\n" not in b:
+        return f"code: {_short(a)!r} -> {_short(b)!r}"
+    al, bl = a.splitlines(), b.splitlines()
+    minus: list[str] = []
+    plus: list[str] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, al, bl, autojunk=False).get_opcodes():
+        if tag != "equal":
+            minus.extend(al[i1:i2])
+            plus.extend(bl[j1:j2])
+    if [x.strip() for x in minus] == [x.strip() for x in plus]:
+        return f"code: indentation changed in {_short(a.splitlines()[0].strip())!r}"
+    parts = [f"-{_short(x.strip(), 60)!r}" for x in minus[:3]] + [
+        f"+{_short(x.strip(), 60)!r}" for x in plus[:3]
+    ]
+    more = len(minus) + len(plus) - len(parts)
+    return "code: " + " ".join(parts) + (f" (+{more} lines)" if more > 0 else "")
+
+
+def _code_reasons(old: Counter[str], new: Counter[str]) -> list[str]:
+    minus, plus = _changes(old, new)
+    if not minus and not plus:
+        return []
+    pairs = _pair(minus, plus)
+    reasons = [_code_change(minus[i], plus[j]) for i, j, _ in pairs]
+    paired_old = {i for i, _, _ in pairs}
+    paired_new = {j for _, j, _ in pairs}
+    reasons += [f"code: -{_short(c.splitlines()[0])!r}" for i, c in enumerate(minus) if i not in paired_old]
+    reasons += [f"code: +{_short(c.splitlines()[0])!r}" for j, c in enumerate(plus) if j not in paired_new]
+    return reasons
+
+
+def _code_of(fields: Fields, blocks: list[str]) -> Counter[str]:
+    spans = Counter(c for c in (_clean_code(s) for s in fields.code) if c)
+    # fenced blocks missing from ``code`` (Fields built by hand) still count, once
+    return spans | Counter(blocks)
+
+
+def critical_changes(old: Fields, new: Fields) -> list[str]:
+    """Return why the edit from *old* to *new* is one a reader must not miss (empty: it is not).
+
+    Trips on numbers with their units, code spans and blocks, identifiers, negations and modal
+    words, proper names and headings, each compared within a modified sentence, and on sentences
+    added, removed or moved. A modified sentence is a removed and an added one at least
+    :data:`PAIR_RATIO` alike; rewording without such tokens (a typo fix) is not critical. Pass
+    normalised text (:meth:`Normalizer.normalize`) so that volatile tokens do not trip it.
+    """
+    old_units, old_headings, old_blocks = _parse(old.text)
+    new_units, new_headings, new_blocks = _parse(new.text)
+    reasons = _heading_reasons(
+        [_clean(h) for h in old.headings] if old.headings else old_headings,
+        [_clean(h) for h in new.headings] if new.headings else new_headings,
+    )
+    reasons += _code_reasons(_code_of(old, old_blocks), _code_of(new, new_blocks))
+    reasons += _text_reasons(old_units, new_units)
+    return list(dict.fromkeys(reasons))
+
+
+__all__ = [
+    "DEFAULT_PATTERNS",
+    "PAIR_RATIO",
+    "Fields",
+    "Normalizer",
+    "VolatilePattern",
+    "critical_changes",
+    "fields_from_text",
+]
