@@ -43,6 +43,8 @@ class Page:
     content_hash: str | None = None
     error: str | None = None
     status: PageStatus | None = None
+    #: this fetch is the immediate re-fetch of a "same validator, text moved" page
+    rechecked: bool = False
     #: volatile regions learned from this fetch and the one just before it (CSS selectors)
     learned_regions: tuple[str, ...] = ()
     #: the response body, kept only while a same-validator page whose text moved is re-checked

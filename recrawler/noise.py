@@ -54,12 +54,17 @@ _DATE = (
     rf"|{_MONTH},?\s+{_YEAR}"
     r"|(?i:today|yesterday))"
 )
-# The words that make a date volatile: a page's own "last updated" line, a build stamp.
+# The words that make a date volatile: a page's own "last updated" line, a build stamp. A bare
+# "updated" is a label only when capitalised or followed by a colon: "(updated on 9 September
+# 2013)" in running prose is content.
+_LABELS = "updated|modified|edited|generated|built|published|rendered"
 _CONTEXT = (
-    r"(?i:\b(?:last[ -](?:updated?|modified|edited|changed|reviewed|built|generated|published)"
-    r"|updated|modified|edited|generated|built|published|rendered|as\s+of)\b)"
-    r"(?:\s+by\s+[^\s,:]+(?:\s+[^\s,:]+)?)?,?(?:\s+(?i:on|at))?\s*[:\-\u2013\u2014]?\s*"
+    r"(?:(?i:\blast[ -](?:updated?|modified|edited|changed|reviewed|built|generated|published))"
+    rf"|\b(?:{_LABELS.title()}|{_LABELS.upper()})|(?i:\b(?:{_LABELS}))(?=\s*:))\b"
+    r"(?:\s+by\s+[^\s,:|]+(?:\s+[^\s,:|]+)?)?,?(?:\s+(?i:on|at))?\s*[:|\-\u2013\u2014]?\s*"
 )
+# "As of September 2021, three projects..." is content; "data as of 30 Nov 2026 10:35" is a stamp.
+_AS_OF = r"(?i:\bas\s+of)\s*:?\s*"
 _UNIT_WORDS = r"(?:seconds?|secs?|minutes?|mins?|hours?|hrs?|days?|weeks?|wks?|months?|mos?|years?|yrs?)"
 _AGO_AMOUNT = r"(?:\d+|an?|one|two|three|four|five|six|seven|eight|nine|ten|(?:a\s+)?few|several|some)"
 _AGO = (
@@ -90,6 +95,8 @@ _COUNT_NOUNS = (
     "clicks",
     "answers",
 )
+# eyes, thumbs, hearts, stars, speech balloon
+_COUNT_ICONS = "\U0001f441\U0001f440\U0001f44d\U0001f44e\u2764\u2665\u2605\u2b50\U0001f4ac"
 _COUNT_WORD = (
     r"(?i:(?:view|comment|like|download|star|fork|read|reaction|visit|vote|upvote|follower|watcher"
     r"|subscriber|share|click|answer)s?|repl(?:y|ies))\b"
@@ -97,11 +104,13 @@ _COUNT_WORD = (
 # A counter is a UI widget: it starts a line, follows a separator or another counter. A number
 # in running prose ("returns up to 100 comments per page") is content and stays.
 _COUNT_LEFT = (
-    r"(?:^|(?<=[|\u00b7\u2022,;:(\[{\u2013\u2014>/.!?])"
+    r"(?=\d)(?<!\d[.,])(?:^|(?<=[|\u00b7\u2022,;:(\[{\u2013\u2014>/])|(?<=[|\u00b7\u2022,;:(\[{\u2013\u2014>/.!?]\s)"
     + "".join(f"|(?<={w} )|(?<={w.capitalize()} )" for w in _COUNT_NOUNS)
     + ")"
 )
-_COUNT_PROSE = r"(?!\s+(?i:per|each|in|at|for|from|to|of|on|by|are|is|were|was|will|can|may|must|should)\b)"
+_COUNT_PROSE = (
+    r"(?!\s+(?i:per|each|in|at|for|from|to|of|on|by|are|is|were|was|will|can|may|must|should|the|an?)\b)"
+)
 
 DEFAULT_PATTERNS: tuple[VolatilePattern, ...] = (
     VolatilePattern(
@@ -113,9 +122,10 @@ DEFAULT_PATTERNS: tuple[VolatilePattern, ...] = (
         # a checksum or digest the reader copies is content: it is claimed here and kept
         name="hex-id",
         regex=(
-            r"(?i:\b(?:sha-?(?:1|224|256|384|512)|sha3-\d+|md5|blake2[bs]?|checksum|digest|hash"
-            r"|fingerprint|integrity)\b)[^\w\n]{0,3}(?:sha\d+-)?[0-9A-Fa-f]{16,}\b"
-            r"|\b(?P<value>(?=[0-9A-Fa-f]*\d)(?=[0-9A-Fa-f]*[A-Fa-f])[0-9A-Fa-f]{16,})\b"
+            r"(?i:(?<![a-z0-9])(?:sha-?(?:1|224|256|384|512)(?:sum)?|sha3-\d+|md5(?:sum)?|blake2[bs]?"
+            r"|checksum|digest|hash|fingerprint|integrity|pgp|gpg|key(?:\s+id)?|signature)(?![a-z0-9]))"
+            r"[^\w\n]{0,4}(?:sha\d+-)?[0-9A-Fa-f]{16,}\b"
+            r"|\b(?=[0-9A-Fa-f]{16})(?P<value>(?=[0-9A-Fa-f]*\d)(?=[0-9A-Fa-f]*[A-Fa-f])[0-9A-Fa-f]{16,})\b"
         ),
         replacement="<hexid>",
     ),
@@ -139,7 +149,7 @@ DEFAULT_PATTERNS: tuple[VolatilePattern, ...] = (
         name="build-number",
         regex=(
             r"\bBuild\s+#?(?!v?\d{1,3}(?:\.\d+){1,3}\b)"
-            r"(?P<value>(?=[\w.-]*\d)[A-Za-z0-9][\w.-]{3,}[A-Za-z0-9])\b(?!\.\d)"
+            r"(?P<value>\d[\w.-]{3,}[A-Za-z0-9])\b(?!\.\d)"
         ),
         replacement="<id>",
     ),
@@ -154,8 +164,11 @@ DEFAULT_PATTERNS: tuple[VolatilePattern, ...] = (
     VolatilePattern(
         name="date",
         regex=(
-            rf"{_CONTEXT}(?P<value>{_DATE}(?:,?\s+(?:at\s+|@\s*)?{_TIME}(?:\s+{_YEAR})?)?"
+            # after a label, "3 hours ago" and "Nov 23, 2026" are one slot: sites switch forms
+            rf"{_CONTEXT}(?P<value>{_AGO}|{_DATE}(?:,?\s+(?:at\s+|@\s*)?{_TIME}(?:\s+{_YEAR})?)?"
             rf"|{_TIME},?\s+(?:on\s+)?{_DATE})"
+            rf"|{_AS_OF}(?P<value2>{_DATE},?\s+(?:at\s+|@\s*)?{_TIME}(?:\s+{_YEAR})?"
+            rf"|{_TIME}(?:,?\s+(?:on\s+)?{_DATE})?|(?i:today|now))"
         ),
         replacement="<date>",
     ),
@@ -182,7 +195,7 @@ DEFAULT_PATTERNS: tuple[VolatilePattern, ...] = (
     VolatilePattern(
         name="counter",
         regex=(
-            rf"(?m:{_COUNT_LEFT})\s*(?P<value>{_COUNT_NUM})\s+{_COUNT_WORD}{_COUNT_PROSE}"
+            rf"(?m:{_COUNT_LEFT})(?P<value>{_COUNT_NUM})\s+{_COUNT_WORD}{_COUNT_PROSE}"
             rf"|(?i:\b(?:{'|'.join(_COUNT_NOUNS)}|view|comment|like|download|star|fork)\b)"
             rf"\s*[:(|]\s*(?P<value2>{_COUNT_NUM})(?!\s*(?:[-\u2013]|to)\s*\d)"
         ),
@@ -206,7 +219,7 @@ DEFAULT_PATTERNS: tuple[VolatilePattern, ...] = (
     ),
     VolatilePattern(
         name="counter-icon",
-        regex=rf"[\U0001f441\U0001f440\U0001f44d\U0001f44e\u2764\u2665\u2605\u2b50\U0001f4ac]\ufe0f?\s*(?P<value>{_COUNT_NUM})",
+        regex=rf"[{_COUNT_ICONS}]\ufe0f?\s*(?P<value>{_COUNT_NUM})",
         replacement="<count>",
     ),
     VolatilePattern(
@@ -226,6 +239,75 @@ DEFAULT_PATTERNS: tuple[VolatilePattern, ...] = (
 )
 
 
+_CONTEXT_HINTS = (
+    "updat",
+    "modified",
+    "edited",
+    "changed",
+    "reviewed",
+    "built",
+    "generated",
+    "published",
+    "rendered",
+    "as of",
+)
+_STEMS = (
+    "view|comment|like|download|star|fork|read|reaction|repl|visit|vote|follower|watcher|subscriber|share"
+)
+_STEMS += "|click|answer"
+_DIGIT = re.compile(r"\d")
+# What a default pattern cannot match without, tested on the lowercased text with single spaces:
+# each group needs one of its words or regexes, or the pattern's regex is skipped. Keyed by regex,
+# so that only the exact default regexes use them.
+_HINTS: dict[str, tuple[tuple[str | re.Pattern[str], ...], ...]] = {
+    p.regex: hints
+    for p, hints in zip(
+        DEFAULT_PATTERNS,
+        [
+            ((re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-"),),),
+            ((re.compile(r"[0-9a-f]{16}"),),),
+            ((re.compile(r"(?:commit|build|rev)[a-z]*[\s:#@]*[0-9a-f]*\d"),),),
+            ((re.compile(r"build(?:[ _-]?(?:id|number|no)|\s*[:#])"),),),
+            ((re.compile(r"build\s+#?\d"),),),
+            ((re.compile(r"(?:request|trace|correlation|span|ray)[ _-]?id\b"),),),
+            (_CONTEXT_HINTS, (_DIGIT, "today", "yesterday", "now", "ago", "moment")),
+            (_CONTEXT_HINTS, (re.compile(r"\d:[0-5]\d"),)),
+            (("ago", "just now", "yesterday"),),
+            (
+                tuple(
+                    f"{w} in"
+                    for w in (
+                        *("refresh", "refreshes", "refreshing", "reload", "reloads", "reloading"),
+                        *("updates", "updating", "retrying", "resets", "update", "run", "sync", "build"),
+                        *("starts", "ends", "closes"),
+                    )
+                ),
+            ),
+            (("generated in", "rendered in", "served in"),),
+            (
+                (
+                    re.compile(rf"\d[\d,.]*\s?[km]?\s+(?:{_STEMS})"),
+                    re.compile(rf"(?:{_STEMS})[a-z]*\s*[:(|]\s*\d"),
+                ),
+            ),
+            ((re.compile(r"(?:viewed|downloaded|visited|watched|played|starred|forked)\s+\d"),),),
+            (("found this",),),
+            (tuple(_COUNT_ICONS), (_DIGIT,)),
+            (("\u00a9", "(c)", "copyright"), (re.compile(r"(?:19|20)\d\d"),)),
+            ((re.compile(r"at 0x[0-9a-f]{6}"),),),
+        ],
+        strict=True,
+    )
+}
+
+
+def _holds(hints: tuple[tuple[str | re.Pattern[str], ...], ...], lower: str) -> bool:
+    return all(
+        any(h in lower if isinstance(h, str) else h.search(lower) is not None for h in group)
+        for group in hints
+    )
+
+
 @functools.cache
 def _compile(regex: str) -> re.Pattern[str]:
     return re.compile(regex)
@@ -241,7 +323,7 @@ def _as_pattern(pattern: VolatilePattern | str) -> VolatilePattern:
 
 
 class _Compiled:
-    __slots__ = ("groups", "pattern", "regex", "replacement")
+    __slots__ = ("groups", "hints", "pattern", "regex", "replacement")
 
     def __init__(self, pattern: VolatilePattern) -> None:
         try:
@@ -254,6 +336,7 @@ class _Compiled:
             raise ConfigurationError(msg)
         self.pattern = pattern
         self.replacement = pattern.replacement
+        self.hints = _HINTS.get(pattern.regex, ())
         # ``value`` (and value2, value3...: a regex cannot name one group twice) mark the part replaced
         self.groups: tuple[str, ...] = tuple(
             g for g in sorted(self.regex.groupindex) if g == "value" or re.fullmatch(r"value\d+", g)
@@ -300,16 +383,20 @@ class Normalizer:
         self.patterns: tuple[VolatilePattern, ...] = tuple(_as_pattern(p) for p in patterns)
         self._compiled: tuple[_Compiled, ...] = tuple(_Compiled(p) for p in self.patterns)
 
+    def _applicable(self, text: str) -> list[_Compiled]:
+        lower = " ".join(text.split()).lower()
+        return [c for c in self._compiled if _holds(c.hints, lower)]
+
     def normalize(self, text: str) -> str:
         """Return *text* with every volatile token replaced by its placeholder."""
-        for c in self._compiled:
+        for c in self._applicable(text):
             text = c.sub(text)
         return text
 
     def matches(self, text: str) -> list[tuple[str, str]]:
         """List (pattern name, matched text) for each token :meth:`normalize` would replace."""
         found: list[tuple[str, str]] = []
-        for c in self._compiled:
+        for c in self._applicable(text):
             hit = False
             for m in c.regex.finditer(text):
                 span = c.span(m)
@@ -354,11 +441,31 @@ _UNITS = (
     r"milliseconds?|microseconds?|nanoseconds?|kilobytes?|megabytes?|gigabytes?|terabytes?|percent|"
     r"px|em|rem|pt|vh|vw|dpi|Hz|kHz|MHz|GHz|fps|rpm|k|K|M|x|V|W|kW|mA|USD|EUR|GBP|st|nd|rd|th"
 )
+# one spelling per unit, so that "30 s" -> "30 seconds" is wording (case matters: MB is not Mb)
+_UNIT_NAMES = {
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), "s"),
+    **dict.fromkeys(("ms", "millisecond", "milliseconds"), "ms"),
+    **dict.fromkeys(("\u00b5s", "us", "microsecond", "microseconds"), "\u00b5s"),
+    **dict.fromkeys(("ns", "nanosecond", "nanoseconds"), "ns"),
+    **dict.fromkeys(("min", "mins", "minute", "minutes"), "min"),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), "h"),
+    **dict.fromkeys(("day", "days"), "d"),
+    **dict.fromkeys(("week", "weeks"), "w"),
+    **dict.fromkeys(("month", "months"), "mo"),
+    **dict.fromkeys(("year", "years"), "y"),
+    **dict.fromkeys(("B", "byte", "bytes"), "B"),
+    **dict.fromkeys(("bit", "bits"), "bit"),
+    **dict.fromkeys(("kB", "KB", "kilobyte", "kilobytes"), "kB"),
+    **dict.fromkeys(("MB", "megabyte", "megabytes"), "MB"),
+    **dict.fromkeys(("GB", "gigabyte", "gigabytes"), "GB"),
+    **dict.fromkeys(("TB", "terabyte", "terabytes"), "TB"),
+    **dict.fromkeys(("%", "percent"), "%"),
+}
 _TOKEN = re.compile(
     r"(?P<url>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s<>\"'`]+[^\s<>\"'`.,;:!?)\]])"
     r"|(?P<path>(?<![\w.:/])(?:~|\.{1,2})?/[\w.@%+~-]+(?:/[\w.@%+~-]+)*/?"
     r"|(?<![\w.:/-])[\w.~-]+/[\w.@%+~-]+(?:/[\w.@%+~-]+)*/?)"
-    r"|(?P<flag>(?<![\w-])--?[A-Za-z][\w-]*\w)"
+    r"|(?P<flag>(?<![\w-])--?[A-Za-z](?:[\w-]*\w)?)"
     r"|(?P<version>(?<![\w.])[vV]\d+(?:\.\d+)*(?:[-.]?(?:a|b|rc|alpha|beta|dev|post)\d*)?(?!\w))"
     r"|(?P<number>(?<![\w.])(?:[$\u20ac\u00a3\u00a5\u20b9]\s?)?-?\d+(?:[.,]\d+)*"
     rf"(?:\s?(?P<unit>{_UNITS})(?![\w%]))?(?!\w))"
@@ -366,6 +473,8 @@ _TOKEN = re.compile(
     r"|(?P<word>(?<![\w.])\.?[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:\(\))?)"
 )
 _NEXT_WORD = re.compile(r"\s?([A-Za-z][\w-]*)")
+# words not worth showing after a number ("$19.99 a month" reads as "$19.99")
+_FILLERS = frozenset({"a", "an", "the", "and", "or", "of", "per", "to", "in", "on", "at", "for", "is", "are"})
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _WORDS = re.compile(r"[a-z]+(?:'[a-z]+)?")
 _NEGATIONS = frozenset(
@@ -433,9 +542,18 @@ _NUMBER_WORDS = frozenset(
     }
 )
 _NT_BASES = {"ca": "can", "wo": "will", "sha": "shall"}
+# Capitalised after a colon or in a table cell, yet no proper name: rewording, not a fact.
+_NOT_NAMES = frozenset(
+    {"A", "An", "And", "Also", "All", "Any", "As", "At", "But", "By", "Each", "For", "From", "However"}
+    | {"If", "In", "It", "Its", "Note", "On", "Or", "Our", "See", "So", "Some", "That", "The", "Then"}
+    | {"There", "These", "They", "This", "Those", "To", "Use", "We", "When", "Where", "Which", "While"}
+    | {"With", "You", "Your"}
+)
 _INNER_CAPS = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")
 _HAS_DIGIT = re.compile(r"\d")
 _HAS_ALPHA = re.compile(r"[A-Za-z]")
+_LETTERS = re.compile(r"[^\W\d_]+")
+_BARE = re.compile(r"[\w.()/:~@][\w.()/:~@-]*")
 
 
 def _clean(text: str) -> str:
@@ -505,23 +623,8 @@ def _parse(text: str) -> tuple[list[_Unit], list[str], list[str]]:
     return units, headings, [c for c in code if c]
 
 
-def fields_from_text(text: str, code: Sequence[str] = ()) -> Fields:
-    """Build :class:`Fields` from cleaned text: headings from its ``#`` lines, and its fenced code
-    blocks added to *code* (inline spans and blocks, as extraction lists them) unless already there.
-    """
-    _, headings, blocks = _parse(text)
-    spans = [c for c in (_clean_code(s) for s in code) if c]
-    have = Counter(spans)
-    for block in blocks:
-        if have[block] > 0:
-            have[block] -= 1
-        else:
-            spans.append(block)
-    return Fields(text=text, code=tuple(spans), headings=tuple(headings))
-
-
 class _Tokens:
-    __slots__ = ("display", "identifiers", "modals", "names", "negations", "numbers")
+    __slots__ = ("casefolded", "display", "identifiers", "modals", "names", "negations", "numbers")
 
     def __init__(self, text: str) -> None:
         self.numbers: Counter[str] = Counter()
@@ -530,6 +633,7 @@ class _Tokens:
         self.names: Counter[str] = Counter()
         self.negations: Counter[str] = Counter()
         self.modals: Counter[str] = Counter()
+        self.casefolded: frozenset[str] = frozenset(_LETTERS.findall(text.casefold()))
         for m in _TOKEN.finditer(text):
             kind = m.lastgroup
             tok = m.group()
@@ -552,13 +656,15 @@ class _Tokens:
         unit = m.group("unit") if m.lastgroup == "number" else None
         value = tok[: m.start("unit") - m.start()] if unit else tok
         value = _THOUSANDS.sub("", value.replace(" ", "")).rstrip()
+        if unit:
+            unit = _UNIT_NAMES.get(unit.lower() if len(unit) > 2 else unit, unit)
         key = f"{value} {unit}" if unit else value
         self.numbers[key] += 1
         if key not in self.display:
             shown = tok
             if not unit:
                 nxt = _NEXT_WORD.match(text, m.end())
-                if nxt:
+                if nxt and nxt.group(1).lower() not in _FILLERS:
                     shown = f"{tok} {nxt.group(1)}"
             self.display[key] = shown
 
@@ -572,7 +678,7 @@ class _Tokens:
     def _word(self, tok: str, text: str, start: int) -> None:
         if _identifier(tok):
             self.identifiers[tok] += 1
-        elif tok[0].isupper() and len(tok) > 1 and not _sentence_start(text, start):
+        elif tok[0].isupper() and tok not in _NOT_NAMES and not _sentence_start(text, start):
             # a proper name inside a sentence ("... on Linux and Windows") is a fact, not wording
             self.names[tok] += 1
 
@@ -624,11 +730,16 @@ def _sentence_start(text: str, start: int) -> bool:
     i = start - 1
     while i >= 0 and (text[i].isspace() or text[i] in "\"'(\u201c\u2018[*_"):
         i -= 1
-    return i < 0 or text[i] in ".!?:\u2026|"
+    return i < 0 or text[i] in ".!?\u2026"
 
 
 def _changes(old: Counter[str], new: Counter[str]) -> tuple[list[str], list[str]]:
     return list((old - new).elements()), list((new - old).elements())
+
+
+def _bare(token: str) -> str:
+    """A token as it reads after "+" or "-": quoted when it has spaces or starts with a dash."""
+    return token if _BARE.fullmatch(token) else repr(token)
 
 
 def _token_reasons(old_text: str, new_text: str) -> list[str]:
@@ -651,24 +762,75 @@ def _token_reasons(old_text: str, new_text: str) -> list[str]:
         ("name", a.names, b.names),
     ):
         minus, plus = _changes(old_c, new_c)
+        if category == "name":
+            # "The Free plan" -> "The free plan" changes the case, not the fact
+            minus = [t for t in minus if t.casefold() not in b.casefolded]
+            plus = [t for t in plus if t.casefold() not in a.casefolded]
         if minus or plus:
-            reasons.append(f"{category}: " + " ".join([f"-{t}" for t in minus] + [f"+{t}" for t in plus]))
+            parts = [f"-{_bare(t)}" for t in minus] + [f"+{_bare(t)}" for t in plus]
+            reasons.append(f"{category}: " + " ".join(parts))
     return reasons
 
 
+_LONG = 300
+_WORD_OR_MARK = re.compile(r"\w+|[^\w\s]")
+# Beyond this many candidate pairs in one region, only nearby units are compared.
+_MAX_PAIRS = 2_000
+_WINDOW = 4
+_WORD = re.compile(r"[^\W_]+")
+_MIN_WORDS = 5
+_MIN_SHARED = 0.3
+
+
+def _forms(a: str, b: str) -> tuple[Sequence[str], Sequence[str]]:
+    """What to compare: characters of short texts (a typo keeps them alike), lines of code blocks
+    and words of long text (difflib is quadratic in the worst case)."""
+    if len(a) <= _LONG and len(b) <= _LONG:
+        return a, b
+    if "\n" in a or "\n" in b:
+        return a.splitlines(), b.splitlines()
+    return _WORD_OR_MARK.findall(a), _WORD_OR_MARK.findall(b)
+
+
+def _ratio(a: str, b: str) -> float:
+    x, y = _forms(a, b)
+    return difflib.SequenceMatcher(None, x, y, autojunk=False).ratio()
+
+
 def _pair(
-    olds: Sequence[str], news: Sequence[str], threshold: float = PAIR_RATIO
+    old: Sequence[str], new: Sequence[str], olds: Sequence[int], news: Sequence[int]
 ) -> list[tuple[int, int, float]]:
-    """Greedy best-first pairs (old index, new index, ratio) of strings at least *threshold* alike."""
+    """Greedy best-first pairs (old index, new index, ratio) of items at least PAIR_RATIO alike."""
+    if not olds or not news:
+        return []
+    near = len(olds) * len(news) > _MAX_PAIRS
+    scale = len(news) / len(olds)
+    old_words = {i: frozenset(_WORD.findall(old[i].lower())) for i in olds}
     candidates: list[tuple[float, int, int]] = []
-    sm = difflib.SequenceMatcher(autojunk=False)
-    for j, b in enumerate(news):
-        sm.set_seq2(b)
-        for i, a in enumerate(olds):
-            sm.set_seq1(a)
-            if sm.real_quick_ratio() >= threshold and sm.quick_ratio() >= threshold:
+    for pj, j in enumerate(news):
+        b = new[j]
+        b_words = frozenset(_WORD.findall(b.lower()))
+        for pi, i in enumerate(olds):
+            if near and abs(pi * scale - pj) > _WINDOW:
+                continue
+            a = old[i]
+            # difflib's upper bound from the lengths alone, before any matching
+            if 2 * min(len(a), len(b)) < PAIR_RATIO * (len(a) + len(b)):
+                continue
+            a_words = old_words[i]
+            # sentences of several words that share few of them are not one sentence edited
+            # (a cheap filter: character counts alone say little about English text)
+            if (
+                len(a_words) >= _MIN_WORDS
+                and len(b_words) >= _MIN_WORDS
+                and 2 * len(a_words & b_words) < _MIN_SHARED * (len(a_words) + len(b_words))
+            ):
+                continue
+            x, y = _forms(a, b)
+            sm = difflib.SequenceMatcher(None, x, y, autojunk=False)
+            if sm.quick_ratio() >= PAIR_RATIO:
                 r = sm.ratio()
-                if r >= threshold:
+                if r >= PAIR_RATIO:
                     candidates.append((r, i, j))
     candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
     used_old: set[int] = set()
@@ -682,19 +844,48 @@ def _pair(
     return pairs
 
 
-def _ratio(a: str, b: str) -> float:
-    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+class _Alignment:
+    """How two sequences differ: modified pairs, removed and added items, moved items."""
 
+    __slots__ = ("added", "far", "moved", "pairs", "removed")
 
-def _take(units: Sequence[_Unit], extra: Counter[str]) -> list[int]:
-    """Indexes of the units counted in *extra* (the last occurrences of repeated ones)."""
-    left = extra.copy()
-    picked: list[int] = []
-    for k in range(len(units) - 1, -1, -1):
-        if left[units[k].text] > 0:
-            left[units[k].text] -= 1
-            picked.append(k)
-    return picked[::-1]
+    def __init__(self, old: Sequence[str], new: Sequence[str]) -> None:
+        regions: list[tuple[list[int], list[int]]] = []
+        sm = difflib.SequenceMatcher(None, old, new, autojunk=False)
+        for tag, i1, i2, j1, j2 in sm.get_opcodes():
+            if tag != "equal":
+                regions.append((list(range(i1, i2)), list(range(j1, j2))))
+        # the same item removed in one place and added in another moved
+        waiting: dict[str, list[int]] = {}
+        for _, news in regions:
+            for j in news:
+                waiting.setdefault(new[j], []).append(j)
+        self.moved: list[tuple[int, int]] = []
+        for olds, _ in regions:
+            for i in olds:
+                if waiting.get(old[i]):
+                    self.moved.append((i, waiting[old[i]].pop(0)))
+        moved_old = {i for i, _ in self.moved}
+        moved_new = {j for _, j in self.moved}
+        self.pairs: list[tuple[int, int, float]] = []
+        left_old: list[int] = []
+        left_new: list[int] = []
+        # modifications are looked for where the sequences differ first, then anywhere
+        for olds, news in regions:
+            o = [i for i in olds if i not in moved_old]
+            n = [j for j in news if j not in moved_new]
+            found = _pair(old, new, o, n)
+            self.pairs.extend(found)
+            paired_old = {i for i, _, _ in found}
+            paired_new = {j for _, j, _ in found}
+            left_old.extend(i for i in o if i not in paired_old)
+            left_new.extend(j for j in n if j not in paired_new)
+        found = _pair(old, new, left_old, left_new)
+        self.pairs.extend(found)
+        # paired across unchanged items: modified and moved
+        self.far: list[tuple[int, int]] = [(i, j) for i, j, _ in found]
+        self.removed: set[int] = set(left_old) - {i for i, _, _ in found}
+        self.added: set[int] = set(left_new) - {j for _, j, _ in found}
 
 
 class _Group:
@@ -738,57 +929,30 @@ def _absorb(
                     break
 
 
-def _sentence_reasons(kind: str, texts: list[str]) -> list[str]:
-    reasons = [f"sentence {kind}: {_short(t)!r}" for t in texts[:_MAX_LISTED]]
+def _listed(prefix: str, texts: Sequence[str]) -> list[str]:
+    reasons = [f"{prefix} {_short(t)!r}" for t in texts[:_MAX_LISTED]]
     if len(texts) > _MAX_LISTED:
-        reasons.append(f"sentence {kind}: {len(texts) - _MAX_LISTED} more")
+        reasons.append(f"{prefix} {len(texts) - _MAX_LISTED} more")
     return reasons
 
 
 def _text_reasons(old: list[_Unit], new: list[_Unit]) -> list[str]:
-    old_c = Counter(u.text for u in old)
-    new_c = Counter(u.text for u in new)
+    old_texts = [u.text for u in old]
+    new_texts = [u.text for u in new]
+    if old_texts == new_texts:
+        return []
+    al = _Alignment(old_texts, new_texts)
+    groups = [_Group(i, j, r) for i, j, r in al.pairs]
+    _absorb(groups, al.added, old, new, "new")
+    _absorb(groups, al.removed, old, new, "old")
+    groups.sort(key=lambda g: g.new[0])
     reasons: list[str] = []
-    if old_c != new_c:
-        removed = _take(old, old_c - new_c)
-        added = _take(new, new_c - old_c)
-        pairs = _pair([old[k].text for k in removed], [new[k].text for k in added])
-        groups = [_Group(removed[i], added[j], r) for i, j, r in pairs]
-        left_old = set(removed) - {g.old[0] for g in groups}
-        left_new = set(added) - {g.new[0] for g in groups}
-        _absorb(groups, left_new, old, new, "new")
-        _absorb(groups, left_old, old, new, "old")
-        groups.sort(key=lambda g: g.new[0])
-        for g in groups:
-            reasons.extend(_token_reasons(_joined(old, g.old), _joined(new, g.new)))
-        reasons.extend(_sentence_reasons("added", [new[k].text for k in sorted(left_new)]))
-        reasons.extend(_sentence_reasons("removed", [old[k].text for k in sorted(left_old)]))
-    reasons.extend(_order_reasons(old, new, old_c & new_c))
-    return reasons
-
-
-def _order_reasons(old: list[_Unit], new: list[_Unit], common: Counter[str]) -> list[str]:
-    """Sentences kept on both sides but moved (steps of a procedure swapped)."""
-    if not common:
-        return []
-
-    def keep(units: list[_Unit]) -> list[str]:
-        left = common.copy()
-        out = []
-        for u in units:
-            if left[u.text] > 0:
-                left[u.text] -= 1
-                out.append(u.text)
-        return out
-
-    a, b = keep(old), keep(new)
-    if a == b:
-        return []
-    sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    moved = [a[k] for tag, i1, i2, _, _ in sm.get_opcodes() if tag != "equal" for k in range(i1, i2)]
-    reasons = [f"order: moved {_short(t)!r}" for t in moved[:_MAX_LISTED]]
-    if len(moved) > _MAX_LISTED:
-        reasons.append(f"order: {len(moved) - _MAX_LISTED} more moved")
+    for g in groups:
+        reasons.extend(_token_reasons(_joined(old, g.old), _joined(new, g.new)))
+    reasons.extend(_listed("sentence added:", [new_texts[k] for k in sorted(al.added)]))
+    reasons.extend(_listed("sentence removed:", [old_texts[k] for k in sorted(al.removed)]))
+    moved = [old_texts[i] for i, _ in sorted(al.moved)] + [new_texts[j] for _, j in sorted(al.far)]
+    reasons.extend(_listed("order: moved", moved))
     return reasons
 
 
@@ -813,30 +977,52 @@ def _code_change(a: str, b: str) -> str:
             plus.extend(bl[j1:j2])
     if [x.strip() for x in minus] == [x.strip() for x in plus]:
         return f"code: indentation changed in {_short(a.splitlines()[0].strip())!r}"
-    parts = [f"-{_short(x.strip(), 60)!r}" for x in minus[:3]] + [
-        f"+{_short(x.strip(), 60)!r}" for x in plus[:3]
-    ]
+    parts = [f"-{_short(x.strip(), 60)!r}" for x in minus[:3]]
+    parts += [f"+{_short(x.strip(), 60)!r}" for x in plus[:3]]
     more = len(minus) + len(plus) - len(parts)
     return "code: " + " ".join(parts) + (f" (+{more} lines)" if more > 0 else "")
 
 
-def _code_reasons(old: Counter[str], new: Counter[str]) -> list[str]:
-    minus, plus = _changes(old, new)
-    if not minus and not plus:
+def _code_reasons(old: list[str], new: list[str]) -> list[str]:
+    if old == new:
         return []
-    pairs = _pair(minus, plus)
-    reasons = [_code_change(minus[i], plus[j]) for i, j, _ in pairs]
-    paired_old = {i for i, _, _ in pairs}
-    paired_new = {j for _, j, _ in pairs}
-    reasons += [f"code: -{_short(c.splitlines()[0])!r}" for i, c in enumerate(minus) if i not in paired_old]
-    reasons += [f"code: +{_short(c.splitlines()[0])!r}" for j, c in enumerate(plus) if j not in paired_new]
+    if Counter(old) == Counter(new):
+        # the same code in another order: inline spans move with their sentences, which the text
+        # comparison reports; a reordered code block alone is no edit a reader acts on
+        return []
+    al = _Alignment(old, new)
+    changes = [_code_change(old[i], new[j]) for i, j, _ in sorted(al.pairs, key=lambda p: p[1])]
+    removed, added = sorted(al.removed), sorted(al.added)
+    if len(removed) == len(added):
+        # as many blocks went as came: show each one's changed lines rather than its first line
+        changes += [_code_change(old[i], new[j]) for i, j in zip(removed, added, strict=True)]
+    else:
+        changes += [f"code: -{_short(old[i].splitlines()[0])!r}" for i in removed]
+        changes += [f"code: +{_short(new[j].splitlines()[0])!r}" for j in added]
+    reasons = changes[: 2 * _MAX_LISTED]
+    if len(changes) > len(reasons):
+        reasons.append(f"code: {len(changes) - len(reasons)} more changes")
     return reasons
 
 
-def _code_of(fields: Fields, blocks: list[str]) -> Counter[str]:
-    spans = Counter(c for c in (_clean_code(s) for s in fields.code) if c)
-    # fenced blocks missing from ``code`` (Fields built by hand) still count, once
-    return spans | Counter(blocks)
+def _merge_code(code: Sequence[str], blocks: Sequence[str]) -> list[str]:
+    """Code spans (cleaned) plus the fenced blocks of the text that they do not hold yet."""
+    spans = [c for c in (_clean_code(s) for s in code) if c]
+    have = Counter(spans)
+    for block in blocks:
+        if have[block] > 0:
+            have[block] -= 1
+        else:
+            spans.append(block)
+    return spans
+
+
+def fields_from_text(text: str, code: Sequence[str] = ()) -> Fields:
+    """Build :class:`Fields` from cleaned text: headings from its ``#`` lines, and its fenced code
+    blocks added to *code* (inline spans and blocks, as extraction lists them) unless already there.
+    """
+    _, headings, blocks = _parse(text)
+    return Fields(text=text, code=tuple(_merge_code(code, blocks)), headings=tuple(headings))
 
 
 def critical_changes(old: Fields, new: Fields) -> list[str]:
@@ -848,13 +1034,15 @@ def critical_changes(old: Fields, new: Fields) -> list[str]:
     :data:`PAIR_RATIO` alike; rewording without such tokens (a typo fix) is not critical. Pass
     normalised text (:meth:`Normalizer.normalize`) so that volatile tokens do not trip it.
     """
+    if old == new:
+        return []
     old_units, old_headings, old_blocks = _parse(old.text)
     new_units, new_headings, new_blocks = _parse(new.text)
     reasons = _heading_reasons(
         [_clean(h) for h in old.headings] if old.headings else old_headings,
         [_clean(h) for h in new.headings] if new.headings else new_headings,
     )
-    reasons += _code_reasons(_code_of(old, old_blocks), _code_of(new, new_blocks))
+    reasons += _code_reasons(_merge_code(old.code, old_blocks), _merge_code(new.code, new_blocks))
     reasons += _text_reasons(old_units, new_units)
     return list(dict.fromkeys(reasons))
 

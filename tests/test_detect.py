@@ -257,3 +257,18 @@ async def test_tune_replays_history(site: Site, crawls: Crawls) -> None:
     assert rows[1000]["suppressed"] == 2
     assert rows[1000]["caught_by_guard"] == 1  # the rename; the typo would be let through
     assert rows[1000]["missed"] == 1
+
+
+@deferred_f_from_coro_f
+async def test_recheck_happens_once_when_nothing_can_be_learned(site: Site, crawls: Crawls) -> None:
+    # a heading that changes on every request is content, never a learnable region
+    page = docsite.page("R", [("Report", ["Body text that stays the same."])]).replace(
+        "<h1>R</h1>", "<h1>Report of {{NOW}}</h1>"
+    )
+    site.write("r.html", page, mtime=T0, noise=True, validators="lm", no304=True)
+    sitemap = site.write_sitemap(["r.html"])
+    await crawls.crawl(sitemap)
+    r2 = await crawls.crawl(sitemap)
+    assert r2.stats["recrawler/volatile/recheck"] == 1
+    assert r2.actions() == {"r.html": "changed"}
+    assert len(site.requests("r.html")) == 3  # run 1, run 2, and one re-fetch: no loop

@@ -311,7 +311,8 @@ class ClassifyPipeline:
     def _recheck(self, item: Page, rec: PageRecord, old: FieldsRow | None) -> bool:
         """The server says "same entity" but the text moved: fetch again at once and learn the
         regions that differ between the two fetches (volatile noise), then decide."""
-        if not self.learn or item.learned_regions or self.crawler is None or self.crawler.engine is None:
+        if not self.learn or item.rechecked or self.crawler is None or self.crawler.engine is None:
+            # one re-fetch per page and run: a page that still differs is decided as it is
             return False
         same_validator = (item.etag and item.etag == rec.etag) or (
             item.last_modified and item.last_modified == rec.last_modified and not item.etag

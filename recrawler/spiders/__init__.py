@@ -88,6 +88,7 @@ class PageBuilder:
             first = response.meta.get(META_FIRST_BODY)
             if first is not None:
                 # a second fetch moments after the first: what differs between them is volatile
+                page.rechecked = True
                 learned = self._learn(first, response, site)
                 if learned:
                     page.learned_regions = tuple(learned)
