@@ -78,12 +78,14 @@ async def embed_missing(
     texts = 0
     calls = embedder.calls
     limit = max(64, getattr(embedder, "batch_size", 64)) * 4
-    while rows := await store.missing_embeddings(embedder.id, limit, include_run=include_run):
+    after = ""
+    while rows := await store.missing_embeddings(embedder.id, limit, include_run=include_run, after=after):
         vectors = await asyncio.to_thread(embedder.embed, [text for _, text in rows])
         await store.store_embeddings(
             [(embedder.id, h, vector_to_blob(v)) for (h, _), v in zip(rows, vectors, strict=True)]
         )
         texts += len(rows)
+        after = rows[-1][0]
     return texts, embedder.calls - calls
 
 

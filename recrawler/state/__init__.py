@@ -228,7 +228,7 @@ class StateStore(Protocol):
     # --- knowledge base ---------------------------------------------------------------------
 
     async def missing_embeddings(
-        self, embedder: str, limit: int, *, include_run: int | None = None
+        self, embedder: str, limit: int, *, include_run: int | None = None, after: str = ""
     ) -> list[tuple[str, str]]:
         """Up to *limit* (text hash, text) of current, not-held chunks with no embedding."""
 

@@ -1099,9 +1099,10 @@ class SQLiteStateStore:
         ]
 
     async def missing_embeddings(
-        self, embedder: str, limit: int, *, include_run: int | None = None
+        self, embedder: str, limit: int, *, include_run: int | None = None, after: str = ""
     ) -> list[tuple[str, str]]:
-        """Return up to *limit* distinct (text hash, text) of current chunks with no embedding.
+        """Return up to *limit* distinct (text hash, text) of current chunks with no embedding,
+        in text-hash order from *after* on (keyset pages: each call costs its page, not the table).
 
         Chunks of held runs are left out (nothing is paid for a held run) unless
         *include_run* names the held run being approved.
@@ -1111,13 +1112,13 @@ class SQLiteStateStore:
             conn = self.conn
             excluded = [r for r in self._held_ids(conn) if r != include_run]
             rows = conn.execute(
-                """SELECT c.chunk_hash, MIN(c.text) AS text FROM chunks c
-                   WHERE c.retired_run IS NULL
+                """SELECT c.chunk_hash, MIN(c.text) AS text FROM chunks c INDEXED BY chunks_hash
+                   WHERE c.chunk_hash > ? AND c.retired_run IS NULL
                      AND c.added_run NOT IN (SELECT value FROM json_each(?))
                      AND NOT EXISTS (SELECT 1 FROM embeddings e
                                      WHERE e.embedder = ? AND e.text_hash = c.chunk_hash)
-                   GROUP BY c.chunk_hash LIMIT ?""",
-                (json.dumps(excluded), embedder, limit),
+                   GROUP BY c.chunk_hash ORDER BY c.chunk_hash LIMIT ?""",
+                (after, json.dumps(excluded), embedder, limit),
             ).fetchall()
             return [(r[0], r[1]) for r in rows]
 
