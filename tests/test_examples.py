@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_offline_demo(tmp_path: Path) -> None:
-    proc = subprocess.run(  # noqa: S603 (fixed argv)
+    proc = subprocess.run(
         [sys.executable, str(REPO / "examples" / "demo.py"), "--db", str(tmp_path / "demo.db")],
         capture_output=True,
         text=True,
@@ -27,7 +27,7 @@ def test_offline_demo(tmp_path: Path) -> None:
     assert "crawled: 7 new: 0 changed: 0 unchanged: 6 gone: 1 errors: 0" in lines[3]
     assert "index: published" in lines[2]
     # the renamed setting is what the knowledge base now answers with
-    search = subprocess.run(  # noqa: S603
+    search = subprocess.run(
         [
             sys.executable,
             "-m",

@@ -61,7 +61,8 @@ class Verdict:
 
 def guard_fields(text: str, code: Sequence[str], noise: SiteNoise) -> Fields:
     """What the critical-token guard compares: normalised text (volatile tokens do not trip it)."""
-    return fields_from_text(noise.normalizer.normalize(text), code)
+    normalize = noise.normalizer.normalize
+    return fields_from_text(normalize(text), [normalize(c) for c in code])
 
 
 def changed_fields(old: FieldsRow, page: Page) -> list[str]:
