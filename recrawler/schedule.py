@@ -174,23 +174,31 @@ def parse_now(value: Any) -> datetime | None:
 
 
 def audit_count(sample: float, population: int) -> int:
-    """Pages to audit: ``sample`` below 1 is a share (rounded up), 1 or more a count."""
+    """Pages to audit: a ``float`` is a share of *population* (rounded up), an ``int`` a count."""
     if sample <= 0 or population <= 0:
         return 0
-    if sample < 1:
+    if isinstance(sample, float):
         return min(population, math.ceil(sample * population))
     return min(population, int(sample))
 
 
 def parse_audit_sample(value: Any) -> float:
-    """``RECRAWLER_AUDIT_SAMPLE``: a share (``0.02`` or ``"2%"``) or a count (``20``)."""
+    """``RECRAWLER_AUDIT_SAMPLE``: a share (``0.02``, ``"2%"``, ``1.0`` or ``"100%"`` for every
+    page) as a ``float``, or a whole count (``20``) as an ``int``."""
     text = str(value).strip()
     try:
-        sample = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        if text.endswith("%"):
+            sample: float = float(text[:-1]) / 100
+        elif isinstance(value, float) or any(c in text for c in ".eE"):
+            sample = float(text)
+        else:
+            sample = int(text)
     except ValueError as exc:
         raise ConfigurationError(f"RECRAWLER_AUDIT_SAMPLE: not a share or a count: {value!r}") from exc
-    if sample < 0 or math.isnan(sample) or (text.endswith("%") and sample > 1):
-        raise ConfigurationError(f"RECRAWLER_AUDIT_SAMPLE: bad value {value!r}")
+    if sample < 0 or math.isnan(sample) or (isinstance(sample, float) and sample > 1):
+        raise ConfigurationError(
+            f"RECRAWLER_AUDIT_SAMPLE: bad value {value!r} (a share is at most 1.0 or 100%; a count is whole)"
+        )
     return sample
 
 

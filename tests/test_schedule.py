@@ -201,10 +201,15 @@ def test_now_and_audit_sample_parsing() -> None:
     assert parse_audit_sample("2%") == 0.02
     assert parse_audit_sample(0.5) == 0.5
     assert parse_audit_sample("20") == 20
-    for bad in ("-1", "lots", "200%"):
+    assert isinstance(parse_audit_sample("20"), int)
+    assert isinstance(parse_audit_sample("100%"), float)
+    assert isinstance(parse_audit_sample("1.0"), float)
+    for bad in ("-1", "lots", "200%", "1.5"):
         with pytest.raises(ConfigurationError, match="RECRAWLER_AUDIT_SAMPLE"):
             parse_audit_sample(bad)
     assert audit_count(0.01, 1000) == 10
     assert audit_count(0.01, 6) == 1  # a share rounds up
+    assert audit_count(1.0, 6) == 6  # 100%
+    assert audit_count(1, 6) == 1  # a count
     assert audit_count(20, 6) == 6
     assert audit_count(0, 100) == 0
