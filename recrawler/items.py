@@ -39,3 +39,6 @@ class Page:
     content_hash: str | None = None
     error: str | None = None
     status: PageStatus | None = None
+    #: how the page was found (``sitemap``, ``feed``, ``link``) and from where (feed or page URL)
+    found_via: str | None = None
+    found_from: str | None = None

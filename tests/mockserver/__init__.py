@@ -39,6 +39,7 @@ OPTIONS = {
     "noise": "true substitutes {{NOW}}, {{TOKEN}} and {{WIDGET}} on every request",
     "hang": "true never answers",
     "redirect": "answers 301 to /<site>/<value>",
+    "lie304": "true answers 304 to any request with If-None-Match or If-Modified-Since, changed or not",
 }
 META = "_meta.json"
 REQUESTS = "_requests.jsonl"
@@ -194,6 +195,12 @@ class SiteTree(Resource):
             etag = headers["ETag"] = etag if validators == "strong" else f"W/{etag}"
         if validators != "none":
             headers["Last-Modified"] = formatdate(mtime, usegmt=True)
+        if options.get("lie304") and (
+            request.getHeader("If-None-Match") is not None
+            or request.getHeader("If-Modified-Since") is not None
+        ):
+            # a broken cache in front of the site: "not modified", whatever changed
+            return Reply(304, b"", headers)
         if not_modified(request, etag, mtime if validators != "none" else None):
             # RFC 9110 §15.4.5: a 304 carries the validators a 200 would have sent.
             return Reply(304, b"", headers)
