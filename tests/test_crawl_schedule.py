@@ -305,3 +305,31 @@ async def test_cli_due_lists_what_the_next_run_checks_and_why(
     out = capsys.readouterr().out
     assert "not due" in out
     assert "a.html" in out
+
+
+def test_clock_schedule_and_overrides_from_the_command_line(site: Site, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest_mockserver import REPO_ROOT
+
+    for name in ("a", "b"):
+        site.write(f"{name}.html", body(name), mtime=T0)
+    sitemap = site.write_sitemap(["a.html", "b.html"])
+    db = tmp_path / "cli.db"
+
+    def crawl(*settings: str) -> dict[str, Any]:
+        report = tmp_path / "report.json"
+        argv = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}"]
+        for setting in (f"RECRAWLER_DB_URI=sqlite:///{db}", f"RECRAWLER_REPORT_FILE={report}", *settings):
+            argv += ["-s", setting]
+        subprocess.run(argv, cwd=REPO_ROOT, check=True, capture_output=True, timeout=120)
+        return dict(json.loads(report.read_text()))
+
+    overrides = json.dumps({r"a\.html$": [7200, 7200]})
+    r1 = crawl(f"RECRAWLER_NOW={at(0)}", f"RECRAWLER_INTERVAL_OVERRIDES={overrides}")
+    assert r1["schedule"] == {"mode": "adaptive", "lastmod_mode": "hint", "now": at(0), "due": {"new": 2}}
+    assert rows(db, "SELECT url, check_interval FROM pages") == {"a.html": 7200, "b.html": 3600}
+    r2 = crawl(f"RECRAWLER_NOW={at(0.01)}", "RECRAWLER_SCHEDULE=all", "RECRAWLER_AUDIT_SAMPLE=50%")
+    assert r2["schedule"]["due"] == {"all": 2}
+    assert r2["audit"]["sample"] == 1

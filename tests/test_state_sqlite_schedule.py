@@ -69,6 +69,11 @@ async def test_revisit_roundtrip_and_found_via_is_kept_from_the_first_finding(tm
         await store.record_revisit(key, rev, found_via="link", found_from="https://x/index")
         await store.record_revisit(key, rev, found_via="feed", found_from="https://x/feed")
         assert await store.revisit(key) == rev
+        before, after = await store.update_revisit(
+            key, lambda prev: Revisit(checks=(prev.checks if prev else 0) + 1)
+        )
+        assert (before, after.checks) == (rev, 4.5)
+        await store.record_revisit(key, rev)
         assert await store.revisit(f"{SITE}/nope") is None
         scheduled = await store.scheduled([key, f"{SITE}/nope"])
         assert list(scheduled) == [key]

@@ -232,13 +232,13 @@ class ScheduleMiddleware:
         """Store the page's next check; audit its lastmod's claim against what the check found."""
         if status not in _CHECKED:
             return
+        changed, new = status == PageStatus.CHANGED, status == PageStatus.NEW
         try:
-            prev = await self.store.revisit(page.key)
-            revisit = self.policy.after_check(
-                prev, url=page.url, changed=status == PageStatus.CHANGED, new=status == PageStatus.NEW
-            )
-            await self.store.record_revisit(
-                page.key, revisit, found_via=page.found_via, found_from=page.found_from
+            prev, _ = await self.store.update_revisit(
+                page.key,
+                lambda prev: self.policy.after_check(prev, url=page.url, changed=changed, new=new),
+                found_via=page.found_via,
+                found_from=page.found_from,
             )
         except StateStoreError as exc:
             # the old schedule stays: the page is due again, never later than it should be

@@ -283,7 +283,8 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         page = self.recrawler_page(response)
         taken = self._lastmods.pop(page.key, None)
         page.lastmod = response.meta.get("recrawler_lastmod") or taken
-        page.found_via = page.found_via or "sitemap"
+        # a direct check of an unlisted stored page says nothing about how it was found
+        page.found_via = page.found_via or (None if response.meta.get("recrawler_verify") else "sitemap")
         yield page
         if self.follow_links and isinstance(response, TextResponse) and response.status == 200 and page.text:
             yield from self._links(response)

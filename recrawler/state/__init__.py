@@ -14,7 +14,7 @@ from scrapy.utils.misc import load_object
 from recrawler.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
@@ -274,6 +274,16 @@ class StateStore(Protocol):
         self, key: str, revisit: Revisit, *, found_via: str | None = None, found_from: str | None = None
     ) -> None:
         """Store a page's revisit state after a check (after its page write, never before)."""
+
+    async def update_revisit(
+        self,
+        key: str,
+        update: Callable[[Revisit | None], Revisit],
+        *,
+        found_via: str | None = None,
+        found_from: str | None = None,
+    ) -> tuple[Revisit | None, Revisit]:
+        """Replace a page's revisit state by ``update(state)`` in one round trip; (before, after)."""
 
     async def audit_sample(self, run: Run, sample: float) -> list[str]:
         """Draw the run's random self-audit sample (a share below 1, else a count); return keys."""

@@ -1067,16 +1067,37 @@ class SQLiteStateStore:
     async def revisit(self, key: str) -> Revisit | None:
         """The revisit state of *key*, or None for an unknown page."""
 
-        def work() -> Revisit | None:
-            # the schedule's own clock only: a page checked before schema 4 starts a fresh history
-            row = self.conn.execute(
-                "SELECT last_check_at, next_check_at, check_interval, check_count, change_count, "
-                "checked_secs, change_rate FROM pages WHERE key = ?",
-                (key,),
-            ).fetchone()
-            return _row_to_revisit(row) if row is not None else None
+        return await self._call(self._guard, lambda: self._revisit(key))
 
-        return await self._call(self._guard, work)
+    async def update_revisit(
+        self,
+        key: str,
+        update: Callable[[Revisit | None], Revisit],
+        *,
+        found_via: str | None = None,
+        found_from: str | None = None,
+    ) -> tuple[Revisit | None, Revisit]:
+        """Read a page's revisit state, store ``update(state)`` in its place; one round trip.
+
+        Returns (before, after). *update* runs on the worker thread: it must be quick and pure.
+        """
+
+        def work(conn: sqlite3.Connection) -> tuple[Revisit | None, Revisit]:
+            before = self._revisit(key)
+            after = update(before)
+            self._write_revisit(conn, key, after, found_via, found_from)
+            return before, after
+
+        return await self._page_write(work)
+
+    def _revisit(self, key: str) -> Revisit | None:
+        # the schedule's own clock only: a page checked before schema 4 starts a fresh history
+        row = self.conn.execute(
+            "SELECT last_check_at, next_check_at, check_interval, check_count, change_count, "
+            "checked_secs, change_rate FROM pages WHERE key = ?",
+            (key,),
+        ).fetchone()
+        return _row_to_revisit(row) if row is not None else None
 
     async def record_revisit(
         self, key: str, revisit: Revisit, *, found_via: str | None = None, found_from: str | None = None
@@ -1084,32 +1105,38 @@ class SQLiteStateStore:
         """Store a page's revisit state after a check (and how it was found, if not known yet)."""
 
         def work(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                """UPDATE pages SET last_check_at = ?3, next_check_at = ?4, check_interval = ?5,
-                     check_count = ?6, change_count = ?7, checked_secs = ?8, change_rate = ?9,
-                     found_via = COALESCE(found_via, ?1),
-                     found_from = CASE WHEN found_via IS NULL AND ?1 IS NOT NULL THEN ?2 ELSE found_from END
-                   WHERE key = ?10""",
-                (
-                    found_via,
-                    found_from,
-                    _at(revisit.last_check_at),
-                    _at(revisit.next_check_at),
-                    revisit.interval,
-                    revisit.checks,
-                    revisit.changes,
-                    revisit.checked_secs,
-                    revisit.rate,
-                    key,
-                ),
-            )
+            self._write_revisit(conn, key, revisit, found_via, found_from)
 
         await self._page_write(work)
+
+    @staticmethod
+    def _write_revisit(
+        conn: sqlite3.Connection, key: str, revisit: Revisit, found_via: str | None, found_from: str | None
+    ) -> None:
+        conn.execute(
+            """UPDATE pages SET last_check_at = ?3, next_check_at = ?4, check_interval = ?5,
+                 check_count = ?6, change_count = ?7, checked_secs = ?8, change_rate = ?9,
+                 found_via = COALESCE(found_via, ?1),
+                 found_from = CASE WHEN found_via IS NULL AND ?1 IS NOT NULL THEN ?2 ELSE found_from END
+               WHERE key = ?10""",
+            (
+                found_via,
+                found_from,
+                _at(revisit.last_check_at),
+                _at(revisit.next_check_at),
+                revisit.interval,
+                revisit.checks,
+                revisit.changes,
+                revisit.checked_secs,
+                revisit.rate,
+                key,
+            ),
+        )
 
     async def audit_sample(self, run: Run, sample: float) -> list[str]:
         """Draw this run's self-audit sample among the site's live pages; return their keys.
 
-        ``sample`` below 1 is a share, 1 or more a count. Immutable pages are left out.
+        A ``float`` ``sample`` is a share, an ``int`` a count. Immutable pages are left out.
         """
 
         def work() -> list[str]:
@@ -1292,6 +1319,11 @@ class SQLiteStateStore:
         """Yield the schedule's view of every live or quarantined page, soonest due first."""
         conn = self._reader()
         try:
+            if not self._has_table(conn, "trust"):
+                msg = (
+                    f"state database {self.path!r} predates schedules: run a crawl with this recrawler first"
+                )
+                raise StateStoreError(msg)
             for row in conn.execute(
                 f"""SELECT {_SCHEDULE_COLUMNS} FROM pages
                     WHERE status != ? AND (? IS NULL OR site = ?)
