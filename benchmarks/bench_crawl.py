@@ -685,6 +685,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             cmd = [py, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap_url}"]
             cmd += ["-s", f"RECRAWLER_DB_URI=sqlite:///{workdir / db}"]
             cmd += ["-s", f"RECRAWLER_REPORT_FILE={workdir / report}", "-s", "LOG_LEVEL=INFO"]
+            # every page each run, no audit: C measures a full conditional recrawl, not the schedule
+            cmd += ["-s", "RECRAWLER_SCHEDULE=all", "-s", "RECRAWLER_AUDIT_SAMPLE=0"]
             return run(name, label, cmd, args.project_dir)
 
         for round_no in range(1, args.repeat + 1):

@@ -50,7 +50,8 @@ def deploy_v2(root: Path) -> None:
 
 def crawl(db: str, sitemap: str, label: str) -> None:
     proc = subprocess.run(  # noqa: S603 (fixed argv)
-        [sys.executable, "-m", "recrawler.cli", "crawl", "--db", db, sitemap],
+        # a forced full pass each run: runs seconds apart would otherwise find nothing due yet
+        [sys.executable, "-m", "recrawler.cli", "crawl", "--db", db, sitemap, "-s", "RECRAWLER_SCHEDULE=all"],
         capture_output=True,
         text=True,
         check=False,

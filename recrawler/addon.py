@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from recrawler import default_settings
+from recrawler.downloadermiddlewares.audit import AuditMiddleware
 from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddleware
 from recrawler.exceptions import ConfigurationError
 from recrawler.extensions.reconcile import Reconciler
 from recrawler.pipelines.classify import ClassifyPipeline
 from recrawler.pipelines.index import IndexPipeline
+from recrawler.spidermiddlewares.deltafetch import DeltaFetchMiddleware
+from recrawler.spidermiddlewares.schedule import ScheduleMiddleware
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -77,3 +80,10 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", IndexPipeline, 800)
         # Extension order is irrelevant: it works from signals only.
         settings.setdefault_in_component_priority_dict("EXTENSIONS", Reconciler, 0)
+        # 535: above ConditionalRequestMiddleware (540), so the validators it attaches are on the
+        # request and its 304 accounting is done when an audited 304 is turned into a refetch.
+        settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", AuditMiddleware, 535)
+        # Spider output runs from high to low numbers: deltafetch (100, scrapy-deltafetch's own
+        # suggestion) drops immutable pages first, then the schedule (90) decides the rest.
+        settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", DeltaFetchMiddleware, 100)
+        settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ScheduleMiddleware, 90)

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import sys
 import time
 import urllib.request
@@ -25,11 +26,13 @@ from recrawler.index.sqlite import embedder_spec
 from recrawler.learning import NoiseRegistry
 from recrawler.pipelines.index import embed_missing
 from recrawler.regions import volatile_regions
-from recrawler.state import RUN_HELD, store_from_uri, utcnow
+from recrawler.schedule import SchedulePolicy, parse_now
+from recrawler.state import RUN_HELD, TRUST_SIGNALS, store_from_uri, utcnow
 from recrawler.urls import KeyMaker, key_host
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Awaitable, Callable, Sequence
+    from datetime import datetime
 
     from recrawler.state import PageRecord, StateStore
 
@@ -331,6 +334,128 @@ def cmd_normalize(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M") if value is not None else "-"
+
+
+def _duration(secs: float | None) -> str:
+    if secs is None:
+        return "-"
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
+        if secs >= size:
+            return f"{secs / size:.1f}{unit}"
+    return f"{secs:.0f}s"
+
+
+def cmd_due(args: argparse.Namespace, out: TextIO) -> int:
+    """List the stored pages the next run will check, and why (the run's own decision)."""
+    settings = _settings()
+    if args.lastmod_mode:
+        settings.set("RECRAWLER_LASTMOD_MODE", args.lastmod_mode)
+    if args.schedule:
+        settings.set("RECRAWLER_SCHEDULE", args.schedule)
+    policy = SchedulePolicy.from_settings(settings, now=parse_now(args.now))
+    store = _store(args)
+    off = {(t.host, t.signal) for t in store.iter_trust() if not t.trusted}
+    total = due = shown = 0
+    for page in store.iter_schedule(site=args.site):
+        decision = policy.decide(
+            page.revisit,
+            url=page.url,
+            status=page.status,
+            lastmod=page.lastmod,
+            lastmod_trusted=(key_host(page.key), "lastmod") not in off,
+        )
+        total += 1
+        due += decision.due
+        if not (decision.due or args.all) or (args.limit and shown >= args.limit):
+            continue
+        shown += 1
+        rev = page.revisit
+        if args.json:
+            row = {
+                "key": page.key,
+                "url": page.url,
+                "due": decision.due,
+                "reason": decision.reason,
+                "last_check_at": rev.last_check_at.isoformat() if rev.last_check_at else None,
+                "next_check_at": rev.next_check_at.isoformat() if rev.next_check_at else None,
+                "interval_secs": rev.interval,
+                "changes_per_day": rev.rate * 86400 if rev.rate is not None else None,
+                "checks": rev.checks,
+                "changes": rev.changes,
+            }
+            out.write(json.dumps(row) + "\n")
+            continue
+        label = decision.reason if decision.due else f"not due ({decision.reason})"
+        out.write(
+            f"{label:<22} next {_when(rev.next_check_at):<16} every {_duration(rev.interval):<7} {page.url}\n"
+        )
+    if not args.json:
+        out.write(
+            f"{due} of {total} stored pages due at {policy.now.isoformat(timespec='seconds')} "
+            f"(schedule {policy.mode}, lastmod {policy.lastmod_mode}); "
+            "URLs new to the sitemap or a feed are due at once too\n"
+        )
+    return 0
+
+
+def cmd_trust(args: argparse.Namespace, out: TextIO) -> int:
+    """Show each host's trust records; ``--reset [HOST]`` trusts its signals again."""
+    if args.reset is not None:
+        host = None if args.reset == "*" else args.reset
+        n = asyncio.run(_write(args, lambda store: store.reset_trust(host, args.signal)))
+        out.write(f"{n} trust record(s) reset: {host or 'every host'} {args.signal or 'every signal'}\n")
+        return 0
+    for rec in _store(args).iter_trust():
+        if args.json:
+            data = {
+                "host": rec.host,
+                "signal": rec.signal,
+                "checks": rec.checks,
+                "lies": rec.lies,
+                "trusted": rec.trusted,
+                "last_lie_at": rec.last_lie_at.isoformat() if rec.last_lie_at else None,
+                "last_lie_url": rec.last_lie_url,
+            }
+            out.write(json.dumps(data) + "\n")
+            continue
+        state = "trusted" if rec.trusted else "OFF"
+        lie = f"  last lie {_when(rec.last_lie_at)} {rec.last_lie_url}" if rec.last_lie_url else ""
+        out.write(f"{rec.host:<28} {rec.signal:<14} {state:<8} checks: {rec.checks} lies: {rec.lies}{lie}\n")
+    return 0
+
+
+def cmd_immutable(args: argparse.Namespace, out: TextIO) -> int:
+    """List the pages deltafetch skips; ``--reset [PATTERN]`` fetches them again next run."""
+    if args.reset is not None:
+        try:
+            re.compile(args.reset)
+        except re.error as exc:
+            raise ConfigurationError(f"immutable --reset: bad pattern {args.reset!r}: {exc}") from exc
+        pattern = args.reset or None
+        n = asyncio.run(_write(args, lambda store: store.immutable_reset(args.spider, pattern)))
+        out.write(f"{n} immutable page(s) forgotten: fetched again on the next run\n")
+        return 0
+    for row in _store(args).iter_immutable():
+        if args.spider and row["spider"] != args.spider:
+            continue
+        if args.json:
+            out.write(json.dumps(row) + "\n")
+        else:
+            out.write(f"{row['spider']:<12} {row['stored_at'][:16]:<16} {row['url']}\n")
+    return 0
+
+
+async def _write(args: argparse.Namespace, work: Callable[[StateStore], Awaitable[int]]) -> int:
+    store = _store(args)
+    await store.open()
+    try:
+        return await work(store)
+    finally:
+        await store.close()
+
+
 def cmd_crawl(args: argparse.Namespace, out: TextIO) -> int:  # pragma: no cover - hands over to Scrapy
     """Run ``scrapy crawl docs`` with recrawler's project settings from anywhere."""
     from scrapy.cmdline import execute
@@ -384,6 +509,43 @@ def build_parser() -> argparse.ArgumentParser:
     with_db(p)
     p.add_argument("--json", action="store_true", help="one JSON object per chunk")
     p.set_defaults(func=cmd_chunks)
+
+    p = sub.add_parser("due", help="list the stored pages the next run will check, and why")
+    with_db(p)
+    p.add_argument("--now", help="the run clock, ISO 8601 (default: now; like RECRAWLER_NOW)")
+    p.add_argument("--site", help="only pages of this host")
+    p.add_argument("--schedule", choices=["adaptive", "all"], help="as RECRAWLER_SCHEDULE")
+    p.add_argument("--lastmod-mode", choices=["skip", "hint", "ignore"], help="as RECRAWLER_LASTMOD_MODE")
+    p.add_argument("--all", action="store_true", help="also list pages that are not due")
+    p.add_argument("--limit", type=int, default=0, help="list at most this many pages")
+    p.add_argument("--json", action="store_true", help="one JSON object per page")
+    p.set_defaults(func=cmd_due)
+
+    p = sub.add_parser("trust", help="show which signals of each host are trusted; reset them")
+    with_db(p)
+    p.add_argument(
+        "--reset",
+        nargs="?",
+        const="*",
+        metavar="HOST",
+        help="trust HOST's signals again (no HOST: every host)",
+    )
+    p.add_argument("--signal", choices=list(TRUST_SIGNALS), help="with --reset: only this signal")
+    p.add_argument("--json", action="store_true", help="one JSON object per record")
+    p.set_defaults(func=cmd_trust)
+
+    p = sub.add_parser("immutable", help="list immutable pages deltafetch skips; reset them")
+    with_db(p)
+    p.add_argument(
+        "--reset",
+        nargs="?",
+        const="",
+        metavar="PATTERN",
+        help="forget pages whose URL matches PATTERN (a regex; none: all), fetched again next run",
+    )
+    p.add_argument("--spider", help="only this spider's pages")
+    p.add_argument("--json", action="store_true", help="one JSON object per page")
+    p.set_defaults(func=cmd_immutable)
 
     p = sub.add_parser("normalize", help="print the page key of each URL")
     p.add_argument("urls", nargs="+", metavar="URL")

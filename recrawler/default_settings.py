@@ -126,6 +126,34 @@ RECRAWLER_CHANGE_ALERT_MIN = 10
 # Crawl and classify, report what would be embedded, deleted and published; write nothing.
 RECRAWLER_DRY_RUN = False
 
+# --- schedule: adaptive revisits, sitemap lastmod, feeds, links ----------------------------------
+# "adaptive": request only pages that are due; "all": check every page (a forced full pass).
+RECRAWLER_SCHEDULE = "adaptive"
+# Listed page requests decided per database round trip.
+RECRAWLER_SCHEDULE_BATCH_SIZE = 500
+# The run's clock, an ISO-8601 time (None: the wall clock when the run starts).
+RECRAWLER_NOW: str | None = None
+# Shortest revisit interval of a page.
+RECRAWLER_MIN_INTERVAL_SECS = 3600.0
+# Longest revisit interval of a page (also the latest check of a page lastmod skips).
+RECRAWLER_MAX_INTERVAL_SECS = 30 * 86400.0
+# Per-URL bounds: {regex searched in the URL: [min_secs, max_secs]}, first match wins (null: default).
+RECRAWLER_INTERVAL_OVERRIDES: dict[str, list[float | None]] = {}
+# Sitemap lastmod: "skip" (trusted both ways), "hint" (newer makes due, never skips) or "ignore".
+RECRAWLER_LASTMOD_MODE = "hint"
+# With -a follow_links=1: how many links away from a listed page discovery goes.
+RECRAWLER_FOLLOW_DEPTH_LIMIT = 3
+
+# --- immutable pages (scrapy-deltafetch, kept in the state database) -----------------------------
+# URLs fetched once and then skipped (regexes searched in the URL: versioned docs, dated notes).
+RECRAWLER_IMMUTABLE_PATTERNS: list[str] = []
+
+# --- self-audit and trust ----------------------------------------------------------------------
+# Pages per run fetched in full whatever the cheap layers say: a share below 1 (rounded up) or a count.
+RECRAWLER_AUDIT_SAMPLE = 0.01
+# Lies after which a host's signal (lastmod, etag, last_modified) is switched off.
+RECRAWLER_AUDIT_DISTRUST_AFTER = 1
+
 # --- crawl profile ------------------------------------------------------------------------------
 # "fast" (your own site: no delay, 32 concurrent per host) or "polite" (AutoThrottle, 1 s delay).
 RECRAWLER_PROFILE = "fast"

@@ -49,3 +49,6 @@ class Page:
     learned_regions: tuple[str, ...] = ()
     #: the response body, kept only while a same-validator page whose text moved is re-checked
     raw_body: bytes | None = field(default=None, repr=False, compare=False)
+    #: how the page was found (``sitemap``, ``feed``, ``link``) and from where (feed or page URL)
+    found_via: str | None = None
+    found_from: str | None = None

@@ -51,6 +51,9 @@ class Crawls:
             "LOG_LEVEL": "INFO",
             "RETRY_TIMES": 0,
             "DOWNLOAD_TIMEOUT": 10,
+            # scenarios check every page each run and audit none, unless a test is about that
+            "RECRAWLER_SCHEDULE": "all",
+            "RECRAWLER_AUDIT_SAMPLE": 0,
             **extra,
         }
 

@@ -9,6 +9,7 @@ from scrapy.extensions.httpcache import RFC2616Policy
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.misc import load_object
 
+from recrawler.audit import trusted_validators
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
 from recrawler.pipelines import pending_for
@@ -26,6 +27,8 @@ logger = logging.getLogger(__name__)
 #: request meta keys that this middleware reads and writes
 META_KEY = "recrawler_key"
 META_ENABLED = "recrawler_enabled"
+#: ``False``: send no validators with this request (it is still accounted for)
+META_CONDITIONAL = "recrawler_conditional"
 _META_SENT = "_recrawler_validators"
 #: set on a 200 whose validators equal the stored ones
 META_SAME_VALIDATOR = "_recrawler_same_validator"
@@ -86,7 +89,8 @@ class ConditionalRequestMiddleware:
     ``recrawler/request/{count,failed}``, ``recrawler/page/missing/http_<code>``,
     ``recrawler/page/error/<reason>``, ``recrawler/sitemap/{fetched,error}``,
     ``recrawler/state/error/<Exception>``.
-    Meta: ``recrawler_enabled=False`` skips a request, ``recrawler_key`` overrides its page key.
+    Meta: ``recrawler_enabled=False`` skips a request, ``recrawler_key`` overrides its page key,
+    ``recrawler_conditional=False`` sends no validators.
     """
 
     def __init__(
@@ -156,7 +160,7 @@ class ConditionalRequestMiddleware:
             return
         key = request_key(request, self.key_maker)
         request.meta[META_KEY] = key
-        if not self.conditional:
+        if not self.conditional or request.meta.get(META_CONDITIONAL) is False:
             return
         try:
             rec = await self.store.get(key)
@@ -171,7 +175,8 @@ class ConditionalRequestMiddleware:
         if rec.status == LIVE and rec.chunks == 0 and self._indexing():
             # stored before the knowledge base was on: fetch the body once so it gets indexed
             return
-        sent = self._attach(request, rec)
+        # validators a host was caught lying with are switched off for it (see AuditMiddleware)
+        sent = self._attach(request, trusted_validators(self.crawler, rec))
         if sent:
             request.meta[_META_SENT] = True
             host = key_host(key)

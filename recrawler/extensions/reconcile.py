@@ -13,10 +13,12 @@ from scrapy.exceptions import DontCloseSpider, NotConfigured
 from scrapy.spiders import SitemapSpider
 
 from recrawler import signals as recrawler_signals
+from recrawler.audit import auditor_for
 from recrawler.embedders import EmbedderError
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
 from recrawler.pipelines.index import embed_missing, embedder_for, publish_mode, spike
+from recrawler.schedule import policy_for
 from recrawler.state import (
     RUN_FINISHED,
     RUN_HELD,
@@ -28,6 +30,8 @@ from recrawler.state import (
 )
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from scrapy.crawler import Crawler
 
     from recrawler.state import ReconcileResult, Run, StateStore
@@ -55,6 +59,9 @@ class Reconciler:
     ``recrawler/reconcile/skipped/<reason>``, ``recrawler/reconcile/elapsed_seconds``,
     ``recrawler/alert``. Signals: listens to ``spider_opened``, ``spider_idle``,
     ``spider_closed``; sends ``run_finished``.
+
+    With ``RECRAWLER_SCHEDULE=adaptive`` only unseen pages due by the run clock are checked:
+    pages the schedule, lastmod or deltafetch skipped keep their state and chunks.
     """
 
     def __init__(
@@ -173,7 +180,7 @@ class Reconciler:
             return
         try:
             # Blocking is fine here: the spider is idle, nothing else is in flight.
-            batch = self.store.unseen_sync(run, self.verify_batch)
+            batch = self.store.unseen_sync(run, self.verify_batch, due_at=self._due_at())
         except StateStoreError as exc:
             self.crawler.stats.inc_value(f"recrawler/state/error/{type(exc).__name__}")
             logger.error("could not list unseen pages: %(exc)s", {"exc": exc})
@@ -198,6 +205,36 @@ class Reconciler:
         self.crawler.stats.inc_value("recrawler/reconcile/verified", len(batch))
         logger.info("checking %(n)d stored pages this run did not reach", {"n": len(batch)})
         raise DontCloseSpider
+
+    def _due_at(self) -> datetime | None:
+        """Unseen pages not due by the run clock are skipped, not verified (None: all are)."""
+        policy = policy_for(self.crawler)
+        return policy.now if policy.mode == "adaptive" else None
+
+    def _layer_counts(self) -> dict[str, int]:
+        """What each cheap layer saved this run, and what the audit found."""
+        return {
+            "skipped_schedule": self._stat("recrawler/page/skipped/schedule"),
+            "skipped_lastmod": self._stat("recrawler/page/skipped/lastmod"),
+            "skipped_deltafetch": self._stat("recrawler/page/skipped/deltafetch"),
+            "unchanged_by_fuzzy": self._stat(f"recrawler/page/{_UNCHANGED}/fuzzy"),
+            "audited": self._stat("recrawler/audit/checked"),
+            "lies": self._stat("recrawler/audit/lies"),
+        }
+
+    def _schedule_report(self) -> dict[str, Any]:
+        policy = policy_for(self.crawler)
+        prefix = "recrawler/schedule/due/"
+        stats = self.crawler.stats
+        assert stats is not None
+        return {
+            "mode": policy.mode,
+            "lastmod_mode": policy.lastmod_mode,
+            "now": policy.now.isoformat(),
+            "due": {
+                k[len(prefix) :]: v for k, v in sorted(stats.get_stats().items()) if k.startswith(prefix)
+            },
+        }
 
     def _guard(self, reason: str) -> list[str]:
         """Reasons not to trust this run's absence evidence (empty: trust it)."""
@@ -393,6 +430,7 @@ class Reconciler:
             "restored": self._stat(f"recrawler/page/{PageStatus.RESTORED}"),
             "missing_held": result.skipped_misses if result else missing,
             "verified": self._stat("recrawler/reconcile/verified"),
+            **self._layer_counts(),
         }
         # every checked page lands in exactly one bucket; misses held by the guard included
         counts["crawled"] = (
@@ -407,8 +445,11 @@ class Reconciler:
         stats.set_value("recrawler/crawled", counts["crawled"])
         changed = counts["new"] + counts["changed"]
         alert = None
-        # A first run into empty state is all new by nature: no alert.
-        if spike(run, changed, counts["crawled"], ratio=self.alert_ratio, minimum=self.alert_min):
+        # A first run into empty state is all new by nature: no alert. Pages a layer skipped were
+        # judged unchanged without a request: they count, or a run that checks only what lastmod
+        # and feeds say changed would always look like a spike.
+        judged = counts["crawled"] + self._stat("recrawler/page/skipped")
+        if spike(run, changed, judged, ratio=self.alert_ratio, minimum=self.alert_min):
             alert = (
                 f"{changed} of {counts['crawled']} pages new or changed "
                 f"(> RECRAWLER_CHANGE_ALERT_RATIO={self.alert_ratio}): template change or noisy hash?"
@@ -434,6 +475,8 @@ class Reconciler:
             "reconcile": {"applied": bool(result and result.applied), "skipped": skipped},
             "hosts_without_304": no_304,
             "db": self.store.uri,
+            "schedule": self._schedule_report(),
+            "audit": auditor_for(self.crawler).report(),
         }
 
     def _hosts_without_304(self) -> list[str]:
@@ -455,7 +498,7 @@ class Reconciler:
         c = report["counts"]
         head = " ".join(f"{k}: {c[k]}" for k in ("crawled", "new", "changed", "unchanged", "gone", "errors"))
         tail = " ".join(
-            f"{k}: {c[k]}"
+            f"{k}: {c.get(k, 0)}"
             for k in (
                 "quarantined",
                 "restored",
@@ -464,6 +507,12 @@ class Reconciler:
                 "unchanged_by_hash",
                 "verified",
                 "missing_held",
+                "skipped_schedule",
+                "skipped_lastmod",
+                "skipped_deltafetch",
+                "unchanged_by_fuzzy",
+                "audited",
+                "lies",
             )
         )
         line = f"{head} | {tail}"

@@ -211,6 +211,8 @@ class IndexPipeline:
             int(stats.get_value(f"recrawler/page/{s}", 0))
             for s in (PageStatus.NEW, PageStatus.CHANGED, PageStatus.UNCHANGED)
         )
+        # pages a layer skipped count as unchanged (as in the Reconciler's report)
+        crawled += int(stats.get_value("recrawler/page/skipped", 0))
         if spike(run, new_changed, crawled, ratio=self.alert_ratio, minimum=self.alert_min):
             self._held = True
             await self.store.set_run_state(run.id, RUN_HELD)

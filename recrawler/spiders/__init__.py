@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Self
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
+import feedparser
+from scrapy import Request
 from scrapy.http import TextResponse
+from scrapy.linkextractors import LinkExtractor
 from scrapy.spiders import SitemapSpider
 
 from recrawler.downloadermiddlewares.conditional import META_KEY, META_SAME_VALIDATOR
@@ -16,6 +20,7 @@ from recrawler.fingerprint import content_hash
 from recrawler.items import Page
 from recrawler.learning import noise_for
 from recrawler.regions import volatile_regions
+from recrawler.schedule import policy_for
 from recrawler.urls import KeyMaker, key_host, url_host
 
 if TYPE_CHECKING:
@@ -23,6 +28,7 @@ if TYPE_CHECKING:
 
     from scrapy.http import Response
     from scrapy.settings import BaseSettings
+    from twisted.python.failure import Failure
 
     from recrawler.learning import NoiseRegistry, SiteNoise
 
@@ -75,6 +81,8 @@ class PageBuilder:
             etag=_header(response, b"ETag"),
             last_modified=_header(response, b"Last-Modified"),
             lastmod=lastmod,
+            found_via=response.meta.get("recrawler_found_via"),
+            found_from=response.meta.get("recrawler_found_from"),
         )
         if response.status == 304:
             return page
@@ -149,8 +157,13 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
 
     Arguments (``-a``): ``sitemap_url`` (a sitemap, sitemap index, ``.xml.gz`` or robots.txt; may be
     given several times comma-separated), ``allowed_hosts`` (comma-separated extra hosts, or
-    ``*`` for any), ``site`` (the host whose stored pages this run reconciles).
-    Stats: ``recrawler/sitemap/{parsed,urls,offsite}``.
+    ``*`` for any), ``site`` (the host whose stored pages this run reconciles), ``feed_url`` (RSS
+    or Atom feeds, comma-separated: their entries are listed pages too, and an entry updated
+    after a page's last check makes it due at once), ``follow_links`` (``1``: also follow links
+    found on fetched pages, same host, under ``follow_prefix``, by default the first sitemap's
+    folder, at most ``RECRAWLER_FOLLOW_DEPTH_LIMIT`` links away from a listed page).
+    Stats: ``recrawler/sitemap/{parsed,urls,offsite}``, ``recrawler/feed/{fetched,entries,offsite,error}``,
+    ``recrawler/follow/{links,offsite,depth_limit}``.
     """
 
     sitemap_urls: tuple[str, ...] = ()
@@ -161,6 +174,9 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         sitemap_url: str | None = None,
         allowed_hosts: str | None = None,
         site: str | None = None,
+        feed_url: str | None = None,
+        follow_links: str | bool | None = None,
+        follow_prefix: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -184,11 +200,100 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                 self._hosts.add(key_host(km("http://" + host.strip())))
         self._lastmods: dict[str, str] = {}
         self._key_maker = km
+        self.feed_urls = tuple(u.strip() for u in (feed_url or "").split(",") if u.strip())
+        for url in self.feed_urls:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ConfigurationError(f"feed_url: not an http(s) URL: {url!r}")
+        self.follow_links = _flag(follow_links) if follow_links is not None else False
+        if follow_prefix:
+            self.follow_prefixes = tuple(p.strip() for p in follow_prefix.split(",") if p.strip())
+        else:
+            # by default, the folder of the first sitemap: /docs/sitemap.xml -> /docs/
+            self.follow_prefixes = (urlsplit(self.sitemap_urls[0]).path.rsplit("/", 1)[0] + "/",)
+        self._link_extractor: LinkExtractor | None = None
 
     async def start(self) -> AsyncIterator[Any]:
-        """Start from the sitemaps (SitemapSpider's own start)."""
+        """Start from the sitemaps (SitemapSpider's own start), then the feeds."""
         async for request in super().start():
             yield request
+        for url in self.feed_urls:
+            # not a page: no validators, no page state, no error accounting
+            yield Request(
+                url,
+                callback=self._parse_feed,
+                errback=self._feed_failed,
+                dont_filter=True,
+                meta={"recrawler_enabled": False},
+            )
+
+    def recrawler_take_lastmod(self, key: str) -> str | None:
+        """Hand over (and forget) the listed lastmod of page *key* (ScheduleMiddleware asks)."""
+        return self._lastmods.pop(key, None)
+
+    def _parse_feed(self, response: Response) -> Iterable[Request]:
+        """Yield a page request per feed entry; an entry's date says when its page changed."""
+        parsed = feedparser.parse(response.body, response_headers={"content-location": response.url})
+        if not parsed.entries and parsed.get("bozo"):
+            self._inc("recrawler/feed/error")
+            logger.warning(
+                "feed %(url)s could not be parsed: %(exc)s",
+                {"url": response.url, "exc": parsed.get("bozo_exception")},
+            )
+            return
+        self._inc("recrawler/feed/fetched")
+        now = policy_for(self.crawler).now
+        for entry in parsed.entries:
+            link = entry.get("link")
+            if not link:
+                continue
+            url = urljoin(response.url, str(link))
+            if not self._on_site(url):
+                self._inc("recrawler/feed/offsite")
+                continue
+            self._inc("recrawler/feed/entries")
+            meta: dict[str, Any] = {"recrawler_found_via": "feed", "recrawler_found_from": response.url}
+            # plain dict reads: feedparser's own get() maps one key to the other with a warning
+            stamp = dict.get(entry, "updated_parsed") or dict.get(entry, "published_parsed")
+            if stamp is not None:
+                year, month, day, hour, minute, second = stamp[:6]
+                updated = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
+                # a date in the future means "unknown", as in sitemaps
+                if updated <= now:
+                    meta["recrawler_feed_updated"] = updated.isoformat()
+            yield Request(url, callback=self.parse, meta=meta)
+
+    def _feed_failed(self, failure: Failure) -> None:
+        self._inc("recrawler/feed/error")
+        request = getattr(failure, "request", None)
+        logger.warning(
+            "feed %(url)s failed: %(exc)s", {"url": getattr(request, "url", "?"), "exc": failure.value}
+        )
+
+    def _links(self, response: TextResponse) -> Iterable[Request]:
+        """Requests for the links of a fetched page: same host, under the prefix, within depth."""
+        depth = int(response.meta.get("recrawler_depth", 0)) + 1
+        if self._link_extractor is None:
+            self._link_extractor = LinkExtractor(unique=True)
+        limit = self.settings.getint("RECRAWLER_FOLLOW_DEPTH_LIMIT")
+        for link in self._link_extractor.extract_links(response):
+            parts = urlsplit(link.url)
+            if url_host(link.url) not in self._hosts or not parts.path.startswith(self.follow_prefixes):
+                self._inc("recrawler/follow/offsite")
+                continue
+            if depth > limit:
+                self._inc("recrawler/follow/depth_limit")
+                continue
+            self._inc("recrawler/follow/links")
+            yield Request(
+                link.url,
+                callback=self.parse,
+                meta={
+                    "recrawler_found_via": "link",
+                    "recrawler_found_from": response.url,
+                    "recrawler_depth": depth,
+                },
+            )
 
     def _inc(self, name: str, count: int = 1) -> None:
         crawler = getattr(self, "crawler", None)
@@ -214,8 +319,13 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                     self._lastmods[self._key_maker(loc)] = str(entry["lastmod"]).strip()
             yield entry
 
-    def parse(self, response: Response, **kwargs: Any) -> Iterable[Page]:
-        """Yield the Page of a listed (or verified) URL."""
+    def parse(self, response: Response, **kwargs: Any) -> Iterable[Page | Request]:
+        """Yield the Page of a listed (or verified) URL, then its links when following them."""
         page = self.recrawler_page(response)
-        page.lastmod = self._lastmods.pop(page.key, None)
+        taken = self._lastmods.pop(page.key, None)
+        page.lastmod = response.meta.get("recrawler_lastmod") or taken
+        # a direct check of an unlisted stored page says nothing about how it was found
+        page.found_via = page.found_via or (None if response.meta.get("recrawler_verify") else "sitemap")
         yield page
+        if self.follow_links and isinstance(response, TextResponse) and response.status == 200 and page.text:
+            yield from self._links(response)

@@ -14,19 +14,22 @@ from scrapy.utils.misc import load_object
 from recrawler.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
     from recrawler.chunking import Chunk
+    from recrawler.schedule import Revisit
 
 __all__ = [
     "Event",
     "PageRecord",
     "ReconcileResult",
     "Run",
+    "ScheduledPage",
     "StateStore",
+    "TrustRecord",
     "store_for",
     "store_from_uri",
     "utcnow",
@@ -103,6 +106,39 @@ class ChangeRow:
     critical: list[str] = field(default_factory=list)
     diff: str = ""
     old_blocks: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduledPage:
+    """What the schedule needs of a stored page to decide whether a run requests it."""
+
+    key: str
+    url: str
+    status: str
+    lastmod: str | None
+    revisit: Revisit
+    #: the last run whose listing decided the page, and the last run that audited it
+    listed_run: int | None = None
+    #: the layer that skipped the page in ``listed_run`` (None: it was requested)
+    listed_skip: str | None = None
+    audit_run: int | None = None
+
+
+#: the signals a host's trust is kept for: sitemap lastmod, ETag (If-None-Match), Last-Modified
+TRUST_SIGNALS = ("lastmod", "etag", "last_modified")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrustRecord:
+    """How one host's signal fared when audited; ``trusted`` False switches it off for the host."""
+
+    host: str
+    signal: str
+    checks: int = 0
+    lies: int = 0
+    trusted: bool = True
+    last_lie_at: datetime | None = None
+    last_lie_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -211,11 +247,15 @@ class StateStore(Protocol):
     async def record_miss(self, run: Run, key: str, http_status: int) -> str:
         """Stage a 404/410 answer of a stored page: ``staged``, ``tombstone`` or ``unknown``."""
 
-    def unseen_sync(self, run: Run, limit: int) -> list[tuple[str, str]]:
+    def unseen_sync(self, run: Run, limit: int, *, due_at: datetime | None = None) -> list[tuple[str, str]]:
         """Blocking :meth:`unseen`, for ``spider_idle`` handlers (sync signals, nothing in flight)."""
 
-    async def unseen(self, run: Run, limit: int) -> list[tuple[str, str]]:
-        """Return up to *limit* (key, url) of the run's site not reached yet, marking them."""
+    async def unseen(self, run: Run, limit: int, *, due_at: datetime | None = None) -> list[tuple[str, str]]:
+        """Return up to *limit* (key, url) of the run's site not reached yet, marking them.
+
+        Pages this run's listing decided are not unseen; with *due_at*, only pages due by then
+        (and quarantined or audited ones) are.
+        """
 
     async def reconcile(
         self, run: Run, *, apply: bool, gone_after: int, gone_statuses: Sequence[int], at: datetime
@@ -291,11 +331,71 @@ class StateStore(Protocol):
     ) -> Iterator[dict[str, Any]]:
         """History rows, newest first (synchronous; for the CLI)."""
 
+    # --- schedule, trust and immutable pages ------------------------------------------------
+
+    async def scheduled(self, keys: Sequence[str]) -> dict[str, ScheduledPage]:
+        """The schedule's view of the stored pages among *keys*, in one round trip."""
+
+    async def mark_listed(self, run: Run, decided: Sequence[tuple[str, str | None]]) -> None:
+        """Note that this run's listing decided (key, skipping layer or None) pairs (not unseen)."""
+
+    async def revisit(self, key: str) -> Revisit | None:
+        """A page's revisit state, or None."""
+
+    async def record_revisit(
+        self, key: str, revisit: Revisit, *, found_via: str | None = None, found_from: str | None = None
+    ) -> None:
+        """Store a page's revisit state after a check (after its page write, never before)."""
+
+    async def update_revisit(
+        self,
+        key: str,
+        update: Callable[[Revisit | None], Revisit],
+        *,
+        found_via: str | None = None,
+        found_from: str | None = None,
+    ) -> tuple[Revisit | None, Revisit]:
+        """Replace a page's revisit state by ``update(state)`` in one round trip; (before, after)."""
+
+    async def audit_sample(self, run: Run, sample: float) -> list[str]:
+        """Draw the run's random self-audit sample (a share below 1, else a count); return keys."""
+
+    async def trust(self) -> list[TrustRecord]:
+        """Every host's trust records."""
+
+    async def record_trust(
+        self, host: str, signal: str, *, lied: bool, url: str, at: datetime, distrust_after: int
+    ) -> TrustRecord:
+        """Count one audited claim; the signal is switched off after *distrust_after* lies."""
+
+    async def reset_trust(self, host: str | None = None, signal: str | None = None) -> int:
+        """Trust signals again; return how many records were reset."""
+
+    async def immutable_seen(self, spider: str, keys: Sequence[str]) -> set[str]:
+        """Those deltafetch *keys* that *spider* already fetched."""
+
+    async def immutable_add(
+        self, spider: str, key: str, *, url: str, page_key: str | None, at: datetime
+    ) -> None:
+        """Remember a fetched deltafetch key."""
+
+    async def immutable_reset(self, spider: str | None = None, pattern: str | None = None) -> int:
+        """Forget deltafetch keys (of *spider*, whose URL matches *pattern*); return how many."""
+
     def iter_pages(self, status: str | None = None) -> Iterator[PageRecord]:
         """Yield stored pages ordered by key (synchronous; for the CLI)."""
 
     def iter_runs(self) -> Iterator[dict[str, Any]]:
         """Yield runs, newest first (synchronous; for the CLI)."""
+
+    def iter_schedule(self, site: str | None = None) -> Iterator[ScheduledPage]:
+        """Yield the schedule's view of live and quarantined pages, soonest due first (CLI)."""
+
+    def iter_trust(self) -> Iterator[TrustRecord]:
+        """Yield trust records by host and signal (CLI)."""
+
+    def iter_immutable(self) -> Iterator[dict[str, Any]]:
+        """Yield stored deltafetch keys (CLI)."""
 
 
 _stores: WeakKeyDictionary[Crawler, StateStore] = WeakKeyDictionary()

@@ -11,7 +11,7 @@ import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
@@ -20,6 +20,7 @@ from urllib.parse import unquote, urlsplit
 from recrawler.events import EventSink, sink_from_uri
 from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
 from recrawler.fingerprint import page_hash, unpack_blocks
+from recrawler.schedule import Revisit, audit_count
 from recrawler.state import (
     GONE,
     LIVE,
@@ -33,6 +34,8 @@ from recrawler.state import (
     PageRecord,
     ReconcileResult,
     Run,
+    ScheduledPage,
+    TrustRecord,
 )
 
 if TYPE_CHECKING:
@@ -51,6 +54,13 @@ _RETIRED_REPLACED, _RETIRED_QUARANTINED, _RETIRED_GONE = 0, 1, 2
 
 _T = TypeVar("_T")
 _MIGRATION = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+# the schedule's view of a page: a stored page checked before schema 4 uses last_checked
+_SCHEDULE_COLUMNS = (
+    "key, url, status, lastmod, listed_run, listed_skip, audit_run, "
+    "COALESCE(last_check_at, last_checked) AS last_check_at, "
+    "next_check_at, check_interval, check_count, change_count, checked_secs, change_rate"
+)
+_TRUST_COLUMNS = "host, signal, checks, lies, trusted, last_lie_at, last_lie_url"
 _PAGE_COLUMNS = (
     "key, site, url, etag, last_modified, lastmod, content_hash, fuzzy_hash, title, status, "
     "misses, first_seen, last_checked, last_changed, last_seen_run, chunks, noise_key"
@@ -88,6 +98,48 @@ def _ts(value: datetime | None) -> str | None:
 
 def _dt(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
+
+
+def _at(value: datetime | None) -> str | None:
+    """A schedule time: UTC, fixed width, so text order is time order in SQL comparisons."""
+    return value.astimezone(UTC).isoformat(timespec="microseconds") if value is not None else None
+
+
+def _row_to_revisit(row: sqlite3.Row) -> Revisit:
+    return Revisit(
+        last_check_at=_dt(row["last_check_at"]),
+        next_check_at=_dt(row["next_check_at"]),
+        interval=row["check_interval"],
+        checks=row["check_count"],
+        changes=row["change_count"],
+        checked_secs=row["checked_secs"],
+        rate=row["change_rate"],
+    )
+
+
+def _row_to_scheduled(row: sqlite3.Row) -> ScheduledPage:
+    return ScheduledPage(
+        key=row["key"],
+        url=row["url"],
+        status=row["status"],
+        lastmod=row["lastmod"],
+        revisit=_row_to_revisit(row),
+        listed_run=row["listed_run"],
+        listed_skip=row["listed_skip"],
+        audit_run=row["audit_run"],
+    )
+
+
+def _row_to_trust(row: sqlite3.Row) -> TrustRecord:
+    return TrustRecord(
+        host=row["host"],
+        signal=row["signal"],
+        checks=row["checks"],
+        lies=row["lies"],
+        trusted=bool(row["trusted"]),
+        last_lie_at=_dt(row["last_lie_at"]),
+        last_lie_url=row["last_lie_url"],
+    )
 
 
 def _row_to_record(row: sqlite3.Row) -> PageRecord:
@@ -284,8 +336,11 @@ class SQLiteStateStore:
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         version = self._schema_version_checked(conn)
+        # each applied number is a row: a migration numbered below one already applied (written
+        # on another branch) is still applied once
+        applied = {r[0] for r in conn.execute("SELECT version FROM schema_version")} if version else set()
         for number, sql in _migrations():
-            if number <= version:
+            if number in applied:
                 continue
             if self.dry_run:
                 conn.execute("SAVEPOINT migrate")
@@ -698,34 +753,48 @@ class SQLiteStateStore:
 
         return await self._page_write(work)
 
-    def _unseen(self, run: Run, limit: int) -> list[tuple[str, str]]:
+    def _unseen(self, run: Run, limit: int, due_at: datetime | None = None) -> list[tuple[str, str]]:
         if run.site is None:
             return []
         self._begin()
+        # Pages the run's listing decided (requested, or skipped by the schedule, lastmod or
+        # deltafetch) are not unseen; with *due_at*, neither are pages not due by then.
         rows = self.conn.execute(
-            """UPDATE pages SET verify_run = ?
+            """UPDATE pages SET verify_run = :run
                WHERE key IN (
                  SELECT key FROM pages
-                 WHERE site = ? AND status != ?
-                   AND (last_seen_run IS NULL OR last_seen_run != ?)
-                   AND (verify_run IS NULL OR verify_run != ?)
-                 ORDER BY key LIMIT ?)
+                 WHERE site = :site AND status != :gone
+                   AND (last_seen_run IS NULL OR last_seen_run != :run)
+                   AND (verify_run IS NULL OR verify_run != :run)
+                   AND (listed_run IS NULL OR listed_run != :run)
+                   AND (:due IS NULL OR status = :quarantined OR audit_run = :run
+                        OR next_check_at IS NULL OR next_check_at <= :due)
+                 ORDER BY key LIMIT :limit)
                RETURNING key, url""",
-            (run.id, run.site, GONE, run.id, run.id, limit),
+            {
+                "run": run.id,
+                "site": run.site,
+                "gone": GONE,
+                "quarantined": QUARANTINED,
+                "due": _at(due_at),
+                "limit": limit,
+            },
         ).fetchall()
         self._commit()
         return sorted((r["key"], r["url"]) for r in rows)
 
-    def unseen_sync(self, run: Run, limit: int) -> list[tuple[str, str]]:
+    def unseen_sync(self, run: Run, limit: int, *, due_at: datetime | None = None) -> list[tuple[str, str]]:
         """Return up to *limit* pages of the run's site not reached this run, marking them.
 
-        Blocking: for ``spider_idle`` handlers, which run when nothing else is in flight.
+        Pages the run's listing decided are left out; with *due_at*, so are pages whose next check
+        is later (quarantined and audited pages always count). Blocking: for ``spider_idle``
+        handlers, which run when nothing else is in flight.
         """
-        return self.call_sync(self._guard, lambda: self._unseen(run, limit))
+        return self.call_sync(self._guard, lambda: self._unseen(run, limit, due_at))
 
-    async def unseen(self, run: Run, limit: int) -> list[tuple[str, str]]:
+    async def unseen(self, run: Run, limit: int, *, due_at: datetime | None = None) -> list[tuple[str, str]]:
         """Async form of :meth:`unseen_sync`."""
-        return await self._call(self._guard, lambda: self._unseen(run, limit))
+        return await self._call(self._guard, lambda: self._unseen(run, limit, due_at))
 
     async def reconcile(
         self, run: Run, *, apply: bool, gone_after: int, gone_statuses: Sequence[int], at: datetime
@@ -1284,6 +1353,8 @@ class SQLiteStateStore:
                    WHERE key = ?1""",
                 [(k,) for k in touched],
             )
+            # checked again next run: due now, whatever their schedule said
+            conn.executemany("UPDATE pages SET next_check_at = NULL WHERE key = ?", [(k,) for k in touched])
             conn.execute("UPDATE runs SET state = ? WHERE id = ?", (RUN_DISCARDED, run_id))
             self._commit()
             return {"pages": len(touched), "chunks_dropped": dropped}
@@ -1314,6 +1385,236 @@ class SQLiteStateStore:
             )
 
         await self._call(self._guard, work)
+
+    # --- schedule, trust and immutable pages (schema 4) ----------------------------------------
+
+    async def scheduled(self, keys: Sequence[str]) -> dict[str, ScheduledPage]:
+        """The schedule's view of the stored pages among *keys* (one query for the batch)."""
+
+        def work() -> dict[str, ScheduledPage]:
+            rows = self.conn.execute(
+                f"SELECT {_SCHEDULE_COLUMNS} FROM pages WHERE key IN (SELECT value FROM json_each(?))",
+                (json.dumps(list(keys)),),
+            ).fetchall()
+            return {r["key"]: _row_to_scheduled(r) for r in rows}
+
+        return await self._call(self._guard, work)
+
+    async def mark_listed(self, run: Run, decided: Sequence[tuple[str, str | None]]) -> None:
+        """Note that this run's listing decided these (key, skipping layer or None: requested)."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "UPDATE pages SET listed_run = ?, listed_skip = ? WHERE key = ?",
+                [(run.id, skip, key) for key, skip in decided],
+            )
+
+        if decided:
+            await self._page_write(work)
+
+    async def revisit(self, key: str) -> Revisit | None:
+        """The revisit state of *key*, or None for an unknown page."""
+
+        return await self._call(self._guard, lambda: self._revisit(key))
+
+    async def update_revisit(
+        self,
+        key: str,
+        update: Callable[[Revisit | None], Revisit],
+        *,
+        found_via: str | None = None,
+        found_from: str | None = None,
+    ) -> tuple[Revisit | None, Revisit]:
+        """Read a page's revisit state, store ``update(state)`` in its place; one round trip.
+
+        Returns (before, after). *update* runs on the worker thread: it must be quick and pure.
+        """
+
+        def work(conn: sqlite3.Connection) -> tuple[Revisit | None, Revisit]:
+            before = self._revisit(key)
+            after = update(before)
+            self._write_revisit(conn, key, after, found_via, found_from)
+            return before, after
+
+        return await self._page_write(work)
+
+    def _revisit(self, key: str) -> Revisit | None:
+        # the schedule's own clock only: a page checked before schema 4 starts a fresh history
+        row = self.conn.execute(
+            "SELECT last_check_at, next_check_at, check_interval, check_count, change_count, "
+            "checked_secs, change_rate FROM pages WHERE key = ?",
+            (key,),
+        ).fetchone()
+        return _row_to_revisit(row) if row is not None else None
+
+    async def record_revisit(
+        self, key: str, revisit: Revisit, *, found_via: str | None = None, found_from: str | None = None
+    ) -> None:
+        """Store a page's revisit state after a check (and how it was found, if not known yet)."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            self._write_revisit(conn, key, revisit, found_via, found_from)
+
+        await self._page_write(work)
+
+    @staticmethod
+    def _write_revisit(
+        conn: sqlite3.Connection, key: str, revisit: Revisit, found_via: str | None, found_from: str | None
+    ) -> None:
+        conn.execute(
+            """UPDATE pages SET last_check_at = ?3, next_check_at = ?4, check_interval = ?5,
+                 check_count = ?6, change_count = ?7, checked_secs = ?8, change_rate = ?9,
+                 found_via = COALESCE(found_via, ?1),
+                 found_from = CASE WHEN found_via IS NULL AND ?1 IS NOT NULL THEN ?2 ELSE found_from END
+               WHERE key = ?10""",
+            (
+                found_via,
+                found_from,
+                _at(revisit.last_check_at),
+                _at(revisit.next_check_at),
+                revisit.interval,
+                revisit.checks,
+                revisit.changes,
+                revisit.checked_secs,
+                revisit.rate,
+                key,
+            ),
+        )
+
+    async def audit_sample(self, run: Run, sample: float) -> list[str]:
+        """Draw this run's self-audit sample among the site's live pages; return their keys.
+
+        A ``float`` ``sample`` is a share, an ``int`` a count. Immutable pages are left out.
+        """
+
+        def work() -> list[str]:
+            conn = self.conn
+            where = """site = :site AND status = :live AND content_hash IS NOT NULL
+                       AND key NOT IN (SELECT page_key FROM deltafetch WHERE page_key IS NOT NULL)"""
+            params = {"site": run.site, "live": LIVE, "run": run.id}
+            population = conn.execute(f"SELECT COUNT(*) FROM pages WHERE {where}", params).fetchone()[0]
+            n = audit_count(sample, int(population))
+            if not n:
+                return []
+            self._begin()
+            rows = conn.execute(
+                f"""UPDATE pages SET audit_run = :run WHERE key IN (
+                      SELECT key FROM pages WHERE {where} ORDER BY random() LIMIT :n)
+                    RETURNING key""",
+                {**params, "n": n},
+            ).fetchall()
+            self._commit()
+            return sorted(r[0] for r in rows)
+
+        if run.site is None or sample <= 0:
+            return []
+        return await self._call(self._guard, work)
+
+    async def trust(self) -> list[TrustRecord]:
+        """Every host's trust records."""
+
+        def work() -> list[TrustRecord]:
+            rows = self.conn.execute(f"SELECT {_TRUST_COLUMNS} FROM trust ORDER BY host, signal").fetchall()
+            return [_row_to_trust(r) for r in rows]
+
+        return await self._call(self._guard, work)
+
+    async def record_trust(
+        self, host: str, signal: str, *, lied: bool, url: str, at: datetime, distrust_after: int
+    ) -> TrustRecord:
+        """Count one audited claim of *signal* on *host*; *distrust_after* lies switch it off."""
+
+        def work(conn: sqlite3.Connection) -> TrustRecord:
+            row = conn.execute(
+                f"""INSERT INTO trust (host, signal, checks, lies, trusted, last_lie_at, last_lie_url,
+                                       updated_at)
+                    VALUES (:host, :signal, 1, :lied, :lied < :after, :lie_at, :lie_url, :at)
+                    ON CONFLICT (host, signal) DO UPDATE SET
+                      checks = trust.checks + 1,
+                      lies = trust.lies + :lied,
+                      trusted = CASE WHEN trust.lies + :lied >= :after THEN 0 ELSE trust.trusted END,
+                      last_lie_at = COALESCE(:lie_at, trust.last_lie_at),
+                      last_lie_url = COALESCE(:lie_url, trust.last_lie_url),
+                      updated_at = :at
+                    RETURNING {_TRUST_COLUMNS}""",
+                {
+                    "host": host,
+                    "signal": signal,
+                    "lied": int(lied),
+                    "after": distrust_after,
+                    "lie_at": _ts(at) if lied else None,
+                    "lie_url": url if lied else None,
+                    "at": _ts(at),
+                },
+            ).fetchone()
+            return _row_to_trust(row)
+
+        return await self._page_write(work)
+
+    async def reset_trust(self, host: str | None = None, signal: str | None = None) -> int:
+        """Trust *host*'s *signal* again (None: every host, every signal); return the records reset."""
+
+        def work() -> int:
+            self._begin()
+            n = self.conn.execute(
+                """UPDATE trust SET trusted = 1, lies = 0
+                   WHERE (:host IS NULL OR host = :host) AND (:signal IS NULL OR signal = :signal)""",
+                {"host": host, "signal": signal},
+            ).rowcount
+            self._commit()
+            return int(n)
+
+        return await self._call(self._guard, work)
+
+    async def immutable_seen(self, spider: str, keys: Sequence[str]) -> set[str]:
+        """Those of *keys* (deltafetch keys) that *spider* stored on an earlier fetch."""
+
+        def work() -> set[str]:
+            rows = self.conn.execute(
+                "SELECT key FROM deltafetch WHERE spider = ? AND key IN (SELECT value FROM json_each(?))",
+                (spider, json.dumps(list(keys))),
+            )
+            return {r[0] for r in rows}
+
+        return await self._call(self._guard, work)
+
+    async def immutable_add(
+        self, spider: str, key: str, *, url: str, page_key: str | None, at: datetime
+    ) -> None:
+        """Remember that *spider* fetched *key*: later runs skip it."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT OR IGNORE INTO deltafetch (spider, key, url, page_key, stored_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (spider, key, url, page_key, _ts(at)),
+            )
+
+        await self._page_write(work)
+
+    async def immutable_reset(self, spider: str | None = None, pattern: str | None = None) -> int:
+        """Forget stored deltafetch keys of *spider* (None: all) whose URL matches *pattern*
+        (a regular expression searched in the URL; None: all); return how many."""
+        regex = re.compile(pattern) if pattern else None
+
+        def work() -> int:
+            conn = self.conn
+            conn.create_function(
+                "recrawler_search",
+                1,
+                lambda url: regex is None or bool(regex.search(url)),
+                deterministic=True,
+            )
+            self._begin()
+            n = conn.execute(
+                "DELETE FROM deltafetch "
+                "WHERE (:spider IS NULL OR spider = :spider) AND recrawler_search(url)",
+                {"spider": spider},
+            ).rowcount
+            self._commit()
+            return int(n)
+
+        return await self._call(self._guard, work)
 
     # --- synchronous readers for the CLI ----------------------------------------------------
 
@@ -1361,6 +1662,56 @@ class SQLiteStateStore:
                 yield data
         finally:
             conn.close()
+
+    def iter_schedule(self, site: str | None = None) -> Iterator[ScheduledPage]:
+        """Yield the schedule's view of every live or quarantined page, soonest due first."""
+        conn = self._reader()
+        try:
+            if not self._has_table(conn, "trust"):
+                msg = (
+                    f"state database {self.path!r} predates schedules: run a crawl with this recrawler first"
+                )
+                raise StateStoreError(msg)
+            for row in conn.execute(
+                f"""SELECT {_SCHEDULE_COLUMNS} FROM pages
+                    WHERE status != ? AND (? IS NULL OR site = ?)
+                    ORDER BY next_check_at IS NOT NULL, next_check_at, key""",
+                (GONE, site, site),
+            ):
+                yield _row_to_scheduled(row)
+        finally:
+            conn.close()
+
+    def iter_trust(self) -> Iterator[TrustRecord]:
+        """Yield trust records by host and signal."""
+        conn = self._reader()
+        try:
+            if not self._has_table(conn, "trust"):
+                return
+            for row in conn.execute(f"SELECT {_TRUST_COLUMNS} FROM trust ORDER BY host, signal"):
+                yield _row_to_trust(row)
+        finally:
+            conn.close()
+
+    def iter_immutable(self) -> Iterator[dict[str, Any]]:
+        """Yield stored deltafetch keys (spider, key, url, page_key, stored_at) by URL."""
+        conn = self._reader()
+        try:
+            if not self._has_table(conn, "deltafetch"):
+                return
+            for row in conn.execute(
+                "SELECT spider, key, url, page_key, stored_at FROM deltafetch ORDER BY spider, url"
+            ):
+                yield dict(row)
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+        return (
+            conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
+            is not None
+        )
 
 
 def _split_sql(sql: str) -> list[str]:

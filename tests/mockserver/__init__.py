@@ -40,6 +40,7 @@ OPTIONS = {
     "hang": "true never answers",
     "no304": "true sends validators but ignores them in requests (never 304)",
     "redirect": "answers 301 to /<site>/<value>",
+    "lie304": "true answers 304 to any request with If-None-Match or If-Modified-Since, changed or not",
 }
 META = "_meta.json"
 REQUESTS = "_requests.jsonl"
@@ -197,6 +198,12 @@ class SiteTree(Resource):
             etag = headers["ETag"] = etag if validators == "strong" else f"W/{etag}"
         if validators != "none":
             headers["Last-Modified"] = formatdate(mtime, usegmt=True)
+        if options.get("lie304") and (
+            request.getHeader("If-None-Match") is not None
+            or request.getHeader("If-Modified-Since") is not None
+        ):
+            # a broken cache in front of the site: "not modified", whatever changed
+            return Reply(304, b"", headers)
         if not options.get("no304") and not_modified(request, etag, mtime if validators != "none" else None):
             # RFC 9110 §15.4.5: a 304 carries the validators a 200 would have sent.
             return Reply(304, b"", headers)

@@ -1,0 +1,175 @@
+"""Self-audit and trust: the run's random sample, and which of a host's signals still count."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
+
+from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.schedule import parse_audit_sample
+from recrawler.state import TRUST_SIGNALS, run_for, store_for, utcnow
+from recrawler.urls import key_host
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+    from recrawler.state import PageRecord, StateStore
+
+logger = logging.getLogger(__name__)
+
+#: lies and switch-offs kept for the run report (the stats count them all)
+_REPORT_LIMIT = 100
+
+
+class Auditor:
+    """One per crawler: draws the run's audit sample, holds each host's trust, records lies.
+
+    Settings: ``RECRAWLER_AUDIT_SAMPLE``, ``RECRAWLER_AUDIT_DISTRUST_AFTER``.
+    Stats: ``recrawler/audit/sampled``, ``recrawler/audit/lies``, ``recrawler/audit/lies/<signal>``,
+    ``recrawler/audit/distrusted``.
+    """
+
+    def __init__(self, crawler: Crawler, store: StateStore, *, sample: float, distrust_after: int) -> None:
+        if distrust_after < 1:
+            raise ConfigurationError(f"RECRAWLER_AUDIT_DISTRUST_AFTER: bad value {distrust_after!r}")
+        self.crawler = crawler
+        self.store = store
+        self.sample = sample
+        self.distrust_after = distrust_after
+        self.sample_keys: set[str] = set()
+        #: (host, signal) pairs switched off, before and during this run
+        self.off: set[tuple[str, str]] = set()
+        #: this run's lies and switch-offs, for the report
+        self.lies: list[dict[str, Any]] = []
+        self.distrusted: list[dict[str, str]] = []
+        self._ready: asyncio.Future[None] | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Auditor:
+        """Read ``RECRAWLER_AUDIT_*``."""
+        s = crawler.settings
+        return cls(
+            crawler,
+            store_for(crawler),
+            sample=parse_audit_sample(s.get("RECRAWLER_AUDIT_SAMPLE")),
+            distrust_after=s.getint("RECRAWLER_AUDIT_DISTRUST_AFTER"),
+        )
+
+    def _inc(self, name: str, count: int = 1) -> None:
+        if self.crawler.stats is not None:
+            self.crawler.stats.inc_value(name, count)
+
+    async def ready(self) -> None:
+        """Load trust and draw the sample, once per run (every caller awaits the same work)."""
+        if self._ready is None:
+            self._ready = asyncio.ensure_future(self._load())
+        await asyncio.shield(self._ready)
+
+    async def _load(self) -> None:
+        run = await run_for(self.crawler)
+        try:
+            self.off = {(r.host, r.signal) for r in await self.store.trust() if not r.trusted}
+            self.sample_keys = set(await self.store.audit_sample(run, self.sample))
+        except StateStoreError as exc:
+            # no sample and full trust: the run goes on as it would without the audit
+            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            logger.error("could not load trust or draw the audit sample: %(exc)s", {"exc": exc})
+            return
+        if self.sample_keys:
+            self._inc("recrawler/audit/sampled", len(self.sample_keys))
+        for host, signal in sorted(self.off):
+            logger.info(
+                "host %(host)s: %(signal)s is switched off (caught lying; "
+                "`recrawler trust --reset %(host)s`)",
+                {"host": host, "signal": signal},
+            )
+
+    def trusted(self, host: str, signal: str) -> bool:
+        """False when *signal* was caught lying on *host* and is switched off."""
+        return (host, signal) not in self.off
+
+    def in_sample(self, key: str) -> bool:
+        """True for pages drawn into this run's audit sample."""
+        return key in self.sample_keys
+
+    async def observe(self, key: str, signal: str, *, lied: bool, url: str) -> None:
+        """Record one checked claim of *signal* for *key*'s host; a lie may switch it off."""
+        host = key_host(key)
+        if not self.trusted(host, signal):
+            return
+        try:
+            rec = await self.store.record_trust(
+                host, signal, lied=lied, url=url, at=utcnow(), distrust_after=self.distrust_after
+            )
+        except StateStoreError as exc:
+            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            logger.error("could not record trust for %(host)s: %(exc)s", {"host": host, "exc": exc})
+            return
+        if lied:
+            self._inc("recrawler/audit/lies")
+            self._inc(f"recrawler/audit/lies/{signal}")
+            if len(self.lies) < _REPORT_LIMIT:
+                self.lies.append({"host": host, "signal": signal, "url": url})
+            logger.warning(
+                "audit: %(signal)s of %(host)s lied: %(url)s changed although %(claim)s",
+                {"signal": signal, "host": host, "url": url, "claim": _CLAIMS[signal]},
+            )
+        if not rec.trusted and (host, signal) not in self.off:
+            self.off.add((host, signal))
+            self._inc("recrawler/audit/distrusted")
+            self.distrusted.append({"host": host, "signal": signal})
+            logger.warning(
+                "audit: %(signal)s switched off for host %(host)s after %(lies)d lie(s) "
+                "(`recrawler trust --reset %(host)s` to trust it again)",
+                {"signal": signal, "host": host, "lies": rec.lies},
+            )
+
+    def report(self) -> dict[str, Any]:
+        """The ``audit`` section of the run report."""
+        stats = self.crawler.stats
+        get = stats.get_value if stats is not None else (lambda _k, _d=0: 0)
+        return {
+            "sample": len(self.sample_keys),
+            "checked": int(get("recrawler/audit/checked", 0) or 0),
+            "refetched": int(get("recrawler/audit/refetched", 0) or 0),
+            "lies": list(self.lies),
+            "distrusted": list(self.distrusted),
+            "switched_off": [{"host": h, "signal": s} for h, s in sorted(self.off)],
+        }
+
+
+_CLAIMS = {
+    "lastmod": "its sitemap lastmod was not newer than the last check",
+    "etag": "the server answered 304 to If-None-Match",
+    "last_modified": "the server answered 304 to If-Modified-Since",
+}
+assert set(_CLAIMS) == set(TRUST_SIGNALS)
+
+_auditors: WeakKeyDictionary[Crawler, Auditor] = WeakKeyDictionary()
+
+
+def auditor_for(crawler: Crawler) -> Auditor:
+    """The crawler's single Auditor, built on first use."""
+    auditor = _auditors.get(crawler)
+    if auditor is None:
+        auditor = _auditors[crawler] = Auditor.from_crawler(crawler)
+    return auditor
+
+
+def trusted_validators(crawler: Crawler | None, rec: PageRecord) -> PageRecord:
+    """*rec* without the validators its host's trust switched off (they are not sent)."""
+    auditor = _auditors.get(crawler) if crawler is not None else None
+    if auditor is None or not auditor.off:
+        return rec
+    host = key_host(rec.key)
+    etag = rec.etag if auditor.trusted(host, "etag") else None
+    last_modified = rec.last_modified if auditor.trusted(host, "last_modified") else None
+    if (etag, last_modified) == (rec.etag, rec.last_modified):
+        return rec
+    return dataclasses.replace(rec, etag=etag, last_modified=last_modified)
+
+
+__all__ = ["Auditor", "auditor_for", "trusted_validators"]

@@ -1,0 +1,196 @@
+"""DeltaFetchMiddleware: scrapy-deltafetch for immutable pages, kept in recrawler's database."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING, Any, Self
+
+from scrapy import Request, signals
+from scrapy.exceptions import NotConfigured
+from scrapy_deltafetch import DeltaFetch
+
+from recrawler.downloadermiddlewares.conditional import is_page_request, request_key
+from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.items import Page
+from recrawler.state import run_for, store_for, utcnow
+from recrawler.urls import KeyMaker
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterable
+
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from scrapy.statscollectors import StatsCollector
+
+    from recrawler.state import StateStore
+
+logger = logging.getLogger(__name__)
+
+
+class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafetch ships no types
+    """scrapy-deltafetch, backed by the state database instead of a ``dbm`` file.
+
+    A request whose key was stored by an earlier run is dropped; the key of a response that
+    yields an item is stored. Enabled for requests whose URL matches
+    ``RECRAWLER_IMMUTABLE_PATTERNS`` (regular expressions, ``re.search``), or for every request
+    with ``DELTAFETCH_ENABLED``. Keys live in the ``deltafetch`` table, per spider: they survive a
+    kill (each is committed with the page writes) and are shared by every worker on the database.
+    Reset with ``DELTAFETCH_RESET`` / the spider attribute ``deltafetch_reset`` (the whole spider)
+    or ``recrawler immutable --reset [PATTERN]``. Pages it skips are not checked as unseen.
+
+    Settings: ``RECRAWLER_IMMUTABLE_PATTERNS``, ``DELTAFETCH_ENABLED``, ``DELTAFETCH_RESET``
+    (``DELTAFETCH_DIR`` is not used: the keys are in the database).
+    Meta: ``deltafetch_key`` (the key to store and look up), ``deltafetch_enabled`` (force on/off).
+    Stats: ``deltafetch/skipped``, ``deltafetch/stored`` (scrapy-deltafetch's own),
+    ``recrawler/page/skipped``, ``recrawler/page/skipped/deltafetch``.
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        *,
+        crawler: Crawler,
+        patterns: Iterable[str] = (),
+        all_requests: bool = False,
+        reset: bool = False,
+        key_maker: KeyMaker | None = None,
+    ) -> None:
+        super().__init__(None, reset, crawler.stats)
+        self.store = store
+        self.crawler = crawler
+        self.all_requests = all_requests
+        self.key_maker = key_maker or KeyMaker()
+        self.fingerprint = crawler.request_fingerprinter.fingerprint
+        self.patterns: list[re.Pattern[str]] = []
+        for pattern in patterns:
+            try:
+                self.patterns.append(re.compile(pattern))
+            except re.error as exc:
+                msg = f"RECRAWLER_IMMUTABLE_PATTERNS: bad pattern {pattern!r}: {exc}"
+                raise ConfigurationError(msg) from exc
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """Enabled by ``RECRAWLER_IMMUTABLE_PATTERNS`` or ``DELTAFETCH_ENABLED``."""
+        s = crawler.settings
+        patterns = s.getlist("RECRAWLER_IMMUTABLE_PATTERNS")
+        if not patterns and not s.getbool("DELTAFETCH_ENABLED"):
+            # off unless asked for: without a message, Scrapy drops it quietly
+            raise NotConfigured
+        mw = cls(
+            store_for(crawler),
+            crawler=crawler,
+            patterns=patterns,
+            all_requests=s.getbool("DELTAFETCH_ENABLED"),
+            reset=s.getbool("DELTAFETCH_RESET"),
+            key_maker=KeyMaker(
+                s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS")
+            ),
+        )
+        crawler.signals.connect(mw.spider_opened, signal=signals.spider_opened)
+        return mw
+
+    @property
+    def _stats(self) -> StatsCollector:
+        stats = self.crawler.stats
+        assert stats is not None
+        return stats
+
+    @property
+    def _spider_name(self) -> str:
+        return str(getattr(self.crawler.spider, "name", "") or "")
+
+    async def spider_opened(self) -> None:  # spider-less and async, unlike deltafetch's own
+        """Apply ``DELTAFETCH_RESET`` (or the spider's ``deltafetch_reset``): forget this spider's keys."""
+        await run_for(self.crawler)
+        if self.reset or getattr(self.crawler.spider, "deltafetch_reset", False):
+            n = await self.store.immutable_reset(self._spider_name)
+            logger.info("deltafetch: reset, %(n)d stored keys forgotten", {"n": n})
+
+    def spider_closed(self, spider: Any = None) -> None:
+        """Nothing to close: the keys live in the state database."""
+
+    def _is_enabled_for_request(self, request: Request) -> bool:
+        enabled = request.meta.get("deltafetch_enabled")
+        if enabled is not None:
+            return bool(enabled)
+        if self.all_requests:
+            return True
+        return any(p.search(request.url) for p in self.patterns)
+
+    def _get_key(self, request: Request) -> bytes:
+        key = request.meta.get("deltafetch_key") or self.fingerprint(request).hex()
+        return str(key).encode()
+
+    async def process_spider_output_async(
+        self, response: Response, result: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        """Drop requests fetched by an earlier run; store the key of a response yielding an item."""
+        batch: list[Request] = []
+        async for r in result:
+            if isinstance(r, Request):
+                if self._is_enabled_for_request(r):
+                    batch.append(r)
+                    continue
+                yield r
+                continue
+            await self._store(response, r)
+            yield r
+        if batch:
+            async for r in self._filter(batch):
+                yield r
+
+    async def _filter(self, batch: list[Request]) -> AsyncIterator[Request]:
+        keys = [self._get_key(r).decode() for r in batch]
+        try:
+            seen = await self.store.immutable_seen(self._spider_name, sorted(set(keys)))
+        except StateStoreError as exc:
+            self._stats.inc_value(f"recrawler/state/error/{type(exc).__name__}")
+            logger.error("deltafetch lookup failed, requesting the batch: %(exc)s", {"exc": exc})
+            seen = set()
+        skipped_pages: list[tuple[str, str | None]] = []
+        for request, key in zip(batch, keys, strict=True):
+            if key not in seen:
+                yield request
+                continue
+            logger.debug("deltafetch: ignoring already visited %(url)s", {"url": request.url})
+            self._stats.inc_value("deltafetch/skipped")
+            if is_page_request(request, self.crawler.spider):
+                self._stats.inc_value("recrawler/page/skipped")
+                self._stats.inc_value("recrawler/page/skipped/deltafetch")
+                skipped_pages.append((request_key(request, self.key_maker), "deltafetch"))
+        if skipped_pages:
+            try:
+                # skipped on purpose: not "unseen", never quarantined for it
+                await self.store.mark_listed(await run_for(self.crawler), skipped_pages)
+            except StateStoreError as exc:
+                self._stats.inc_value(f"recrawler/state/error/{type(exc).__name__}")
+                logger.error("could not mark skipped pages: %(exc)s", {"exc": exc})
+
+    async def _store(self, response: Response, item: Any) -> None:
+        request = response.request
+        if request is None or not self._is_enabled_for_request(request):
+            return
+        # a page counts as fetched once it was read: not an error, not an empty page
+        if isinstance(item, Page) and (item.error or item.http_status not in (200, 304)):
+            return
+        page_key = (
+            request_key(request, self.key_maker) if is_page_request(request, self.crawler.spider) else None
+        )
+        try:
+            await self.store.immutable_add(
+                self._spider_name,
+                self._get_key(request).decode(),
+                url=request.url,
+                page_key=page_key,
+                at=utcnow(),
+            )
+        except StateStoreError as exc:
+            self._stats.inc_value(f"recrawler/state/error/{type(exc).__name__}")
+            logger.error("deltafetch could not store %(url)s: %(exc)s", {"url": request.url, "exc": exc})
+            return
+        self._stats.inc_value("deltafetch/stored")
+
+
+__all__ = ["DeltaFetchMiddleware"]

@@ -1,0 +1,265 @@
+"""ScheduleMiddleware: requests only the listed pages that are due, and reschedules each check."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Self
+
+from scrapy import Request, signals
+
+from recrawler import signals as recrawler_signals
+from recrawler.audit import auditor_for
+from recrawler.downloadermiddlewares.conditional import is_page_request, request_key
+from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.items import PageStatus
+from recrawler.schedule import SKIP_LASTMOD, parse_now, policy_for
+from recrawler.state import run_for, store_for
+from recrawler.urls import KeyMaker, key_host
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+    from recrawler.audit import Auditor
+    from recrawler.items import Page
+    from recrawler.schedule import Decision, SchedulePolicy
+    from recrawler.state import Run, ScheduledPage, StateStore
+
+logger = logging.getLogger(__name__)
+
+#: request meta: the listing's lastmod of the page (W3C datetime), read by the schedule and the spider
+META_LASTMOD = "recrawler_lastmod"
+#: request meta: when a feed entry says the page was updated (ISO 8601)
+META_FEED_UPDATED = "recrawler_feed_updated"
+#: request meta: how the page was found (sitemap, feed, link) and from where
+META_FOUND_VIA = "recrawler_found_via"
+META_FOUND_FROM = "recrawler_found_from"
+#: request meta, set here: why the page is requested this run
+META_DUE = "recrawler_due"
+#: due reasons that say the page changed: they go first
+_LIKELY_CHANGED = frozenset({"lastmod", "feed"})
+_CHECKED = frozenset({PageStatus.NEW, PageStatus.CHANGED, PageStatus.UNCHANGED})
+
+
+class ScheduleMiddleware:
+    """Lets through only the page requests that are due; skipped pages keep their state.
+
+    Page requests yielded by callbacks (sitemaps, feeds, discovered links) are decided in
+    batches, one database round trip each: new pages, the audit sample, feed entries and
+    lastmods newer than the last check are due at once; ``RECRAWLER_LASTMOD_MODE=skip`` skips a
+    page whose lastmod is not newer (until its max interval); otherwise ``next_check_at``
+    decides. Start requests are not filtered. After each check (``page_classified``) the page's
+    change-rate estimate and next check are stored, and its lastmod's claim is audited.
+
+    Settings: ``RECRAWLER_SCHEDULE``, ``RECRAWLER_SCHEDULE_BATCH_SIZE``, ``RECRAWLER_NOW``,
+    ``RECRAWLER_MIN_INTERVAL_SECS``, ``RECRAWLER_MAX_INTERVAL_SECS``,
+    ``RECRAWLER_INTERVAL_OVERRIDES``, ``RECRAWLER_LASTMOD_MODE``.
+    Stats: ``recrawler/schedule/due``, ``recrawler/schedule/due/<reason>``,
+    ``recrawler/page/skipped``, ``recrawler/page/skipped/{schedule,lastmod}``,
+    ``recrawler/state/error/<Exception>``. Signals: listens to ``page_classified``.
+    Meta: reads ``recrawler_lastmod``, ``recrawler_feed_updated``, ``recrawler_found_via``;
+    sets ``recrawler_due``.
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        policy: SchedulePolicy,
+        auditor: Auditor,
+        *,
+        crawler: Crawler,
+        batch_size: int = 500,
+        key_maker: KeyMaker | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ConfigurationError(f"RECRAWLER_SCHEDULE_BATCH_SIZE: bad value {batch_size!r}")
+        self.store = store
+        self.policy = policy
+        self.auditor = auditor
+        self.crawler = crawler
+        self.batch_size = batch_size
+        self.key_maker = key_maker or KeyMaker()
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """Read settings (a bad one stops the crawl before it starts) and connect signals."""
+        s = crawler.settings
+        mw = cls(
+            store_for(crawler),
+            policy_for(crawler),
+            auditor_for(crawler),
+            crawler=crawler,
+            batch_size=s.getint("RECRAWLER_SCHEDULE_BATCH_SIZE"),
+            key_maker=KeyMaker(
+                s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS")
+            ),
+        )
+        crawler.signals.connect(mw.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(mw.page_classified, signal=recrawler_signals.page_classified)
+        return mw
+
+    def _inc(self, name: str, count: int = 1) -> None:
+        if self.crawler.stats is not None:
+            self.crawler.stats.inc_value(name, count)
+
+    async def spider_opened(self) -> None:
+        """Log the run clock and modes once."""
+        logger.info(
+            "schedule: %(mode)s, lastmod %(lastmod)s, run clock %(now)s",
+            {
+                "mode": self.policy.mode,
+                "lastmod": self.policy.lastmod_mode,
+                "now": self.policy.now.isoformat(timespec="seconds"),
+            },
+            extra={"spider": self.crawler.spider},
+        )
+
+    async def process_spider_output(
+        self, response: Response, result: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        """Pass items and other requests through; decide page requests batch by batch."""
+        batch: list[Request] = []
+        spider = self.crawler.spider
+        async for r in result:
+            if isinstance(r, Request) and is_page_request(r, spider):
+                batch.append(r)
+                if len(batch) >= self.batch_size:
+                    async for request in self._decide(batch):
+                        yield request
+                    batch = []
+            else:
+                yield r
+        if batch:
+            async for request in self._decide(batch):
+                yield request
+
+    async def _decide(self, batch: list[Request]) -> AsyncIterator[Request]:
+        run = await run_for(self.crawler)
+        await self.auditor.ready()
+        # one batch at a time: a feed and a sitemap listing the same page see each other's marks
+        async with self._lock:
+            passed = await self._decide_locked(run, batch)
+        for request in passed:
+            yield request
+
+    async def _decide_locked(self, run: Run, batch: list[Request]) -> list[Request]:
+        keys = [request_key(r, self.key_maker) for r in batch]
+        try:
+            known = await self.store.scheduled(sorted(set(keys)))
+        except StateStoreError as exc:
+            # without the schedule, every page is due: a read failure never hides a page
+            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            logger.error("schedule read failed, requesting the batch: %(exc)s", {"exc": exc})
+            return batch
+        decided: dict[str, Decision] = {}
+        passed: list[Request] = []
+        for request, key in zip(batch, keys, strict=True):
+            request.meta["recrawler_key"] = key
+            lastmod = self._lastmod(request, key)
+            info = known.get(key)
+            decision = decided.get(key) or self._decision(request, key, info, lastmod)
+            # an earlier listing of the page in this run (a sitemap variant, a feed, a link), and
+            # the layer that skipped it then (None: it was requested)
+            earlier = key in decided or (info is not None and info.listed_run == run.id)
+            was_skipped: str | None = None
+            if key in decided:
+                was_skipped = None if decided[key].due else decided[key].reason
+            elif earlier and info is not None:
+                was_skipped = info.listed_skip
+            if decision.due:
+                request.meta[META_DUE] = decision.reason
+                if lastmod:
+                    request.meta[META_LASTMOD] = lastmod
+                if decision.reason in _LIKELY_CHANGED:
+                    # hint and skip order the work: pages said to have changed go first
+                    request.priority += 1
+                if not earlier or was_skipped is not None:
+                    if was_skipped is not None:
+                        # skipped by an earlier listing, due by this one (a feed entry): not a skip
+                        self._inc("recrawler/page/skipped", -1)
+                        self._inc(f"recrawler/page/skipped/{was_skipped}", -1)
+                    self._inc("recrawler/schedule/due")
+                    self._inc(f"recrawler/schedule/due/{decision.reason}")
+                decided[key] = decision
+                passed.append(request)
+                continue
+            if not earlier:
+                self._inc("recrawler/page/skipped")
+                self._inc(f"recrawler/page/skipped/{decision.reason}")
+                logger.debug("not due (%(why)s): %(url)s", {"why": decision.reason, "url": request.url})
+                decided[key] = decision
+        listed = [(k, None if d.due else d.reason) for k, d in decided.items() if k in known]
+        try:
+            # before the requests go out: the idle-time check of unseen pages must not take them
+            await self.store.mark_listed(run, listed)
+        except StateStoreError as exc:
+            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            logger.error("could not mark listed pages: %(exc)s", {"exc": exc})
+        return passed
+
+    def _lastmod(self, request: Request, key: str) -> str | None:
+        lastmod = request.meta.get(META_LASTMOD)
+        # RecrawlSitemapSpider keeps each URL's lastmod by page key: take it (skipped pages free it)
+        take = getattr(self.crawler.spider, "recrawler_take_lastmod", None)
+        taken = take(key) if take is not None else None
+        return str(lastmod) if lastmod else taken
+
+    def _decision(
+        self, request: Request, key: str, info: ScheduledPage | None, lastmod: str | None
+    ) -> Decision:
+        host = key_host(key)
+        feed_updated = None
+        if request.meta.get(META_FEED_UPDATED):
+            try:
+                feed_updated = parse_now(request.meta[META_FEED_UPDATED])
+            except ConfigurationError:
+                feed_updated = None
+        return self.policy.decide(
+            info.revisit if info is not None else None,
+            url=request.url,
+            status=info.status if info is not None else None,
+            lastmod=lastmod if self.policy.lastmod_mode != "ignore" else None,
+            feed_updated=feed_updated,
+            audit=self.auditor.in_sample(key),
+            lastmod_trusted=self.auditor.trusted(host, "lastmod"),
+        )
+
+    async def page_classified(self, page: Page, status: PageStatus) -> None:
+        """Store the page's next check; audit its lastmod's claim against what the check found."""
+        if status not in _CHECKED:
+            return
+        changed, new = status == PageStatus.CHANGED, status == PageStatus.NEW
+        try:
+            prev, _ = await self.store.update_revisit(
+                page.key,
+                lambda prev: self.policy.after_check(prev, url=page.url, changed=changed, new=new),
+                found_via=page.found_via,
+                found_from=page.found_from,
+            )
+        except StateStoreError as exc:
+            # the old schedule stays: the page is due again, never later than it should be
+            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            logger.error("schedule write failed for %(url)s: %(exc)s", {"url": page.url, "exc": exc})
+            return
+        if (
+            status != PageStatus.NEW
+            and prev is not None
+            and self.policy.lastmod_mode != "ignore"
+            and self.policy.lastmod_claims_unchanged(page.lastmod, prev.last_check_at)
+        ):
+            await self.auditor.observe(page.key, "lastmod", lied=status == PageStatus.CHANGED, url=page.url)
+
+
+__all__ = [
+    "META_DUE",
+    "META_FEED_UPDATED",
+    "META_FOUND_FROM",
+    "META_FOUND_VIA",
+    "META_LASTMOD",
+    "SKIP_LASTMOD",
+    "ScheduleMiddleware",
+]

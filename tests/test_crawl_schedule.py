@@ -1,0 +1,335 @@
+"""Adaptive revisits end to end: a local site changing at different rates, runs on a simulated clock."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import closing
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from recrawler.cli import main as cli_main
+from tests import docsite
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.conftest import CrawlResult, Crawls
+    from tests.conftest_mockserver import Site
+
+T0 = 1_760_000_000.0
+START = datetime(2026, 1, 5, 6, 0, tzinfo=UTC)
+DAY = 86400.0
+
+
+def at(day: float) -> str:
+    return (START + timedelta(days=day)).isoformat()
+
+
+def body(title: str, text: str = "The original text.") -> str:
+    return docsite.page(title, [("Overview", [text])])
+
+
+def rows(db: Path, sql: str) -> dict[str, Any]:
+    with closing(sqlite3.connect(db)) as conn:
+        return {r[0].rsplit("/", 1)[-1]: r[1] if len(r) == 2 else r[1:] for r in conn.execute(sql)}
+
+
+def hits(site: Site, path: str) -> int:
+    return len(site.requests(path))
+
+
+async def run(
+    crawls: Crawls, sitemap: str, day: float, spider_args: dict[str, Any] | None = None, **settings: Any
+) -> CrawlResult:
+    return await crawls.crawl(
+        sitemap, spider_args, **{"RECRAWLER_SCHEDULE": "adaptive", "RECRAWLER_NOW": at(day), **settings}
+    )
+
+
+@deferred_f_from_coro_f
+async def test_intervals_converge_towards_each_pages_change_rate(site: Site, crawls: Crawls) -> None:
+    bounds = {"RECRAWLER_MIN_INTERVAL_SECS": 3600, "RECRAWLER_MAX_INTERVAL_SECS": 8 * DAY}
+    for name in ("hot", "slow", "still"):
+        site.write(f"{name}.html", body(name), mtime=T0)
+    sitemap = site.write_sitemap(["hot.html", "slow.html", "still.html"])
+    runs = 30
+    for day in range(runs):
+        if day:
+            site.write("hot.html", body("hot", f"Edition {day}."), mtime=T0 + day)
+        if day and day % 5 == 0:
+            site.write("slow.html", body("slow", f"Edition {day}."), mtime=T0 + day)
+        r = await run(crawls, sitemap, day, **bounds)
+        assert r.counts["errors"] == 0
+        assert r.report["reconcile"]["applied"]
+    state = rows(crawls.db_path, "SELECT url, check_interval, change_rate, check_count FROM pages")
+    for interval, _rate, _checks in state.values():
+        assert 3600 <= interval <= 8 * DAY
+    # every run checks the page that changes every day; the still one reaches the longest interval
+    assert hits(site, "hot.html") == runs
+    assert state["hot.html"][0] < DAY
+    assert state["still.html"][0] == 8 * DAY
+    assert hits(site, "still.html") <= 7
+    # the slow page (a change every 5 days) settles in between, its estimate near 1 per 5 days
+    assert DAY < state["slow.html"][0] < 8 * DAY
+    assert 0.1 < state["slow.html"][1] * DAY < 0.45
+    assert hits(site, "still.html") < hits(site, "slow.html") < hits(site, "hot.html")
+
+
+@deferred_f_from_coro_f
+async def test_pages_not_due_are_not_requested_and_never_unseen(site: Site, crawls: Crawls) -> None:
+    for name in ("a", "b", "c"):
+        site.write(f"{name}.html", body(name), mtime=T0)
+    sitemap = site.write_sitemap(["a.html", "b.html", "c.html"])
+    bounds = {"RECRAWLER_MIN_INTERVAL_SECS": DAY}
+    r1 = await run(crawls, sitemap, 0, **bounds)
+    assert r1.counts["new"] == 3
+
+    # c disappears from the listing and the server, but nothing is due yet: no request at all
+    site.remove("c.html")
+    site.write_sitemap(["a.html", "b.html"])
+    site.clear_requests()
+    r2 = await run(crawls, sitemap, 0.5, **bounds)
+    assert [r["path"] for r in site.requests()] == ["sitemap.xml"]
+    assert r2.counts["skipped_schedule"] == 2
+    assert r2.counts["crawled"] == 0
+    assert "recrawler/reconcile/verified" not in r2.stats
+    assert r2.report["reconcile"] == {"applied": True, "skipped": []}
+    assert rows(crawls.db_path, "SELECT url, status FROM pages")["c.html"] == "live"
+    line = r2.report["counts"]
+    assert (line["skipped_schedule"], line["skipped_lastmod"], line["skipped_deltafetch"]) == (2, 0, 0)
+
+    # a day later c is due: checked directly, and its 404 quarantines it
+    r3 = await run(crawls, sitemap, 1.5, **bounds)
+    assert r3.stats["recrawler/reconcile/verified"] == 1
+    assert r3.actions() == {"c.html": "quarantined"}
+    assert r3.counts["unchanged"] == 2
+    # the quarantined page is checked every run until it is gone, whatever its schedule
+    r4 = await run(crawls, sitemap, 1.6, **bounds)
+    assert r4.actions() == {"c.html": "gone"}
+
+
+@deferred_f_from_coro_f
+async def test_schedule_all_forces_a_full_pass(site: Site, crawls: Crawls) -> None:
+    site.write("a.html", body("a"), mtime=T0)
+    sitemap = site.write_sitemap(["a.html"])
+    await run(crawls, sitemap, 0)
+    r2 = await run(crawls, sitemap, 0.01)
+    assert r2.counts["skipped_schedule"] == 1
+    r3 = await run(crawls, sitemap, 0.01, RECRAWLER_SCHEDULE="all")
+    assert r3.counts["unchanged"] == 1
+    assert r3.report["schedule"]["due"] == {"all": 1}
+    assert r3.report["schedule"]["now"] == at(0.01)
+
+
+@deferred_f_from_coro_f
+async def test_lastmod_skip_requests_nothing_old_and_still_checks_at_the_max_interval(
+    site: Site, crawls: Crawls
+) -> None:
+    settings = {
+        "RECRAWLER_LASTMOD_MODE": "skip",
+        "RECRAWLER_MIN_INTERVAL_SECS": 3600,
+        "RECRAWLER_MAX_INTERVAL_SECS": 5 * DAY,
+    }
+    old = (START - timedelta(days=30)).date().isoformat()
+    site.write("a.html", body("a"), mtime=T0)
+    site.write("b.html", body("b"), mtime=T0)
+    sitemap = site.write_sitemap([("a.html", old), ("b.html", old)])
+    await run(crawls, sitemap, 0, **settings)
+
+    site.clear_requests()
+    for day in (1, 2, 3):
+        if day == 2:
+            # b changes and the sitemap says so: due at once
+            site.write("b.html", body("b", "New text."), mtime=T0 + 50)
+            site.write_sitemap([("a.html", old), ("b.html", at(1.9))])
+        r = await run(crawls, sitemap, day, **settings)
+        if day == 2:
+            assert r.actions() == {"b.html": "changed"}
+            assert r.report["schedule"]["due"] == {"lastmod": 1}
+    # a: not one request while its lastmod stayed old, though its schedule made it due daily
+    assert hits(site, "a.html") == 0
+    assert hits(site, "b.html") == 1
+
+    # five days after its last check, a is checked anyway (conditionally: a 304)
+    r5 = await run(crawls, sitemap, 5, **settings)
+    assert r5.report["schedule"]["due"] == {"max_interval": 1}
+    assert r5.counts["skipped_lastmod"] == 1  # b: checked on day 2
+    request = site.requests("a.html")[0]
+    assert (request["status"], request["if_none_match"] is not None) == (304, True)
+
+
+@deferred_f_from_coro_f
+async def test_hint_never_skips_on_lastmod_and_ignore_reads_none(site: Site, crawls: Crawls) -> None:
+    old = (START - timedelta(days=30)).date().isoformat()
+    site.write("a.html", body("a"), mtime=T0)
+    sitemap = site.write_sitemap([("a.html", old)])
+    await run(crawls, sitemap, 0)
+    # hint (default): lastmod says nothing changed, the schedule says due: requested
+    r2 = await run(crawls, sitemap, 1)
+    assert r2.report["schedule"]["due"] == {"scheduled": 1}
+    # a newer lastmod makes it due at once in hint mode, not in ignore mode
+    site.write_sitemap([("a.html", at(1.5))])
+    r3 = await run(crawls, sitemap, 1.6, RECRAWLER_MIN_INTERVAL_SECS=DAY)
+    assert r3.report["schedule"]["due"] == {"lastmod": 1}
+    site.write_sitemap([("a.html", at(1.7))])
+    r4 = await run(crawls, sitemap, 1.8, RECRAWLER_MIN_INTERVAL_SECS=DAY, RECRAWLER_LASTMOD_MODE="ignore")
+    assert r4.counts["skipped_schedule"] == 1
+
+
+def atom(entries: list[tuple[str, str]]) -> str:
+    items = "".join(
+        f"<entry><title>{link}</title><id>{link}</id><link href='{link}'/>"
+        f"<updated>{updated}</updated></entry>"
+        for link, updated in entries
+    )
+    return (
+        "<?xml version='1.0' encoding='utf-8'?><feed xmlns='http://www.w3.org/2005/Atom'>"
+        f"<title>Docs changes</title><id>urn:docs</id><updated>{at(0)}</updated>{items}</feed>"
+    )
+
+
+def rss(entries: list[tuple[str, str]]) -> str:
+    from email.utils import format_datetime
+
+    items = "".join(
+        f"<item><title>{link}</title><link>{link}</link>"
+        f"<pubDate>{format_datetime(datetime.fromisoformat(updated))}</pubDate></item>"
+        for link, updated in entries
+    )
+    return f"<?xml version='1.0'?><rss version='2.0'><channel><title>Docs</title>{items}</channel></rss>"
+
+
+@deferred_f_from_coro_f
+async def test_feed_entries_make_their_pages_due(site: Site, crawls: Crawls) -> None:
+    settings = {"RECRAWLER_MIN_INTERVAL_SECS": 3 * DAY}
+    for name in ("a", "b", "c"):
+        site.write(f"{name}.html", body(name), mtime=T0)
+    sitemap = site.write_sitemap(["a.html", "b.html", "c.html"])
+    await run(crawls, sitemap, 0, **settings)
+
+    # a changed after its last check, b's entry is older than it; n is a page the sitemap lacks
+    site.write("a.html", body("a", "Edited."), mtime=T0 + 10)
+    site.write("n.html", body("n"), mtime=T0)
+    for kind, build in (("atom.xml", atom), ("rss.xml", rss)):
+        site.write(
+            kind,
+            build(
+                [(site.url("a.html"), at(0.5)), (site.url("b.html"), at(-2)), (site.url("n.html"), at(0.4))]
+            ),
+        )
+    site.clear_requests()
+    r2 = await run(crawls, sitemap, 1, {"feed_url": site.url("atom.xml")}, **settings)
+    assert r2.actions() == {"a.html": "changed", "n.html": "new"}
+    assert r2.report["schedule"]["due"] == {"feed": 1, "new": 1}
+    assert r2.counts["skipped_schedule"] == 2  # b and c
+    assert (hits(site, "b.html"), hits(site, "c.html")) == (0, 0)
+    assert r2.stats["recrawler/feed/entries"] == 3
+    found = rows(crawls.db_path, "SELECT url, found_via, found_from FROM pages")
+    assert found["n.html"] == ("feed", site.url("atom.xml"))
+    assert found["a.html"] == ("sitemap", None)
+
+    # RSS works the same; an entry not newer than the last check changes nothing
+    site.clear_requests()
+    r3 = await run(crawls, sitemap, 1.1, {"feed_url": site.url("rss.xml")}, **settings)
+    assert r3.stats["recrawler/feed/entries"] == 3
+    assert [r["path"] for r in site.requests() if r["path"].endswith(".html")] == []
+
+
+@deferred_f_from_coro_f
+async def test_broken_feed_is_counted_and_the_run_goes_on(site: Site, crawls: Crawls) -> None:
+    site.write("a.html", body("a"), mtime=T0)
+    sitemap = site.write_sitemap(["a.html"])
+    r = await run(crawls, sitemap, 0, {"feed_url": site.url("missing.xml")})
+    assert r.stats["recrawler/feed/error"] == 1
+    assert r.counts["new"] == 1
+    assert r.report["reconcile"]["applied"]
+
+
+@deferred_f_from_coro_f
+async def test_link_discovery_finds_pages_missing_from_the_sitemap(
+    site: Site, crawls: Crawls, mockserver: Any
+) -> None:
+    links = "".join(
+        f'<a href="{href}">{href}</a>'
+        for href in (
+            "hidden.html",
+            "d1.html",
+            f"{mockserver.url}/elsewhere.html",
+            "https://example.org/x.html",
+        )
+    )
+    site.write("index.html", docsite.page("Index", [("Links", [links])]), mtime=T0)
+    site.write("hidden.html", body("hidden"), mtime=T0)
+    site.write("d1.html", docsite.page("D1", [("L", ['<a href="d2.html">d2</a>'])]), mtime=T0)
+    site.write("d2.html", docsite.page("D2", [("L", ['<a href="d3.html">d3</a>'])]), mtime=T0)
+    site.write("d3.html", body("d3"), mtime=T0)
+    sitemap = site.write_sitemap(["index.html"])
+    r = await run(crawls, sitemap, 0, {"follow_links": "1"}, RECRAWLER_FOLLOW_DEPTH_LIMIT=2)
+    assert set(r.actions()) == {"index.html", "hidden.html", "d1.html", "d2.html"}
+    assert hits(site, "d3.html") == 0
+    assert r.stats["recrawler/follow/depth_limit"] >= 1
+    assert r.stats["recrawler/follow/offsite"] >= 2  # outside the site's folder, another host
+    found = rows(crawls.db_path, "SELECT url, found_via, found_from FROM pages")
+    assert found["hidden.html"] == ("link", site.url("index.html"))
+    assert found["d2.html"] == ("link", site.url("d1.html"))
+    assert found["index.html"] == ("sitemap", None)
+
+    # without follow_links, the found pages are stored pages like any other: kept, not gone
+    r2 = await run(crawls, sitemap, 0.01)
+    assert r2.counts["skipped_schedule"] == 1
+    assert r2.counts["gone"] == r2.counts["quarantined"] == 0
+
+
+@deferred_f_from_coro_f
+async def test_cli_due_lists_what_the_next_run_checks_and_why(
+    site: Site, crawls: Crawls, capsys: Any
+) -> None:
+    for name in ("a", "b"):
+        site.write(f"{name}.html", body(name), mtime=T0)
+    sitemap = site.write_sitemap(["a.html", ("b.html", at(0))])
+    await run(crawls, sitemap, 0, RECRAWLER_MIN_INTERVAL_SECS=DAY)
+    capsys.readouterr()
+    assert cli_main(["due", "--db", crawls.db_uri, "--now", at(0.5)]) == 0
+    assert "0 of 2 stored pages due" in capsys.readouterr().out
+    assert cli_main(["due", "--db", crawls.db_uri, "--now", at(2), "--json"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert {x["url"].rsplit("/", 1)[-1]: x["reason"] for x in lines} == {
+        "a.html": "scheduled",
+        "b.html": "scheduled",
+    }
+    assert all(x["interval_secs"] == DAY for x in lines)
+    assert cli_main(["due", "--db", crawls.db_uri, "--now", at(0.5), "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "not due" in out
+    assert "a.html" in out
+
+
+def test_clock_schedule_and_overrides_from_the_command_line(site: Site, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest_mockserver import REPO_ROOT
+
+    for name in ("a", "b"):
+        site.write(f"{name}.html", body(name), mtime=T0)
+    sitemap = site.write_sitemap(["a.html", "b.html"])
+    db = tmp_path / "cli.db"
+
+    def crawl(*settings: str) -> dict[str, Any]:
+        report = tmp_path / "report.json"
+        argv = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}"]
+        for setting in (f"RECRAWLER_DB_URI=sqlite:///{db}", f"RECRAWLER_REPORT_FILE={report}", *settings):
+            argv += ["-s", setting]
+        subprocess.run(argv, cwd=REPO_ROOT, check=True, capture_output=True, timeout=120)
+        return dict(json.loads(report.read_text()))
+
+    overrides = json.dumps({r"a\.html$": [7200, 7200]})
+    r1 = crawl(f"RECRAWLER_NOW={at(0)}", f"RECRAWLER_INTERVAL_OVERRIDES={overrides}")
+    assert r1["schedule"] == {"mode": "adaptive", "lastmod_mode": "hint", "now": at(0), "due": {"new": 2}}
+    assert rows(db, "SELECT url, check_interval FROM pages") == {"a.html": 7200, "b.html": 3600}
+    r2 = crawl(f"RECRAWLER_NOW={at(0.01)}", "RECRAWLER_SCHEDULE=all", "RECRAWLER_AUDIT_SAMPLE=50%")
+    assert r2["schedule"]["due"] == {"all": 2}
+    assert r2["audit"]["sample"] == 1
