@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -92,6 +93,8 @@ class Content:
     code: tuple[str, ...] = ()
     #: links of the main content: (href, text)
     links: tuple[tuple[str, str], ...] = ()
+    #: how many elements the site's learned volatile regions removed from this page
+    region_hits: int = 0
 
 
 def _compile(selectors: Iterable[str], setting: str) -> list[CSSSelector]:
@@ -175,11 +178,14 @@ class ContentExtractor:
         title, main = self.main(body, encoding)
         if main is None:
             return Content(title=title, text="")
+        removed = 0
         if regions is not None:
             for el in regions(main):
-                if el is not main:
+                if el is not main and el.getparent() is not None:
+                    removed += 1
                     _drop(el)
-        return content_of(title, main)
+        content = content_of(title, main)
+        return dataclasses.replace(content, region_hits=removed) if removed else content
 
 
 def content_of(title: str, main: _Element) -> Content:

@@ -60,3 +60,16 @@ def is_pure_deletion(old: Sequence[int], new: Sequence[int]) -> bool:
         return False
     it = iter(old)
     return all(any(h == o for o in it) for h in new)
+
+
+def deleted_runs(old: Sequence[int], new: Sequence[int]) -> int:
+    """In how many contiguous places blocks of *old* are missing from *new* (a pure deletion)."""
+    runs, j, gap = 0, 0, False
+    for h in old:
+        if j < len(new) and new[j] == h:
+            j += 1
+            gap = False
+        elif not gap:
+            runs += 1
+            gap = True
+    return runs

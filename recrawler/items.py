@@ -45,6 +45,8 @@ class Page:
     status: PageStatus | None = None
     #: this fetch is the immediate re-fetch of a "same validator, text moved" page
     rechecked: bool = False
+    #: how many elements the site's learned volatile regions removed from this page
+    region_hits: int = 0
     #: volatile regions learned from this fetch and the one just before it (CSS selectors)
     learned_regions: tuple[str, ...] = ()
     #: the response body, kept only while a same-validator page whose text moved is re-checked

@@ -157,7 +157,8 @@ class NoiseRegistry:
         """The site's model from what is loaded (no database access)."""
         model = self._models.get(site)
         if model is None:
-            regions = tuple(self._regions.get(site, ()))
+            # sorted: the key must not depend on the order regions were learned in
+            regions = tuple(sorted(set(self._regions.get(site, ()))))
             normalizer = self._normalizer(site)
             key_src = json.dumps(
                 [self._base, [p.name for p in normalizer.patterns], list(regions)], sort_keys=True

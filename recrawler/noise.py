@@ -8,12 +8,12 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from recrawler.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
 # --- volatile tokens ------------------------------------------------------------------------------
 
@@ -256,10 +256,24 @@ _STEMS = (
 )
 _STEMS += "|click|answer"
 _DIGIT = re.compile(r"\d")
+_VALUE = re.compile(r"\d|today|yesterday|now|ago|moment")
+
+
+def _label_then_value(lower: str) -> bool:
+    """A "last updated"-style label with a date-like value right behind it (str.find, no scan)."""
+    for label in _CONTEXT_HINTS:
+        i = lower.find(label)
+        while i >= 0:
+            if _VALUE.search(lower, i, i + 80):
+                return True
+            i = lower.find(label, i + 1)
+    return False
+
+
 # What a default pattern cannot match without, tested on the lowercased text with single spaces:
 # each group needs one of its words or regexes, or the pattern's regex is skipped. Keyed by regex,
 # so that only the exact default regexes use them.
-_HINTS: dict[str, tuple[tuple[str | re.Pattern[str], ...], ...]] = {
+_HINTS: dict[str, tuple[tuple[Any, ...], ...]] = {
     p.regex: hints
     for p, hints in zip(
         DEFAULT_PATTERNS,
@@ -270,7 +284,7 @@ _HINTS: dict[str, tuple[tuple[str | re.Pattern[str], ...], ...]] = {
             ((re.compile(r"build(?:[ _-]?(?:id|number|no)|\s*[:#])"),),),
             ((re.compile(r"build\s+#?\d"),),),
             ((re.compile(r"(?:request|trace|correlation|span|ray)[ _-]?id\b"),),),
-            (_CONTEXT_HINTS, (_DIGIT, "today", "yesterday", "now", "ago", "moment")),
+            ((_label_then_value,),),
             (_CONTEXT_HINTS, (re.compile(r"\d:[0-5]\d"),)),
             (("ago", "just now", "yesterday"),),
             (
@@ -301,11 +315,16 @@ _HINTS: dict[str, tuple[tuple[str | re.Pattern[str], ...], ...]] = {
 }
 
 
-def _holds(hints: tuple[tuple[str | re.Pattern[str], ...], ...], lower: str) -> bool:
-    return all(
-        any(h in lower if isinstance(h, str) else h.search(lower) is not None for h in group)
-        for group in hints
-    )
+def _hint(h: str | re.Pattern[str] | Callable[[str], bool], lower: str) -> bool:
+    if isinstance(h, str):
+        return h in lower
+    if isinstance(h, re.Pattern):
+        return h.search(lower) is not None
+    return h(lower)
+
+
+def _holds(hints: tuple[tuple[str | re.Pattern[str] | Callable[[str], bool], ...], ...], lower: str) -> bool:
+    return all(any(_hint(h, lower) for h in group) for group in hints)
 
 
 @functools.cache
@@ -551,6 +570,8 @@ _NOT_NAMES = frozenset(
 )
 _INNER_CAPS = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")
 _HAS_DIGIT = re.compile(r"\d")
+
+
 _HAS_ALPHA = re.compile(r"[A-Za-z]")
 _LETTERS = re.compile(r"[^\W\d_]+")
 _BARE = re.compile(r"[\w.()/:~@][\w.()/:~@-]*")

@@ -71,7 +71,7 @@ def selector_for(el: _Element, main: _Element) -> str | None:
     if node is None:
         return None
     steps: list[str] = []
-    for depth, current in enumerate(chain):
+    for _depth, current in enumerate(chain):
         step = _step(current)
         parent = current.getparent()
         if parent is not None and "#" not in step:
@@ -85,9 +85,45 @@ def selector_for(el: _Element, main: _Element) -> str | None:
             matched = CSSSelector(candidate, translator="html")(main)
         except SelectorError:  # a name cssselect cannot express: try the next, longer chain
             matched = []
-        if matched == [el] and (depth > 0 or "#" in step or "." in step):
+        # anchored: a bare positional chain (li:nth-of-type(1) > a) would hit other lists
+        if matched == [el] and any("#" in st or "." in st for st in steps):
             return candidate
-    return " > ".join(steps) or None
+    return None
+
+
+def _widen(elements: list[_Element], main: _Element) -> list[_Element]:
+    """Siblings that all differ are one widget (a rotating list): take their parent instead."""
+    lifted = []
+    for el in elements:
+        # an element that is all of its parent (a link alone in a list item) stands for it
+        parent = el.getparent()
+        while (
+            parent is not None
+            and parent is not main
+            and len(_elements(parent)) == 1
+            and not _own_text(parent)
+        ):
+            el, parent = parent, parent.getparent()
+        if el not in lifted:
+            lifted.append(el)
+    elements = lifted
+    changed = True
+    while changed:
+        changed = False
+        by_parent: dict[int, list[_Element]] = {}
+        for el in elements:
+            parent = el.getparent()
+            if parent is not None and parent is not main:
+                by_parent.setdefault(id(parent), []).append(el)
+        for group in by_parent.values():
+            if len(group) > 1:
+                parent = group[0].getparent()
+                assert parent is not None
+                elements = [e for e in elements if e not in group]
+                elements.append(parent)
+                changed = True
+                break
+    return elements
 
 
 def volatile_regions(a: _Element, b: _Element, normalize: Callable[[str], str] = lambda t: t) -> list[str]:
@@ -98,7 +134,7 @@ def volatile_regions(a: _Element, b: _Element, normalize: Callable[[str], str] =
     """
     total = len(_text(a)) or 1
     selectors: list[str] = []
-    for el in differing_elements(a, b, normalize):
+    for el in _widen(differing_elements(a, b, normalize), a):
         if el is a or el.tag in _HEADINGS or any(d.tag in _HEADINGS for d in el.iterdescendants()):
             continue
         if len(_text(el)) / total > MAX_REGION_SHARE:

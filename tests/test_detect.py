@@ -272,3 +272,16 @@ async def test_recheck_happens_once_when_nothing_can_be_learned(site: Site, craw
     assert r2.stats["recrawler/volatile/recheck"] == 1
     assert r2.actions() == {"r.html": "changed"}
     assert len(site.requests("r.html")) == 3  # run 1, run 2, and one re-fetch: no loop
+
+
+@deferred_f_from_coro_f
+async def test_paragraph_deleted_after_learning_is_still_a_change(site: Site, crawls: Crawls) -> None:
+    site.write("a.html", docs(BASE, extra_main="{{WIDGET}}"), mtime=T0, noise=True, validators="none")
+    sitemap = site.write_sitemap(["a.html"])
+    await crawls.crawl(sitemap)
+    out = await _cli(["calibrate", "--db", crawls.db_uri, "--delay", "0"])
+    assert "1 new volatile regions learned" in out
+    # the noise model changed since the page was stored, and a real paragraph goes too
+    site.write("a.html", docs({**BASE, "offline": None}, extra_main="{{WIDGET}}"), mtime=T0 + 5)
+    r2 = await crawls.crawl(sitemap)
+    assert r2.actions() == {"a.html": "changed"}

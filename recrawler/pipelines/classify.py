@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any, Self
 from scrapy import Request
 
 from recrawler.exceptions import ConfigurationError, StateStoreError
-from recrawler.fingerprint import fuzzy_distance, is_pure_deletion, pack_blocks, unpack_blocks
+from recrawler.fingerprint import (
+    deleted_runs,
+    fuzzy_distance,
+    is_pure_deletion,
+    pack_blocks,
+    unpack_blocks,
+)
 from recrawler.items import Page, PageStatus
 from recrawler.learning import fingerprint, noise_for
 from recrawler.noise import Fields, critical_changes, fields_from_text
@@ -117,8 +123,10 @@ def decide(
         return Verdict(status=PageStatus.UNCHANGED, how=BY_HASH)
     if old is not None and rec.noise_key != noise.key:
         old_kept = [b for b in unpack_blocks(old.blocks) if b not in noise.boilerplate]
-        if is_pure_deletion(old_kept, fp.kept):
-            # the noise model changed since (a region learned): only noise left, nothing came in
+        # the noise model changed since (a region learned): blocks went, nothing came in, and they
+        # went in no more places than the learned regions cut from this very page (a paragraph
+        # deleted elsewhere is still a change)
+        if is_pure_deletion(old_kept, fp.kept) and deleted_runs(old_kept, fp.kept) <= page.region_hits:
             return Verdict(status=PageStatus.UNCHANGED, how=REBASELINED)
     distance = None
     if fp.fuzzy_hash and rec.fuzzy_hash:

@@ -105,6 +105,7 @@ class PageBuilder:
             regions = site.regions_css
         content = self.extractor.extract(response.body, response.encoding, regions=regions)
         page.title = content.title
+        page.region_hits = content.region_hits
         if not content.text.strip():
             # Empty content is never "unchanged": it is an error and stored state stays as it was.
             page.error = "empty_content"
