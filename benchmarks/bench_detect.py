@@ -60,9 +60,11 @@ LABELS = ("added", "removed", "changed", "noise", "identical")
 TARGET_RECALL = 1.0
 TARGET_NOISE_SHARE = 0.01  # false changes on noise pages, default detector
 
-# Settings every crawl runs with: no spike hold (events and counts are the same either way, but a
-# held run would stay unpublished), the knowledge base kept as by default (hashing embedder).
+# Settings every crawl runs with: every listed page checked (the adaptive schedule would find
+# nothing due in runs seconds apart), no spike hold (events and counts are the same either way, but
+# a held run would stay unpublished); the knowledge base stays on as by default (hashing embedder).
 COMMON_SETTINGS = {
+    "RECRAWLER_SCHEDULE": "all",
     "RECRAWLER_CHANGE_ALERT_RATIO": "1.0",
     "LOG_LEVEL": "INFO",
     "TELNETCONSOLE_ENABLED": "False",
@@ -1246,7 +1248,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="corpus dir (default %(default)s)")
     p.add_argument("--synthetic-pages", type=int, default=200, help="synthetic pages (default %(default)s)")
     p.add_argument("--seed", type=int, default=1, help="synthetic site seed (default %(default)s)")
-    p.add_argument("--timeout", type=float, default=900, help="seconds per crawl (default %(default)s)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds per crawl (default %(default)s)")
     return p.parse_args(argv)
 
 
