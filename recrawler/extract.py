@@ -181,7 +181,8 @@ class ContentExtractor:
         removed = 0
         if regions is not None:
             for el in regions(main):
-                if el is not main and el.getparent() is not None:
+                # nested regions: an element already dropped with its ancestor counts once
+                if el is not main and any(a is main for a in el.iterancestors()):
                     removed += 1
                     _drop(el)
         content = content_of(title, main)
