@@ -329,7 +329,9 @@ def docs_cmd(sitemap_url: str, db: Path, report: Path, *extra: str) -> list[str]
     """``python -m scrapy crawl docs`` into *db*, writing *report*."""
     cmd = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap_url}"]
     cmd += ["-s", f"RECRAWLER_DB_URI=sqlite:///{db}", "-s", f"RECRAWLER_REPORT_FILE={report}"]
-    cmd += ["-s", "LOG_LEVEL=INFO"]
+    # every page checked on every run (runs seconds apart would find nothing due), no audit
+    # re-fetches: the knowledge-base cost alone
+    cmd += ["-s", "LOG_LEVEL=INFO", "-s", "RECRAWLER_SCHEDULE=all", "-s", "RECRAWLER_AUDIT_SAMPLE=0"]
     for setting in extra:
         cmd += ["-s", setting]
     return cmd
