@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import os
+from typing import TYPE_CHECKING, Any, Self
+
+from scrapy.exceptions import NotConfigured
+from scrapy.settings import SETTINGS_PRIORITIES
 
 from recrawler import default_settings
 from recrawler.downloadermiddlewares.audit import AuditMiddleware
 from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddleware
 from recrawler.exceptions import ConfigurationError
 from recrawler.extensions.reconcile import Reconciler
+from recrawler.meta import spider_opted_in
 from recrawler.pipelines.classify import ClassifyPipeline
 from recrawler.pipelines.index import IndexPipeline
 from recrawler.spidermiddlewares.deltafetch import DeltaFetchMiddleware
+from recrawler.spidermiddlewares.listing import ListingMiddleware
 from recrawler.spidermiddlewares.schedule import ScheduleMiddleware
 
 if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
 #: Scrapy settings for a team crawling its own docs site: fast, bounded, robots.txt obeyed.
@@ -41,6 +48,8 @@ POLITE_PROFILE: dict[str, Any] = {
     "AUTOTHROTTLE_TARGET_CONCURRENCY": 1.0,
 }
 PROFILES: dict[str, dict[str, Any]] = {"fast": FAST_PROFILE, "polite": POLITE_PROFILE}
+#: settings a deployment may set in the environment; ``-s`` still wins, the project's file does not
+ENVIRONMENT_SETTINGS = ("RECRAWLER_DB_URI", "RECRAWLER_EVENTS_URI")
 
 
 class RecrawlerAddon:
@@ -48,14 +57,33 @@ class RecrawlerAddon:
 
     Installs every ``RECRAWLER_*`` default, the crawl profile (``RECRAWLER_PROFILE``) at addon
     priority (your project's own settings still win), the page-key request fingerprinter and
-    the components below.
+    the components below, for spiders that opt in (``recrawler_enabled = True``: the ``docs``
+    spider and ``RecrawlerSpiderMixin`` set it). Any other spider of the project runs as if
+    recrawler were not installed. ``RECRAWLER_DB_URI`` and ``RECRAWLER_EVENTS_URI`` are taken from
+    the environment when set there (over the project's settings file, under ``-s``).
     """
 
+    def __init__(self, crawler: Crawler | None = None) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """Keep the crawler: the spider class decides whether recrawler acts at all."""
+        return cls(crawler)
+
     def update_settings(self, settings: BaseSettings) -> None:
-        """Apply defaults and place components at fixed priorities."""
+        """Apply defaults and place components at fixed priorities (opted-in spiders only)."""
+        if self.crawler is not None and not spider_opted_in(self.crawler.spidercls):
+            # silent, as a component that is switched off: this spider never sees recrawler
+            raise NotConfigured
         for name in dir(default_settings):
             if name.startswith("RECRAWLER_"):
                 settings.set(name, getattr(default_settings, name), priority="default")
+        for name in ENVIRONMENT_SETTINGS:
+            value = os.environ.get(name)
+            if value and (settings.getpriority(name) or 0) <= SETTINGS_PRIORITIES["project"]:
+                # a deployment's environment overrides the project's settings file, not -s
+                settings.set(name, value, priority="project")
         profile = settings.get("RECRAWLER_PROFILE")
         if profile not in PROFILES:
             msg = f"RECRAWLER_PROFILE: unknown profile {profile!r} (use one of: {', '.join(PROFILES)})"
@@ -83,7 +111,9 @@ class RecrawlerAddon:
         # 535: above ConditionalRequestMiddleware (540), so the validators it attaches are on the
         # request and its 304 accounting is done when an audited 304 is turned into a refetch.
         settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", AuditMiddleware, 535)
-        # Spider output runs from high to low numbers: deltafetch (100, scrapy-deltafetch's own
-        # suggestion) drops immutable pages first, then the schedule (90) decides the rest.
+        # Spider output runs from high to low numbers: the listing (110) tags and bounds what a
+        # sitemap yields, deltafetch (100, scrapy-deltafetch's own suggestion) drops immutable
+        # pages, then the schedule (90) decides the rest.
+        settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ListingMiddleware, 110)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", DeltaFetchMiddleware, 100)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ScheduleMiddleware, 90)

@@ -249,9 +249,10 @@ def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
         counts = " ".join(
             f"{k}: {c.get(k, 0)}" for k in ("crawled", "new", "changed", "unchanged", "gone", "errors")
         )
+        reasons = f"  [{', '.join(run['reasons'])}]" if run.get("reasons") else ""
         out.write(
             f"{run['id']:>5} {run['started_at'][:19]} {run['finish_reason'] or 'unfinished':<12} "
-            f"{run.get('state') or '-':<11} {run['site'] or '-'}  {counts}\n"
+            f"{run.get('state') or '-':<11} {run['site'] or '-'}  {counts}{reasons}\n"
         )
     return 0
 
@@ -272,6 +273,14 @@ async def _approve_or_discard(args: argparse.Namespace, out: TextIO) -> int:
                 f"{result['pages']} pages will be checked again next run\n"
             )
             return 0
+        settings = _project_settings()
+        # the removals a mass-removal hold kept go first: they retire chunks in the held run
+        removed = await store.apply_held(
+            args.run_id,
+            gone_after=settings.getint("RECRAWLER_GONE_AFTER_MISSES"),
+            gone_statuses=[int(x) for x in settings.getlist("RECRAWLER_GONE_STATUSES")],
+            at=utcnow(),
+        )
         spec, options = embedder_spec(info["embedder"], _embedder_options(args))
         embedder = embedder_from_spec(args.embedder or spec, **options)
         try:
@@ -281,7 +290,8 @@ async def _approve_or_discard(args: argparse.Namespace, out: TextIO) -> int:
         gc = await store.publish(args.run_id, utcnow())
         out.write(
             f"run {args.run_id} approved and published: {texts} texts embedded in {calls} calls, "
-            f"{gc['chunks_deleted']} retired chunks removed\n"
+            f"{removed.quarantined} pages quarantined, {sum(removed.gone.values())} gone, "
+            f"{removed.moved} moved, {gc['chunks_deleted']} retired chunks removed\n"
         )
         return 0
     finally:

@@ -11,6 +11,9 @@ RECRAWLER_DB_BATCH_SIZE = 200
 RECRAWLER_DB_COMMIT_SECS = 2.0
 # How long to wait for a lock held by another process before giving up.
 RECRAWLER_DB_TIMEOUT_SECS = 10.0
+# One run at a time per site: a run's lease lapses when its holder misses heartbeats this long
+# (heartbeats come every quarter of it); a later run then takes over and marks it aborted.
+RECRAWLER_LEASE_SECS = 60.0
 # URI scheme -> import path of the StateStore backend (like FEED_STORAGES).
 RECRAWLER_STATE_BACKENDS = {
     "sqlite": "recrawler.state.sqlite.SQLiteStateStore",
@@ -42,6 +45,16 @@ RECRAWLER_URL_DROP_PARAMS = [
 # When non-empty, only these query parameters (fnmatch patterns) are kept in page keys.
 RECRAWLER_URL_KEEP_PARAMS: list[str] = []
 
+# --- the listing: sitemaps, feeds, links (every URL is http(s) on the site's hosts) ------------
+# Sitemap index levels followed below a start URL (robots.txt -> index -> sitemap is 2).
+RECRAWLER_SITEMAP_MAX_DEPTH = 3
+# Sitemap files fetched per run, at most (50,000 URLs each by the protocol).
+RECRAWLER_SITEMAP_MAX_FILES = 1000
+# Pages a run's listing may name, at most; beyond it the listing counts as incomplete.
+RECRAWLER_LISTING_MAX_URLS = 5_000_000
+# A listing naming fewer pages than this share of the last run's is a failed listing, not proof.
+RECRAWLER_LISTING_MIN_RATIO = 0.5
+
 # --- conditional requests ----------------------------------------------------------------------
 # Send stored ETag / Last-Modified back as If-None-Match / If-Modified-Since.
 RECRAWLER_CONDITIONAL_ENABLED = True
@@ -67,6 +80,11 @@ RECRAWLER_MISSING_STATUSES = [404]
 RECRAWLER_MAX_ERROR_RATIO = 0.2
 # Unseen pages scheduled per spider_idle round.
 RECRAWLER_VERIFY_BATCH_SIZE = 500
+# A run that would quarantine, remove or move more than this share of the site's live pages
+# removes nothing and is held for `recrawler runs approve` (raise it for one planned restructure).
+RECRAWLER_MAX_REMOVE_RATIO = 0.1
+# ...but a run may always remove this many pages (small sites).
+RECRAWLER_MAX_REMOVE_MIN = 3
 
 # --- run report and events ---------------------------------------------------------------------
 # new+changed above this share of crawled pages: warning, ``alert`` in the report, run held.
@@ -141,8 +159,10 @@ RECRAWLER_MAX_INTERVAL_SECS = 30 * 86400.0
 RECRAWLER_INTERVAL_OVERRIDES: dict[str, list[float | None]] = {}
 # Sitemap lastmod: "skip" (trusted both ways), "hint" (newer makes due, never skips) or "ignore".
 RECRAWLER_LASTMOD_MODE = "hint"
-# With -a follow_links=1: how many links away from a listed page discovery goes.
+# With -a follow_links=1: how many links away from a listed page discovery goes (across runs).
 RECRAWLER_FOLLOW_DEPTH_LIMIT = 3
+# With -a follow_links=1: link-found requests per run, at most (0: no limit).
+RECRAWLER_FOLLOW_MAX_LINKS = 1000
 
 # --- immutable pages (scrapy-deltafetch, kept in the state database) -----------------------------
 # URLs fetched once and then skipped (regexes searched in the URL: versioned docs, dated notes).

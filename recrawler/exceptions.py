@@ -2,6 +2,7 @@
 
 RecrawlerError
  ├── ConfigurationError         an enabled component got a bad setting value
+ ├── RunRefused                 a run may not start: another run holds the site, or a held run waits
  └── StateStoreError            the database failed (wraps the driver's error)
       ├── StateStoreUnavailable  it cannot be opened or is locked
       └── SchemaVersionError     it is corrupt or comes from a newer recrawler
@@ -16,6 +17,15 @@ class RecrawlerError(Exception):
 
 class ConfigurationError(RecrawlerError):
     """A setting of an enabled component has a bad value."""
+
+
+class RunRefused(RecrawlerError):
+    """A run may not start: another run of the site holds its lease, or a held run awaits a decision."""
+
+    def __init__(self, message: str, *, held: bool = False) -> None:
+        super().__init__(message)
+        #: True when a held run blocks the site (it needs ``runs approve`` or ``runs discard``)
+        self.held = held
 
 
 class StateStoreError(RecrawlerError):

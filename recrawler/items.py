@@ -14,6 +14,7 @@ class PageStatus(StrEnum):
     UNCHANGED = "unchanged"
     GONE = "gone"
     QUARANTINED = "quarantined"
+    MOVED = "moved"
     RESTORED = "restored"
     ERROR = "error"
 
@@ -54,3 +55,7 @@ class Page:
     #: how the page was found (``sitemap``, ``feed``, ``link``) and from where (feed or page URL)
     found_via: str | None = None
     found_from: str | None = None
+    #: how many links away from a listed page it was found (0: listed, or not found by a link)
+    found_depth: int = 0
+    #: keys of stored pages a permanent redirect moved to this page
+    moved_from: tuple[str, ...] = ()

@@ -1,7 +1,5 @@
-"""Project settings for ``scrapy crawl docs``: the add-on does the rest.
-
-The only environment reads of the project live here.
-"""
+"""Project settings for ``scrapy crawl docs``: the add-on does the rest (it also reads
+``RECRAWLER_DB_URI`` and ``RECRAWLER_EVENTS_URI`` from the environment, for any project)."""
 
 from __future__ import annotations
 
@@ -10,12 +8,9 @@ import os
 BOT_NAME = "recrawler"
 SPIDER_MODULES = ["recrawler.spiders"]
 NEWSPIDER_MODULE = "recrawler.spiders"
+# `scrapy crawl` with exit codes that say how the run ended (see recrawler.commands.crawl)
+COMMANDS_MODULE = "recrawler.commands"
 ADDONS = {"recrawler.addon.RecrawlerAddon": 0}
 USER_AGENT = "recrawler (+https://github.com/recrawler/recrawler)"
 LOG_LEVEL = os.environ.get("RECRAWLER_LOG_LEVEL", "INFO")
 TELNETCONSOLE_ENABLED = False
-
-if os.environ.get("RECRAWLER_DB_URI"):
-    RECRAWLER_DB_URI = os.environ["RECRAWLER_DB_URI"]
-if os.environ.get("RECRAWLER_EVENTS_URI"):
-    RECRAWLER_EVENTS_URI = os.environ["RECRAWLER_EVENTS_URI"]

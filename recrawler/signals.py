@@ -6,3 +6,5 @@ from __future__ import annotations
 page_classified = object()
 # run, report; Reconciler after the run was finished in the store and the report built
 run_finished = object()
+# run, reasons ({reason: explanation}), report; Reconciler when it holds a run for an operator
+run_held = object()

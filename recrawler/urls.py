@@ -1,10 +1,12 @@
-"""Page keys: one normalised string per page, whatever URL variant reached it."""
+"""Page keys (one normalised string per page, whatever URL variant reached it) and the URL policy
+(which URLs recrawler may fetch or store at all). Pure: no Scrapy."""
 
 from __future__ import annotations
 
+import re
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
-from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 from w3lib.url import canonicalize_url, safe_url_string
 
@@ -82,3 +84,98 @@ def page_key(url: str) -> str:
 def key_host(key: str) -> str:
     """Return the host part (``host[:port]``) of a page key."""
     return key.split("/", 1)[0].split("?", 1)[0]
+
+
+#: the only schemes recrawler fetches or stores
+ALLOWED_SCHEMES = frozenset({"http", "https"})
+#: why a URL is refused (the ``recrawler/url/refused/<reason>`` stats)
+REFUSED_MALFORMED, REFUSED_SCHEME, REFUSED_CREDENTIALS, REFUSED_OFFSITE = (
+    "malformed",
+    "scheme",
+    "credentials",
+    "offsite",
+)
+# control characters never belong in a URL taken from a listing or a link (spaces are escaped later)
+_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+# a host name or an IPv4 address: letters, digits, hyphens, underscores and dots (IDNA is ASCII)
+_HOSTNAME = re.compile(r"^[A-Za-z0-9._-]+$", re.ASCII)
+
+
+def without_credentials(url: str) -> str:
+    """*url* with any ``user:password@`` removed: the only form of a refused URL that is ever logged."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url.rsplit("@", 1)[-1] if "@" in url else url
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def _well_formed_host(parts: SplitResult) -> bool:
+    host = parts.hostname or ""
+    if not host:
+        return False
+    if ":" in host:
+        # an IPv6 literal, which urlsplit only accepts in brackets
+        return "[" in parts.netloc
+    try:
+        # an internationalised name is checked in its ASCII form
+        ascii_host = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return False
+    return bool(_HOSTNAME.match(ascii_host))
+
+
+class UrlPolicy:
+    """Which URLs recrawler may fetch or store: ``http``/``https``, no credentials, a well-formed
+    host and port, on one of the allowed hosts (folded as page keys fold them).
+
+    Every URL is checked where it enters: a sitemap or feed entry, a link, a redirect target, a
+    stored page checked directly, and every request before it is downloaded.
+    """
+
+    __slots__ = ("any_host", "hosts")
+
+    def __init__(self, hosts: Iterable[str] = (), *, any_host: bool = False) -> None:
+        self.hosts = frozenset(hosts)
+        self.any_host = any_host
+
+    @classmethod
+    def for_urls(
+        cls, urls: Iterable[str], extra_hosts: Iterable[str] = (), *, any_host: bool = False
+    ) -> UrlPolicy:
+        """The policy of a site reached through *urls* (its sitemaps), plus *extra_hosts*."""
+        hosts = {url_host(u) for u in urls}
+        hosts.update(url_host("http://" + h.strip()) for h in extra_hosts if h.strip())
+        return cls(hosts, any_host=any_host)
+
+    def refusal(self, url: str) -> str | None:
+        """Why *url* is refused (``malformed``, ``scheme``, ``credentials``, ``offsite``), or None."""
+        if not isinstance(url, str) or not url or _BAD_CHARS.search(url.strip()):
+            return REFUSED_MALFORMED
+        url = url.strip()
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError:
+            # "http://[127.0.0.1:80/x" (an unclosed IPv6 literal), "http://host:99999/"
+            return REFUSED_MALFORMED
+        if parts.scheme.lower() not in ALLOWED_SCHEMES:
+            return REFUSED_SCHEME
+        if "@" in parts.netloc:
+            return REFUSED_CREDENTIALS
+        if port == 0 or not _well_formed_host(parts):
+            return REFUSED_MALFORMED
+        try:
+            # what Scrapy's Request() does to a URL: it must not raise there
+            safe_url_string(url)
+        except (ValueError, UnicodeError):
+            return REFUSED_MALFORMED
+        if not self.any_host and _host(parts) not in self.hosts:
+            return REFUSED_OFFSITE
+        return None
+
+    def allows(self, url: str) -> bool:
+        """True when *url* may be fetched and stored."""
+        return self.refusal(url) is None

@@ -8,10 +8,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scrapy.utils.test import get_crawler
+from scrapy.crawler import AsyncCrawlerRunner, Crawler, CrawlerRunner
+from scrapy.utils.reactor import is_reactor_installed
+from scrapy.utils.test import get_reactor_settings
 
 from recrawler.spiders.docs import DocsSpider
 from tests.conftest_mockserver import *  # noqa: F403 (fixtures: mockserver, site)
+
+
+def make_crawler(spidercls: type[Any], settings: dict[str, Any]) -> Crawler:
+    """A crawler built the way ``scrapy crawl`` builds it: its components are created when it
+    crawls, after its spider (``scrapy.utils.test.get_crawler`` creates them before)."""
+    full = {"TELNETCONSOLE_ENABLED": False, **get_reactor_settings(), **settings}
+    runner = CrawlerRunner(full) if is_reactor_installed() else AsyncCrawlerRunner(full)
+    return runner.create_crawler(spidercls)
 
 
 @dataclass
@@ -61,7 +71,7 @@ class Crawls:
         self, sitemap_url: str, spider_args: dict[str, Any] | None = None, **settings: Any
     ) -> CrawlResult:
         before = self._events()
-        crawler = get_crawler(DocsSpider, self.settings(**settings))
+        crawler = make_crawler(DocsSpider, self.settings(**settings))
         await crawler.crawl_async(sitemap_url=sitemap_url, **(spider_args or {}))
         assert crawler.stats is not None
         stats = {k: v for k, v in crawler.stats.get_stats().items() if k.startswith("recrawler/")}

@@ -223,14 +223,20 @@ async def test_quarantine_hides_and_restore_reuses_embeddings(
     assert len([u for u, _, _ in chunk_texts(crawls) if "/b.html" in u]) == 2
     assert embedded_inputs(embed_server) == []  # restored without re-embedding
 
-    # gone: chunks and their embeddings are deleted
+    # gone: chunks are deleted; their embeddings stay in the cache (vectors, no text)
     site.remove("b.html", gone=True)
     r4 = await crawls.crawl(sitemap, **remote(embed_server))
     assert r4.counts["gone"] == 1
     db = sqlite3.connect(crawls.db_path)
     assert db.execute("SELECT COUNT(*) FROM chunks WHERE key LIKE '%/b.html'").fetchone()[0] == 0
-    # only a.html's three texts keep embeddings
-    assert db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0] == 3
+    assert db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0] == 5
+
+    # back with the content it had: restored, re-chunked, nothing embedded
+    site.write("b.html", sections_page("B", 2), mtime=T0)
+    r5 = await crawls.crawl(sitemap, **remote(embed_server))
+    assert (r5.counts["new"], r5.counts["restored"]) == (0, 1)
+    assert len([u for u, _, _ in chunk_texts(crawls) if "/b.html" in u]) == 2
+    assert embedded_inputs(embed_server) == []
 
 
 @deferred_f_from_coro_f

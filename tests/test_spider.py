@@ -82,7 +82,7 @@ def test_sitemap_filter_keeps_the_sites_entries_and_counts_offsite(crawler: Craw
     stats = crawler.stats.get_stats()
     assert stats["recrawler/sitemap/parsed"] == 1
     assert stats["recrawler/sitemap/urls"] == 2
-    assert stats["recrawler/sitemap/offsite"] == 2
+    assert stats["recrawler/url/refused/offsite"] == 2
 
 
 def test_sitemap_index_entries_are_not_page_urls(crawler: Crawler) -> None:
@@ -95,7 +95,7 @@ def test_sitemap_index_entries_are_not_page_urls(crawler: Crawler) -> None:
     assert [e["loc"] for e in spider.sitemap_filter(index)] == ["https://docs.example.com/pages.xml"]
     assert crawler.stats is not None
     assert crawler.stats.get_value("recrawler/sitemap/urls") is None
-    assert crawler.stats.get_value("recrawler/sitemap/offsite") == 1
+    assert crawler.stats.get_value("recrawler/url/refused/offsite") == 1
     # a sitemap's lastmod is not a page's
     page = next(iter(spider.parse(response("https://docs.example.com/pages.xml"))))
     assert page.lastmod is None
@@ -171,7 +171,7 @@ async def test_offsite_sitemap_entries_are_not_requested(site: Site, crawls: Cra
     listed = [site.url("a.html"), "http://other.invalid/x.html", site.url("b.html")]
     site.write("sitemap.xml", docsite.sitemap(listed))
     r = await crawls.crawl(site.url("sitemap.xml"))
-    assert r.stats["recrawler/sitemap/offsite"] == 1
+    assert r.stats["recrawler/url/refused/offsite"] == 1
     assert r.stats["recrawler/sitemap/urls"] == 2
     assert r.stats["recrawler/request/count"] == 2
     assert "recrawler/page/error" not in r.stats
@@ -187,7 +187,7 @@ async def test_allowed_hosts_lets_offsite_entries_through(site: Site, crawls: Cr
     site.write("sitemap.xml", docsite.sitemap([site.url("a.html"), elsewhere]))
     allowed = allowed.format(port=urlsplit(site.url()).port)
     r = await crawls.crawl(site.url("sitemap.xml"), spider_args={"allowed_hosts": allowed})
-    assert "recrawler/sitemap/offsite" not in r.stats
+    assert "recrawler/url/refused/offsite" not in r.stats
     assert r.stats["recrawler/sitemap/urls"] == 2
     # attempted: a page request that failed to connect
     assert r.stats["recrawler/request/count"] == 2

@@ -110,7 +110,7 @@ async def test_open_creates_schema_in_wal_mode(db: Path) -> None:
 async def test_reopen_is_idempotent_and_keeps_data(db: Path) -> None:
     async with opened(db) as store:
         await store.open()  # a second open of the same store is a no-op
-        run = await store.begin_run("docs", SITE, T0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         await store.record(run, rec("a", content_hash="h"), [])
     async with opened(db) as store:
         got = await store.get(f"{SITE}/a")
@@ -156,7 +156,7 @@ async def test_garbage_file_is_refused_and_left_untouched(db: Path) -> None:
 @deferred_f_from_coro_f
 async def test_newer_schema_is_refused_and_left_untouched(db: Path) -> None:
     async with opened(db) as store:
-        run = await store.begin_run("docs", SITE, T0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         await store.record(run, rec("a"), [])
     with closing(sqlite3.connect(db)) as conn, conn:
         conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
@@ -225,7 +225,7 @@ async def test_locked_database_is_unavailable(db: Path) -> None:
 @deferred_f_from_coro_f
 async def test_page_write_to_a_locked_wal_database_is_unavailable(db: Path) -> None:
     async with opened(db, timeout_secs=0.2, batch_size=1) as store:
-        run = await store.begin_run("docs", SITE, T0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         with closing(sqlite3.connect(db, isolation_level=None)) as other:
             other.execute("BEGIN EXCLUSIVE")
             with pytest.raises(StateStoreUnavailable, match="locked"):
@@ -244,7 +244,7 @@ async def test_begin_run_on_a_locked_wal_database_is_unavailable(db: Path) -> No
         try:
             async with opened(db, timeout_secs=0.2) as store:
                 with pytest.raises(StateStoreUnavailable, match="locked"):
-                    await store.begin_run("docs", SITE, T0)
+                    await store.begin_run("docs", SITE, T0, lease_secs=0)
         finally:
             other.execute("ROLLBACK")
 
@@ -269,7 +269,7 @@ async def test_record_get_round_trip(db: Path) -> None:
     )
     async with opened(db) as store:
         assert await store.get(page.key) is None
-        run = await store.begin_run("docs", SITE, T0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         await store.record(run, page, [])
         got = await store.get(page.key)
     assert got == dataclasses.replace(page, last_seen_run=run.id)
@@ -282,7 +282,7 @@ async def test_record_get_round_trip(db: Path) -> None:
 @deferred_f_from_coro_f
 async def test_record_updates_in_place_but_keeps_first_seen(db: Path) -> None:
     async with opened(db) as store:
-        run = await store.begin_run("docs", SITE, T0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         await store.record(run, rec("a", content_hash="h1", etag='"1"'), [])
         later = dataclasses.replace(rec("a", content_hash="h2"), first_seen=T0 + timedelta(days=1))
         await store.record(run, later, [])
@@ -295,7 +295,7 @@ async def test_record_updates_in_place_but_keeps_first_seen(db: Path) -> None:
 @deferred_f_from_coro_f
 async def test_group_commit(db: Path) -> None:
     async with opened(db, batch_size=3, commit_secs=3600) as store:
-        run = await store.begin_run("docs", SITE, T0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         await store.record(run, rec("a"), [])
         await store.record(run, rec("b"), [])
         assert pages(db) == {}
@@ -312,7 +312,7 @@ async def test_group_commit(db: Path) -> None:
 @deferred_f_from_coro_f
 async def test_close_commits_pending_writes(db: Path) -> None:
     async with opened(db, batch_size=100, commit_secs=3600) as store:
-        run = await store.begin_run("docs", SITE, T0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         await store.record(run, rec("a"), [])
         assert pages(db) == {}
     assert pages(db) == {f"{SITE}/a": ("live", 0)}
@@ -321,7 +321,7 @@ async def test_close_commits_pending_writes(db: Path) -> None:
 @deferred_f_from_coro_f
 async def test_commit_secs_bounds_the_wait_of_a_lone_write(db: Path) -> None:
     async with opened(db, batch_size=100, commit_secs=0.05) as store:
-        run = await store.begin_run("docs", SITE, T0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         await store.record(run, rec("a"), [])
         deadline = time.monotonic() + 1.0
         while not pages(db) and time.monotonic() < deadline:
@@ -336,7 +336,7 @@ async def test_commit_secs_bounds_the_wait_of_a_lone_write(db: Path) -> None:
 async def test_events_are_delivered_after_commit(db: Path, events_path: Path) -> None:
     sink = JsonLinesSink(str(events_path))
     async with opened(db, batch_size=3, commit_secs=3600, sink=sink) as store:
-        run = await store.begin_run("docs", SITE, T0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         a, b = rec("a", content_hash="ha"), rec("b", content_hash="hb")
         await store.record(run, a, [event(run, a)])
         await store.record(run, b, [event(run, b), event(run, b, "restored")])
@@ -367,10 +367,10 @@ async def test_events_are_delivered_after_commit(db: Path, events_path: Path) ->
 async def test_no_sink_writes_no_events(db: Path) -> None:
     """RECRAWLER_EVENTS_URI=None: no events are written, so the outbox never grows."""
     async with opened(db, batch_size=1) as store:
-        run = await store.begin_run("docs", SITE, T0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         a = rec("a", content_hash="h")
         await store.record(run, a, [event(run, a)])
-        await store.record_miss(await store.begin_run("docs", SITE, T0), a.key, 410)
+        await store.record_miss(await store.begin_run("docs", SITE, T0, lease_secs=0), a.key, 410)
     assert query(db, "SELECT COUNT(*) FROM outbox") == [(0,)]
     assert pages(db) == {a.key: ("live", 0)}
 
@@ -387,7 +387,7 @@ async def test_sink_failure_keeps_events_in_the_outbox(db: Path, events_path: Pa
     store = SQLiteStateStore(str(db), batch_size=1, sink=FailingSink(str(events_path)))
     await store.open()
     try:
-        run = await store.begin_run("docs", SITE, T0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         a = rec("a")
         await store.record(run, a, [event(run, a)])  # a failed delivery does not fail the page
     finally:
@@ -413,7 +413,7 @@ async def test_failed_page_write_leaves_earlier_state_and_no_event(db: Path, eve
     store = FailingOutboxStore(str(db), batch_size=3, commit_secs=3600, sink=JsonLinesSink(str(events_path)))
     await store.open()
     try:
-        run = await store.begin_run("docs", SITE, T0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         a, b = rec("a", content_hash="h1"), rec("b")
         await store.record(run, a, [event(run, a)])
         await store.record(run, b, [])  # same group transaction, still uncommitted
@@ -438,7 +438,7 @@ async def test_failed_page_write_leaves_earlier_state_and_no_event(db: Path, eve
 @deferred_f_from_coro_f
 async def test_check_constraint_violation_is_a_state_store_error(db: Path, events_path: Path) -> None:
     async with opened(db, batch_size=1, sink=JsonLinesSink(str(events_path))) as store:
-        run = await store.begin_run("docs", SITE, T0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         a = rec("a", content_hash="h1")
         await store.record(run, a, [event(run, a)])
         bogus = rec("a", content_hash="h2", status="bogus")
@@ -457,7 +457,7 @@ async def test_check_constraint_violation_is_a_state_store_error(db: Path, event
 
 
 async def seed(store: SQLiteStateStore, *names: str, site: str = SITE) -> Run:
-    run = await store.begin_run("docs", site, T0)
+    run = await store.begin_run("docs", site, T0, lease_secs=0)
     for name in names:
         await store.record(run, rec(name, site=site, content_hash=f"h-{name}"), [])
     await store.flush()
@@ -475,10 +475,14 @@ async def test_record_miss_outcomes(db: Path) -> None:
     async with opened(db) as store:
         await seed(store, "live", "quarantined", "gone")
         await store.record(
-            await store.begin_run("docs", SITE, T0), rec("quarantined", status="quarantined"), []
+            await store.begin_run("docs", SITE, T0, lease_secs=0),
+            rec("quarantined", status="quarantined"),
+            [],
         )
-        await store.record(await store.begin_run("docs", SITE, T0), rec("gone", status="gone"), [])
-        run = await store.begin_run("docs", SITE, T0)
+        await store.record(
+            await store.begin_run("docs", SITE, T0, lease_secs=0), rec("gone", status="gone"), []
+        )
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         assert await store.record_miss(run, f"{SITE}/live", 404) == "staged"
         assert await store.record_miss(run, f"{SITE}/quarantined", 404) == "staged"
         assert await store.record_miss(run, f"{SITE}/gone", 404) == "tombstone"
@@ -494,14 +498,14 @@ async def test_reconcile_quarantines_then_marks_gone(db: Path, events_path: Path
     async with opened(db, sink=JsonLinesSink(str(events_path))) as store:
         await seed(store, "a", "b", "c")
 
-        run2 = await store.begin_run("docs", SITE, T0)
+        run2 = await store.begin_run("docs", SITE, T0, lease_secs=0)
         assert await store.record_miss(run2, a, 404) == "staged"
         assert await store.record_miss(run2, b, 410) == "staged"
         result = await reconcile(store, run2)
         assert (result.applied, result.quarantined, result.gone) == (True, 1, {"http_410": 1})
         assert pages(db) == {a: ("quarantined", 1), b: ("gone", 1), c: ("live", 0)}
 
-        run3 = await store.begin_run("docs", SITE, T0)
+        run3 = await store.begin_run("docs", SITE, T0, lease_secs=0)
         assert await store.record_miss(run3, a, 404) == "staged"
         assert await store.record_miss(run3, b, 410) == "tombstone"
         result = await reconcile(store, run3)
@@ -523,7 +527,7 @@ async def test_reconcile_quarantines_then_marks_gone(db: Path, events_path: Path
 async def test_a_page_seen_again_in_the_same_run_lifts_its_miss(db: Path) -> None:
     async with opened(db) as store:
         await seed(store, "a")
-        run = await store.begin_run("docs", SITE, T0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         assert await store.record_miss(run, f"{SITE}/a", 410) == "staged"
         await store.record(run, rec("a", content_hash="h-a"), [])
         result = await reconcile(store, run)
@@ -536,7 +540,7 @@ async def test_reconcile_without_apply_changes_nothing(db: Path, events_path: Pa
     async with opened(db, sink=JsonLinesSink(str(events_path))) as store:
         await seed(store, "a", "b", "c")
         before = pages(db)
-        run = await store.begin_run("docs", SITE, T0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         await store.record_miss(run, f"{SITE}/a", 404)
         await store.record_miss(run, f"{SITE}/b", 410)
         result = await reconcile(store, run, apply=False)
@@ -556,22 +560,24 @@ async def test_unseen_returns_each_unreached_page_of_the_site_once(db: Path) -> 
     async with opened(db) as store:
         await seed(store, "a", "b", "c", "d", "e", "gone")
         await seed(store, "x", site="other.org")
-        await store.record(await store.begin_run("docs", SITE, T0), rec("gone", status="gone"), [])
-        run = await store.begin_run("docs", SITE, T0)
+        await store.record(
+            await store.begin_run("docs", SITE, T0, lease_secs=0), rec("gone", status="gone"), []
+        )
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         await store.record(run, rec("a"), [])
         assert await store.record_miss(run, f"{SITE}/b", 404) == "staged"
         first = await store.unseen(run, 2)
-        assert first == [(f"{SITE}/c", "https://example.com/c"), (f"{SITE}/d", "https://example.com/d")]
-        assert await store.unseen(run, 10) == [(f"{SITE}/e", "https://example.com/e")]
+        assert first == [(f"{SITE}/c", "https://example.com/c", 0), (f"{SITE}/d", "https://example.com/d", 0)]
+        assert await store.unseen(run, 10) == [(f"{SITE}/e", "https://example.com/e", 0)]
         assert await store.unseen(run, 10) == []
         # a new run starts over; the sync form has the same semantics
-        run2 = await store.begin_run("docs", SITE, T0)
+        run2 = await store.begin_run("docs", SITE, T0, lease_secs=0)
         await store.record(run2, rec("c"), [])
-        assert [k for k, _ in store.unseen_sync(run2, 10)] == [
+        assert [k for k, _, _ in store.unseen_sync(run2, 10)] == [
             f"{SITE}/a", f"{SITE}/b", f"{SITE}/d", f"{SITE}/e",
         ]  # fmt: skip
         assert store.unseen_sync(run2, 10) == []
-        assert await store.unseen(await store.begin_run("docs", None, T0), 10) == []
+        assert await store.unseen(await store.begin_run("docs", None, T0, lease_secs=0), 10) == []
 
 
 # --- readers ---------------------------------------------------------------------------------
@@ -580,7 +586,7 @@ async def test_unseen_returns_each_unreached_page_of_the_site_once(db: Path) -> 
 @deferred_f_from_coro_f
 async def test_iter_pages_filters_by_status(db: Path) -> None:
     async with opened(db) as store:
-        run = await store.begin_run("docs", SITE, T0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         for name, status in [("c", "live"), ("a", "live"), ("q", "quarantined"), ("g", "gone")]:
             await store.record(run, rec(name, status=status), [])
     reader = SQLiteStateStore(str(db))
@@ -595,11 +601,11 @@ async def test_iter_pages_filters_by_status(db: Path) -> None:
 async def test_finish_run_counts_are_visible_in_iter_runs(db: Path) -> None:
     counts = {"crawled": 3, "new": 1, "changed": 1, "unchanged": 1, "gone": 0, "errors": 0}
     async with opened(db) as store:
-        first = await store.begin_run("docs", SITE, T0)
+        first = await store.begin_run("docs", SITE, T0, lease_secs=0)
         await store.finish_run(
             first, reason="finished", at=T0 + timedelta(minutes=5), report={"counts": counts}
         )
-        second = await store.begin_run("other", None, T0 + timedelta(hours=1))
+        second = await store.begin_run("other", None, T0 + timedelta(hours=1), lease_secs=0)
     runs = list(SQLiteStateStore(str(db)).iter_runs())
     assert [r["id"] for r in runs] == [second.id, first.id]
     assert runs[0]["finish_reason"] is None
@@ -618,10 +624,10 @@ async def test_begin_run_counts_prior_pages_of_its_site(db: Path) -> None:
     async with opened(db) as store:
         await seed(store, "a", "b", "g")
         await seed(store, "x", site="other.org")
-        await store.record(await store.begin_run("docs", SITE, T0), rec("g", status="gone"), [])
-        run = await store.begin_run("docs", SITE, T0)
+        await store.record(await store.begin_run("docs", SITE, T0, lease_secs=0), rec("g", status="gone"), [])
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         assert run.prior_pages == 2
-        assert (await store.begin_run("docs", "new.org", T0)).prior_pages == 0
+        assert (await store.begin_run("docs", "new.org", T0, lease_secs=0)).prior_pages == 0
 
 
 @pytest.mark.parametrize("folder", ["a#b", "q?x"])
@@ -630,7 +636,7 @@ async def test_readers_handle_uri_characters_in_the_path(tmp_path: Path, folder:
     path = tmp_path / folder / "state.db"
     path.parent.mkdir()
     async with opened(path) as store:
-        run = await store.begin_run("docs", SITE, T0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         await store.record(run, rec("a"), [])
     before = sorted(p.name for p in tmp_path.iterdir())
     try:

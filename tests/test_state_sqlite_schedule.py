@@ -22,10 +22,10 @@ NOW = T0 + timedelta(days=10)
 
 
 async def seeded(store: SQLiteStateStore, names: list[str]) -> Run:
-    run = await store.begin_run("docs", SITE, T0)
+    run = await store.begin_run("docs", SITE, T0, lease_secs=0)
     for name in names:
         await store.record(run, rec(name, content_hash=f"h-{name}"), [])
-    return await store.begin_run("docs", SITE, NOW)
+    return await store.begin_run("docs", SITE, NOW, lease_secs=0)
 
 
 @deferred_f_from_coro_f
@@ -44,9 +44,9 @@ async def test_unseen_takes_only_due_pages_and_never_listed_ones(tmp_path: Path)
         store.conn.execute(conn_sql.format("status = 'quarantined'"), (f"{SITE}/quar",))
         store.conn.execute(conn_sql.format("audit_run = ?"), (run.id, f"{SITE}/audited"))
         due = await store.unseen(run, 100, due_at=NOW)
-        assert [k for k, _ in due] == [f"{SITE}/{n}" for n in ("audited", "due", "never", "quar")]
+        assert [k for k, _, _ in due] == [f"{SITE}/{n}" for n in ("audited", "due", "never", "quar")]
         # without a clock (RECRAWLER_SCHEDULE=all) every unseen page counts, listed ones never
-        run2 = await store.begin_run("docs", SITE, NOW)
+        run2 = await store.begin_run("docs", SITE, NOW, lease_secs=0)
         await store.mark_listed(run2, [(f"{SITE}/skipped", "deltafetch")])
         assert len(await store.unseen(run2, 100)) == 5
 

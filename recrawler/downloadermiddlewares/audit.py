@@ -6,11 +6,13 @@ import logging
 from typing import TYPE_CHECKING, Self
 
 from scrapy import signals
+from scrapy.exceptions import NotConfigured
 
+from recrawler import meta
 from recrawler import signals as recrawler_signals
 from recrawler.audit import auditor_for
-from recrawler.downloadermiddlewares.conditional import META_CONDITIONAL, is_page_request, request_key
 from recrawler.items import PageStatus
+from recrawler.meta import is_page_request, request_key
 from recrawler.urls import KeyMaker
 
 if TYPE_CHECKING:
@@ -21,9 +23,6 @@ if TYPE_CHECKING:
     from recrawler.items import Page
 
 logger = logging.getLogger(__name__)
-
-#: request meta, private: the signal whose 304 the unconditional refetch is checking
-_META_CLAIM = "_recrawler_audit_claim"
 
 
 class AuditMiddleware:
@@ -50,6 +49,8 @@ class AuditMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Build the crawler's Auditor and connect the signals."""
+        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
+            raise NotConfigured
         s = crawler.settings
         mw = cls(
             auditor_for(crawler),
@@ -68,9 +69,9 @@ class AuditMiddleware:
 
     async def process_response(self, request: Request, response: Response) -> Request | Response:
         """A 304 to a sampled page: fetch it again, without validators."""
-        if response.status != 304 or request.meta.get(_META_CLAIM):
+        if response.status != 304 or request.meta.get(meta.AUDIT_CLAIM):
             return response
-        if not is_page_request(request, self.crawler.spider):
+        if not is_page_request(request):
             return response
         key = request_key(request, self.key_maker)
         if not self.auditor.in_sample(key):
@@ -80,7 +81,7 @@ class AuditMiddleware:
             self.crawler.stats.inc_value("recrawler/audit/refetched")
         logger.debug("audit: %(url)s answered 304, fetching it in full", {"url": request.url})
         return request.replace(
-            dont_filter=True, meta={**request.meta, META_CONDITIONAL: False, _META_CLAIM: signal}
+            dont_filter=True, meta={**request.meta, meta.CONDITIONAL: False, meta.AUDIT_CLAIM: signal}
         )
 
     async def page_classified(self, page: Page, status: PageStatus) -> None:
@@ -99,6 +100,6 @@ class AuditMiddleware:
 
     def process_request(self, request: Request) -> None:
         """Remember which signal a refetch checks (the response's callback only sees the Page)."""
-        signal = request.meta.get(_META_CLAIM)
+        signal = request.meta.get(meta.AUDIT_CLAIM)
         if signal:
             self._claims[request_key(request, self.key_maker)] = str(signal)

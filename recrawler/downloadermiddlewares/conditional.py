@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Self
+from urllib.parse import urljoin
 
+from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.extensions.httpcache import RFC2616Policy
-from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.misc import load_object
+from w3lib.url import safe_url_string
 
+from recrawler import meta
 from recrawler.audit import trusted_validators
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
+from recrawler.meta import is_page_request, is_sitemap_request, request_key
 from recrawler.pipelines import pending_for
-from recrawler.state import GONE, LIVE, Event, PageRecord, hints_for, run_for, store_for, utcnow
-from recrawler.urls import KeyMaker, key_host
+from recrawler.state import GONE, LIVE, MOVED, Event, PageRecord, hints_for, run_for, store_for, utcnow
+from recrawler.urls import KeyMaker, UrlPolicy, key_host, url_host, without_credentials
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -24,15 +28,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: request meta keys that this middleware reads and writes
-META_KEY = "recrawler_key"
-META_ENABLED = "recrawler_enabled"
-#: ``False``: send no validators with this request (it is still accounted for)
-META_CONDITIONAL = "recrawler_conditional"
-_META_SENT = "_recrawler_validators"
-#: set on a 200 whose validators equal the stored ones
-META_SAME_VALIDATOR = "_recrawler_same_validator"
 _VALIDATOR_HEADERS = (b"If-None-Match", b"If-Modified-Since")
+#: RFC 9110 §15.4: 301 and 308 move a resource for good; 302, 303 and 307 lend it another address
+PERMANENT_REDIRECTS = frozenset({301, 308})
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 
 def _is_rfc2616(policy: object) -> bool:
@@ -51,46 +50,32 @@ def _same_validator(response: Response, rec: PageRecord) -> bool:
     return bool(last_modified and rec.last_modified and last_modified.decode("latin-1") == rec.last_modified)
 
 
-def is_sitemap_request(request: Request, spider: object) -> bool:
-    """True for a SitemapSpider's sitemap, sitemap index and robots.txt fetches."""
-    parse_sitemap = getattr(spider, "_parse_sitemap", None)
-    return parse_sitemap is not None and request.callback == parse_sitemap
-
-
-def is_page_request(request: Request, spider: object) -> bool:
-    """True for requests whose answer is a page recrawler keeps state for."""
-    if request.meta.get(META_ENABLED, True) is False or request.callback is NO_CALLBACK:
-        return False
-    if request.meta.get("dont_obey_robotstxt") and request.url.endswith("/robots.txt"):
-        return False
-    return not is_sitemap_request(request, spider)
-
-
-def request_key(request: Request, key_maker: KeyMaker) -> str:
-    """The page key of a request: ``recrawler_key`` meta, else the first URL of its redirect chain."""
-    key = request.meta.get(META_KEY)
-    if key:
-        return str(key)
-    first_url = (request.meta.get("redirect_urls") or [request.url])[0]
-    return key_maker(first_url)
-
-
 class ConditionalRequestMiddleware:
-    """Sends stored validators back and accounts for every page request's final outcome.
+    """Sends stored validators back, follows page redirects itself and accounts for every page
+    request's final outcome.
 
-    Sends the stored ``ETag`` byte for byte as ``If-None-Match`` and the stored ``Last-Modified``
-    as ``If-Modified-Since`` (RFC 9110 §13.1) and lets the 304 reach the callback. Final 404/410
-    answers of stored pages are staged as misses for the Reconciler; 5xx, other error statuses
-    and download exceptions are counted as errors and change nothing else.
+    Every request of the spider passes the spider's URL policy first (``http``/``https`` on the
+    site's hosts, no credentials): anything else is never downloaded. Sends the stored ``ETag``
+    byte for byte as ``If-None-Match`` and the stored ``Last-Modified`` as ``If-Modified-Since``
+    (RFC 9110 §13.1) and lets the 304 reach the callback. Redirects of page requests are followed
+    here, not by Scrapy's RedirectMiddleware: a permanent one (301, 308) within the site moves the
+    page to the target's own key (the source becomes ``moved`` when the run reconciles); a
+    temporary one (302, 303, 307) keeps the source's key and URL and indexes the target's content;
+    one to a refused URL is never followed and counts as a miss of the source (as a 404 does); a
+    loop or a chain longer than ``REDIRECT_MAX_TIMES`` is an error that changes nothing. Final
+    404/410 answers of stored pages are staged as misses for the Reconciler; 5xx, other error
+    statuses and download exceptions are counted as errors and change nothing else.
 
     Settings: ``RECRAWLER_CONDITIONAL_ENABLED``, ``RECRAWLER_DB_URI``, ``RECRAWLER_URL_*_PARAMS``,
-    ``RECRAWLER_GONE_STATUSES``, ``RECRAWLER_MISSING_STATUSES``.
+    ``RECRAWLER_GONE_STATUSES``, ``RECRAWLER_MISSING_STATUSES``, ``REDIRECT_ENABLED``,
+    ``REDIRECT_MAX_TIMES``.
     Stats: ``recrawler/conditional/{sent,not_modified}`` (and per host below each),
     ``recrawler/request/{count,failed}``, ``recrawler/page/missing/http_<code>``,
-    ``recrawler/page/error/<reason>``, ``recrawler/sitemap/{fetched,error}``,
+    ``recrawler/page/error/<reason>``, ``recrawler/redirect/{permanent,temporary,refused}``,
+    ``recrawler/url/refused/<reason>``, ``recrawler/sitemap/{fetched,error}``,
     ``recrawler/state/error/<Exception>``.
     Meta: ``recrawler_enabled=False`` skips a request, ``recrawler_key`` overrides its page key,
-    ``recrawler_conditional=False`` sends no validators.
+    ``recrawler_conditional=False`` sends no validators, ``dont_redirect`` leaves redirects to Scrapy.
     """
 
     def __init__(
@@ -101,6 +86,8 @@ class ConditionalRequestMiddleware:
         conditional: bool = True,
         missing_statuses: tuple[int, ...] = (404,),
         gone_statuses: tuple[int, ...] = (410,),
+        follow_redirects: bool = True,
+        max_redirects: int = 20,
         crawler: Crawler | None = None,
     ) -> None:
         self.store = store
@@ -113,11 +100,16 @@ class ConditionalRequestMiddleware:
                 f"({sorted(self.miss_statuses)})"
             )
             raise ConfigurationError(msg)
+        self.follow_redirects = follow_redirects
+        self.max_redirects = max_redirects
         self.crawler = crawler
+        self._refusals_logged: set[str] = set()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Build from settings; the store is the crawler's single store."""
+        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
+            raise NotConfigured
         s = crawler.settings
         if s.getbool("HTTPCACHE_ENABLED") and _is_rfc2616(s.get("HTTPCACHE_POLICY")):
             # Both would set validators: RFC2616Policy answers "fresh" pages without asking.
@@ -134,8 +126,16 @@ class ConditionalRequestMiddleware:
             conditional=s.getbool("RECRAWLER_CONDITIONAL_ENABLED"),
             missing_statuses=tuple(int(x) for x in s.getlist("RECRAWLER_MISSING_STATUSES")),
             gone_statuses=tuple(int(x) for x in s.getlist("RECRAWLER_GONE_STATUSES")),
+            follow_redirects=s.getbool("REDIRECT_ENABLED"),
+            max_redirects=s.getint("REDIRECT_MAX_TIMES"),
             crawler=crawler,
         )
+
+    @property
+    def policy(self) -> UrlPolicy | None:
+        """The spider's URL policy (None for a spider without one: nothing is refused)."""
+        spider = self.crawler.spider if self.crawler else None
+        return getattr(spider, "recrawler_url_policy", None)
 
     def _indexing(self) -> bool:
         # an enabled IndexPipeline registers its hand-over when it is built
@@ -149,18 +149,39 @@ class ConditionalRequestMiddleware:
         self._inc(f"recrawler/state/error/{type(exc).__name__}")
         logger.error("state store read failed: %(exc)s", {"exc": exc})
 
+    def _refused(self, url: str, reason: str, source: str) -> None:
+        self._inc("recrawler/url/refused")
+        self._inc(f"recrawler/url/refused/{reason}")
+        if reason not in self._refusals_logged:
+            self._refusals_logged.add(reason)
+            logger.warning(
+                "refused %(source)s URL (%(reason)s): %(url)s; further %(reason)s URLs are only counted",
+                {"source": source, "reason": reason, "url": without_credentials(url)[:300]},
+            )
+
     async def process_request(self, request: Request) -> None:
-        """Attach the stored validators of the request's page."""
-        spider = self.crawler.spider if self.crawler else None
-        # A redirect re-enters here: drop validators we set for the previous URL first.
-        if request.meta.pop(_META_SENT, False):
+        """Refuse URLs the policy does not allow; attach the stored validators of the request's page."""
+        # A redirect hop re-enters here: drop validators set for the previous URL first.
+        if request.meta.pop(meta.SENT, False):
             for header in _VALIDATOR_HEADERS:
                 request.headers.pop(header, None)
-        if not is_page_request(request, spider):
+        if request.meta.get(meta.ENABLED, True) is False:
+            return
+        policy = self.policy
+        if policy is not None:
+            reason = policy.refusal(request.url)
+            if reason is not None:
+                self._refused(request.url, reason, meta.role(request))
+                raise IgnoreRequest(f"recrawler refused the URL ({reason})")
+        if not is_page_request(request):
             return
         key = request_key(request, self.key_maker)
-        request.meta[META_KEY] = key
-        if not self.conditional or request.meta.get(META_CONDITIONAL) is False:
+        request.meta[meta.KEY] = key
+        if self.follow_redirects and "dont_redirect" not in request.meta:
+            # recrawler decides what a page's redirect means (a move, a loan, a miss)
+            request.meta["dont_redirect"] = True
+            request.meta[meta.REDIRECTS] = True
+        if not self.conditional or request.meta.get(meta.CONDITIONAL) is False:
             return
         try:
             rec = await self.store.get(key)
@@ -170,7 +191,7 @@ class ConditionalRequestMiddleware:
             return
         if self.crawler is not None:
             hints_for(self.crawler).put(key, rec)
-        if rec is None or rec.status == GONE:
+        if rec is None or rec.status in (GONE, MOVED):
             return
         if rec.status == LIVE and rec.chunks == 0 and self._indexing():
             # stored before the knowledge base was on: fetch the body once so it gets indexed
@@ -178,10 +199,11 @@ class ConditionalRequestMiddleware:
         # validators a host was caught lying with are switched off for it (see AuditMiddleware)
         sent = self._attach(request, trusted_validators(self.crawler, rec))
         if sent:
-            request.meta[_META_SENT] = True
+            request.meta[meta.SENT] = True
             host = key_host(key)
             self._inc("recrawler/conditional/sent")
             self._inc(f"recrawler/conditional/sent/{host}")
+            spider = self.crawler.spider if self.crawler else None
             allowed = request.meta.get("handle_httpstatus_list")
             if allowed is None:
                 allowed = [
@@ -204,10 +226,9 @@ class ConditionalRequestMiddleware:
             sent = True
         return sent
 
-    async def process_response(self, request: Request, response: Response) -> Response:
-        """Count 304s; stage 404/410 of stored pages; count other error statuses."""
-        spider = self.crawler.spider if self.crawler else None
-        if is_sitemap_request(request, spider):
+    async def process_response(self, request: Request, response: Response) -> Request | Response:
+        """Count 304s; follow page redirects; stage 404/410 of stored pages; count other errors."""
+        if is_sitemap_request(request):
             if response.status == 200:
                 if not response.url.endswith("/robots.txt"):
                     self._inc("recrawler/sitemap/fetched")
@@ -218,12 +239,14 @@ class ConditionalRequestMiddleware:
                     {"url": response.url, "status": response.status},
                 )
             return response
-        if not is_page_request(request, spider):
+        if not is_page_request(request):
             return response
-        self._inc("recrawler/request/count")
         status = response.status
         key = request_key(request, self.key_maker)
-        if status == 304 and request.meta.get(_META_SENT):
+        if status in REDIRECTS and request.meta.get(meta.REDIRECTS) and b"Location" in response.headers:
+            return await self._redirect(request, response, key)
+        self._inc("recrawler/request/count")
+        if status == 304 and request.meta.get(meta.SENT):
             self._inc("recrawler/conditional/not_modified")
             self._inc(f"recrawler/conditional/not_modified/{key_host(key)}")
             return response
@@ -231,11 +254,14 @@ class ConditionalRequestMiddleware:
             rec = hints_for(self.crawler).peek(key)
             if isinstance(rec, PageRecord) and _same_validator(response, rec):
                 # the server calls this the same entity: if its text moved, that is noise
-                request.meta[META_SAME_VALIDATOR] = True
+                request.meta[meta.SAME_VALIDATOR] = True
         if 200 <= status < 300 or status == 304:
             return response
         if status in self.miss_statuses:
-            await self._miss(request, response, key)
+            await self._miss(request, status, key)
+            for source in request.meta.get(meta.MOVED_FROM, ()):
+                # a move that leads to a missing page: the old address is missing too
+                await self._miss(request, status, source)
             return response
         # 5xx, 429, 403, an unfollowed redirect: uncertainty, never evidence of absence.
         self._inc("recrawler/request/failed")
@@ -244,34 +270,113 @@ class ConditionalRequestMiddleware:
 
     async def process_exception(self, request: Request, exception: Exception) -> None:
         """Count a download failure that retries did not fix; nothing else changes."""
-        spider = self.crawler.spider if self.crawler else None
-        if is_sitemap_request(request, spider):
+        if isinstance(exception, IgnoreRequest):
+            return
+        if is_sitemap_request(request):
             self._inc("recrawler/sitemap/error")
             logger.error("sitemap %(url)s failed: %(exc)r", {"url": request.url, "exc": exception})
             return
-        if not is_page_request(request, spider):
+        if not is_page_request(request):
             return
         self._inc("recrawler/request/count")
         self._inc("recrawler/request/failed")
         await self._error(request, request_key(request, self.key_maker), type(exception).__name__)
 
-    async def _miss(self, request: Request, response: Response, key: str) -> None:
+    async def _redirect(self, request: Request, response: Response, key: str) -> Request:
+        """The next hop of a page request, or IgnoreRequest when the redirect is not followed."""
+        status = response.status
+        location = response.headers[b"Location"] or b""
+        hops = [*request.meta.get(meta.HOPS, ()), request.url]
+        try:
+            target = urljoin(request.url, safe_url_string(location.decode("latin-1").strip()))
+        except ValueError:
+            target = ""
+        policy = self.policy
+        reason = policy.refusal(target) if policy is not None else None
+        if not target or reason is not None:
+            # never followed, never stored: the page did not answer at its address, a miss
+            self._inc("recrawler/request/count")
+            self._inc("recrawler/redirect/refused")
+            self._refused(target or location.decode("latin-1"), reason or "malformed", "redirect")
+            await self._miss(request, status, key)
+            raise IgnoreRequest(f"redirect to a refused URL ({reason or 'malformed'})")
+        target_key = self.key_maker(target)
+        if target_key in {self.key_maker(u) for u in hops}:
+            self._inc("recrawler/request/count")
+            self._inc("recrawler/request/failed")
+            await self._error(request, key, "redirect_loop", http_status=status)
+            raise IgnoreRequest("redirect loop")
+        if len(hops) > self.max_redirects:
+            self._inc("recrawler/request/count")
+            self._inc("recrawler/request/failed")
+            await self._error(request, key, "redirect_limit", http_status=status)
+            raise IgnoreRequest("too many redirects")
+        new_meta = {k: v for k, v in request.meta.items() if k not in (meta.SENT, "handle_httpstatus_list")}
+        new_meta[meta.HOPS] = hops
+        # a permanent hop moves the page, unless a temporary hop already lent it its address
+        moves = status in PERMANENT_REDIRECTS and self.key_maker(request.url) == key
+        if moves:
+            self._inc("recrawler/redirect/permanent")
+            moved_from = [*request.meta.get(meta.MOVED_FROM, ()), key]
+            new_meta.update(
+                {
+                    meta.KEY: target_key,
+                    meta.MOVED_FROM: moved_from,
+                    meta.FOUND_VIA: "redirect",
+                    meta.FOUND_FROM: hops[0],
+                }
+            )
+            for name in (meta.LASTMOD, meta.CANONICAL_URL):
+                new_meta.pop(name, None)
+            # staged now: the listing may fetch the new address itself (the duplicate filter then
+            # drops this hop); the move applies only if the new address is a live page by the end
+            await self._stage_moves(moved_from, target_key)
+        else:
+            self._inc("recrawler/redirect/temporary")
+            new_meta[meta.CANONICAL_URL] = request.meta.get(meta.CANONICAL_URL) or request.url
+        logger.debug(
+            "page redirect (%(status)d) %(src)s -> %(dst)s",
+            {"status": status, "src": request.url, "dst": target},
+        )
+        follow = request.replace(
+            url=target,
+            meta=new_meta,
+            # a moved page's new address is a page of its own: fetched once, even if also listed
+            dont_filter=not moves,
+        )
+        for header in (*_VALIDATOR_HEADERS, b"Cookie", b"Authorization"):
+            if header in _VALIDATOR_HEADERS or url_host(target) != url_host(request.url):
+                follow.headers.pop(header, None)
+        return follow
+
+    async def _stage_moves(self, sources: list[str], target: str) -> None:
+        """Stage the move of each stored page among *sources* to page *target*."""
+        sources = [k for k in sources if k != target]
+        if not sources or self.crawler is None:
+            return
+        run = await run_for(self.crawler)
+        try:
+            await self.store.record_moves(run, sources, target, http_status=301)
+        except StateStoreError as exc:
+            self._state_error(exc)
+
+    async def _miss(self, request: Request, status: int, key: str) -> None:
         if self.crawler is None:
             return
         run = await run_for(self.crawler)
         try:
-            staged = await self.store.record_miss(run, key, response.status)
+            staged = await self.store.record_miss(run, key, status)
         except StateStoreError as exc:
             self._state_error(exc)
             return
         if staged == "staged":
-            self._inc(f"recrawler/page/missing/http_{response.status}")
+            self._inc(f"recrawler/page/missing/http_{status}")
         elif staged == "tombstone":
             # A gone page still answering 404/410: nothing new; not a page check either.
             self._inc("recrawler/page/tombstone")
         else:
             # An unknown URL that does not exist: a broken listing, not a page.
-            await self._error(request, key, f"http_{response.status}", http_status=response.status)
+            await self._error(request, key, f"http_{status}", http_status=status)
 
     async def _error(
         self, request: Request, key: str, reason: str, *, http_status: int | None = None

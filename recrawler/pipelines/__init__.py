@@ -116,6 +116,9 @@ async def commit(
         raise DropItem(f"state write failed: {exc}") from exc
     page.status = status
     stats.inc_value(f"recrawler/page/{status}")
+    if status == PageStatus.NEW and page.moved_from:
+        # a stored page's new address: its old key leaves when the run reconciles
+        stats.inc_value(f"recrawler/page/{status}/moved_in")
     if status == PageStatus.UNCHANGED:
         how = update.how or ("not_modified" if page.http_status == 304 else "hash")
         stats.inc_value(f"recrawler/page/{status}/{how}")

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import Request
+from scrapy.exceptions import NotConfigured
 
+from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.fingerprint import (
     deleted_runs,
@@ -25,6 +27,7 @@ from recrawler.pipelines import PageUpdate, commit, pending_for
 from recrawler.state import (
     GONE,
     LIVE,
+    MOVED,
     QUARANTINED,
     ChangeRow,
     Event,
@@ -50,7 +53,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: how an unchanged verdict was reached (the ``recrawler/page/unchanged/<how>`` stats)
-NOT_MODIFIED, BY_HASH, REBASELINED, BY_FUZZY = "not_modified", "hash", "rebaseline", "fuzzy"
+NOT_MODIFIED, BY_HASH, REBASELINED, BY_FUZZY, RESTORED = (
+    "not_modified",
+    "hash",
+    "rebaseline",
+    "fuzzy",
+    "restored",
+)
+#: stored states of a page that is out of the knowledge base for good
+_REMOVED = (GONE, MOVED)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -110,7 +121,13 @@ def decide(
     differs. With a fuzzy *threshold*, a TLSH match within it counts as unchanged unless the
     critical-token guard trips; texts too short or too uniform for TLSH fall back to exact.
     """
-    if rec is None or rec.status == GONE:
+    if rec is None:
+        return Verdict(status=PageStatus.NEW)
+    if rec.status in _REMOVED:
+        # back with the content it had: restored, not new (it costs no embedding, and a site
+        # recovering from a bad deploy is not a change spike)
+        if fp is not None and rec.content_hash and fp.content_hash == rec.content_hash:
+            return Verdict(status=PageStatus.UNCHANGED, how=RESTORED)
         return Verdict(status=PageStatus.NEW)
     if page.http_status == 304:
         return Verdict(status=PageStatus.UNCHANGED, how=NOT_MODIFIED)
@@ -149,6 +166,7 @@ def next_record(
     now: datetime,
     fp: Fingerprint | None = None,
     noise_key: str | None = None,
+    run_id: int | None = None,
 ) -> PageRecord:
     """Build the page's new stored state."""
     if page.http_status == 304:
@@ -163,6 +181,8 @@ def next_record(
             status=LIVE,
             misses=0,
             last_checked=now,
+            found_depth=page.found_depth,
+            moved_to=None,
         )
     changed = verdict.status in (PageStatus.NEW, PageStatus.CHANGED)
     keep_old = rec is not None and not verdict.advance
@@ -185,6 +205,9 @@ def next_record(
         last_changed=now if changed else (rec.last_changed if rec else now),
         chunks=rec.chunks if rec else 0,
         noise_key=rec.noise_key if keep_old and rec else noise_key,
+        found_depth=page.found_depth,
+        moved_to=None,
+        changed_run=run_id if changed else (rec.changed_run if rec else None),
     )
 
 
@@ -243,6 +266,8 @@ class ClassifyPipeline:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Use the crawler's single store and noise registry."""
+        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
+            raise NotConfigured
         s = crawler.settings
         thresholds = {
             str(site): _threshold(v, "RECRAWLER_FUZZY_THRESHOLDS")
@@ -287,7 +312,7 @@ class ClassifyPipeline:
             self._inc(f"recrawler/state/error/{type(exc).__name__}")
             logger.error("state read failed for %(url)s: %(exc)s", {"url": item.url, "exc": exc})
             rec = None
-        if item.http_status == 304 and (rec is None or rec.status == GONE):
+        if item.http_status == 304 and (rec is None or rec.status in _REMOVED):
             item.error = "not_modified_without_record"
             return await self._error(run, item, now)
         site = key_host(item.key)
@@ -302,7 +327,7 @@ class ClassifyPipeline:
                 noise = self.noise.site(site)
             assert item.text is not None
             fp = fingerprint(item.text, noise)
-            if rec is not None and rec.status != GONE and fp.content_hash != rec.content_hash:
+            if rec is not None and rec.status not in _REMOVED and fp.content_hash != rec.content_hash:
                 old = await self._old_fields(item)
                 if self._recheck(item, rec, old):
                     return item
@@ -336,9 +361,10 @@ class ClassifyPipeline:
                 callback=callback,
                 dont_filter=True,
                 meta={
-                    "recrawler_key": item.key,
-                    "recrawler_enabled": True,
-                    "_recrawler_first_body": item.raw_body,
+                    meta.KEY: item.key,
+                    meta.ENABLED: True,
+                    meta.FIRST_BODY: item.raw_body,
+                    meta.DEPTH: item.found_depth,
                 },
             )
         )
@@ -358,10 +384,10 @@ class ClassifyPipeline:
     ) -> Any:
         assert self.crawler is not None
         status = verdict.status
-        new_rec = next_record(item, rec, verdict, now, fp, noise.key if noise else None)
+        new_rec = next_record(item, rec, verdict, now, fp, noise.key if noise else None, run.id)
         if fp is not None:
             item.content_hash = new_rec.content_hash
-        restored = rec is not None and rec.status == QUARANTINED
+        restored = rec is not None and (rec.status == QUARANTINED or verdict.how == RESTORED)
         changed = None
         if (
             old is not None
@@ -409,11 +435,12 @@ class ClassifyPipeline:
             restored=restored,
             fields=fields,
             change=changed,
-            # stored before the knowledge base existed: index it now that its text is here
+            # stored before the knowledge base existed, or removed and back: index it now that
+            # its text is here (the same texts cost no embedding)
             backfill=status == PageStatus.UNCHANGED
             and bool(item.text)
             and rec is not None
-            and rec.chunks == 0,
+            and (rec.chunks == 0 or verdict.how == RESTORED),
         )
         item.raw_body = None
         pending = pending_for(self.crawler)

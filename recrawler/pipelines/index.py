@@ -10,6 +10,7 @@ from weakref import WeakKeyDictionary
 
 from scrapy.exceptions import DropItem, NotConfigured
 
+from recrawler import meta
 from recrawler.chunking import Chunker
 from recrawler.embedders import Embedder, EmbedderError, embedder_from_spec, vector_to_blob
 from recrawler.exceptions import ConfigurationError, StateStoreError
@@ -128,6 +129,8 @@ class IndexPipeline:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Read settings; from now on ClassifyPipeline hands its pages to this pipeline."""
+        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
+            raise NotConfigured
         s = crawler.settings
         if not s.getbool("RECRAWLER_INDEX_ENABLED"):
             raise NotConfigured("RECRAWLER_INDEX_ENABLED is off")

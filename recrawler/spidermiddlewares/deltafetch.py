@@ -10,9 +10,10 @@ from scrapy import Request, signals
 from scrapy.exceptions import NotConfigured
 from scrapy_deltafetch import DeltaFetch
 
-from recrawler.downloadermiddlewares.conditional import is_page_request, request_key
+from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import Page
+from recrawler.meta import is_page_request, request_key
 from recrawler.state import run_for, store_for, utcnow
 from recrawler.urls import KeyMaker
 
@@ -73,6 +74,8 @@ class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafet
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Enabled by ``RECRAWLER_IMMUTABLE_PATTERNS`` or ``DELTAFETCH_ENABLED``."""
+        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
+            raise NotConfigured
         s = crawler.settings
         patterns = s.getlist("RECRAWLER_IMMUTABLE_PATTERNS")
         if not patterns and not s.getbool("DELTAFETCH_ENABLED"):
@@ -156,7 +159,7 @@ class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafet
                 continue
             logger.debug("deltafetch: ignoring already visited %(url)s", {"url": request.url})
             self._stats.inc_value("deltafetch/skipped")
-            if is_page_request(request, self.crawler.spider):
+            if is_page_request(request):
                 self._stats.inc_value("recrawler/page/skipped")
                 self._stats.inc_value("recrawler/page/skipped/deltafetch")
                 skipped_pages.append((request_key(request, self.key_maker), "deltafetch"))
@@ -175,9 +178,7 @@ class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafet
         # a page counts as fetched once it was read: not an error, not an empty page
         if isinstance(item, Page) and (item.error or item.http_status not in (200, 304)):
             return
-        page_key = (
-            request_key(request, self.key_maker) if is_page_request(request, self.crawler.spider) else None
-        )
+        page_key = request_key(request, self.key_maker) if is_page_request(request) else None
         try:
             await self.store.immutable_add(
                 self._spider_name,

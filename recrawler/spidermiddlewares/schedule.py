@@ -7,13 +7,15 @@ import logging
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import Request, signals
+from scrapy.exceptions import NotConfigured
 
+from recrawler import meta
 from recrawler import signals as recrawler_signals
 from recrawler.audit import auditor_for
-from recrawler.downloadermiddlewares.conditional import is_page_request, request_key
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
-from recrawler.schedule import SKIP_LASTMOD, parse_now, policy_for
+from recrawler.meta import is_page_request, request_key
+from recrawler.schedule import SKIP_LASTMOD, Decision, parse_now, policy_for
 from recrawler.state import run_for, store_for
 from recrawler.urls import KeyMaker, key_host
 
@@ -25,20 +27,11 @@ if TYPE_CHECKING:
 
     from recrawler.audit import Auditor
     from recrawler.items import Page
-    from recrawler.schedule import Decision, SchedulePolicy
+    from recrawler.schedule import SchedulePolicy
     from recrawler.state import Run, ScheduledPage, StateStore
 
 logger = logging.getLogger(__name__)
 
-#: request meta: the listing's lastmod of the page (W3C datetime), read by the schedule and the spider
-META_LASTMOD = "recrawler_lastmod"
-#: request meta: when a feed entry says the page was updated (ISO 8601)
-META_FEED_UPDATED = "recrawler_feed_updated"
-#: request meta: how the page was found (sitemap, feed, link) and from where
-META_FOUND_VIA = "recrawler_found_via"
-META_FOUND_FROM = "recrawler_found_from"
-#: request meta, set here: why the page is requested this run
-META_DUE = "recrawler_due"
 #: due reasons that say the page changed: they go first
 _LIKELY_CHANGED = frozenset({"lastmod", "feed"})
 _CHECKED = frozenset({PageStatus.NEW, PageStatus.CHANGED, PageStatus.UNCHANGED})
@@ -87,6 +80,8 @@ class ScheduleMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Read settings (a bad one stops the crawl before it starts) and connect signals."""
+        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
+            raise NotConfigured
         s = crawler.settings
         mw = cls(
             store_for(crawler),
@@ -123,9 +118,8 @@ class ScheduleMiddleware:
     ) -> AsyncIterator[Any]:
         """Pass items and other requests through; decide page requests batch by batch."""
         batch: list[Request] = []
-        spider = self.crawler.spider
         async for r in result:
-            if isinstance(r, Request) and is_page_request(r, spider):
+            if isinstance(r, Request) and is_page_request(r):
                 batch.append(r)
                 if len(batch) >= self.batch_size:
                     async for request in self._decide(batch):
@@ -158,7 +152,7 @@ class ScheduleMiddleware:
         decided: dict[str, Decision] = {}
         passed: list[Request] = []
         for request, key in zip(batch, keys, strict=True):
-            request.meta["recrawler_key"] = key
+            request.meta[meta.KEY] = key
             lastmod = self._lastmod(request, key)
             info = known.get(key)
             decision = decided.get(key) or self._decision(request, key, info, lastmod)
@@ -170,10 +164,14 @@ class ScheduleMiddleware:
                 was_skipped = None if decided[key].due else decided[key].reason
             elif earlier and info is not None:
                 was_skipped = info.listed_skip
+            if was_skipped is not None and not request.meta.get(meta.FEED_UPDATED):
+                # a link (or another listing of the page) brings no news of a change: the
+                # decision the listing's lastmod and schedule made this run stands
+                decision = Decision(False, was_skipped)
             if decision.due:
-                request.meta[META_DUE] = decision.reason
+                request.meta[meta.DUE] = decision.reason
                 if lastmod:
-                    request.meta[META_LASTMOD] = lastmod
+                    request.meta[meta.LASTMOD] = lastmod
                 if decision.reason in _LIKELY_CHANGED:
                     # hint and skip order the work: pages said to have changed go first
                     request.priority += 1
@@ -202,7 +200,7 @@ class ScheduleMiddleware:
         return passed
 
     def _lastmod(self, request: Request, key: str) -> str | None:
-        lastmod = request.meta.get(META_LASTMOD)
+        lastmod = request.meta.get(meta.LASTMOD)
         # RecrawlSitemapSpider keeps each URL's lastmod by page key: take it (skipped pages free it)
         take = getattr(self.crawler.spider, "recrawler_take_lastmod", None)
         taken = take(key) if take is not None else None
@@ -213,9 +211,9 @@ class ScheduleMiddleware:
     ) -> Decision:
         host = key_host(key)
         feed_updated = None
-        if request.meta.get(META_FEED_UPDATED):
+        if request.meta.get(meta.FEED_UPDATED):
             try:
-                feed_updated = parse_now(request.meta[META_FEED_UPDATED])
+                feed_updated = parse_now(request.meta[meta.FEED_UPDATED])
             except ConfigurationError:
                 feed_updated = None
         return self.policy.decide(
@@ -254,12 +252,4 @@ class ScheduleMiddleware:
             await self.auditor.observe(page.key, "lastmod", lied=status == PageStatus.CHANGED, url=page.url)
 
 
-__all__ = [
-    "META_DUE",
-    "META_FEED_UPDATED",
-    "META_FOUND_FROM",
-    "META_FOUND_VIA",
-    "META_LASTMOD",
-    "SKIP_LASTMOD",
-    "ScheduleMiddleware",
-]
+__all__ = ["SKIP_LASTMOD", "ScheduleMiddleware"]

@@ -13,7 +13,7 @@ from scrapy.http import TextResponse
 from scrapy.linkextractors import LinkExtractor
 from scrapy.spiders import SitemapSpider
 
-from recrawler.downloadermiddlewares.conditional import META_KEY, META_SAME_VALIDATOR
+from recrawler import meta
 from recrawler.exceptions import ConfigurationError
 from recrawler.extract import ContentExtractor
 from recrawler.fingerprint import content_hash
@@ -21,7 +21,7 @@ from recrawler.items import Page
 from recrawler.learning import noise_for
 from recrawler.regions import volatile_regions
 from recrawler.schedule import policy_for
-from recrawler.urls import KeyMaker, key_host, url_host
+from recrawler.urls import KeyMaker, UrlPolicy, key_host, without_credentials
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
@@ -33,9 +33,6 @@ if TYPE_CHECKING:
     from recrawler.learning import NoiseRegistry, SiteNoise
 
 logger = logging.getLogger(__name__)
-
-#: request meta: the body of a first fetch, on the immediate re-fetch that learns volatile regions
-META_FIRST_BODY = "_recrawler_first_body"
 
 _HTML_TYPES = (b"text/html", b"application/xhtml+xml")
 
@@ -71,18 +68,21 @@ class PageBuilder:
 
     def page(self, response: Response, lastmod: str | None = None) -> Page:
         """Return the Page for *response* (call it from any spider callback)."""
-        key = response.meta.get(META_KEY) or self.key_maker(
+        key = response.meta.get(meta.KEY) or self.key_maker(
             (response.meta.get("redirect_urls") or [response.url])[0]
         )
         page = Page(
-            url=response.url,
+            # a temporary redirect serves the page from elsewhere: it is still cited at its own URL
+            url=response.meta.get(meta.CANONICAL_URL) or response.url,
             key=key,
             http_status=response.status,
             etag=_header(response, b"ETag"),
             last_modified=_header(response, b"Last-Modified"),
             lastmod=lastmod,
-            found_via=response.meta.get("recrawler_found_via"),
-            found_from=response.meta.get("recrawler_found_from"),
+            found_via=response.meta.get(meta.FOUND_VIA),
+            found_from=response.meta.get(meta.FOUND_FROM),
+            found_depth=int(response.meta.get(meta.DEPTH) or 0),
+            moved_from=tuple(response.meta.get(meta.MOVED_FROM, ())),
         )
         if response.status == 304:
             return page
@@ -93,7 +93,7 @@ class PageBuilder:
         regions = None
         if self.noise is not None:
             site = self.noise.site(key_host(key))
-            first = response.meta.get(META_FIRST_BODY)
+            first = response.meta.get(meta.FIRST_BODY)
             if first is not None:
                 # a second fetch moments after the first: what differs between them is volatile
                 page.rechecked = True
@@ -111,7 +111,7 @@ class PageBuilder:
             page.error = "empty_content"
             return page
         page.text = content.text
-        if response.meta.get(META_SAME_VALIDATOR):
+        if response.meta.get(meta.SAME_VALIDATOR):
             page.raw_body = response.body
         page.headings = content.headings
         page.code = content.code
@@ -134,9 +134,27 @@ class PageBuilder:
 
 
 class RecrawlerSpiderMixin:
-    """Gives a user's spider ``recrawler_page(response)``: yield its result from any callback."""
+    """Opts a user's spider in to recrawler and gives it ``recrawler_page(response)``: yield its
+    result from any callback.
 
+    Every request of the spider is a page request unless its meta says otherwise
+    (``recrawler_enabled=False``, ``recrawler_role``). ``recrawler_url_policy`` says which URLs
+    may be fetched and stored: http(s) only, no credentials, and the hosts of ``allowed_domains``
+    when the spider sets them.
+    """
+
+    #: the spider attribute recrawler's add-on and components look for (any spider may set it)
+    recrawler_enabled = True
     _recrawler_builder: PageBuilder | None = None
+    _recrawler_policy: UrlPolicy | None = None
+
+    @property
+    def recrawler_url_policy(self) -> UrlPolicy:
+        """Which URLs this spider may fetch and store."""
+        if self._recrawler_policy is None:
+            domains = list(getattr(self, "allowed_domains", None) or ())
+            self._recrawler_policy = UrlPolicy.for_urls((), domains, any_host=not domains)
+        return self._recrawler_policy
 
     def recrawler_page(self, response: Response, lastmod: str | None = None) -> Page:
         """Return the Page item for *response* (304s are not parsed)."""
@@ -153,6 +171,15 @@ def _flag(value: Any) -> bool:
     return str(value).strip().lower() in {"1", "true", "yes", "on"}
 
 
+def _http_urls(value: str | None, argument: str) -> tuple[str, ...]:
+    urls = tuple(u.strip() for u in (value or "").split(",") if u.strip())
+    for url in urls:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc or "@" in parts.netloc:
+            raise ConfigurationError(f"{argument}: not an http(s) URL: {without_credentials(url)!r}")
+    return urls
+
+
 class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
     """A SitemapSpider that yields a Page per listed URL and keeps each URL's ``lastmod``.
 
@@ -162,9 +189,14 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
     or Atom feeds, comma-separated: their entries are listed pages too, and an entry updated
     after a page's last check makes it due at once), ``follow_links`` (``1``: also follow links
     found on fetched pages, same host, under ``follow_prefix``, by default the first sitemap's
-    folder, at most ``RECRAWLER_FOLLOW_DEPTH_LIMIT`` links away from a listed page).
-    Stats: ``recrawler/sitemap/{parsed,urls,offsite}``, ``recrawler/feed/{fetched,entries,offsite,error}``,
-    ``recrawler/follow/{links,offsite,depth_limit}``.
+    folder, at most ``RECRAWLER_FOLLOW_DEPTH_LIMIT`` links away from a listed page, across runs,
+    and at most ``RECRAWLER_FOLLOW_MAX_LINKS`` link requests per run).
+
+    Only ``http``/``https`` URLs on the sitemap's host (or ``allowed_hosts``) without credentials
+    are ever requested or stored: any other entry, feed item or link is refused and counted by
+    reason (``recrawler/url/refused/<reason>``); one bad entry costs that entry only.
+    Stats: ``recrawler/sitemap/{parsed,urls}``, ``recrawler/feed/{fetched,entries,error}``,
+    ``recrawler/follow/{links,offsite,depth_limit,max_links}``, ``recrawler/url/refused/<reason>``.
     """
 
     sitemap_urls: tuple[str, ...] = ()
@@ -187,25 +219,17 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             raise ConfigurationError(
                 f"spider {self.name!r} needs a sitemap: -a sitemap_url=https://docs.example.com/sitemap.xml"
             )
-        for url in self.sitemap_urls:
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ConfigurationError(f"sitemap_url: not an http(s) URL: {url!r}")
+        _http_urls(",".join(self.sitemap_urls), "sitemap_url")
         km = KeyMaker()
         first_host = key_host(km(self.sitemap_urls[0]))
         self.recrawler_site: str | None = site or first_host
-        self._any_host = (allowed_hosts or "").strip() == "*"
-        self._hosts = {key_host(km(u)) for u in self.sitemap_urls}
-        for host in (allowed_hosts or "").split(","):
-            if host.strip() and host.strip() != "*":
-                self._hosts.add(key_host(km("http://" + host.strip())))
+        extra = [h for h in (allowed_hosts or "").split(",") if h.strip() and h.strip() != "*"]
+        self._recrawler_policy = UrlPolicy.for_urls(
+            self.sitemap_urls, extra, any_host=(allowed_hosts or "").strip() == "*"
+        )
         self._lastmods: dict[str, str] = {}
         self._key_maker = km
-        self.feed_urls = tuple(u.strip() for u in (feed_url or "").split(",") if u.strip())
-        for url in self.feed_urls:
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ConfigurationError(f"feed_url: not an http(s) URL: {url!r}")
+        self.feed_urls = _http_urls(feed_url, "feed_url")
         self.follow_links = _flag(follow_links) if follow_links is not None else False
         if follow_prefix:
             self.follow_prefixes = tuple(p.strip() for p in follow_prefix.split(",") if p.strip())
@@ -213,10 +237,15 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             # by default, the folder of the first sitemap: /docs/sitemap.xml -> /docs/
             self.follow_prefixes = (urlsplit(self.sitemap_urls[0]).path.rsplit("/", 1)[0] + "/",)
         self._link_extractor: LinkExtractor | None = None
+        self._follow_requests = 0
+        self._refusals_logged: set[str] = set()
 
     async def start(self) -> AsyncIterator[Any]:
         """Start from the sitemaps (SitemapSpider's own start), then the feeds."""
         async for request in super().start():
+            if isinstance(request, Request):
+                request.meta[meta.ROLE] = meta.ROLE_SITEMAP
+                request.meta[meta.SITEMAP_DEPTH] = 0
             yield request
         for url in self.feed_urls:
             # not a page: no validators, no page state, no error accounting
@@ -225,12 +254,36 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                 callback=self._parse_feed,
                 errback=self._feed_failed,
                 dont_filter=True,
-                meta={"recrawler_enabled": False},
+                meta={meta.ROLE: meta.ROLE_FEED},
             )
+
+    def recrawler_role_of(self, request: Request) -> str:
+        """What a request yielded while reading a sitemap fetches: a listed page or another sitemap."""
+        page_callbacks = [getattr(self, c) if isinstance(c, str) else c for _, c in self.sitemap_rules]
+        return meta.ROLE_PAGE if request.callback in page_callbacks else meta.ROLE_SITEMAP
 
     def recrawler_take_lastmod(self, key: str) -> str | None:
         """Hand over (and forget) the listed lastmod of page *key* (ScheduleMiddleware asks)."""
         return self._lastmods.pop(key, None)
+
+    def recrawler_refused(self, url: str, reason: str, source: str) -> None:
+        """Count a URL the policy refused; the first of each reason is logged (credentials never)."""
+        self._inc("recrawler/url/refused")
+        self._inc(f"recrawler/url/refused/{reason}")
+        if reason not in self._refusals_logged:
+            self._refusals_logged.add(reason)
+            logger.warning(
+                "refused %(source)s URL (%(reason)s): %(url)s; further %(reason)s URLs are only counted",
+                {"source": source, "reason": reason, "url": without_credentials(url)[:300]},
+                extra={"spider": self},
+            )
+
+    def _allowed(self, url: str, source: str) -> bool:
+        reason = self.recrawler_url_policy.refusal(url)
+        if reason is None:
+            return True
+        self.recrawler_refused(url, reason, source)
+        return False
 
     def _parse_feed(self, response: Response) -> Iterable[Request]:
         """Yield a page request per feed entry; an entry's date says when its page changed."""
@@ -248,12 +301,14 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             link = entry.get("link")
             if not link:
                 continue
-            url = urljoin(response.url, str(link))
-            if not self._on_site(url):
-                self._inc("recrawler/feed/offsite")
+            try:
+                url = urljoin(response.url, str(link))
+            except ValueError:
+                url = str(link)
+            if not self._allowed(url, "feed"):
                 continue
             self._inc("recrawler/feed/entries")
-            meta: dict[str, Any] = {"recrawler_found_via": "feed", "recrawler_found_from": response.url}
+            request_meta: dict[str, Any] = {meta.FOUND_VIA: "feed", meta.FOUND_FROM: response.url}
             # plain dict reads: feedparser's own get() maps one key to the other with a warning
             stamp = dict.get(entry, "updated_parsed") or dict.get(entry, "published_parsed")
             if stamp is not None:
@@ -261,8 +316,8 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                 updated = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
                 # a date in the future means "unknown", as in sitemaps
                 if updated <= now:
-                    meta["recrawler_feed_updated"] = updated.isoformat()
-            yield Request(url, callback=self.parse, meta=meta)
+                    request_meta[meta.FEED_UPDATED] = updated.isoformat()
+            yield Request(url, callback=self.parse, meta=request_meta)
 
     def _feed_failed(self, failure: Failure) -> None:
         self._inc("recrawler/feed/error")
@@ -272,28 +327,34 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         )
 
     def _links(self, response: TextResponse) -> Iterable[Request]:
-        """Requests for the links of a fetched page: same host, under the prefix, within depth."""
-        depth = int(response.meta.get("recrawler_depth", 0)) + 1
+        """Requests for the links of a fetched page: same host, under the prefix, within depth.
+
+        The depth counts across runs: a stored link-found page checked again keeps its depth, so a
+        link trap (a calendar, a session id) never grows past the limit.
+        """
+        depth = int(response.meta.get(meta.DEPTH) or 0) + 1
         if self._link_extractor is None:
             self._link_extractor = LinkExtractor(unique=True)
         limit = self.settings.getint("RECRAWLER_FOLLOW_DEPTH_LIMIT")
+        most = self.settings.getint("RECRAWLER_FOLLOW_MAX_LINKS")
         for link in self._link_extractor.extract_links(response):
-            parts = urlsplit(link.url)
-            if url_host(link.url) not in self._hosts or not parts.path.startswith(self.follow_prefixes):
+            if not self._allowed(link.url, "link"):
+                continue
+            if not urlsplit(link.url).path.startswith(self.follow_prefixes):
                 self._inc("recrawler/follow/offsite")
                 continue
             if depth > limit:
                 self._inc("recrawler/follow/depth_limit")
                 continue
+            if most and self._follow_requests >= most:
+                self._inc("recrawler/follow/max_links")
+                continue
+            self._follow_requests += 1
             self._inc("recrawler/follow/links")
             yield Request(
                 link.url,
                 callback=self.parse,
-                meta={
-                    "recrawler_found_via": "link",
-                    "recrawler_found_from": response.url,
-                    "recrawler_depth": depth,
-                },
+                meta={meta.FOUND_VIA: "link", meta.FOUND_FROM: response.url, meta.DEPTH: depth},
             )
 
     def _inc(self, name: str, count: int = 1) -> None:
@@ -301,32 +362,37 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         if crawler is not None and crawler.stats is not None:
             crawler.stats.inc_value(name, count)
 
-    def _on_site(self, url: str) -> bool:
-        return self._any_host or url_host(url) in self._hosts
-
     def sitemap_filter(self, entries: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
-        """Keep entries on the sitemap's host and remember each page URL's ``lastmod``."""
+        """Keep entries the URL policy allows and remember each page URL's ``lastmod``.
+
+        A malformed, foreign-scheme, credentialed or off-site ``<loc>`` costs that entry only:
+        it is refused and counted, and the rest of the listing goes on.
+        """
         kind = getattr(entries, "type", None)
         self._inc("recrawler/sitemap/parsed")
         for entry in entries:
-            loc = entry.get("loc") or ""
-            if not self._on_site(loc):
-                self._inc("recrawler/sitemap/offsite")
+            loc = str(entry.get("loc") or "").strip()
+            if not loc:
+                continue
+            if not self._allowed(loc, "sitemap"):
                 continue
             if kind == "urlset":
                 self._inc("recrawler/sitemap/urls")
                 if entry.get("lastmod"):
                     # keyed by page key: Scrapy percent-encodes the URL it actually requests
                     self._lastmods[self._key_maker(loc)] = str(entry["lastmod"]).strip()
-            yield entry
+            checked = {**entry, "loc": loc}
+            if entry.get("alternate"):
+                checked["alternate"] = [u for u in entry["alternate"] if self._allowed(str(u), "sitemap")]
+            yield checked
 
     def parse(self, response: Response, **kwargs: Any) -> Iterable[Page | Request]:
         """Yield the Page of a listed (or verified) URL, then its links when following them."""
         page = self.recrawler_page(response)
         taken = self._lastmods.pop(page.key, None)
-        page.lastmod = response.meta.get("recrawler_lastmod") or taken
+        page.lastmod = response.meta.get(meta.LASTMOD) or taken
         # a direct check of an unlisted stored page says nothing about how it was found
-        page.found_via = page.found_via or (None if response.meta.get("recrawler_verify") else "sitemap")
+        page.found_via = page.found_via or (None if response.meta.get(meta.VERIFY) else "sitemap")
         yield page
         if self.follow_links and isinstance(response, TextResponse) and response.status == 200 and page.text:
             yield from self._links(response)

@@ -23,26 +23,32 @@ if TYPE_CHECKING:
     from recrawler.schedule import Revisit
 
 __all__ = [
+    "MOVED",
+    "RUN_ABORTED",
     "Event",
     "PageRecord",
     "ReconcileResult",
+    "RemovalPlan",
     "Run",
     "ScheduledPage",
     "StateStore",
     "TrustRecord",
+    "begin_run_now",
     "store_for",
     "store_from_uri",
     "utcnow",
 ]
 
-LIVE, QUARANTINED, GONE = "live", "quarantined", "gone"
-# run states: published runs are what search reads; held runs wait for a person
-RUN_RUNNING, RUN_FINISHED, RUN_HELD, RUN_PUBLISHED, RUN_DISCARDED = (
+LIVE, QUARANTINED, GONE, MOVED = "live", "quarantined", "gone", "moved"
+# run states: published runs are what search reads; held runs wait for a person; aborted runs
+# died without finishing (their lease was taken over)
+RUN_RUNNING, RUN_FINISHED, RUN_HELD, RUN_PUBLISHED, RUN_DISCARDED, RUN_ABORTED = (
     "running",
     "finished",
     "held",
     "published",
     "discarded",
+    "aborted",
 )
 
 
@@ -74,6 +80,12 @@ class PageRecord:
     chunks: int = 0
     #: the noise configuration its content hash was computed with (None: before schema 3)
     noise_key: str | None = None
+    #: how many links away from a listed page discovery found it (0: listed)
+    found_depth: int = 0
+    #: the key a permanent redirect moved the page to (status ``moved``)
+    moved_to: str | None = None
+    #: the run that last made the page new or changed
+    changed_run: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,6 +163,13 @@ class Run:
     started_at: datetime
     #: live or quarantined pages of the site stored before the run (0: a first run)
     prior_pages: int = 0
+    #: live pages of the site stored before the run
+    prior_live: int = 0
+    #: how many pages the listing of the site's last finished run named (None: unknown)
+    last_listed: int | None = None
+    #: the site's previous run did not complete its writes (aborted, or a write failed): pages it
+    #: left unstored come back as new, and do not count toward a change spike
+    backfill: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,13 +200,31 @@ _KEEP_NULL = frozenset({"content_hash"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RemovalPlan:
+    """What applying a run's staged misses and moves would do, before anything is applied."""
+
+    #: live or quarantined pages of the site before the run
+    pages: int = 0
+    #: live pages of the site before the run
+    live: int = 0
+    #: live pages that would leave the knowledge base: quarantined, gone or moved
+    removals: int = 0
+    quarantine: int = 0
+    gone: int = 0
+    moved: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReconcileResult:
     """What the reconciliation did (or, when skipped, would have done)."""
 
     applied: bool
     quarantined: int = 0
     gone: dict[str, int] = field(default_factory=dict)
+    moved: int = 0
     skipped_misses: int = 0
+    #: the misses were kept for ``runs approve`` (the run is held)
+    kept: bool = False
 
 
 class StateStore(Protocol):
@@ -220,8 +257,27 @@ class StateStore(Protocol):
         *,
         embedder: str | None = None,
         publish_each_page: bool = False,
+        holder: str = "",
+        lease_secs: float = 60.0,
     ) -> Run:
-        """Start a run (published at once when each page publishes itself)."""
+        """Take the site's lease and start a run (published at once when each page publishes
+        itself). Raises RunRefused while another live run holds the lease or a held run waits."""
+
+    def begin_run_sync(
+        self,
+        spider: str,
+        site: str | None,
+        started_at: datetime,
+        *,
+        embedder: str | None = None,
+        publish_each_page: bool = False,
+        holder: str = "",
+        lease_secs: float = 60.0,
+    ) -> Run:
+        """Blocking :meth:`begin_run`, used once before the crawl's first request."""
+
+    async def heartbeat(self, run: Run) -> bool:
+        """Renew the run's lease; False when another run took it over."""
 
     async def get(self, key: str) -> PageRecord | None:
         """Return the stored record of *key*, or None."""
@@ -247,23 +303,60 @@ class StateStore(Protocol):
     async def record_miss(self, run: Run, key: str, http_status: int) -> str:
         """Stage a 404/410 answer of a stored page: ``staged``, ``tombstone`` or ``unknown``."""
 
-    def unseen_sync(self, run: Run, limit: int, *, due_at: datetime | None = None) -> list[tuple[str, str]]:
+    def unseen_sync(
+        self, run: Run, limit: int, *, due_at: datetime | None = None
+    ) -> list[tuple[str, str, int]]:
         """Blocking :meth:`unseen`, for ``spider_idle`` handlers (sync signals, nothing in flight)."""
 
-    async def unseen(self, run: Run, limit: int, *, due_at: datetime | None = None) -> list[tuple[str, str]]:
-        """Return up to *limit* (key, url) of the run's site not reached yet, marking them.
+    async def unseen(
+        self, run: Run, limit: int, *, due_at: datetime | None = None
+    ) -> list[tuple[str, str, int]]:
+        """Return up to *limit* (key, url, link depth) of the run's site not reached yet, marking them.
 
         Pages this run's listing decided are not unseen; with *due_at*, only pages due by then
         (and quarantined or audited ones) are.
         """
 
-    async def reconcile(
-        self, run: Run, *, apply: bool, gone_after: int, gone_statuses: Sequence[int], at: datetime
-    ) -> ReconcileResult:
-        """Apply (or drop) the run's staged misses: quarantine, gone, with their events."""
+    async def record_moves(self, run: Run, keys: Sequence[str], target: str, *, http_status: int) -> int:
+        """Stage a permanent redirect of stored pages *keys* to page *target* (applied when the
+        run reconciles, if *target* is live by then)."""
 
-    async def finish_run(self, run: Run, *, reason: str, at: datetime, report: dict[str, Any]) -> None:
-        """Record how the run ended."""
+    async def removal_plan(self, run: Run, *, gone_after: int, gone_statuses: Sequence[int]) -> RemovalPlan:
+        """What applying the run's staged misses and moves would do; nothing is changed."""
+
+    async def reconcile(
+        self,
+        run: Run,
+        *,
+        apply: bool,
+        gone_after: int,
+        gone_statuses: Sequence[int],
+        at: datetime,
+        keep: bool = False,
+    ) -> ReconcileResult:
+        """Apply the run's staged misses and moves (quarantine, gone, moved, with their events),
+        drop them, or keep them for ``runs approve`` (*keep*)."""
+
+    async def apply_held(
+        self, run_id: int, *, gone_after: int, gone_statuses: Sequence[int], at: datetime
+    ) -> ReconcileResult:
+        """Apply the misses and moves a held run kept."""
+
+    async def largest_same_content(self, run: Run) -> tuple[int, str] | None:
+        """The largest group of pages the run made new or changed that now say the same thing."""
+
+    async def finish_run(
+        self,
+        run: Run,
+        *,
+        reason: str,
+        at: datetime,
+        report: dict[str, Any],
+        reasons: Sequence[str] = (),
+        listed: int | None = None,
+        exit_code: int | None = None,
+    ) -> None:
+        """Record how the run ended and release the site's lease."""
 
     # --- knowledge base ---------------------------------------------------------------------
 
@@ -476,20 +569,43 @@ async def run_for(crawler: Crawler) -> Run:
     import asyncio
 
     fut = _runs.get(crawler)
+    if isinstance(fut, Run):
+        # the hot path: every request and item after the first
+        return fut
     if fut is None:
         fut = asyncio.ensure_future(_begin(crawler))
         _runs[crawler] = fut
     elif fut.done():
-        # the hot path: every request and item after the first
         done: Run = fut.result()
         return done
     run: Run = await asyncio.shield(fut)
     return run
 
 
+def begin_run_now(crawler: Crawler) -> Run:
+    """Open the store and begin the run before the crawl starts (blocking, once): a bad database or
+    another run of the same site stops the crawl before its first request."""
+    current = _runs.get(crawler)
+    if isinstance(current, Run):
+        return current
+    store = store_for(crawler)
+    store.open_sync()
+    spider, site, kwargs = _run_args(crawler)
+    run = store.begin_run_sync(spider, site, utcnow(), **kwargs)
+    _runs[crawler] = run
+    return run
+
+
 async def _begin(crawler: Crawler) -> Run:
     store = store_for(crawler)
     await store.open()
+    spider, site, kwargs = _run_args(crawler)
+    return await store.begin_run(spider, site, utcnow(), **kwargs)
+
+
+def _run_args(crawler: Crawler) -> tuple[str, str | None, dict[str, Any]]:
+    from recrawler.state.sqlite import lease_holder
+
     spider = crawler.spider
     site = getattr(spider, "recrawler_site", None)
     settings = crawler.settings
@@ -505,22 +621,24 @@ async def _begin(crawler: Crawler) -> Run:
                 "base_url": settings.get("RECRAWLER_EMBEDDER_BASE_URL"),
             }
         )
-    return await store.begin_run(
-        getattr(spider, "name", "?"),
-        site,
-        utcnow(),
-        embedder=embedder,
-        publish_each_page=(
+    kwargs: dict[str, Any] = {
+        "embedder": embedder,
+        "publish_each_page": (
             embedder is not None
             and settings.get("RECRAWLER_PUBLISH") == "page"
             and not settings.getbool("RECRAWLER_DRY_RUN")
         ),
-    )
+        "holder": lease_holder(),
+        "lease_secs": settings.getfloat("RECRAWLER_LEASE_SECS") or 60.0,
+    }
+    return getattr(spider, "name", "?"), site, kwargs
 
 
 def current_run(crawler: Crawler) -> Run | None:
     """Return the crawler's run if it has begun (without waiting)."""
     fut = _runs.get(crawler)
+    if isinstance(fut, Run):
+        return fut
     if fut is None or not fut.done() or fut.exception() is not None:
         return None
     run: Run = fut.result()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
+import socket
 import sqlite3
 import threading
 import time
@@ -18,14 +20,17 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from recrawler.events import EventSink, sink_from_uri
-from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
-from recrawler.fingerprint import page_hash, unpack_blocks
+from recrawler.exceptions import RunRefused, SchemaVersionError, StateStoreError, StateStoreUnavailable
+from recrawler.fingerprint import fuzzy_distance, page_hash, unpack_blocks
 from recrawler.schedule import Revisit, audit_count
 from recrawler.state import (
     GONE,
     LIVE,
+    MOVED,
     QUARANTINED,
+    RUN_ABORTED,
     RUN_DISCARDED,
+    RUN_FINISHED,
     RUN_HELD,
     RUN_PUBLISHED,
     RUN_RUNNING,
@@ -33,6 +38,7 @@ from recrawler.state import (
     FieldsRow,
     PageRecord,
     ReconcileResult,
+    RemovalPlan,
     Run,
     ScheduledPage,
     TrustRecord,
@@ -63,8 +69,36 @@ _SCHEDULE_COLUMNS = (
 _TRUST_COLUMNS = "host, signal, checks, lies, trusted, last_lie_at, last_lie_url"
 _PAGE_COLUMNS = (
     "key, site, url, etag, last_modified, lastmod, content_hash, fuzzy_hash, title, status, "
-    "misses, first_seen, last_checked, last_changed, last_seen_run, chunks, noise_key"
+    "misses, first_seen, last_checked, last_changed, last_seen_run, chunks, noise_key, "
+    "found_depth, moved_to, changed_run"
 )
+
+
+# TLSH distance within which two pages changed in one run count as the same text, and beyond
+# which a page's change replaced its content rather than edited it
+_SAME_CONTENT_DISTANCE, _REPLACED_DISTANCE = 30, 100
+# the staged miss of row ``m`` makes page ``p`` gone: a "gone" status, or enough consecutive misses
+_GONE_CASE = "(m.http_status IN (SELECT value FROM json_each(:codes)) OR p.misses + 1 >= :after)"
+
+
+def lease_holder() -> str:
+    """Who holds a lease: this host and process (``host pid N``)."""
+    return f"{socket.gethostname()} pid {os.getpid()}"
+
+
+def _holder_alive(holder: str) -> bool:
+    """False only when *holder* is a process of this host that no longer exists (a killed run):
+    its lease is taken over at once. Anything else counts as alive until its heartbeats lapse."""
+    host, _, pid = holder.rpartition(" pid ")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _migrations() -> list[tuple[int, str]]:
@@ -163,6 +197,9 @@ def _row_to_record(row: sqlite3.Row) -> PageRecord:
         last_seen_run=row["last_seen_run"],
         chunks=row["chunks"],
         noise_key=row["noise_key"],
+        found_depth=row["found_depth"] or 0,
+        moved_to=row["moved_to"],
+        changed_run=row["changed_run"],
     )
 
 
@@ -517,12 +554,76 @@ class SQLiteStateStore:
         *,
         embedder: str | None = None,
         publish_each_page: bool = False,
+        holder: str = "",
+        lease_secs: float = 60.0,
     ) -> Run:
-        """Insert a run row and return it (published at once when each page publishes itself)."""
+        """Take the site's lease and insert a run row (published at once when each page publishes
+        itself).
 
-        def work() -> Run:
-            self._commit()
-            cur = self.conn.execute(
+        One run at a time per site: a lease whose holder still beats (within *lease_secs*) refuses
+        the run, as does a held run of the site that awaits ``runs approve`` or ``runs discard``.
+        A lease whose holder stopped beating is taken over: that run is marked aborted and its
+        staged misses are dropped.
+        """
+        return await self._call(
+            self._guard,
+            lambda: self._begin_run(
+                spider, site, started_at, embedder, publish_each_page, holder, lease_secs
+            ),
+        )
+
+    def _begin_run(
+        self,
+        spider: str,
+        site: str | None,
+        started_at: datetime,
+        embedder: str | None,
+        publish_each_page: bool,
+        holder: str,
+        lease_secs: float,
+    ) -> Run:
+        conn = self.conn
+        self._commit()
+        self._begin()
+        try:
+            lease_key = site if site is not None else f"spider:{spider}"
+            if not self.dry_run:
+                held = conn.execute(
+                    "SELECT id, reasons FROM runs WHERE state = ? AND site IS ? ORDER BY id DESC LIMIT 1",
+                    (RUN_HELD, site),
+                ).fetchone()
+                if held is not None:
+                    why = ", ".join(json.loads(held["reasons"] or "[]")) or "held"
+                    msg = (
+                        f"run {held['id']} of {site or spider} is held ({why}): decide it first with "
+                        f"`recrawler runs approve {held['id']}` or `recrawler runs discard {held['id']}`"
+                    )
+                    raise RunRefused(msg, held=True)
+            lease = conn.execute(
+                "SELECT run_id, holder, heartbeat_at FROM leases WHERE site = ?", (lease_key,)
+            ).fetchone()
+            now = datetime.now(UTC)
+            if lease is not None:
+                beat = _dt(lease["heartbeat_at"])
+                age = (now - beat).total_seconds() if beat else lease_secs + 1
+                if age < lease_secs and _holder_alive(lease["holder"]):
+                    msg = (
+                        f"{site or spider} is being crawled by run {lease['run_id']} ({lease['holder']}, "
+                        f"heartbeat {age:.0f} s ago): one run at a time per site"
+                    )
+                    raise RunRefused(msg)
+                conn.execute(
+                    """UPDATE runs SET state = ?, finish_reason = COALESCE(finish_reason, 'aborted'),
+                         finished_at = COALESCE(finished_at, ?) WHERE id = ? AND state = ?""",
+                    (RUN_ABORTED, _ts(now), lease["run_id"], RUN_RUNNING),
+                )
+                conn.execute("DELETE FROM run_misses WHERE run_id = ?", (lease["run_id"],))
+                logger.warning(
+                    "run %(run)d of %(site)s stopped without finishing (%(holder)s, last heartbeat "
+                    "%(age).0f s ago): marked aborted, its staged misses dropped",
+                    {"run": lease["run_id"], "site": lease_key, "holder": lease["holder"], "age": age},
+                )
+            cur = conn.execute(
                 "INSERT INTO runs (spider, site, started_at, state, published_at, embedder) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 (
@@ -536,14 +637,80 @@ class SQLiteStateStore:
             )
             run_id = cur.lastrowid
             assert run_id is not None
-            prior = (
-                self.conn.execute(
-                    "SELECT COUNT(*) FROM pages WHERE site = ? AND status != ?", (site, GONE)
-                ).fetchone()[0]
-                if site is not None
-                else 0
+            conn.execute(
+                "INSERT OR REPLACE INTO leases (site, run_id, holder, acquired_at, heartbeat_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (lease_key, run_id, holder or "?", _ts(now), _ts(now)),
             )
-            return Run(id=run_id, spider=spider, site=site, started_at=started_at, prior_pages=prior)
+            prior = live = 0
+            last_listed = None
+            backfill = False
+            if site is not None:
+                prior, live = conn.execute(
+                    "SELECT COUNT(*), COALESCE(SUM(status = ?), 0) FROM pages "
+                    "WHERE site = ? AND status IN (?, ?)",
+                    (LIVE, site, LIVE, QUARANTINED),
+                ).fetchone()
+                row = conn.execute(
+                    "SELECT listed FROM runs WHERE site = ? AND id < ? AND listed IS NOT NULL "
+                    "AND state != ? ORDER BY id DESC LIMIT 1",
+                    (site, run_id, RUN_ABORTED),
+                ).fetchone()
+                last_listed = row["listed"] if row is not None else None
+                row = conn.execute(
+                    "SELECT state, reasons FROM runs WHERE site = ? AND id < ? ORDER BY id DESC LIMIT 1",
+                    (site, run_id),
+                ).fetchone()
+                if row is not None:
+                    reasons = json.loads(row["reasons"] or "[]")
+                    backfill = row["state"] == RUN_ABORTED or "state_error" in reasons
+        except BaseException:
+            if conn.in_transaction and not self.dry_run:
+                conn.execute("ROLLBACK")
+            raise
+        self._commit()
+        return Run(
+            id=run_id,
+            spider=spider,
+            site=site,
+            started_at=started_at,
+            prior_pages=int(prior),
+            prior_live=int(live),
+            last_listed=last_listed,
+            backfill=backfill,
+        )
+
+    def begin_run_sync(
+        self,
+        spider: str,
+        site: str | None,
+        started_at: datetime,
+        *,
+        embedder: str | None = None,
+        publish_each_page: bool = False,
+        holder: str = "",
+        lease_secs: float = 60.0,
+    ) -> Run:
+        """Blocking :meth:`begin_run`, used once at startup (before the crawl's first request)."""
+        return self.call_sync(
+            self._guard,
+            lambda: self._begin_run(
+                spider, site, started_at, embedder, publish_each_page, holder, lease_secs
+            ),
+        )
+
+    async def heartbeat(self, run: Run) -> bool:
+        """Renew the run's lease; False when another run has taken it over."""
+        lease_key = run.site if run.site is not None else f"spider:{run.spider}"
+
+        def work() -> bool:
+            self._begin()
+            n = self.conn.execute(
+                "UPDATE leases SET heartbeat_at = ? WHERE site = ? AND run_id = ?",
+                (_ts(datetime.now(UTC)), lease_key, run.id),
+            ).rowcount
+            self._commit()
+            return bool(n)
 
         return await self._call(self._guard, work)
 
@@ -590,14 +757,15 @@ class SQLiteStateStore:
         def work(conn: sqlite3.Connection) -> None:
             conn.execute(
                 f"""INSERT INTO pages ({_PAGE_COLUMNS})
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT (key) DO UPDATE SET noise_key = excluded.noise_key,
                       url = excluded.url, site = excluded.site, etag = excluded.etag,
                       last_modified = excluded.last_modified, lastmod = excluded.lastmod,
                       content_hash = excluded.content_hash, fuzzy_hash = excluded.fuzzy_hash,
                       title = excluded.title, status = excluded.status, misses = excluded.misses,
                       last_checked = excluded.last_checked, last_changed = excluded.last_changed,
-                      last_seen_run = excluded.last_seen_run""",
+                      last_seen_run = excluded.last_seen_run, found_depth = excluded.found_depth,
+                      moved_to = excluded.moved_to, changed_run = excluded.changed_run""",
                 (
                     rec.key,
                     rec.site,
@@ -616,6 +784,9 @@ class SQLiteStateStore:
                     run.id,
                     rec.chunks,
                     rec.noise_key,
+                    rec.found_depth,
+                    rec.moved_to,
+                    rec.changed_run,
                 ),
             )
             conn.execute("DELETE FROM run_misses WHERE run_id = ? AND key = ?", (run.id, rec.key))
@@ -692,11 +863,12 @@ class SQLiteStateStore:
 
     @staticmethod
     def _replace_chunks(conn: sqlite3.Connection, run: Run, key: str, chunks: Sequence[Chunk]) -> None:
-        # the current version and any rows a quarantine kept are superseded by this run's version
+        # the current version is superseded by this run's version. A row already retired keeps
+        # the run that retired it: moving that to this run would make it visible again while this
+        # run is held. Rows a quarantine kept are collected when the run publishes.
         conn.execute(
-            """UPDATE chunks SET retired_run = ?, retired_why = ?
-               WHERE key = ? AND (retired_run IS NULL OR retired_why = ?)""",
-            (run.id, _RETIRED_REPLACED, key, _RETIRED_QUARANTINED),
+            "UPDATE chunks SET retired_run = ?, retired_why = ? WHERE key = ? AND retired_run IS NULL",
+            (run.id, _RETIRED_REPLACED, key),
         )
         conn.executemany(
             """INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run)
@@ -707,18 +879,16 @@ class SQLiteStateStore:
 
     @staticmethod
     def _restore_chunks(conn: sqlite3.Connection, run: Run, key: str) -> None:
-        # copies of the kept rows become current in this run; same texts, so same embeddings
+        # copies of the rows the last quarantine kept become current in this run; same texts, so
+        # same embeddings. The kept rows stay as they are (collected when the run publishes).
         n = conn.execute(
             """INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run)
-               SELECT key, chunk_index, chunk_hash, url, heading, text, ? FROM chunks
-               WHERE key = ? AND retired_why = ? AND retired_run IS NOT NULL
+               SELECT key, chunk_index, chunk_hash, url, heading, text, ?1 FROM chunks
+               WHERE key = ?2 AND retired_why = ?3 AND retired_run = (
+                 SELECT MAX(retired_run) FROM chunks WHERE key = ?2 AND retired_why = ?3)
                ORDER BY chunk_index""",
             (run.id, key, _RETIRED_QUARANTINED),
         ).rowcount
-        conn.execute(
-            "UPDATE chunks SET retired_why = ? WHERE key = ? AND retired_why = ? AND added_run != ?",
-            (_RETIRED_REPLACED, key, _RETIRED_QUARANTINED, run.id),
-        )
         conn.execute("UPDATE pages SET chunks = ? WHERE key = ?", (n, key))
 
     async def record_error(self, run: Run, key: str | None, events: Sequence[Event]) -> None:
@@ -753,7 +923,7 @@ class SQLiteStateStore:
 
         return await self._page_write(work)
 
-    def _unseen(self, run: Run, limit: int, due_at: datetime | None = None) -> list[tuple[str, str]]:
+    def _unseen(self, run: Run, limit: int, due_at: datetime | None = None) -> list[tuple[str, str, int]]:
         if run.site is None:
             return []
         self._begin()
@@ -763,27 +933,29 @@ class SQLiteStateStore:
             """UPDATE pages SET verify_run = :run
                WHERE key IN (
                  SELECT key FROM pages
-                 WHERE site = :site AND status != :gone
+                 WHERE site = :site AND status IN (:live, :quarantined)
                    AND (last_seen_run IS NULL OR last_seen_run != :run)
                    AND (verify_run IS NULL OR verify_run != :run)
                    AND (listed_run IS NULL OR listed_run != :run)
                    AND (:due IS NULL OR status = :quarantined OR audit_run = :run
                         OR next_check_at IS NULL OR next_check_at <= :due)
                  ORDER BY key LIMIT :limit)
-               RETURNING key, url""",
+               RETURNING key, url, found_depth""",
             {
                 "run": run.id,
                 "site": run.site,
-                "gone": GONE,
+                "live": LIVE,
                 "quarantined": QUARANTINED,
                 "due": _at(due_at),
                 "limit": limit,
             },
         ).fetchall()
         self._commit()
-        return sorted((r["key"], r["url"]) for r in rows)
+        return sorted((r["key"], r["url"], r["found_depth"] or 0) for r in rows)
 
-    def unseen_sync(self, run: Run, limit: int, *, due_at: datetime | None = None) -> list[tuple[str, str]]:
+    def unseen_sync(
+        self, run: Run, limit: int, *, due_at: datetime | None = None
+    ) -> list[tuple[str, str, int]]:
         """Return up to *limit* pages of the run's site not reached this run, marking them.
 
         Pages the run's listing decided are left out; with *due_at*, so are pages whose next check
@@ -792,14 +964,80 @@ class SQLiteStateStore:
         """
         return self.call_sync(self._guard, lambda: self._unseen(run, limit, due_at))
 
-    async def unseen(self, run: Run, limit: int, *, due_at: datetime | None = None) -> list[tuple[str, str]]:
+    async def unseen(
+        self, run: Run, limit: int, *, due_at: datetime | None = None
+    ) -> list[tuple[str, str, int]]:
         """Async form of :meth:`unseen_sync`."""
         return await self._call(self._guard, lambda: self._unseen(run, limit, due_at))
 
+    async def record_moves(self, run: Run, keys: Sequence[str], target: str, *, http_status: int) -> int:
+        """Stage a permanent redirect of stored pages *keys* to page *target*; returns how many.
+
+        The moves apply when the run reconciles, and only if *target* is a live page by then.
+        """
+
+        def work(conn: sqlite3.Connection) -> int:
+            n = 0
+            for key in keys:
+                n += conn.execute(
+                    """INSERT OR REPLACE INTO run_misses (run_id, key, http_status, moved_to)
+                       SELECT ?, key, ?, ? FROM pages WHERE key = ? AND status IN (?, ?)""",
+                    (run.id, http_status, target, key, LIVE, QUARANTINED),
+                ).rowcount
+                conn.execute("UPDATE pages SET last_seen_run = ? WHERE key = ?", (run.id, key))
+            return n
+
+        return await self._page_write(work)
+
+    async def removal_plan(self, run: Run, *, gone_after: int, gone_statuses: Sequence[int]) -> RemovalPlan:
+        """What applying the run's staged misses and moves would do (nothing is changed)."""
+
+        def work() -> RemovalPlan:
+            self._commit()
+            row = self.conn.execute(
+                f"""SELECT
+                      COALESCE(SUM(m.moved_to IS NOT NULL AND t.status = :live), 0) AS moved,
+                      COALESCE(SUM(m.moved_to IS NULL AND p.status != :gone
+                                   AND ({_GONE_CASE})), 0) AS gone,
+                      COALESCE(SUM(m.moved_to IS NULL AND p.status = :live
+                                   AND NOT ({_GONE_CASE})), 0) AS quarantine,
+                      COALESCE(SUM(p.status = :live AND (m.moved_to IS NULL
+                                   OR t.status = :live)), 0) AS removals
+                    FROM run_misses m JOIN pages p ON p.key = m.key
+                    LEFT JOIN pages t ON t.key = m.moved_to
+                    WHERE m.run_id = :run AND p.status IN (:live, :quarantined)""",
+                {
+                    "run": run.id,
+                    "live": LIVE,
+                    "gone": GONE,
+                    "quarantined": QUARANTINED,
+                    "codes": json.dumps(list(gone_statuses)),
+                    "after": gone_after,
+                },
+            ).fetchone()
+            return RemovalPlan(
+                pages=run.prior_pages,
+                live=run.prior_live,
+                removals=int(row["removals"]),
+                quarantine=int(row["quarantine"]),
+                gone=int(row["gone"]),
+                moved=int(row["moved"]),
+            )
+
+        return await self._call(self._guard, work)
+
     async def reconcile(
-        self, run: Run, *, apply: bool, gone_after: int, gone_statuses: Sequence[int], at: datetime
+        self,
+        run: Run,
+        *,
+        apply: bool,
+        gone_after: int,
+        gone_statuses: Sequence[int],
+        at: datetime,
+        keep: bool = False,
     ) -> ReconcileResult:
-        """Apply the run's staged misses in one transaction, or drop them when not *apply*."""
+        """Apply the run's staged misses and moves in one transaction; or, when not *apply*, drop
+        them (the outage guard), or keep them for ``runs approve`` (*keep*: the run is held)."""
 
         def work() -> ReconcileResult:
             conn = self.conn
@@ -807,7 +1045,7 @@ class SQLiteStateStore:
             self._begin()
             conn.execute("SAVEPOINT reconcile")
             try:
-                result = self._reconcile(conn, run, apply, gone_after, list(gone_statuses), at)
+                result = self._reconcile(conn, run, apply, gone_after, list(gone_statuses), at, keep)
                 conn.execute("RELEASE reconcile")
             except BaseException:
                 conn.execute("ROLLBACK TO reconcile")
@@ -826,10 +1064,48 @@ class SQLiteStateStore:
         gone_after: int,
         gone_statuses: list[int],
         at: datetime,
+        keep: bool = False,
     ) -> ReconcileResult:
         if not apply:
+            if keep:
+                n = conn.execute("SELECT COUNT(*) FROM run_misses WHERE run_id = ?", (run.id,)).fetchone()[0]
+                return ReconcileResult(applied=False, skipped_misses=int(n), kept=True)
             n = conn.execute("DELETE FROM run_misses WHERE run_id = ?", (run.id,)).rowcount
             return ReconcileResult(applied=False, skipped_misses=n)
+        from recrawler.state import Event
+
+        batch: list[tuple[str]] = []
+        # Moves first: a page moves only to a live page (one key live, never two); a move whose
+        # target is not live is dropped and the source stays as it is.
+        moved_rows = conn.execute(
+            """UPDATE pages SET status = :moved, misses = 0, last_checked = :at,
+                 moved_to = (SELECT m.moved_to FROM run_misses m WHERE m.run_id = :run AND m.key = pages.key)
+               WHERE status IN (:live, :quarantined) AND key IN (
+                 SELECT m.key FROM run_misses m JOIN pages t ON t.key = m.moved_to
+                 WHERE m.run_id = :run AND m.moved_to IS NOT NULL AND t.status = :live)
+               RETURNING key, url, content_hash, moved_to,
+                 (SELECT t.url FROM pages t WHERE t.key = pages.moved_to) AS moved_url""",
+            {"run": run.id, "moved": MOVED, "at": _ts(at), "live": LIVE, "quarantined": QUARANTINED},
+        ).fetchall()
+        for r in moved_rows:
+            if self.sink is not None:
+                ev = Event(
+                    run_id=run.id,
+                    action=MOVED,
+                    url=r["url"],
+                    key=r["key"],
+                    content_hash=r["content_hash"],
+                    status=MOVED,
+                    at=at,
+                    reason="http_301",
+                    extra={"moved_to": r["moved_url"], "moved_to_key": r["moved_to"]},
+                )
+                batch.append((ev.to_json(),))
+        conn.execute(
+            "DELETE FROM run_misses WHERE run_id = ? AND moved_to IS NOT NULL AND key NOT IN "
+            "(SELECT key FROM pages WHERE status = ?)",
+            (run.id, MOVED),
+        )
         codes = json.dumps(gone_statuses)
         # Decide every staged miss in one statement: gone (gone status, or enough consecutive
         # misses) or quarantined. RETURNING gives the counts without loading the rows' state.
@@ -843,7 +1119,8 @@ class SQLiteStateStore:
                         IN (SELECT value FROM json_each(:codes)) THEN :gone
                    WHEN misses + 1 >= :after THEN :gone
                    ELSE :quarantined END
-               WHERE key IN (SELECT key FROM run_misses WHERE run_id = :run) AND status != :gone
+               WHERE status IN (:live, :quarantined)
+                 AND key IN (SELECT key FROM run_misses WHERE run_id = :run AND moved_to IS NULL)
                RETURNING key, url, status, content_hash,
                  (SELECT m.http_status FROM run_misses m
                   WHERE m.run_id = :run AND m.key = pages.key) AS http_status""",
@@ -852,23 +1129,20 @@ class SQLiteStateStore:
                 "run": run.id,
                 "codes": codes,
                 "gone": GONE,
+                "live": LIVE,
                 "quarantined": QUARANTINED,
                 "after": gone_after,
             },
-        )
+        ).fetchall()
         quarantined = 0
         gone: dict[str, int] = {}
-        batch: list[tuple[str]] = []
-        from recrawler.state import Event
-
         for r in rows:
             action = r["status"]
+            reason = f"http_{r['http_status']}"
             if action == GONE:
-                reason = f"http_{r['http_status']}"
                 gone[reason] = gone.get(reason, 0) + 1
             else:
                 quarantined += 1
-                reason = f"http_{r['http_status']}"
             if self.sink is not None:
                 ev = Event(
                     run_id=run.id,
@@ -885,14 +1159,16 @@ class SQLiteStateStore:
         if batch:
             conn.executemany("INSERT INTO outbox (payload) VALUES (?)", batch)
         # The knowledge base follows in the same transaction: quarantined pages' chunks are
-        # retired but kept (restored without re-embedding), gone pages' chunks are retired for good.
-        for status, why in ((QUARANTINED, _RETIRED_QUARANTINED), (GONE, _RETIRED_GONE)):
+        # retired but kept (restored without re-embedding), gone and moved pages' chunks are
+        # retired for good (a moved page's text lives on under its new key).
+        for statuses, why in (((QUARANTINED,), _RETIRED_QUARANTINED), ((GONE, MOVED), _RETIRED_GONE)):
             conn.execute(
                 """UPDATE chunks SET retired_run = :run, retired_why = :why
-                   WHERE (retired_run IS NULL OR retired_why = :kept)
+                   WHERE retired_run IS NULL
                      AND key IN (SELECT m.key FROM run_misses m JOIN pages p ON p.key = m.key
-                                 WHERE m.run_id = :run AND p.status = :status)""",
-                {"run": run.id, "why": why, "kept": _RETIRED_QUARANTINED, "status": status},
+                                 WHERE m.run_id = :run
+                                   AND p.status IN (SELECT value FROM json_each(:statuses)))""",
+                {"run": run.id, "why": why, "statuses": json.dumps(statuses)},
             )
         conn.execute(
             "UPDATE pages SET chunks = 0 WHERE key IN (SELECT key FROM run_misses WHERE run_id = ?)",
@@ -901,8 +1177,8 @@ class SQLiteStateStore:
         # a gone page no longer counts towards its site's boilerplate statistics
         for key, site, blob in conn.execute(
             """SELECT p.key, p.site, f.blocks FROM run_misses m JOIN pages p ON p.key = m.key
-               JOIN page_fields f ON f.key = p.key WHERE m.run_id = ? AND p.status = ?""",
-            (run.id, GONE),
+               JOIN page_fields f ON f.key = p.key WHERE m.run_id = ? AND p.status IN (?, ?)""",
+            (run.id, GONE, MOVED),
         ).fetchall():
             conn.executemany(
                 "UPDATE site_blocks SET pages = MAX(pages - 1, 0) WHERE site = ? AND block = ?",
@@ -910,7 +1186,69 @@ class SQLiteStateStore:
             )
             conn.execute("DELETE FROM page_fields WHERE key = ?", (key,))
         conn.execute("DELETE FROM run_misses WHERE run_id = ?", (run.id,))
-        return ReconcileResult(applied=True, quarantined=quarantined, gone=gone)
+        return ReconcileResult(applied=True, quarantined=quarantined, gone=gone, moved=len(moved_rows))
+
+    async def largest_same_content(self, run: Run) -> tuple[int, str] | None:
+        """The largest group of pages this run made new or changed that now say the same thing:
+        the same text once noise is taken out, or (for pages whose content was replaced rather
+        than edited, TLSH distance over 100) texts within TLSH distance 30 of each other.
+        Returns (size, a sample URL), or None."""
+
+        def work() -> tuple[int, str] | None:
+            conn = self.conn
+            self._commit()
+            row = conn.execute(
+                """SELECT COUNT(*) AS n, MIN(url) AS url FROM pages
+                   WHERE changed_run = ? AND site IS ? AND status = ? AND content_hash IS NOT NULL
+                   GROUP BY content_hash ORDER BY n DESC LIMIT 1""",
+                (run.id, run.site, LIVE),
+            ).fetchone()
+            best = (int(row["n"]), str(row["url"])) if row is not None else None
+            # near-identical replacements (a maintenance page that names each page): greedy
+            # clusters around representatives, over at most a few thousand pages
+            reps: list[tuple[str, list[str]]] = []
+            for url, digest in conn.execute(
+                """SELECT p.url, p.fuzzy_hash FROM page_changes c JOIN pages p ON p.key = c.key
+                   WHERE c.run_id = ? AND c.verdict = 'changed' AND c.distance > ?
+                     AND p.site IS ? AND p.status = ? AND p.fuzzy_hash IS NOT NULL
+                   ORDER BY p.key LIMIT 5000""",
+                (run.id, _REPLACED_DISTANCE, run.site, LIVE),
+            ):
+                for rep, members in reps:
+                    if fuzzy_distance(rep, digest) <= _SAME_CONTENT_DISTANCE:
+                        members.append(url)
+                        break
+                else:
+                    if len(reps) < 200:
+                        reps.append((digest, [url]))
+            for _, members in reps:
+                if best is None or len(members) > best[0]:
+                    best = (len(members), members[0])
+            return best
+
+        return await self._call(self._guard, work)
+
+    async def apply_held(
+        self, run_id: int, *, gone_after: int, gone_statuses: Sequence[int], at: datetime
+    ) -> ReconcileResult:
+        """Apply the misses and moves a held run kept (``runs approve`` of a mass removal)."""
+
+        def work() -> ReconcileResult:
+            conn = self.conn
+            row = conn.execute(
+                "SELECT id, spider, site, started_at FROM runs WHERE id = ?", (run_id,)
+            ).fetchone()
+            if row is None:
+                raise StateStoreError(f"no run {run_id} in {self.path!r}")
+            started = _dt(row["started_at"]) or at
+            run = Run(id=run_id, spider=row["spider"], site=row["site"], started_at=started)
+            self._commit()
+            self._begin()
+            result = self._reconcile(conn, run, True, gone_after, list(gone_statuses), at)
+            self._commit()
+            return result
+
+        return await self._call(self._guard, work)
 
     # --- change detection: fields, history, boilerplate, learned regions ----------------------
 
@@ -1088,6 +1426,7 @@ class SQLiteStateStore:
                 conn.execute(
                     "UPDATE page_changes SET verdict = 'unchanged_boilerplate' WHERE id = ?", (change_id,)
                 )
+                conn.execute("UPDATE pages SET changed_run = NULL WHERE key = ?", (key,))
                 conn.execute("DELETE FROM chunks WHERE key = ? AND added_run = ?", (key, run.id))
                 conn.execute(
                     "UPDATE chunks SET retired_run = NULL "
@@ -1296,23 +1635,19 @@ class SQLiteStateStore:
         ).fetchone()[0]
         held = json.dumps(self._held_ids(conn))
         # rows retired by a published run are invisible for good; quarantine-kept rows stay
-        rows = conn.execute(
+        n = conn.execute(
             """DELETE FROM chunks
-               WHERE retired_run IS NOT NULL AND retired_run <= ? AND retired_why != ?
-                 AND retired_run NOT IN (SELECT value FROM json_each(?))
-               RETURNING chunk_hash, retired_why""",
+               WHERE retired_run IS NOT NULL AND retired_run <= ?1
+                 AND retired_run NOT IN (SELECT value FROM json_each(?3))
+                 AND (retired_why != ?2
+                      -- rows a quarantine kept, once their page is no longer quarantined
+                      OR key NOT IN (SELECT key FROM pages WHERE status = 'quarantined'))""",
             (watermark, _RETIRED_QUARANTINED, held),
-        ).fetchall()
-        gone_hashes = {(r[0],) for r in rows if r[1] == _RETIRED_GONE}
-        # gone pages take their embeddings with them, unless another chunk still uses the text;
-        # replaced versions keep theirs, so a page that moves back embeds nothing
-        before = conn.total_changes
-        conn.executemany(
-            "DELETE FROM embeddings WHERE text_hash = ?1 AND NOT EXISTS "
-            "(SELECT 1 FROM chunks WHERE chunk_hash = ?1)",
-            sorted(gone_hashes),
-        )
-        return {"chunks_deleted": len(rows), "embeddings_deleted": conn.total_changes - before}
+        ).rowcount
+        # Embeddings stay in the cache (keyed by text hash; they hold no text): a replaced version
+        # that comes back, a moved page's text under its new key and a removed page that returns
+        # with the content it had cost no embedding.
+        return {"chunks_deleted": n}
 
     async def discard(self, run_id: int) -> dict[str, int]:
         """Drop a held run's knowledge-base changes; its pages are checked again next run."""
@@ -1355,6 +1690,8 @@ class SQLiteStateStore:
             )
             # checked again next run: due now, whatever their schedule said
             conn.executemany("UPDATE pages SET next_check_at = NULL WHERE key = ?", [(k,) for k in touched])
+            # removals a mass-removal hold kept for approval are dropped with the run
+            conn.execute("DELETE FROM run_misses WHERE run_id = ?", (run_id,))
             conn.execute("UPDATE runs SET state = ? WHERE id = ?", (RUN_DISCARDED, run_id))
             self._commit()
             return {"pages": len(touched), "chunks_dropped": dropped}
@@ -1374,15 +1711,43 @@ class SQLiteStateStore:
 
         return await self._call(self._guard, work)
 
-    async def finish_run(self, run: Run, *, reason: str, at: datetime, report: dict[str, Any]) -> None:
-        """Store the run's end, counts and report."""
+    async def finish_run(
+        self,
+        run: Run,
+        *,
+        reason: str,
+        at: datetime,
+        report: dict[str, Any],
+        reasons: Sequence[str] = (),
+        listed: int | None = None,
+        exit_code: int | None = None,
+    ) -> None:
+        """Store the run's end, counts, report and outcome, and release the site's lease."""
+        lease_key = run.site if run.site is not None else f"spider:{run.spider}"
 
         def work() -> None:
             self._commit()
+            self._begin()
             self.conn.execute(
-                "UPDATE runs SET finished_at = ?, finish_reason = ?, counts = ?, report = ? WHERE id = ?",
-                (_ts(at), reason, json.dumps(report.get("counts", {})), json.dumps(report), run.id),
+                """UPDATE runs SET finished_at = ?, finish_reason = ?, counts = ?, report = ?,
+                     reasons = ?, listed = ?, exit_code = ?,
+                     state = CASE WHEN state = ? THEN ? ELSE state END
+                   WHERE id = ?""",
+                (
+                    _ts(at),
+                    reason,
+                    json.dumps(report.get("counts", {})),
+                    json.dumps(report),
+                    json.dumps(list(reasons)),
+                    listed,
+                    exit_code,
+                    RUN_RUNNING,
+                    RUN_FINISHED,
+                    run.id,
+                ),
             )
+            self.conn.execute("DELETE FROM leases WHERE site = ? AND run_id = ?", (lease_key, run.id))
+            self._commit()
 
         await self._call(self._guard, work)
 
@@ -1655,10 +2020,11 @@ class SQLiteStateStore:
         try:
             for row in conn.execute(
                 "SELECT id, spider, site, started_at, finished_at, finish_reason, state, published_at, "
-                "counts FROM runs ORDER BY id DESC"
+                "counts, reasons, listed, exit_code FROM runs ORDER BY id DESC"
             ):
                 data = dict(row)
                 data["counts"] = json.loads(data["counts"]) if data["counts"] else None
+                data["reasons"] = json.loads(data["reasons"]) if data["reasons"] else []
                 yield data
         finally:
             conn.close()

@@ -39,7 +39,11 @@ OPTIONS = {
     "noise": "true substitutes {{NOW}}, {{TOKEN}} and {{WIDGET}} on every request",
     "hang": "true never answers",
     "no304": "true sends validators but ignores them in requests (never 304)",
-    "redirect": "answers 301 to /<site>/<value>",
+    "redirect": "answers 301 (or redirect_status) to /<site>/<value>",
+    "redirect_status": "the status of a redirect: 301, 302, 303, 307 or 308",
+    "location": "answers 301 (or redirect_status) with this Location, verbatim (another host, a loop)",
+    "trap": 'on a folder ("cal/"): any page under it links to the next one, forever (a link trap)',
+    "content_type": "serve the file with this Content-Type",
     "lie304": "true answers 304 to any request with If-None-Match or If-Modified-Since, changed or not",
 }
 META = "_meta.json"
@@ -65,7 +69,16 @@ WIDGETS = tuple(
 )
 _WIDGET_TURN = itertools.count()
 _ENTITY_TAG = re.compile(r'(?:W/)?"[^"]*"')
-_REASONS = {301: "Moved Permanently", 404: "Not Found", 405: "Method Not Allowed", 410: "Gone"}
+_REASONS = {
+    301: "Moved Permanently",
+    302: "Found",
+    303: "See Other",
+    307: "Temporary Redirect",
+    308: "Permanent Redirect",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    410: "Gone",
+}
 
 
 @dataclass(slots=True)
@@ -79,6 +92,18 @@ def error(status: int, **headers: str) -> Reply:
     reason = _REASONS.get(status, "Error")
     body = f"<html><body><h1>{status} {reason}</h1></body></html>\n".encode()
     return Reply(status, body, {"Content-Type": CONTENT_TYPES[".html"], **headers})
+
+
+def trap_page(folder: str, key: str) -> Reply:
+    """A calendar-like page: ``<folder>N.html`` links to ``<folder>N+1.html``, with no end."""
+    name = key[len(folder) :].removesuffix(".html")
+    n = int(name) if name.isdigit() else 0
+    body = (
+        f"<html><head><title>Month {n}</title></head><body><main><h1>Month {n}</h1>"
+        f"<p>Nothing happens in month {n}.</p><p><a href='{n + 1}.html'>Next month</a></p>"
+        "</main></body></html>"
+    ).encode()
+    return Reply(200, body, {"Content-Type": CONTENT_TYPES[".html"]})
 
 
 def add_noise(body: bytes) -> bytes:
@@ -171,15 +196,24 @@ class SiteTree(Resource):
         parts = key.split("/")
         if any(part in ("", ".", "..") or part.startswith("_") for part in parts):
             return error(404)
-        options: dict[str, Any] = self.options(site).get(key, {})
+        all_options = self.options(site)
+        options: dict[str, Any] = all_options.get(key, {})
         if options.get("hang"):
             return None
         if options.get("gone"):
             return error(410)
         if "status" in options:
             return error(int(options["status"]))
+        redirect_status = int(options.get("redirect_status", 301))
         if "redirect" in options:
-            return error(301, Location=f"/{site}/{options['redirect']}")
+            return error(redirect_status, Location=f"/{site}/{options['redirect']}")
+        if "location" in options:
+            return error(redirect_status, Location=str(options["location"]))
+        # a trap is set on a folder: its options live under the folder's index.html
+        folders = [p.removesuffix("index.html") for p, o in all_options.items() if o.get("trap")]
+        trap = next((f for f in folders if key.startswith(f)), None)
+        if trap is not None:
+            return trap_page(trap, key)
         file = self.root.joinpath(site, *parts)
         if not file.is_file():
             return error(404)
@@ -207,7 +241,9 @@ class SiteTree(Resource):
         if not options.get("no304") and not_modified(request, etag, mtime if validators != "none" else None):
             # RFC 9110 §15.4.5: a 304 carries the validators a 200 would have sent.
             return Reply(304, b"", headers)
-        headers["Content-Type"] = CONTENT_TYPES.get(file.suffix, "application/octet-stream")
+        headers["Content-Type"] = options.get(
+            "content_type", CONTENT_TYPES.get(file.suffix, "application/octet-stream")
+        )
         return Reply(200, body, headers)
 
     def options(self, site: str) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,1 @@
+"""Scrapy commands of the recrawler project (``COMMANDS_MODULE = "recrawler.commands"``)."""

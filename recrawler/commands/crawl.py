@@ -1,0 +1,81 @@
+"""``scrapy crawl`` with recrawler's exit codes: a script knows how a run ended without reading logs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy.commands.crawl import Command as ScrapyCrawlCommand
+from scrapy.exceptions import UsageError
+from twisted.internet.defer import Deferred
+
+from recrawler.exceptions import ConfigurationError, RecrawlerError, RunRefused, StateStoreError
+from recrawler.extensions.reconcile import EXIT_BUSY, EXIT_CONFIG, EXIT_HELD, EXIT_OK, EXIT_STATE, Reconciler
+from recrawler.urls import without_credentials
+
+if TYPE_CHECKING:
+    import argparse
+
+logger = logging.getLogger(__name__)
+
+
+def exit_code_for(exc: BaseException | None) -> int | None:
+    """The exit code of a crawl that failed to start with *exc* (None: not one of recrawler's)."""
+    if isinstance(exc, ConfigurationError):
+        return EXIT_CONFIG
+    if isinstance(exc, RunRefused):
+        return EXIT_HELD if exc.held else EXIT_BUSY
+    if isinstance(exc, StateStoreError):
+        return EXIT_STATE
+    return None
+
+
+class Command(ScrapyCrawlCommand):
+    """Run a spider; the exit code says how its recrawler run ended.
+
+    0 published (or nothing to publish), 1 Scrapy failed (a crash), 2 a configuration error
+    (one line, no traceback), 3 held for ``recrawler runs approve``/``discard`` (or a held run
+    blocks the site), 4 the outage guard skipped removals (listing failed or incomplete, too many
+    errors, the run did not finish), 5 the database failed, 6 another run holds the site.
+    """
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        """Crawl, then set ``exitcode`` from the run's outcome."""
+        if len(args) != 1:
+            raise UsageError("give one spider name" if args else "")
+        assert self.crawler_process is not None
+        crawler = self._create_crawler(args[0])
+        failure: list[BaseException] = []
+
+        def keep(exc: BaseException) -> None:
+            failure.append(exc)
+
+        started = self.crawler_process.crawl(crawler, **opts.spargs)
+        if isinstance(started, Deferred):
+
+            def errback(f: Any) -> Any:
+                keep(f.value)
+                # recrawler's own errors are handled here (one line, no traceback); others go on
+                return None if isinstance(f.value, RecrawlerError) else f
+
+            started.addErrback(errback)
+        elif isinstance(started, asyncio.Future):
+
+            def done(task: asyncio.Future[Any]) -> None:
+                if not task.cancelled() and task.exception() is not None:
+                    keep(task.exception())  # type: ignore[arg-type]  # checked just above
+
+            started.add_done_callback(done)
+        self.crawler_process.start()
+        exc = failure[0] if failure else None
+        code = exit_code_for(exc)
+        if code is not None:
+            logger.critical("recrawler: %(exc)s", {"exc": without_credentials(str(exc))})
+            self.exitcode = code
+            return
+        if exc is not None or self.crawler_process.bootstrap_failed:
+            self.exitcode = 1
+            return
+        reconciler = crawler.get_extension(Reconciler) if crawler.extensions is not None else None
+        self.exitcode = reconciler.exit_code if reconciler and reconciler.exit_code is not None else EXIT_OK

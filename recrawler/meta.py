@@ -1,0 +1,98 @@
+"""Request vocabulary: every request-meta key recrawler reads or writes, and the request predicates.
+
+Public keys are ``recrawler_*`` (a spider may set them); private ones are ``_recrawler_*``.
+The request side and the item side both import this module, never each other.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from scrapy.http.request import NO_CALLBACK
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy import Request
+
+# --- public: a spider may set these ------------------------------------------------------------------
+#: ``False``: recrawler leaves the request alone (no validators, no state, no accounting)
+ENABLED = "recrawler_enabled"
+#: the page key of the request (overrides the one computed from its URL)
+KEY = "recrawler_key"
+#: ``False``: send no validators with this page request (it is still accounted for)
+CONDITIONAL = "recrawler_conditional"
+#: what the request fetches: ``page`` (default), ``sitemap`` or ``feed``
+ROLE = "recrawler_role"
+ROLE_PAGE, ROLE_SITEMAP, ROLE_FEED = "page", "sitemap", "feed"
+#: the listing's lastmod of the page (W3C datetime)
+LASTMOD = "recrawler_lastmod"
+#: when a feed entry says the page was updated (ISO 8601)
+FEED_UPDATED = "recrawler_feed_updated"
+#: how the page was found (``sitemap``, ``feed``, ``link``, ``redirect``) and from where
+FOUND_VIA = "recrawler_found_via"
+FOUND_FROM = "recrawler_found_from"
+#: how many links away from a listed page a link-found page is (0: listed)
+DEPTH = "recrawler_depth"
+#: set by recrawler: why the page is requested this run
+DUE = "recrawler_due"
+#: set by recrawler: the request checks a stored page the run's listing did not reach
+VERIFY = "recrawler_verify"
+
+# --- private: set and read by recrawler's own components --------------------------------------------
+#: the validators this middleware attached (they are removed again on a redirect hop)
+SENT = "_recrawler_validators"
+#: set on a 200 whose validators equal the stored ones
+SAME_VALIDATOR = "_recrawler_same_validator"
+#: recrawler follows this page request's redirects itself (it set ``dont_redirect``)
+REDIRECTS = "_recrawler_redirects"
+#: the URLs of the redirect hops so far, oldest first
+HOPS = "_recrawler_hops"
+#: keys of stored pages a permanent redirect chain moved to this request's key
+MOVED_FROM = "_recrawler_moved_from"
+#: the URL a page is cited under when a temporary redirect served it from elsewhere
+CANONICAL_URL = "_recrawler_canonical_url"
+#: how many sitemap files deep this sitemap request is (0: a start URL)
+SITEMAP_DEPTH = "_recrawler_sitemap_depth"
+#: the body of a first fetch, on the immediate re-fetch that learns volatile regions
+FIRST_BODY = "_recrawler_first_body"
+#: the signal whose 304 an audit re-fetch checks
+AUDIT_CLAIM = "_recrawler_audit_claim"
+
+#: the spider attribute by which a spider opts in (the recrawler spiders and mixin set it)
+SPIDER_OPT_IN = "recrawler_enabled"
+
+
+def spider_opted_in(spider: Any) -> bool:
+    """True for a spider (instance or class) that asked for recrawler; every other spider is left
+    exactly as if recrawler were not installed."""
+    return getattr(spider, SPIDER_OPT_IN, False) is True
+
+
+def role(request: Request) -> str:
+    """What a request fetches: ``page``, ``sitemap`` or ``feed``."""
+    return str(request.meta.get(ROLE) or ROLE_PAGE)
+
+
+def is_page_request(request: Request) -> bool:
+    """True for requests whose answer is a page recrawler keeps state for."""
+    meta = request.meta
+    if meta.get(ENABLED, True) is False or request.callback is NO_CALLBACK:
+        return False
+    if role(request) != ROLE_PAGE:
+        return False
+    # the robots.txt fetch of RobotsTxtMiddleware
+    return not (meta.get("dont_obey_robotstxt") and request.url.endswith("/robots.txt"))
+
+
+def is_sitemap_request(request: Request) -> bool:
+    """True for a sitemap, sitemap index or robots.txt fetched as a listing."""
+    return request.meta.get(ENABLED, True) is not False and role(request) == ROLE_SITEMAP
+
+
+def request_key(request: Request, key_maker: Callable[[str], str]) -> str:
+    """The page key of a request: ``recrawler_key`` meta, else the key of its URL."""
+    key = request.meta.get(KEY)
+    if key:
+        return str(key)
+    return key_maker(request.url)
