@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING
+import json
+import logging
+import sqlite3
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.embedders import EmbedderError, OpenAIEmbedder
+from tests import docsite
 from tests.embedserver import EmbedServer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
+
+    from tests.conftest import Crawls
+    from tests.conftest_mockserver import Site
 
 API_KEY = "sk-test-SECRET-0123456789abcdef"
 PASSWORD = "secretpass-4821"
@@ -88,3 +97,79 @@ def test_openai_bad_base_url_error_never_shows_the_password() -> None:
     with pytest.raises(ConfigurationError, match="RECRAWLER_EMBEDDER_BASE_URL") as info:
         OpenAIEmbedder("m", base_url=f"ftp://user:{PASSWORD}@example.com/v1")
     assert leaks(str(info.value)) == []
+
+
+def text_values(db_path: Path) -> list[tuple[str, str, str]]:
+    """(table, column, value) for every text value of every table."""
+    conn = sqlite3.connect(db_path)
+    try:
+        found = []
+        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for table in tables:
+            cursor = conn.execute(f'SELECT * FROM "{table}"')
+            columns = [d[0] for d in cursor.description]
+            for row in cursor:
+                found.extend(
+                    (table, column, value)
+                    for column, value in zip(columns, row, strict=True)
+                    if isinstance(value, str)
+                )
+        return found
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    ("api_key", "url_credentials"),
+    [(API_KEY, False), (API_KEY, True), (None, True)],
+    ids=["key", "key-and-url-credentials", "url-credentials"],
+)
+@deferred_f_from_coro_f
+async def test_crawl_leaves_no_secret_behind(
+    site: Site,
+    crawls: Crawls,
+    echo_server: EmbedServer,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    api_key: str | None,
+    url_credentials: bool,
+) -> None:
+    for name in ("RECRAWLER_EMBEDDER_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    if api_key:
+        monkeypatch.setenv("RECRAWLER_EMBEDDER_API_KEY", api_key)
+    site.write("a.html", docsite.page("A", [("Intro", ["Words about things."])]))
+    sitemap = site.write_sitemap(["a.html"])
+    # a database URI with a password, as a PostgreSQL one would carry (SQLite ignores it)
+    db_uri = f"sqlite://app:{DB_PASSWORD}@/{crawls.db_path}"
+    settings: dict[str, Any] = {
+        "RECRAWLER_DB_URI": db_uri,
+        "RECRAWLER_EMBEDDER": "openai:test-model",
+        "RECRAWLER_EMBEDDER_BASE_URL": with_password(echo_server.url) if url_credentials else echo_server.url,
+        "RECRAWLER_EMBEDDER_MAX_RETRIES": 0,
+    }
+    with caplog.at_level(logging.INFO):
+        result = await crawls.crawl(sitemap, **settings)
+
+    assert "embedding failed" in caplog.text
+    assert leaks(caplog.text) == []
+    report_files = sorted(crawls.tmp_path.glob("report*.json"))
+    assert report_files
+    for report in report_files:
+        assert leaks(report.read_text()) == []
+    assert leaks(crawls.events_path.read_text()) == []
+    assert [(t, c) for t, c, v in text_values(crawls.db_path) if leaks(v)] == []
+
+    # the embedding server refused the credentials and said them back: the run stays unpublished
+    assert echo_server.requests
+    assert result.counts["new"] == 1
+    index = result.report["index"]
+    assert index["state"] == "unpublished"
+    assert "401 Unauthorized" in index["reason"]
+    # what is kept is still useful: who, where, which embedder
+    assert result.report["db"] == f"sqlite://app:***@/{crawls.db_path}"
+    conn = sqlite3.connect(crawls.db_path)
+    stored = json.loads(conn.execute("SELECT embedder FROM runs").fetchone()[0])
+    conn.close()
+    expected = echo_server.url.replace("http://", "http://user:***@") if url_credentials else echo_server.url
+    assert stored["base_url"] == expected

@@ -18,6 +18,7 @@ from recrawler.embedders import EmbedderError
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
 from recrawler.pipelines.index import embed_missing, embedder_for, publish_mode, spike
+from recrawler.redact import redact_url
 from recrawler.schedule import policy_for
 from recrawler.state import (
     RUN_FINISHED,
@@ -147,7 +148,7 @@ class Reconciler:
         run = await run_for(self.crawler)
         logger.info(
             "recrawler run %(run)d on %(uri)s (site: %(site)s)",
-            {"run": run.id, "uri": self.store.uri, "site": run.site or "-"},
+            {"run": run.id, "uri": redact_url(self.store.uri), "site": run.site or "-"},
             extra={"spider": self.crawler.spider},
         )
 
@@ -474,7 +475,7 @@ class Reconciler:
             "alert": alert,
             "reconcile": {"applied": bool(result and result.applied), "skipped": skipped},
             "hosts_without_304": no_304,
-            "db": self.store.uri,
+            "db": redact_url(self.store.uri),
             "schedule": self._schedule_report(),
             "audit": auditor_for(self.crawler).report(),
         }

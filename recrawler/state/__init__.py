@@ -496,13 +496,15 @@ async def _begin(crawler: Crawler) -> Run:
     embedder = None
     if settings.getbool("RECRAWLER_INDEX_ENABLED"):
         from recrawler.pipelines.index import embedder_for
+        from recrawler.redact import redact_url
 
-        # what search and `runs approve` need to rebuild the same embedder (never the API key)
+        base_url = settings.get("RECRAWLER_EMBEDDER_BASE_URL")
+        # what search and `runs approve` need to rebuild the same embedder (never a key or password)
         embedder = json.dumps(
             {
                 "id": embedder_for(crawler).id,
                 "spec": settings.get("RECRAWLER_EMBEDDER"),
-                "base_url": settings.get("RECRAWLER_EMBEDDER_BASE_URL"),
+                "base_url": redact_url(str(base_url)) if base_url else base_url,
             }
         )
     return await store.begin_run(
