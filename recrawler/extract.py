@@ -13,7 +13,7 @@ from cssselect import SelectorError
 from lxml.cssselect import CSSSelector
 
 from recrawler import default_settings
-from recrawler.exceptions import ConfigurationError
+from recrawler.exceptions import ConfigurationError, RecrawlerError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -79,6 +79,42 @@ _PARSERS: dict[str | None, lxml.etree.HTMLParser] = {
     None: lxml.etree.HTMLParser(remove_comments=True, remove_pis=True, huge_tree=True),
 }
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>", re.IGNORECASE)
+# binary sniffing, as file(1) and git do: look at the start of the body only
+_SNIFF_SIZE = 8192
+# bytes no text puts in a page: C0 controls but tab, LF, FF, CR and ESC (terminal captures have
+# those); random bytes are 10.5% of them, text next to none
+_BINARY_BYTES = bytes((*range(0x00, 0x09), 0x0B, *range(0x0E, 0x1B), *range(0x1C, 0x20)))
+_BINARY_CHARS = dict.fromkeys(_BINARY_BYTES)
+_WIDE_ENCODINGS = ("utf-16", "utf16", "utf-32", "utf32")
+
+
+class ExtractionError(RecrawlerError):
+    """A body that cannot be read faithfully; ``reason`` is the page error it makes.
+
+    ``too_deep``: elements nested past the parser's depth limit (libxml2 silently drops
+    everything below it).
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def looks_binary(body: bytes | str, encoding: str | None = None) -> bool:
+    """Whether *body* is binary, not text: a NUL or over 5% control bytes in its first 8 KB.
+
+    UTF-16 and UTF-32 bodies are judged by their characters (their NUL bytes are text).
+    """
+    sample = body[:_SNIFF_SIZE]
+    if isinstance(sample, bytes) and encoding and encoding.lower().startswith(_WIDE_ENCODINGS):
+        sample = sample.decode(encoding, "replace")
+    if isinstance(sample, bytes):
+        controls = len(sample) - len(sample.translate(None, _BINARY_BYTES))
+        nul = b"\x00" in sample
+    else:
+        controls = len(sample) - len(sample.translate(_BINARY_CHARS))
+        nul = "\x00" in sample
+    return nul or controls * 20 > len(sample)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,12 +160,15 @@ class ContentExtractor:
         self._noise = CSSSelector(", ".join([*ALWAYS_NOISE, *extra]), translator="html")
 
     def parse(self, body: bytes | str, encoding: str | None = None) -> _Element | None:
-        """Parse a document leniently; ``None`` when nothing parseable is left."""
+        """Parse a document leniently; ``None`` when nothing parseable is left.
+
+        Raises :class:`ExtractionError` for a body nested past the parser's depth limit.
+        """
         try:
             if isinstance(body, str):
                 # lxml refuses str input that still carries an XML encoding declaration.
                 body = _XML_DECL.sub("", body)
-                parser = _PARSERS.get(None)
+                parser = _PARSERS[None]
             else:
                 parser = _PARSERS.get(encoding)
                 if parser is None:
@@ -142,11 +181,24 @@ class ContentExtractor:
             root = lxml.etree.fromstring(body, parser)
         except (lxml.etree.ParserError, ValueError, LookupError):
             return None
+        for entry in parser.error_log:
+            # libxml2 stops at its depth limit (2048 with huge_tree) and drops the rest unsaid
+            if "depth" in entry.message.lower():
+                raise ExtractionError("too_deep", f"elements nested too deep to parse: {entry.message}")
         return root
 
     def main(self, body: bytes | str, encoding: str | None = None) -> tuple[str, _Element | None]:
-        """Return the title and the main-content element with chrome and noise removed."""
-        root = self.parse(body, encoding)
+        """Return the title and the main-content element with chrome and noise removed.
+
+        ``("", None)`` when there is none, or the body cannot be read faithfully.
+        """
+        try:
+            root = self.parse(body, encoding)
+        except ExtractionError:
+            return "", None
+        return self._select(root)
+
+    def _select(self, root: _Element | None) -> tuple[str, _Element | None]:
         if root is None:
             return "", None
         title_el = root.find(".//title")
@@ -173,9 +225,10 @@ class ContentExtractor:
     ) -> Content:
         """Return the page's title, cleaned main text and fields (empty text when there is none).
 
-        *regions* drops a site's learned volatile regions before rendering.
+        *regions* drops a site's learned volatile regions before rendering. Raises
+        :class:`ExtractionError` when the body cannot be read faithfully.
         """
-        title, main = self.main(body, encoding)
+        title, main = self._select(self.parse(body, encoding))
         if main is None:
             return Content(title=title, text="")
         removed = 0

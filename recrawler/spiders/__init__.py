@@ -15,7 +15,7 @@ from scrapy.spiders import SitemapSpider
 
 from recrawler.downloadermiddlewares.conditional import META_KEY, META_SAME_VALIDATOR
 from recrawler.exceptions import ConfigurationError
-from recrawler.extract import ContentExtractor
+from recrawler.extract import ContentExtractor, ExtractionError, looks_binary
 from recrawler.fingerprint import content_hash
 from recrawler.items import Page
 from recrawler.learning import noise_for
@@ -87,7 +87,12 @@ class PageBuilder:
         if response.status == 304:
             return page
         ctype = (response.headers.get(b"Content-Type") or b"").split(b";")[0].strip().lower()
-        if not isinstance(response, TextResponse) or (ctype and ctype not in _HTML_TYPES):
+        if (
+            not isinstance(response, TextResponse)
+            or (ctype and ctype not in _HTML_TYPES)
+            # binary content served as text/html (an executable, an archive): never text
+            or looks_binary(response.body, response.encoding)
+        ):
             page.error = "not_html"
             return page
         regions = None
@@ -103,7 +108,12 @@ class PageBuilder:
                     self.noise.learned(site.site, learned)
                     site = self.noise.site(site.site)
             regions = site.regions_css
-        content = self.extractor.extract(response.body, response.encoding, regions=regions)
+        try:
+            content = self.extractor.extract(response.body, response.encoding, regions=regions)
+        except ExtractionError as exc:
+            # a page the parser would truncate (too_deep): stored state stays as it was
+            page.error = exc.reason
+            return page
         page.title = content.title
         page.region_hits = content.region_hits
         if not content.text.strip():

@@ -41,6 +41,7 @@ OPTIONS = {
     "no304": "true sends validators but ignores them in requests (never 304)",
     "redirect": "answers 301 to /<site>/<value>",
     "lie304": "true answers 304 to any request with If-None-Match or If-Modified-Since, changed or not",
+    "content_type": "send this Content-Type instead of the one the file's suffix gives",
 }
 META = "_meta.json"
 REQUESTS = "_requests.jsonl"
@@ -207,7 +208,9 @@ class SiteTree(Resource):
         if not options.get("no304") and not_modified(request, etag, mtime if validators != "none" else None):
             # RFC 9110 §15.4.5: a 304 carries the validators a 200 would have sent.
             return Reply(304, b"", headers)
-        headers["Content-Type"] = CONTENT_TYPES.get(file.suffix, "application/octet-stream")
+        headers["Content-Type"] = options.get("content_type") or CONTENT_TYPES.get(
+            file.suffix, "application/octet-stream"
+        )
         return Reply(200, body, headers)
 
     def options(self, site: str) -> dict[str, dict[str, Any]]:
