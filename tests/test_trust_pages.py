@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
+import json
+import re
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.extract import ContentExtractor, ExtractionError, looks_binary
+from recrawler.cli import main as cli_main
+from recrawler.extract import ContentExtractor, ExtractionError, clean_text, looks_binary
 from tests import docsite
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tests.conftest import Crawls
     from tests.conftest_mockserver import Site
 
 T0 = 1_760_000_000.0
+# C0/C1 controls but tab and newline
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # an ELF executable's start: header, NUL padding, a string table (served as text/html it once made 97 chunks)
 ELF = (
     b"\x7fELF\x02\x01\x01\x00" + b"\x00" * 8 + b"\x02\x00>\x00\x01\x00\x00\x00\x40\x10\x40\x00"
@@ -89,6 +98,41 @@ def test_text_bodies_do_not_look_binary(body: bytes, encoding: str) -> None:
     assert not looks_binary(body, encoding)
 
 
+def test_clean_text_drops_escape_sequences_and_controls() -> None:
+    assert clean_text("a\x1b]0;pwned\x07b") == "ab"
+    assert clean_text("a\x1b]8;;https://x\x1b\\link\x1b]8;;\x1b\\b") == "alinkb"
+    assert clean_text("\x1b[31mred\x1b[0m \x9b1mbold") == "red bold"
+    assert clean_text("bell\x07 nul\x00 del\x7f c1\x85x") == "bell nul del c1\nx"
+    assert clean_text("keep\ttab\nand lines\r\nCRLF\rCR") == "keep\ttab\nand lines\nCRLF\nCR"
+    # an OSC that never ends does not swallow the rest of the page
+    assert clean_text("a\x1b]0;" + "x" * 1000) == "a0;" + "x" * 1000
+    assert clean_text("untouched text") == "untouched text"
+
+
+def test_extracted_fields_carry_no_control_characters() -> None:
+    html = (
+        "<html><head><title>Title \x1b]0;pwned\x07here &#27;[2J</title></head><body><main>"
+        "<h1 id='h\x1b[1m'>Head\x1b[31ming\x1b[0m</h1>"
+        "<p>Some \x1b[31mred\x1b[0m text &#x1b;[1m and a bell\x07 &#x9b;x \x00.</p>"
+        "<pre><code>ls \x1b[1m-l\x1b[0m\r\n\tdone</code></pre>"
+        "<p>Inline <code>x\x07y</code> and a <a href='/x\x1b'>li\x1b[4mnk</a>.</p>"
+        "<table><tr><td>cell\x1b[7m</td></tr></table>"
+        "</main></body></html>"
+    )
+    content = ContentExtractor().extract(html.encode(), "utf-8")
+    fields: list[str] = [content.title, content.text, *content.code]
+    for level_text_anchor in content.headings:
+        fields.extend(str(part) for part in level_text_anchor if part is not None)
+    for href_text in content.links:
+        fields.extend(href_text)
+    assert [f for f in fields if CONTROL.search(f)] == []
+    assert content.title == "Title here"
+    assert content.headings == ((1, "Heading", "h"),)
+    assert "Some red text and a bell" in content.text
+    assert "```\nls -l\n\tdone\n```" in content.text
+    assert content.links == (("/x", "link"),)
+
+
 # --- crawls -----------------------------------------------------------------------------------
 
 
@@ -132,3 +176,85 @@ async def test_too_deep_and_binary_pages_are_errors_and_leave_stored_state(
     assert "recrawler/page/new" not in r2.stats
     # stored state and the knowledge base are as run 1 left them
     assert stored(crawls) == before
+
+
+def no_controls(text: str) -> bool:
+    return CONTROL.search(text) is None
+
+
+def _cli(argv: list[str]) -> str:
+    out = io.StringIO()
+    assert cli_main(argv, out=out) == 0
+    return out.getvalue()
+
+
+async def cli(*argv: str) -> str:
+    # the CLI may run its own event loop: give it a thread, as a separate process would
+    return await asyncio.to_thread(_cli, list(argv))
+
+
+def hostile(version: str) -> str:
+    return docsite.page(
+        "Evil \x1b]0;pwned\x07title \x1b[31m",
+        [
+            (
+                "Install \x1b[1mnow\x1b[0m",
+                [
+                    f"Run the \x1b[31minstaller\x1b[0m version {version} \x1b]0;pwned\x07 today\x07.",
+                    "Then press <a href='/next'>next \x1b[2J</a> &#27;[2J to go on.",
+                ],
+                "make \x1b[32minstall\x1b[0m\x08",
+            )
+        ],
+    )
+
+
+@deferred_f_from_coro_f
+async def test_control_characters_never_reach_stored_text_or_the_terminal(site: Site, crawls: Crawls) -> None:
+    site.write("evil.html", hostile("1"), mtime=T0)
+    sitemap = site.write_sitemap(["evil.html"])
+    await crawls.crawl(sitemap)
+    site.write("evil.html", hostile("2"), mtime=T0 + 5)
+    r2 = await crawls.crawl(sitemap)
+    assert r2.actions() == {"evil.html": "changed"}
+
+    dirty = [(t, c, v) for t, c, v in text_values(crawls.db_path) if not no_controls(v)]
+    assert dirty == []
+    assert all(no_controls(json.dumps(e, ensure_ascii=False)) for e in r2.events)
+
+    chunks = [
+        json.loads(line) for line in (await cli("chunks", "--db", crawls.db_uri, "--json")).splitlines()
+    ]
+    assert chunks
+    assert all(no_controls(str(value)) for chunk in chunks for value in chunk.values())
+    assert "Run the installer version 2 today." in " ".join(c["text"] for c in chunks)
+    for argv in (
+        ("chunks", "--db", crawls.db_uri),
+        ("search", "installer version", "--db", crawls.db_uri),
+        ("pages", "--db", crawls.db_uri),
+        ("diff", site.url("evil.html"), "--db", crawls.db_uri),
+        ("runs", "--db", crawls.db_uri),
+    ):
+        out = await cli(*argv)
+        assert out
+        assert no_controls(out), argv
+
+
+def text_values(db_path: Path) -> list[tuple[str, str, str]]:
+    """(table, column, value) for every text value of every table."""
+    conn = sqlite3.connect(db_path)
+    try:
+        found = []
+        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for table in tables:
+            cursor = conn.execute(f'SELECT * FROM "{table}"')
+            columns = [d[0] for d in cursor.description]
+            for row in cursor:
+                found.extend(
+                    (table, column, value)
+                    for column, value in zip(columns, row, strict=True)
+                    if isinstance(value, str)
+                )
+        return found
+    finally:
+        conn.close()
