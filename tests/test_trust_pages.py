@@ -13,6 +13,7 @@ import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
+from recrawler.cli import terminal_safe
 from recrawler.extract import ContentExtractor, ExtractionError, clean_text, looks_binary
 from tests import docsite
 
@@ -133,6 +134,10 @@ def test_extracted_fields_carry_no_control_characters() -> None:
     assert content.links == (("/x", "link"),)
 
 
+def test_terminal_safe_shows_controls_as_escapes() -> None:
+    assert terminal_safe("a\x1b[2Jb\x07c\r\x9bd\te\nf") == "a\\x1b[2Jb\\x07c\\x0d\\x9bd\te\nf"
+
+
 # --- crawls -----------------------------------------------------------------------------------
 
 
@@ -238,6 +243,41 @@ async def test_control_characters_never_reach_stored_text_or_the_terminal(site: 
         out = await cli(*argv)
         assert out
         assert no_controls(out), argv
+
+
+@deferred_f_from_coro_f
+async def test_cli_escapes_control_characters_held_in_the_database(site: Site, crawls: Crawls) -> None:
+    # a database written by an earlier version, or by another tool: the terminal is still safe
+    site.write("a.html", page("A", "Version one words."), mtime=T0)
+    sitemap = site.write_sitemap(["a.html"])
+    await crawls.crawl(sitemap)
+    site.write("a.html", page("A", "Version two words."), mtime=T0 + 5)
+    await crawls.crawl(sitemap)
+    evil = "\x1b]0;pwned\x07\x1b[2J\r"
+    conn = sqlite3.connect(crawls.db_path)
+    with conn:
+        conn.execute("UPDATE pages SET url = url || ?, title = ?", (evil, evil))
+        conn.execute(
+            "UPDATE chunks SET text = text || ?, heading = heading || ?, url = url || ?", (evil,) * 3
+        )
+        conn.execute("UPDATE page_changes SET diff = diff || ?, url = url || ?", (evil, evil))
+        conn.execute("UPDATE runs SET site = site || ?", (evil,))
+    conn.close()
+
+    for argv in (
+        ("chunks", "--db", crawls.db_uri),
+        ("search", "version two words", "--db", crawls.db_uri),
+        ("pages", "--db", crawls.db_uri),
+        ("diff", site.url("a.html"), "--db", crawls.db_uri),
+        ("runs", "--db", crawls.db_uri),
+    ):
+        out = await cli(*argv)
+        assert "\\x1b]0;pwned\\x07\\x1b[2J\\x0d" in out, argv
+        assert no_controls(out), argv
+    # --json output escapes them too (JSON's own \u001b)
+    out = await cli("chunks", "--db", crawls.db_uri, "--json")
+    assert no_controls(out)
+    assert evil in json.loads(out.splitlines()[0])["text"]
 
 
 def text_values(db_path: Path) -> list[tuple[str, str, str]]:
