@@ -25,6 +25,7 @@ from recrawler.index import open_kb
 from recrawler.index.sqlite import embedder_spec
 from recrawler.learning import NoiseRegistry
 from recrawler.pipelines.index import embed_missing
+from recrawler.redact import redact_text
 from recrawler.regions import volatile_regions
 from recrawler.schedule import SchedulePolicy, parse_now
 from recrawler.state import RUN_HELD, TRUST_SIGNALS, store_from_uri, utcnow
@@ -35,6 +36,31 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from recrawler.state import PageRecord, StateStore
+
+
+# C0 and C1 controls but tab and newline: what a page or a database holds never drives the terminal
+_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """Return *text* with control characters shown as escapes (``\\x1b``); tab and newline stay."""
+    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+class _TerminalOut:
+    """Passes writes on to *out* made :func:`terminal_safe` (URLs, titles, chunks, diffs, ...)."""
+
+    __slots__ = ("_out",)
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+
+    def write(self, text: str) -> int:
+        self._out.write(terminal_safe(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._out.flush()
 
 
 def _settings() -> Settings:
@@ -608,9 +634,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Entry point of the ``recrawler`` console script."""
     args = build_parser().parse_args(argv)
     try:
-        code: int = args.func(args, out or sys.stdout)
+        code: int = args.func(args, _TerminalOut(out or sys.stdout))
     except RecrawlerError as exc:
-        sys.stderr.write(f"recrawler: error: {exc}\n")
+        sys.stderr.write(f"recrawler: error: {terminal_safe(redact_text(str(exc)))}\n")
         return 2
     except BrokenPipeError:
         return 0

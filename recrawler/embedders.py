@@ -5,6 +5,7 @@ Pure (no Scrapy) and blocking: callers run ``embed`` in a worker thread, one thr
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import http.client
 import importlib
@@ -19,11 +20,12 @@ import urllib.error
 import urllib.request
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import numpy as np
 
 from recrawler.exceptions import ConfigurationError, RecrawlerError
+from recrawler.redact import redact_text, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -289,13 +291,16 @@ class OpenAIEmbedder:
 
     POSTs ``{"model": model, "input": [...]}`` to ``{base_url}/embeddings`` in batches of
     ``batch_size``, with ``Authorization: Bearer <api_key>`` when a key is given (a local
-    Ollama needs none). Blank texts are not sent and get zero rows (if the first call holds
-    only blank texts, one request with a probe text learns ``dim``). Rows are re-normalised.
+    Ollama needs none); without a key, credentials in ``base_url`` (``https://user:pass@host/v1``)
+    go as Basic auth, never in the request URL. Blank texts are not sent and get zero rows (if
+    the first call holds only blank texts, one request with a probe text learns ``dim``). Rows
+    are re-normalised.
 
     Retries 408, 429, 5xx, connection errors and timeouts up to ``max_retries`` times, waiting
     ``backoff_secs * 2**n`` plus up to 10% jitter, or the numeric ``Retry-After`` the server
     sent (both capped at 30 s). 401/403 and other 4xx fail at once. Every failure raises
-    :class:`EmbedderError`. Uses the stdlib only, so HTTP(S)_PROXY and NO_PROXY apply.
+    :class:`EmbedderError`, its message redacted (the key, the URL's password and token shapes a
+    server may echo back are masked as ``***``). Uses the stdlib only, so HTTP(S)_PROXY and NO_PROXY apply.
 
     id is ``openai:{model}@{host[:port]}``: the same model name can mean different weights on
     different servers (OpenAI vs an Ollama tag), so moving to another server re-embeds.
@@ -315,7 +320,9 @@ class OpenAIEmbedder:
         if not model:
             raise ConfigurationError(f"{_SPEC_SETTING}: openai needs a model name, e.g. 'openai:MODEL'")
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigurationError(f"RECRAWLER_EMBEDDER_BASE_URL must be an http(s) URL, got {base_url!r}")
+            raise ConfigurationError(
+                f"RECRAWLER_EMBEDDER_BASE_URL must be an http(s) URL, got {redact_url(base_url)!r}"
+            )
         if batch_size < 1:
             raise ConfigurationError(f"RECRAWLER_EMBEDDER_BATCH_SIZE must be positive, got {batch_size}")
         if max_retries < 0:
@@ -324,17 +331,28 @@ class OpenAIEmbedder:
             raise ConfigurationError(f"RECRAWLER_EMBEDDER_TIMEOUT_SECS must be positive, got {timeout_secs}")
         if backoff_secs < 0:
             raise ConfigurationError(f"embedder backoff must be >= 0 seconds, got {backoff_secs}")
+        host = parts.netloc.rpartition("@")[2]
         self.model: str = model
-        self.url: str = base_url.rstrip("/") + "/embeddings"
+        # urllib would take user:pass@ for part of the host name: credentials go in a header
+        self.url: str = urlunsplit(parts._replace(netloc=host)).rstrip("/") + "/embeddings"
         self.batch_size: int = batch_size
         self.max_retries: int = max_retries
         self.timeout_secs: float = timeout_secs
         self.backoff_secs: float = backoff_secs
-        self.id: str = f"openai:{model}@{parts.netloc.rpartition('@')[2]}"
+        self.id: str = f"openai:{model}@{host}"
         self.dim: int | None = None
         self.calls: int = 0
         self.texts: int = 0
         self._api_key: str | None = api_key or None
+        self._authorization: str | None = f"Bearer {api_key}" if api_key else None
+        secrets = [api_key, parts.password and unquote(parts.password)]
+        if parts.password is not None and not api_key:
+            userinfo = f"{unquote(parts.username or '')}:{unquote(parts.password)}"
+            basic = base64.b64encode(userinfo.encode("utf-8")).decode("ascii")
+            self._authorization = f"Basic {basic}"
+            secrets.append(basic)
+        # what a server may echo back in an error body: never copied into a message
+        self._secrets: tuple[str | None, ...] = tuple(secrets)
 
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """Return the server's embeddings of ``texts``, in order, one request per batch."""
@@ -361,8 +379,8 @@ class OpenAIEmbedder:
     def _post(self, batch: list[str]) -> NDArray[np.float32]:
         body = json.dumps({"model": self.model, "input": batch}).encode("utf-8")
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
+        if self._authorization:
+            headers["Authorization"] = self._authorization
         attempt = 0
         while True:
             attempt += 1
@@ -376,7 +394,7 @@ class OpenAIEmbedder:
             except urllib.error.HTTPError as exc:
                 detail = _error_message(_read_error_body(exc))
                 if exc.code not in _RETRY_STATUSES and exc.code < 500:
-                    raise EmbedderError(self._client_error(exc.code, detail)) from None
+                    raise self._error(self._client_error(exc.code, detail)) from None
                 last = f"last status {_status(exc.code)}"
                 wait = _retry_after(exc.headers.get("Retry-After"))
                 error: Exception = exc
@@ -387,8 +405,11 @@ class OpenAIEmbedder:
             else:
                 return self._parse(payload, len(batch))
             if attempt > self.max_retries:
-                raise EmbedderError(f"POST {self.url} failed after {attempt} attempts, {last}") from error
+                raise self._error(f"POST {self.url} failed after {attempt} attempts, {last}") from error
             self._sleep(self._backoff(attempt) if wait is None else wait)
+
+    def _error(self, message: str) -> EmbedderError:
+        return EmbedderError(redact_text(message, self._secrets))
 
     def _backoff(self, attempt: int) -> float:
         base = min(self.backoff_secs * 2.0 ** (attempt - 1), _MAX_WAIT_SECS)
@@ -406,15 +427,15 @@ class OpenAIEmbedder:
             data = sorted(json.loads(payload)["data"], key=lambda item: item["index"])
             rows = np.asarray([item["embedding"] for item in data], dtype=np.float32)
         except (ValueError, KeyError, TypeError) as exc:
-            raise EmbedderError(
+            raise self._error(
                 f"malformed response from {self.url}: {type(exc).__name__}: {_one_line(str(exc))}"
             ) from exc
         if rows.ndim != 2 or rows.shape[0] != expected or rows.shape[1] == 0:
-            raise EmbedderError(f"{self.url} returned {rows.shape[0]} embeddings for {expected} texts")
+            raise self._error(f"{self.url} returned {rows.shape[0]} embeddings for {expected} texts")
         if self.dim is None:
             self.dim = int(rows.shape[1])
         elif rows.shape[1] != self.dim:
-            raise EmbedderError(f"{self.url} returned {rows.shape[1]} dimensions, expected {self.dim}")
+            raise self._error(f"{self.url} returned {rows.shape[1]} dimensions, expected {self.dim}")
         return rows
 
 

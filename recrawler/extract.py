@@ -13,7 +13,7 @@ from cssselect import SelectorError
 from lxml.cssselect import CSSSelector
 
 from recrawler import default_settings
-from recrawler.exceptions import ConfigurationError
+from recrawler.exceptions import ConfigurationError, RecrawlerError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -79,6 +79,65 @@ _PARSERS: dict[str | None, lxml.etree.HTMLParser] = {
     None: lxml.etree.HTMLParser(remove_comments=True, remove_pis=True, huge_tree=True),
 }
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>", re.IGNORECASE)
+# terminal escape sequences (ECMA-48 CSI and OSC, 7- and 8-bit) and C0/C1 controls: never stored,
+# hashed or shown. An OSC must end within 256 characters, or only its introducer goes.
+_ESCAPES = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"
+    r"|(?:\x1b\]|\x9d)[^\x07\x1b\x9c\n]{0,256}(?:\x07|\x1b\\|\x9c)"
+    r"|\x1b[@-_]?"
+)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# line-breaking controls (str.splitlines) stay line breaks; the others go
+_CONTROLS: dict[int, str | None] = dict.fromkeys(
+    (*range(0x00, 0x09), *range(0x0E, 0x1C), 0x1F, *range(0x7F, 0x85), *range(0x86, 0xA0))
+)
+_CONTROLS.update(dict.fromkeys((0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x85), "\n"))
+# binary sniffing, as file(1) and git do: look at the start of the body only
+_SNIFF_SIZE = 8192
+# bytes no text puts in a page: C0 controls but tab, LF, FF, CR and ESC (terminal captures have
+# those); random bytes are 10.5% of them, text next to none
+_BINARY_BYTES = bytes((*range(0x00, 0x09), 0x0B, *range(0x0E, 0x1B), *range(0x1C, 0x20)))
+_BINARY_CHARS = dict.fromkeys(_BINARY_BYTES)
+_WIDE_ENCODINGS = ("utf-16", "utf16", "utf-32", "utf32")
+
+
+class ExtractionError(RecrawlerError):
+    """A body that cannot be read faithfully; ``reason`` is the page error it makes.
+
+    ``too_deep``: elements nested past the parser's depth limit (libxml2 silently drops
+    everything below it).
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def clean_text(text: str) -> str:
+    """Return *text* without terminal escape sequences or control characters.
+
+    Tab and newline stay; the other line-breaking controls (CR, VT, FF, ...) become newlines.
+    """
+    if _CONTROL.search(text) is None:
+        return text
+    return _ESCAPES.sub("", text).replace("\r\n", "\n").translate(_CONTROLS)
+
+
+def looks_binary(body: bytes | str, encoding: str | None = None) -> bool:
+    """Whether *body* is binary, not text: a NUL or over 5% control bytes in its first 8 KB.
+
+    UTF-16 and UTF-32 bodies are judged by their characters (their NUL bytes are text).
+    """
+    sample = body[:_SNIFF_SIZE]
+    if isinstance(sample, bytes) and encoding and encoding.lower().startswith(_WIDE_ENCODINGS):
+        sample = sample.decode(encoding, "replace")
+    if isinstance(sample, bytes):
+        controls = len(sample) - len(sample.translate(None, _BINARY_BYTES))
+        nul = b"\x00" in sample
+    else:
+        controls = len(sample) - len(sample.translate(_BINARY_CHARS))
+        nul = "\x00" in sample
+    return nul or controls * 20 > len(sample)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,12 +183,15 @@ class ContentExtractor:
         self._noise = CSSSelector(", ".join([*ALWAYS_NOISE, *extra]), translator="html")
 
     def parse(self, body: bytes | str, encoding: str | None = None) -> _Element | None:
-        """Parse a document leniently; ``None`` when nothing parseable is left."""
+        """Parse a document leniently; ``None`` when nothing parseable is left.
+
+        Raises :class:`ExtractionError` for a body nested past the parser's depth limit.
+        """
         try:
             if isinstance(body, str):
                 # lxml refuses str input that still carries an XML encoding declaration.
                 body = _XML_DECL.sub("", body)
-                parser = _PARSERS.get(None)
+                parser = _PARSERS[None]
             else:
                 parser = _PARSERS.get(encoding)
                 if parser is None:
@@ -142,15 +204,28 @@ class ContentExtractor:
             root = lxml.etree.fromstring(body, parser)
         except (lxml.etree.ParserError, ValueError, LookupError):
             return None
+        for entry in parser.error_log:
+            # libxml2 stops at its depth limit (2048 with huge_tree) and drops the rest unsaid
+            if "depth" in entry.message.lower():
+                raise ExtractionError("too_deep", f"elements nested too deep to parse: {entry.message}")
         return root
 
     def main(self, body: bytes | str, encoding: str | None = None) -> tuple[str, _Element | None]:
-        """Return the title and the main-content element with chrome and noise removed."""
-        root = self.parse(body, encoding)
+        """Return the title and the main-content element with chrome and noise removed.
+
+        ``("", None)`` when there is none, or the body cannot be read faithfully.
+        """
+        try:
+            root = self.parse(body, encoding)
+        except ExtractionError:
+            return "", None
+        return self._select(root)
+
+    def _select(self, root: _Element | None) -> tuple[str, _Element | None]:
         if root is None:
             return "", None
         title_el = root.find(".//title")
-        title = _WS.sub(" ", _text(title_el)).strip() if title_el is not None else ""
+        title = _WS.sub(" ", clean_text(_text(title_el))).strip() if title_el is not None else ""
         main = None
         for sel in self._main:
             found = sel(root)
@@ -173,9 +248,10 @@ class ContentExtractor:
     ) -> Content:
         """Return the page's title, cleaned main text and fields (empty text when there is none).
 
-        *regions* drops a site's learned volatile regions before rendering.
+        *regions* drops a site's learned volatile regions before rendering. Raises
+        :class:`ExtractionError` when the body cannot be read faithfully.
         """
-        title, main = self.main(body, encoding)
+        title, main = self._select(self.parse(body, encoding))
         if main is None:
             return Content(title=title, text="")
         removed = 0
@@ -194,12 +270,16 @@ def content_of(title: str, main: _Element) -> Content:
     code: list[str] = []
     for el in main.iter("code", "pre", "kbd", "samp", "tt"):
         if el.tag == "pre":
-            code.append(_text(el).strip("\n"))
+            code.append(clean_text(_text(el)).strip("\n"))
         elif not any(a.tag == "pre" for a in el.iterancestors()):
-            span = " ".join(_text(el).split())
+            span = " ".join(clean_text(_text(el)).split())
             if span:
                 code.append(span)
-    links = tuple((a.get("href", ""), " ".join(_text(a).split())) for a in main.iter("a") if a.get("href"))
+    links = tuple(
+        (clean_text(a.get("href", "")), " ".join(clean_text(_text(a)).split()))
+        for a in main.iter("a")
+        if a.get("href")
+    )
     text, headings = render_with_headings(main)
     return Content(title=title, text=text, headings=tuple(headings), code=tuple(code), links=links)
 
@@ -234,7 +314,7 @@ class _Renderer:
         if not self.inline:
             return
         # str.split() collapses every whitespace run (Unicode too) faster than a regex
-        text = " ".join("".join(self.inline).split())
+        text = " ".join(clean_text("".join(self.inline)).split())
         self.inline = []
         if text:
             self.blocks.append(prefix + text)
@@ -255,18 +335,20 @@ class _Renderer:
             self.flush(prefix)
             self.inline.append(_text(el))
             level = int(tag[1])
-            self.headings.append((level, _WS.sub(" ", _text(el)).strip(), _anchor(el)))
+            anchor = _anchor(el)
+            heading = _WS.sub(" ", clean_text(_text(el))).strip()
+            self.headings.append((level, heading, clean_text(anchor) or None if anchor else None))
             self.flush("#" * level + " ")
         elif tag == "pre":
             self.flush(prefix)
-            code = _text(el).strip("\n")
+            code = clean_text(_text(el)).strip("\n")
             lines = [line.rstrip() for line in code.splitlines()]
             if any(lines):
                 self.blocks.append("```\n" + "\n".join(lines) + "\n```")
         elif tag == "table":
             self.flush(prefix)
             for row in el.iter("tr"):
-                cells = [_WS.sub(" ", _text(c)).strip() for c in row if c.tag in ("td", "th")]
+                cells = [_WS.sub(" ", clean_text(_text(c))).strip() for c in row if c.tag in ("td", "th")]
                 if any(cells):
                     self.blocks.append("| " + " | ".join(cells) + " |")
         elif tag in ("ul", "ol"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
-from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit
 
 from w3lib.url import canonicalize_url, safe_url_string
 
@@ -99,17 +99,6 @@ REFUSED_MALFORMED, REFUSED_SCHEME, REFUSED_CREDENTIALS, REFUSED_OFFSITE = (
 _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 # a host name or an IPv4 address: letters, digits, hyphens, underscores and dots (IDNA is ASCII)
 _HOSTNAME = re.compile(r"^[A-Za-z0-9._-]+$", re.ASCII)
-
-
-def without_credentials(url: str) -> str:
-    """*url* with any ``user:password@`` removed: the only form of a refused URL that is ever logged."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url.rsplit("@", 1)[-1] if "@" in url else url
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 def _well_formed_host(parts: SplitResult) -> bool:

@@ -51,12 +51,15 @@ class EmbedServer:
     """Serves POST ``/v1/embeddings`` with :func:`vector_for` vectors (data in reverse order).
 
     Use as a context manager; ``url`` is the base URL (``http://127.0.0.1:PORT/v1``). With
-    ``api_key`` set, requests without ``Authorization: Bearer <api_key>`` get a 401.
+    ``api_key`` set, requests without ``Authorization: Bearer <api_key>`` get a 401. With
+    ``echo_auth``, every request gets a 401 whose message echoes the credentials it carried
+    (a server that leaks them back).
     """
 
-    def __init__(self, dim: int = 8, api_key: str | None = None) -> None:
+    def __init__(self, dim: int = 8, api_key: str | None = None, echo_auth: bool = False) -> None:
         self.dim = dim
         self.api_key = api_key
+        self.echo_auth = echo_auth
         self.requests: list[Recorded] = []
         self._replies: deque[Reply] = deque()
         self._lock = threading.Lock()
@@ -102,6 +105,10 @@ class EmbedServer:
         scripted = self._next_reply()
         if scripted is not None:
             return scripted
+        if self.echo_auth:
+            auth = headers.get("authorization", "")
+            token = auth.partition(" ")[2]
+            return _error(401, f"Incorrect API key provided: {token}. Request had Authorization: {auth}")
         if path != "/v1/embeddings":
             return _error(404, f"no route {path}")
         if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":

@@ -12,7 +12,7 @@ from twisted.internet.defer import Deferred
 
 from recrawler.exceptions import ConfigurationError, RecrawlerError, RunRefused, StateStoreError
 from recrawler.extensions.reconcile import EXIT_BUSY, EXIT_CONFIG, EXIT_HELD, EXIT_OK, EXIT_STATE, Reconciler
-from recrawler.urls import without_credentials
+from recrawler.redact import redact_text
 
 if TYPE_CHECKING:
     import argparse
@@ -71,7 +71,7 @@ class Command(ScrapyCrawlCommand):
         exc = failure[0] if failure else None
         code = exit_code_for(exc)
         if code is not None:
-            logger.critical("recrawler: %(exc)s", {"exc": without_credentials(str(exc))})
+            logger.critical("recrawler: %(exc)s", {"exc": redact_text(str(exc))})
             self.exitcode = code
             return
         if exc is not None or self.crawler_process.bootstrap_failed:

@@ -17,8 +17,9 @@ from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
 from recrawler.pipelines import pending_for
+from recrawler.redact import redact_url
 from recrawler.state import GONE, LIVE, MOVED, Event, PageRecord, hints_for, run_for, store_for, utcnow
-from recrawler.urls import KeyMaker, UrlPolicy, key_host, url_host, without_credentials
+from recrawler.urls import KeyMaker, UrlPolicy, key_host, url_host
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -156,7 +157,7 @@ class ConditionalRequestMiddleware:
             self._refusals_logged.add(reason)
             logger.warning(
                 "refused %(source)s URL (%(reason)s): %(url)s; further %(reason)s URLs are only counted",
-                {"source": source, "reason": reason, "url": without_credentials(url)[:300]},
+                {"source": source, "reason": reason, "url": redact_url(url)[:300]},
             )
 
     async def process_request(self, request: Request) -> None:

@@ -20,6 +20,7 @@ from recrawler.embedders import EmbedderError
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
 from recrawler.pipelines.index import embed_missing, embedder_for, publish_mode, spike
+from recrawler.redact import redact_url
 from recrawler.schedule import policy_for
 from recrawler.state import (
     RUN_FINISHED,
@@ -31,7 +32,6 @@ from recrawler.state import (
     store_for,
     utcnow,
 )
-from recrawler.urls import without_credentials
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -187,7 +187,7 @@ class Reconciler:
         run = await run_for(self.crawler)
         logger.info(
             "recrawler run %(run)d on %(uri)s (site: %(site)s)",
-            {"run": run.id, "uri": without_credentials(self.store.uri), "site": run.site or "-"},
+            {"run": run.id, "uri": redact_url(self.store.uri), "site": run.site or "-"},
             extra={"spider": self.crawler.spider},
         )
         self._heartbeat = asyncio.ensure_future(self._beat(run))
@@ -672,7 +672,7 @@ class Reconciler:
             "held": sorted(hold),
             "reconcile": {"applied": bool(result and result.applied), "skipped": skipped},
             "hosts_without_304": no_304,
-            "db": without_credentials(self.store.uri),
+            "db": redact_url(self.store.uri),
             "schedule": self._schedule_report(),
             "audit": auditor_for(self.crawler).report(),
         }

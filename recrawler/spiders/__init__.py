@@ -15,13 +15,14 @@ from scrapy.spiders import SitemapSpider
 
 from recrawler import meta
 from recrawler.exceptions import ConfigurationError
-from recrawler.extract import ContentExtractor
+from recrawler.extract import ContentExtractor, ExtractionError, looks_binary
 from recrawler.fingerprint import content_hash
 from recrawler.items import Page
 from recrawler.learning import noise_for
+from recrawler.redact import redact_url
 from recrawler.regions import volatile_regions
 from recrawler.schedule import policy_for
-from recrawler.urls import KeyMaker, UrlPolicy, key_host, without_credentials
+from recrawler.urls import KeyMaker, UrlPolicy, key_host
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
@@ -87,7 +88,12 @@ class PageBuilder:
         if response.status == 304:
             return page
         ctype = (response.headers.get(b"Content-Type") or b"").split(b";")[0].strip().lower()
-        if not isinstance(response, TextResponse) or (ctype and ctype not in _HTML_TYPES):
+        if (
+            not isinstance(response, TextResponse)
+            or (ctype and ctype not in _HTML_TYPES)
+            # binary content served as text/html (an executable, an archive): never text
+            or looks_binary(response.body, response.encoding)
+        ):
             page.error = "not_html"
             return page
         regions = None
@@ -103,7 +109,12 @@ class PageBuilder:
                     self.noise.learned(site.site, learned)
                     site = self.noise.site(site.site)
             regions = site.regions_css
-        content = self.extractor.extract(response.body, response.encoding, regions=regions)
+        try:
+            content = self.extractor.extract(response.body, response.encoding, regions=regions)
+        except ExtractionError as exc:
+            # a page the parser would truncate (too_deep): stored state stays as it was
+            page.error = exc.reason
+            return page
         page.title = content.title
         page.region_hits = content.region_hits
         if not content.text.strip():
@@ -176,7 +187,7 @@ def _http_urls(value: str | None, argument: str) -> tuple[str, ...]:
     for url in urls:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc or "@" in parts.netloc:
-            raise ConfigurationError(f"{argument}: not an http(s) URL: {without_credentials(url)!r}")
+            raise ConfigurationError(f"{argument}: not an http(s) URL: {redact_url(url)!r}")
     return urls
 
 
@@ -274,7 +285,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             self._refusals_logged.add(reason)
             logger.warning(
                 "refused %(source)s URL (%(reason)s): %(url)s; further %(reason)s URLs are only counted",
-                {"source": source, "reason": reason, "url": without_credentials(url)[:300]},
+                {"source": source, "reason": reason, "url": redact_url(url)[:300]},
                 extra={"spider": self},
             )
 

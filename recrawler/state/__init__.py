@@ -612,13 +612,15 @@ def _run_args(crawler: Crawler) -> tuple[str, str | None, dict[str, Any]]:
     embedder = None
     if settings.getbool("RECRAWLER_INDEX_ENABLED"):
         from recrawler.pipelines.index import embedder_for
+        from recrawler.redact import redact_url
 
-        # what search and `runs approve` need to rebuild the same embedder (never the API key)
+        base_url = settings.get("RECRAWLER_EMBEDDER_BASE_URL")
+        # what search and `runs approve` need to rebuild the same embedder (never a key or password)
         embedder = json.dumps(
             {
                 "id": embedder_for(crawler).id,
                 "spec": settings.get("RECRAWLER_EMBEDDER"),
-                "base_url": settings.get("RECRAWLER_EMBEDDER_BASE_URL"),
+                "base_url": redact_url(str(base_url)) if base_url else base_url,
             }
         )
     kwargs: dict[str, Any] = {

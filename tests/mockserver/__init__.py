@@ -43,8 +43,8 @@ OPTIONS = {
     "redirect_status": "the status of a redirect: 301, 302, 303, 307 or 308",
     "location": "answers 301 (or redirect_status) with this Location, verbatim (another host, a loop)",
     "trap": 'on a folder ("cal/"): any page under it links to the next one, forever (a link trap)',
-    "content_type": "serve the file with this Content-Type",
     "lie304": "true answers 304 to any request with If-None-Match or If-Modified-Since, changed or not",
+    "content_type": "send this Content-Type instead of the one the file's suffix gives",
 }
 META = "_meta.json"
 REQUESTS = "_requests.jsonl"
@@ -241,8 +241,8 @@ class SiteTree(Resource):
         if not options.get("no304") and not_modified(request, etag, mtime if validators != "none" else None):
             # RFC 9110 §15.4.5: a 304 carries the validators a 200 would have sent.
             return Reply(304, b"", headers)
-        headers["Content-Type"] = options.get(
-            "content_type", CONTENT_TYPES.get(file.suffix, "application/octet-stream")
+        headers["Content-Type"] = options.get("content_type") or CONTENT_TYPES.get(
+            file.suffix, "application/octet-stream"
         )
         return Reply(200, body, headers)
 

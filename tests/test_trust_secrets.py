@@ -1,0 +1,175 @@
+"""Secrets never leave the process: keys and passwords stay out of logs, reports, events and the database."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from recrawler.embedders import EmbedderError, OpenAIEmbedder
+from tests import docsite
+from tests.embedserver import EmbedServer
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from tests.conftest import Crawls
+    from tests.conftest_mockserver import Site
+
+API_KEY = "sk-test-SECRET-0123456789abcdef"
+PASSWORD = "secretpass-4821"
+DB_PASSWORD = "dbsecret-9917"
+BASIC = base64.b64encode(f"user:{PASSWORD}".encode()).decode()
+SECRETS = (API_KEY, PASSWORD, DB_PASSWORD, BASIC)
+
+
+@pytest.fixture
+def echo_server() -> Iterator[EmbedServer]:
+    with EmbedServer(dim=8, echo_auth=True) as server:
+        yield server
+
+
+def with_password(url: str) -> str:
+    return url.replace("http://", f"http://user:{PASSWORD}@", 1)
+
+
+def leaks(text: str) -> list[str]:
+    return [secret for secret in SECRETS if secret in text]
+
+
+def test_openai_error_body_echoing_the_key_is_redacted(echo_server: EmbedServer) -> None:
+    embedder = OpenAIEmbedder("m", base_url=echo_server.url, api_key=API_KEY, max_retries=0)
+    with pytest.raises(EmbedderError, match="401 Unauthorized") as info:
+        embedder.embed(["hello"])
+    assert echo_server.requests[0].headers["authorization"] == f"Bearer {API_KEY}"
+    message = str(info.value)
+    assert "Incorrect API key provided: ***" in message
+    assert leaks(message) == []
+
+
+def test_openai_key_echoed_by_a_failing_server_is_redacted() -> None:
+    # a key that looks like nothing in particular: masked because the embedder knows it
+    key = "plain-looking-credential-42"
+    with EmbedServer(dim=8, echo_auth=True) as server:
+        embedder = OpenAIEmbedder("m", base_url=server.url, api_key=key, max_retries=0)
+        with pytest.raises(EmbedderError) as info:
+            embedder.embed(["hello"])
+    assert key not in str(info.value)
+
+
+def test_openai_credentials_in_the_base_url_go_in_a_header_not_the_url(echo_server: EmbedServer) -> None:
+    embedder = OpenAIEmbedder("m", base_url=with_password(echo_server.url), max_retries=0)
+    assert embedder.url == echo_server.url + "/embeddings"
+    assert embedder.id == f"openai:m@{echo_server.url.split('/')[2]}"
+    with pytest.raises(EmbedderError, match="401 Unauthorized") as info:
+        embedder.embed(["hello"])
+    # the request reached the server (urllib would take user:pass@ for part of the host name)
+    assert echo_server.requests[0].headers["authorization"] == f"Basic {BASIC}"
+    assert leaks(str(info.value)) == []
+
+
+def test_openai_api_key_wins_over_base_url_credentials(echo_server: EmbedServer) -> None:
+    embedder = OpenAIEmbedder("m", base_url=with_password(echo_server.url), api_key=API_KEY, max_retries=0)
+    with pytest.raises(EmbedderError) as info:
+        embedder.embed(["hello"])
+    assert echo_server.requests[0].headers["authorization"] == f"Bearer {API_KEY}"
+    assert leaks(str(info.value)) == []
+
+
+def test_openai_connection_error_never_shows_the_password() -> None:
+    with EmbedServer() as closed:
+        url = with_password(closed.url)
+    embedder = OpenAIEmbedder("m", base_url=url, max_retries=0)
+    with pytest.raises(EmbedderError, match="failed after 1 attempts") as info:
+        embedder.embed(["hello"])
+    assert leaks(str(info.value)) == []
+
+
+def test_openai_bad_base_url_error_never_shows_the_password() -> None:
+    from recrawler.exceptions import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="RECRAWLER_EMBEDDER_BASE_URL") as info:
+        OpenAIEmbedder("m", base_url=f"ftp://user:{PASSWORD}@example.com/v1")
+    assert leaks(str(info.value)) == []
+
+
+def text_values(db_path: Path) -> list[tuple[str, str, str]]:
+    """(table, column, value) for every text value of every table."""
+    conn = sqlite3.connect(db_path)
+    try:
+        found = []
+        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for table in tables:
+            cursor = conn.execute(f'SELECT * FROM "{table}"')
+            columns = [d[0] for d in cursor.description]
+            for row in cursor:
+                found.extend(
+                    (table, column, value)
+                    for column, value in zip(columns, row, strict=True)
+                    if isinstance(value, str)
+                )
+        return found
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    ("api_key", "url_credentials"),
+    [(API_KEY, False), (API_KEY, True), (None, True)],
+    ids=["key", "key-and-url-credentials", "url-credentials"],
+)
+@deferred_f_from_coro_f
+async def test_crawl_leaves_no_secret_behind(
+    site: Site,
+    crawls: Crawls,
+    echo_server: EmbedServer,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    api_key: str | None,
+    url_credentials: bool,
+) -> None:
+    for name in ("RECRAWLER_EMBEDDER_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    if api_key:
+        monkeypatch.setenv("RECRAWLER_EMBEDDER_API_KEY", api_key)
+    site.write("a.html", docsite.page("A", [("Intro", ["Words about things."])]))
+    sitemap = site.write_sitemap(["a.html"])
+    # a database URI with a password, as a PostgreSQL one would carry (SQLite ignores it)
+    db_uri = f"sqlite://app:{DB_PASSWORD}@/{crawls.db_path}"
+    settings: dict[str, Any] = {
+        "RECRAWLER_DB_URI": db_uri,
+        "RECRAWLER_EMBEDDER": "openai:test-model",
+        "RECRAWLER_EMBEDDER_BASE_URL": with_password(echo_server.url) if url_credentials else echo_server.url,
+        "RECRAWLER_EMBEDDER_MAX_RETRIES": 0,
+    }
+    with caplog.at_level(logging.INFO):
+        result = await crawls.crawl(sitemap, **settings)
+
+    assert "embedding failed" in caplog.text
+    assert leaks(caplog.text) == []
+    report_files = sorted(crawls.tmp_path.glob("report*.json"))
+    assert report_files
+    for report in report_files:
+        assert leaks(report.read_text()) == []
+    assert leaks(crawls.events_path.read_text()) == []
+    assert [(t, c) for t, c, v in text_values(crawls.db_path) if leaks(v)] == []
+
+    # the embedding server refused the credentials and said them back: the run stays unpublished
+    assert echo_server.requests
+    assert result.counts["new"] == 1
+    index = result.report["index"]
+    assert index["state"] == "unpublished"
+    assert "401 Unauthorized" in index["reason"]
+    # what is kept is still useful: who, where, which embedder
+    assert result.report["db"] == f"sqlite://app:***@/{crawls.db_path}"
+    conn = sqlite3.connect(crawls.db_path)
+    stored = json.loads(conn.execute("SELECT embedder FROM runs").fetchone()[0])
+    conn.close()
+    expected = echo_server.url.replace("http://", "http://user:***@") if url_credentials else echo_server.url
+    assert stored["base_url"] == expected
