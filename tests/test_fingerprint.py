@@ -15,6 +15,7 @@ from recrawler.fingerprint import (
     kept_blocks,
     page_hash,
     shared_run,
+    without_furniture,
 )
 
 # blocks by name: T top furniture, H/Y the feedback run at the bottom, F1..F5 a shared feature
@@ -128,7 +129,11 @@ def test_chains_are_split_where_a_pair_is_not_boilerplate() -> None:
     assert kept("F1 F2 F3 F4 F5") == [shared_run(5)]
 
 
-def test_rebaseline_helpers_work_on_kept_blocks() -> None:
-    old, new = kept(PAGE), kept("T a F1 F2 F3 F4 F5 b c H Y")
+def test_without_furniture_keeps_shared_runs_block_by_block() -> None:
+    assert without_furniture(blocks(PAGE), SITE) == blocks("a F1 F2 F3 F4 F5 b N c")
+    assert without_furniture(blocks(PAGE), frozenset()) == blocks(PAGE)
+    # a paragraph cut before the feedback run: one deletion
+    old = without_furniture(blocks(PAGE), SITE)
+    new = without_furniture(blocks("T a F1 F2 F3 F4 F5 b N H Y"), SITE)
     assert is_pure_deletion(old, new)
     assert deleted_runs(old, new) == 1

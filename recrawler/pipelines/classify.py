@@ -15,9 +15,9 @@ from recrawler.fingerprint import (
     deleted_runs,
     fuzzy_distance,
     is_pure_deletion,
-    kept_blocks,
     pack_blocks,
     unpack_blocks,
+    without_furniture,
 )
 from recrawler.items import Page, PageStatus
 from recrawler.learning import fingerprint, noise_for
@@ -123,11 +123,15 @@ def decide(
         # stored before per-block hashing: the same cleaned text is the same page
         return Verdict(status=PageStatus.UNCHANGED, how=BY_HASH)
     if old is not None and rec.noise_key != noise.key:
-        old_kept = kept_blocks(unpack_blocks(old.blocks), noise.boilerplate)
+        old_blocks = without_furniture(unpack_blocks(old.blocks), noise.boilerplate)
+        new_blocks = without_furniture(fp.blocks, noise.boilerplate)
         # the noise model changed since (a region learned): blocks went, nothing came in, and they
         # went in no more places than the learned regions cut from this very page (a paragraph
         # deleted elsewhere is still a change)
-        if is_pure_deletion(old_kept, fp.kept) and deleted_runs(old_kept, fp.kept) <= page.region_hits:
+        if (
+            is_pure_deletion(old_blocks, new_blocks)
+            and deleted_runs(old_blocks, new_blocks) <= page.region_hits
+        ):
             return Verdict(status=PageStatus.UNCHANGED, how=REBASELINED)
     distance = None
     if fp.fuzzy_hash and rec.fuzzy_hash:
