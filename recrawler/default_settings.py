@@ -95,9 +95,10 @@ RECRAWLER_REPORT_FILE: str | None = None
 RECRAWLER_EVENTS_URI: str | None = None
 
 # --- change detection: noise out, critical edits in ----------------------------------------------
-# Drop blocks repeated on a large share of a site's pages from the hash (learned per site).
+# Drop the site's furniture (blocks chained to a page edge by adjacent block pairs repeated on a
+# large share of its pages) from the hash (learned per site).
 RECRAWLER_BOILERPLATE_ENABLED = True
-# A block on at least this share of a site's live pages becomes boilerplate...
+# A pair of adjacent blocks on at least this share of a site's live pages becomes boilerplate...
 RECRAWLER_BOILERPLATE_SHARE = 0.5
 # ...and stops being boilerplate only below this share (hysteresis: no flip-flopping).
 RECRAWLER_BOILERPLATE_EXIT_SHARE = 0.35

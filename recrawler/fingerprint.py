@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 import tlsh
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Collection, Iterator, Sequence
+
+#: a page's start and end in block pairs: (EDGE, first block) and (last block, EDGE)
+EDGE = 0
+# what a span of a page is (see _runs)
+_OWN, _SHARED, _FURNITURE = 0, 1, 2
 
 
 def content_hash(text: str) -> str:
@@ -49,9 +55,76 @@ def unpack_blocks(blob: bytes | None) -> list[int]:
     return [int.from_bytes(blob[i : i + 8], "big", signed=True) for i in range(0, len(blob), 8)]
 
 
-def page_hash(kept_blocks: Sequence[int]) -> str:
-    """The page fingerprint: sha256 over its kept (non-boilerplate) normalised blocks, in order."""
-    return hashlib.sha256(pack_blocks(kept_blocks)).hexdigest()
+def page_hash(kept: Sequence[int]) -> str:
+    """The page fingerprint: sha256 over its kept blocks (:func:`kept_blocks`), in order."""
+    return hashlib.sha256(pack_blocks(kept)).hexdigest()
+
+
+def block_pairs(blocks: Sequence[int]) -> set[tuple[int, int]]:
+    """The page's adjacent block pairs, its start and end included as :data:`EDGE`."""
+    if not blocks:
+        return set()
+    edged = [EDGE, *blocks, EDGE]
+    return set(pairwise(edged))
+
+
+def shared_run(length: int) -> int:
+    """What stands in the hash for a run of *length* shared blocks among a page's own content."""
+    return block_hash(f"\x00shared run of {length} blocks")
+
+
+def _runs(blocks: Sequence[int], boilerplate: Collection[tuple[int, int]]) -> Iterator[tuple[int, int, int]]:
+    """(start, end, kind) spans of the page in order: one block of its own content
+    (:data:`_OWN`), or a run of blocks chained by boilerplate pairs, either to a page edge
+    (:data:`_FURNITURE`) or among the page's own content (:data:`_SHARED`)."""
+    n = len(blocks)
+    edged = [EDGE, *blocks, EDGE]
+    # joined[i]: blocks i - 1 and i (the page edges at 0 and n) are a boilerplate pair
+    joined = [(edged[i], edged[i + 1]) in boilerplate for i in range(n + 1)]
+    i = 0
+    while i < n:
+        if not (joined[i] or joined[i + 1]):
+            yield i, i + 1, _OWN
+            i += 1
+            continue
+        end = i + 1
+        while end < n and joined[end]:
+            end += 1
+        yield i, end, _FURNITURE if (i == 0 and joined[0]) or (end == n and joined[n]) else _SHARED
+        i = end
+
+
+def kept_blocks(blocks: Sequence[int], boilerplate: Collection[tuple[int, int]]) -> list[int]:
+    """What of a page its hash covers, given the site's *boilerplate* block pairs.
+
+    Blocks chained together by boilerplate pairs form a shared run. A run chained to the page's
+    start or end is the site's furniture and is dropped. A run among the page's own content is
+    replaced by one mark of its length, so adding, removing or moving a shared block there changes
+    the hash while a site-wide rewording of a block inside the run does not. Every other block is
+    kept.
+    """
+    if not boilerplate:
+        return list(blocks)
+    kept: list[int] = []
+    for start, end, kind in _runs(blocks, boilerplate):
+        if kind == _OWN:
+            kept.append(blocks[start])
+        elif kind == _SHARED:
+            kept.append(shared_run(end - start))
+    return kept
+
+
+def without_furniture(blocks: Sequence[int], boilerplate: Collection[tuple[int, int]]) -> list[int]:
+    """The page's blocks with its furniture (see :func:`kept_blocks`) left out, shared runs among
+    its own content kept block by block: what a pure deletion of noise is judged on, since cutting
+    a block can join its neighbours into a run."""
+    if not boilerplate:
+        return list(blocks)
+    out: list[int] = []
+    for start, end, kind in _runs(blocks, boilerplate):
+        if kind != _FURNITURE:
+            out.extend(blocks[start:end])
+    return out
 
 
 def is_pure_deletion(old: Sequence[int], new: Sequence[int]) -> bool:

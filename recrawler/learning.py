@@ -12,7 +12,7 @@ from lxml.cssselect import CSSSelector
 
 from recrawler.chunking import blocks_of
 from recrawler.exceptions import ConfigurationError
-from recrawler.fingerprint import block_hash, fuzzy_hash, page_hash
+from recrawler.fingerprint import block_hash, fuzzy_hash, kept_blocks, page_hash
 from recrawler.noise import DEFAULT_PATTERNS, Normalizer, VolatilePattern
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SiteNoise:
-    """How one site's pages are read: token patterns, learned regions, boilerplate blocks.
+    """How one site's pages are read: token patterns, learned regions, boilerplate block pairs.
 
     ``key`` identifies the configuration a hash was computed with (boilerplate aside: pages are
     re-hashed when it moves); a page stored under another key is re-baselined, not "changed",
@@ -37,7 +37,8 @@ class SiteNoise:
     normalizer: Normalizer
     regions: tuple[str, ...]
     regions_css: CSSSelector | None
-    boilerplate: frozenset[int]
+    #: adjacent block pairs on a large share of the site's pages (see ``kept_blocks``)
+    boilerplate: frozenset[tuple[int, int]]
     key: str
 
 
@@ -48,16 +49,16 @@ class Fingerprint:
     content_hash: str
     fuzzy_hash: str | None
     blocks: list[int]
+    #: what the hash covers: blocks without the site's furniture, shared runs as one mark each
     kept: list[int]
     samples: dict[int, str]
     normalized_text: str
 
 
 def fingerprint(text: str, noise: SiteNoise) -> Fingerprint:
-    """Normalise each block of *text*, drop boilerplate blocks, hash what is left."""
+    """Normalise each block of *text*, take out the site's furniture, hash what is left."""
     hashes: list[int] = []
-    kept: list[int] = []
-    kept_text: list[str] = []
+    texts: dict[int, str] = {}
     samples: dict[int, str] = {}
     # the whole text at once: a label and its date may sit in two blocks (<dt>/<dd>)
     for block in blocks_of(noise.normalizer.normalize(text)):
@@ -66,11 +67,11 @@ def fingerprint(text: str, noise: SiteNoise) -> Fingerprint:
             continue
         h = block_hash(normalized)
         hashes.append(h)
+        texts.setdefault(h, normalized)
         samples.setdefault(h, block[:200])
-        if h not in noise.boilerplate:
-            kept.append(h)
-            kept_text.append(normalized)
-    normalized_text = "\n\n".join(kept_text)
+    kept = kept_blocks(hashes, noise.boilerplate)
+    # a shared run's mark has no text of its own
+    normalized_text = "\n\n".join(texts[h] for h in kept if h in texts)
     return Fingerprint(
         content_hash=page_hash(kept),
         fuzzy_hash=fuzzy_hash(normalized_text),
@@ -113,7 +114,7 @@ class NoiseRegistry:
         self.boilerplate = boilerplate
         self._base = json.dumps(list(base))
         self._regions: dict[str, list[str]] = {}
-        self._boiler: dict[str, frozenset[int]] = {}
+        self._boiler: dict[str, frozenset[tuple[int, int]]] = {}
         self._models: dict[str, SiteNoise] = {}
         self._normalizers: dict[str, Normalizer] = {}
         for site in self.patterns:
@@ -147,7 +148,7 @@ class NoiseRegistry:
         self._models.clear()
 
     async def ensure(self, site: str, store: StateStore) -> SiteNoise:
-        """The site's model, reading its boilerplate blocks on first use."""
+        """The site's model, reading its boilerplate block pairs on first use."""
         if self.boilerplate and site not in self._boiler:
             self._boiler[site] = await store.load_boilerplate(site)
             self._models.pop(site, None)

@@ -515,7 +515,7 @@ class Reconciler:
         report["outcome"] = self.outcome
 
     async def _learn_boilerplate(self, run: Run) -> dict[str, Any]:
-        """Re-decide the site's boilerplate blocks from this run's pages (with hysteresis)."""
+        """Re-decide the site's boilerplate block pairs from this run's pages (with hysteresis)."""
         s = self.crawler.settings
         if run.site is None or not s.getbool("RECRAWLER_BOILERPLATE_ENABLED"):
             return {}
@@ -527,7 +527,7 @@ class Reconciler:
         )
         taken: list[str] = []
         if result["boilerplate_on"]:
-            # a site-wide block that changed on many pages this run is noise, not a docs sprint
+            # site-wide furniture that changed on many pages this run is noise, not a docs sprint
             taken = await self.store.take_back_boilerplate_changes(run, run.site)
             if taken:
                 stats = self.crawler.stats
@@ -538,7 +538,7 @@ class Reconciler:
         result["taken_back"] = len(taken)
         if result["boilerplate_on"] or result["boilerplate_off"]:
             logger.info(
-                "boilerplate of %(site)s: %(on)d blocks now ignored, %(off)d back in; %(n)d pages re-hashed",
+                "boilerplate of %(site)s: %(on)d block pairs learned, %(off)d dropped; %(n)d pages re-hashed",
                 {
                     "site": run.site,
                     "on": result["boilerplate_on"],

@@ -19,6 +19,7 @@ from recrawler.fingerprint import (
     is_pure_deletion,
     pack_blocks,
     unpack_blocks,
+    without_furniture,
 )
 from recrawler.items import Page, PageStatus
 from recrawler.learning import fingerprint, noise_for
@@ -139,11 +140,15 @@ def decide(
         # stored before per-block hashing: the same cleaned text is the same page
         return Verdict(status=PageStatus.UNCHANGED, how=BY_HASH)
     if old is not None and rec.noise_key != noise.key:
-        old_kept = [b for b in unpack_blocks(old.blocks) if b not in noise.boilerplate]
+        old_blocks = without_furniture(unpack_blocks(old.blocks), noise.boilerplate)
+        new_blocks = without_furniture(fp.blocks, noise.boilerplate)
         # the noise model changed since (a region learned): blocks went, nothing came in, and they
         # went in no more places than the learned regions cut from this very page (a paragraph
         # deleted elsewhere is still a change)
-        if is_pure_deletion(old_kept, fp.kept) and deleted_runs(old_kept, fp.kept) <= page.region_hits:
+        if (
+            is_pure_deletion(old_blocks, new_blocks)
+            and deleted_runs(old_blocks, new_blocks) <= page.region_hits
+        ):
             return Verdict(status=PageStatus.UNCHANGED, how=REBASELINED)
     distance = None
     if fp.fuzzy_hash and rec.fuzzy_hash:
@@ -227,9 +232,10 @@ def _threshold(value: Any, setting: str) -> int | None:
 
 class ClassifyPipeline:
     """Classifies each Page against its stored state, with site noise taken out first: volatile
-    tokens normalised, learned volatile regions dropped, site boilerplate blocks left out of the
-    hash; optionally a TLSH match (with the critical-token guard) counts as unchanged. Changes go
-    to the page's append-only history with the fields that changed and a capped diff.
+    tokens normalised, learned volatile regions dropped, the site's furniture (blocks chained to a
+    page edge by boilerplate block pairs) left out of the hash; optionally a TLSH match (with the
+    critical-token guard) counts as unchanged. Changes go to the page's append-only history with
+    the fields that changed and a capped diff.
 
     A page's state is written only once it is classified (by IndexPipeline, when enabled, with its
     chunks); a failed write leaves the old state, so the page is checked again next run. Error

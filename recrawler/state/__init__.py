@@ -402,13 +402,13 @@ class StateStore(Protocol):
     ) -> int:
         """Learn volatile regions for a site; returns how many are new."""
 
-    async def load_boilerplate(self, site: str) -> frozenset[int]:
-        """The site's boilerplate block hashes."""
+    async def load_boilerplate(self, site: str) -> frozenset[tuple[int, int]]:
+        """The site's boilerplate block pairs: (previous block, block), a page edge as ``EDGE``."""
 
     async def update_boilerplate(
         self, site: str, *, enter_share: float, exit_share: float, min_pages: int
     ) -> dict[str, int]:
-        """Re-decide a site's boilerplate blocks and re-hash the pages they move."""
+        """Re-decide a site's boilerplate block pairs and re-hash the pages they move."""
 
     async def take_back_boilerplate_changes(self, run: Run, site: str) -> list[str]:
         """Call unchanged the pages whose only change this run is now boilerplate."""

@@ -21,7 +21,7 @@ from urllib.parse import unquote, urlsplit
 
 from recrawler.events import EventSink, sink_from_uri
 from recrawler.exceptions import RunRefused, SchemaVersionError, StateStoreError, StateStoreUnavailable
-from recrawler.fingerprint import fuzzy_distance, page_hash, unpack_blocks
+from recrawler.fingerprint import EDGE, block_pairs, fuzzy_distance, kept_blocks, page_hash, unpack_blocks
 from recrawler.schedule import Revisit, audit_count
 from recrawler.state import (
     GONE,
@@ -239,7 +239,7 @@ class SQLiteStateStore:
         self._pending = 0
         self._txn_since = 0.0
         self._timer: asyncio.TimerHandle | None = None
-        self._flipped_off: dict[str, set[int]] = {}
+        self._flipped_off: dict[str, set[tuple[int, int]]] = {}
         self._background: set[asyncio.Future[None]] = set()
 
     @classmethod
@@ -394,6 +394,50 @@ class SQLiteStateStore:
                 conn.execute("ROLLBACK TO migrate" if self.dry_run else "ROLLBACK")
                 raise
             logger.info("state database %(path)s migrated to schema %(v)d", {"path": self.path, "v": number})
+        self._fill_block_pairs(conn)
+
+    def _fill_block_pairs(self, conn: sqlite3.Connection) -> None:
+        """Count the block pairs of a database from before schema 6 from its stored blocks, once.
+
+        Until the next run ends and re-decides them, a pair of two boilerplate blocks (a page edge
+        counts as one) is a boilerplate pair; every page is re-hashed under those pairs, so the
+        next run compares like with like (no false "changed"). One transaction: a crash leaves
+        ``site_pairs`` empty and the next open counts again.
+        """
+        if conn.execute("SELECT EXISTS (SELECT 1 FROM site_pairs)").fetchone()[0]:
+            return
+        stored = conn.execute("SELECT EXISTS (SELECT 1 FROM page_fields WHERE blocks != x'')").fetchone()[0]
+        if not stored:
+            return
+        conn.execute("SAVEPOINT migrate" if self.dry_run else "BEGIN IMMEDIATE")
+        try:
+            pages = 0
+            for site, blob in conn.execute(
+                "SELECT p.site, f.blocks FROM page_fields f JOIN pages p ON p.key = f.key"
+            ):
+                _count_pairs(conn, site, block_pairs(unpack_blocks(blob)), 1)
+                pages += 1
+            sites = [
+                r[0] for r in conn.execute("SELECT DISTINCT site FROM site_blocks WHERE boilerplate = 1")
+            ]
+            for site in sites:
+                conn.execute(
+                    """UPDATE site_pairs SET boilerplate = 1 WHERE site = :site
+                         AND (prev = :edge OR prev IN
+                              (SELECT block FROM site_blocks WHERE site = :site AND boilerplate = 1))
+                         AND (block = :edge OR block IN
+                              (SELECT block FROM site_blocks WHERE site = :site AND boilerplate = 1))""",
+                    {"site": site, "edge": EDGE},
+                )
+                _rehash(conn, site)
+            conn.execute("RELEASE migrate" if self.dry_run else "COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK TO migrate" if self.dry_run else "ROLLBACK")
+            raise
+        logger.info(
+            "state database %(path)s: block pairs counted from %(n)d stored pages",
+            {"path": self.path, "n": pages},
+        )
 
     def _begin(self) -> None:
         conn = self.conn
@@ -810,8 +854,9 @@ class SQLiteStateStore:
     @staticmethod
     def _write_fields(conn: sqlite3.Connection, key: str, site: str, fields: FieldsRow) -> None:
         row = conn.execute("SELECT blocks FROM page_fields WHERE key = ?", (key,)).fetchone()
-        old = set(unpack_blocks(row[0])) if row is not None else set()
-        new = set(unpack_blocks(fields.blocks))
+        old_blocks = unpack_blocks(row[0]) if row is not None else []
+        new_blocks = unpack_blocks(fields.blocks)
+        old, new = set(old_blocks), set(new_blocks)
         # the site's block statistics follow the page's block set, in the page's transaction
         conn.executemany(
             "UPDATE site_blocks SET pages = MAX(pages - 1, 0) WHERE site = ? AND block = ?",
@@ -822,6 +867,9 @@ class SQLiteStateStore:
                ON CONFLICT (site, block) DO UPDATE SET pages = pages + 1""",
             [(site, b, fields.samples.get(b, "")[:200]) for b in new - old],
         )
+        old_pairs, new_pairs = block_pairs(old_blocks), block_pairs(new_blocks)
+        _count_pairs(conn, site, old_pairs - new_pairs, -1)
+        _count_pairs(conn, site, new_pairs - old_pairs, 1)
         conn.execute(
             """INSERT INTO page_fields (key, title, headings, code, links, text, blocks)
                VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -1180,10 +1228,12 @@ class SQLiteStateStore:
                JOIN page_fields f ON f.key = p.key WHERE m.run_id = ? AND p.status IN (?, ?)""",
             (run.id, GONE, MOVED),
         ).fetchall():
+            blocks = unpack_blocks(blob)
             conn.executemany(
                 "UPDATE site_blocks SET pages = MAX(pages - 1, 0) WHERE site = ? AND block = ?",
-                [(site, b) for b in set(unpack_blocks(blob))],
+                [(site, b) for b in set(blocks)],
             )
+            _count_pairs(conn, site, block_pairs(blocks), -1)
             conn.execute("DELETE FROM page_fields WHERE key = ?", (key,))
         conn.execute("DELETE FROM run_misses WHERE run_id = ?", (run.id,))
         return ReconcileResult(applied=True, quarantined=quarantined, gone=gone, moved=len(moved_rows))
@@ -1309,28 +1359,25 @@ class SQLiteStateStore:
 
         return await self._call(self._guard, work)
 
-    async def load_boilerplate(self, site: str) -> frozenset[int]:
-        """The site's boilerplate block hashes."""
+    async def load_boilerplate(self, site: str) -> frozenset[tuple[int, int]]:
+        """The site's boilerplate block pairs."""
 
-        def work() -> frozenset[int]:
-            return frozenset(
-                r[0]
-                for r in self.conn.execute(
-                    "SELECT block FROM site_blocks WHERE site = ? AND boilerplate = 1", (site,)
-                )
-            )
+        def work() -> frozenset[tuple[int, int]]:
+            return frozenset(_boilerplate_pairs(self.conn, site))
 
         return await self._call(self._guard, work)
 
     async def update_boilerplate(
         self, site: str, *, enter_share: float, exit_share: float, min_pages: int
     ) -> dict[str, int]:
-        """Re-decide the site's boilerplate blocks (with hysteresis) and re-hash affected pages.
+        """Re-decide the site's boilerplate block pairs (with hysteresis) and re-hash affected pages.
 
-        A block becomes boilerplate when it is on at least *enter_share* of the site's live pages
-        and stops being one below *exit_share*; sites with fewer than *min_pages* pages have none.
-        Pages whose hash moves because of a flip are re-hashed from their stored blocks, so the
-        next run compares like with like (no false "changed").
+        A pair of adjacent blocks (a page's start and end count as blocks) becomes boilerplate when
+        it is on at least *enter_share* of the site's live pages and stops being one below
+        *exit_share*; sites with fewer than *min_pages* pages have none. What a page's hash keeps
+        under those pairs is :func:`~recrawler.fingerprint.kept_blocks`. Pages whose hash moves
+        because of a flip are re-hashed from their stored blocks, so the next run compares like
+        with like (no false "changed").
         """
 
         def work() -> dict[str, int]:
@@ -1340,52 +1387,33 @@ class SQLiteStateStore:
             live = conn.execute(
                 "SELECT COUNT(*) FROM pages WHERE site = ? AND status = ?", (site, LIVE)
             ).fetchone()[0]
-            # blocks that stop being boilerplate this run (kept for taking back changes below)
+            # pairs that stop being boilerplate this run (kept for taking back changes below)
             self._flipped_off[site] = {
-                r[0]
+                (r[0], r[1])
                 for r in conn.execute(
-                    "SELECT block FROM site_blocks WHERE site = ? AND boilerplate = 1 AND pages < ? * ?",
+                    "SELECT prev, block FROM site_pairs WHERE site = ? AND boilerplate = 1 AND pages < ? * ?",
                     (site, exit_share if live >= min_pages else 2.0, max(live, 1)),
                 )
             }
             if live < min_pages:
                 on = 0
                 off = conn.execute(
-                    "UPDATE site_blocks SET boilerplate = 0 WHERE site = ? AND boilerplate = 1", (site,)
+                    "UPDATE site_pairs SET boilerplate = 0 WHERE site = ? AND boilerplate = 1", (site,)
                 ).rowcount
             else:
                 on = conn.execute(
-                    "UPDATE site_blocks SET boilerplate = 1 WHERE site = ? AND boilerplate = 0 "
+                    "UPDATE site_pairs SET boilerplate = 1 WHERE site = ? AND boilerplate = 0 "
                     "AND pages >= ? * ?",
                     (site, enter_share, live),
                 ).rowcount
                 off = conn.execute(
-                    "UPDATE site_blocks SET boilerplate = 0 WHERE site = ? AND boilerplate = 1 "
+                    "UPDATE site_pairs SET boilerplate = 0 WHERE site = ? AND boilerplate = 1 "
                     "AND pages < ? * ?",
                     (site, exit_share, live),
                 ).rowcount
+            conn.execute("DELETE FROM site_pairs WHERE site = ? AND pages <= 0", (site,))
             conn.execute("DELETE FROM site_blocks WHERE site = ? AND pages <= 0", (site,))
-            rehashed = 0
-            if on or off:
-                boiler = {
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT block FROM site_blocks WHERE site = ? AND boilerplate = 1", (site,)
-                    )
-                }
-                cur = conn.execute(
-                    """SELECT p.key, p.content_hash, f.blocks FROM pages p
-                       JOIN page_fields f ON f.key = p.key
-                       WHERE p.site = ? AND p.noise_key IS NOT NULL""",
-                    (site,),
-                )
-                updates = []
-                for key, old_hash, blob in cur:
-                    new_hash = page_hash([b for b in unpack_blocks(blob) if b not in boiler])
-                    if new_hash != old_hash:
-                        updates.append((new_hash, key))
-                conn.executemany("UPDATE pages SET content_hash = ? WHERE key = ?", updates)
-                rehashed = len(updates)
+            rehashed = _rehash(conn, site) if on or off else 0
             self._commit()
             return {"boilerplate_on": on, "boilerplate_off": off, "rehashed": rehashed}
 
@@ -1402,13 +1430,8 @@ class SQLiteStateStore:
             conn = self.conn
             self._commit()
             self._begin()
-            # a block that was boilerplate when the run started still counts as noise here
-            boiler = self._flipped_off.get(site, set()) | {
-                r[0]
-                for r in conn.execute(
-                    "SELECT block FROM site_blocks WHERE site = ? AND boilerplate = 1", (site,)
-                )
-            }
+            # a pair that was boilerplate when the run started still counts as noise here
+            boiler = self._flipped_off.get(site, set()) | _boilerplate_pairs(conn, site)
             rows = conn.execute(
                 """SELECT c.id, c.key, c.old_blocks, f.blocks FROM page_changes c
                    JOIN page_fields f ON f.key = c.key JOIN pages p ON p.key = c.key
@@ -1418,8 +1441,8 @@ class SQLiteStateStore:
             ).fetchall()
             taken: list[str] = []
             for change_id, key, old_blob, new_blob in rows:
-                old = [b for b in unpack_blocks(old_blob) if b not in boiler]
-                new = [b for b in unpack_blocks(new_blob) if b not in boiler]
+                old = kept_blocks(unpack_blocks(old_blob), boiler)
+                new = kept_blocks(unpack_blocks(new_blob), boiler)
                 if old != new:
                     continue
                 taken.append(key)
@@ -2078,6 +2101,55 @@ class SQLiteStateStore:
             conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
             is not None
         )
+
+
+def _count_pairs(conn: sqlite3.Connection, site: str, pairs: set[tuple[int, int]], delta: int) -> None:
+    """Add *delta* (1 or -1) to the page counts of a site's block pairs."""
+    if delta > 0:
+        conn.executemany(
+            """INSERT INTO site_pairs (site, prev, block, pages) VALUES (?, ?, ?, 1)
+               ON CONFLICT (site, prev, block) DO UPDATE SET pages = pages + 1""",
+            [(site, prev, block) for prev, block in pairs],
+        )
+    else:
+        conn.executemany(
+            "UPDATE site_pairs SET pages = MAX(pages - 1, 0) WHERE site = ? AND prev = ? AND block = ?",
+            [(site, prev, block) for prev, block in pairs],
+        )
+
+
+def _boilerplate_pairs(conn: sqlite3.Connection, site: str) -> set[tuple[int, int]]:
+    return {
+        (r[0], r[1])
+        for r in conn.execute(
+            "SELECT prev, block FROM site_pairs WHERE site = ? AND boilerplate = 1", (site,)
+        )
+    }
+
+
+def _rehash(conn: sqlite3.Connection, site: str) -> int:
+    """Re-hash the site's pages from their stored blocks under its boilerplate pairs, and mark the
+    blocks of those pairs in ``site_blocks`` (what ``recrawler noise`` lists); returns how many
+    page hashes moved."""
+    boiler = _boilerplate_pairs(conn, site)
+    conn.execute("UPDATE site_blocks SET boilerplate = 0 WHERE site = ? AND boilerplate = 1", (site,))
+    conn.executemany(
+        "UPDATE site_blocks SET boilerplate = 1 WHERE site = ? AND block = ?",
+        [(site, b) for b in {b for pair in boiler for b in pair} - {EDGE}],
+    )
+    cur = conn.execute(
+        """SELECT p.key, p.content_hash, f.blocks FROM pages p
+           JOIN page_fields f ON f.key = p.key
+           WHERE p.site = ? AND p.noise_key IS NOT NULL""",
+        (site,),
+    )
+    updates = []
+    for key, old_hash, blob in cur:
+        new_hash = page_hash(kept_blocks(unpack_blocks(blob), boiler))
+        if new_hash != old_hash:
+            updates.append((new_hash, key))
+    conn.executemany("UPDATE pages SET content_hash = ? WHERE key = ?", updates)
+    return len(updates)
 
 
 def _split_sql(sql: str) -> list[str]:
