@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from scrapy.settings import Settings
 from scrapy.utils.project import get_project_settings
@@ -61,6 +61,9 @@ class _TerminalOut:
 
     def flush(self) -> None:
         self._out.flush()
+
+
+_T = TypeVar("_T")
 
 
 def _settings() -> Settings:
@@ -358,6 +361,34 @@ def cmd_chunks(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
+    """Verify the database's invariants; ``--repair`` mends what drifted (exit 1: problems found)."""
+    settings = _project_settings()
+    key_maker = KeyMaker(
+        settings.getlist("RECRAWLER_URL_DROP_PARAMS"), settings.getlist("RECRAWLER_URL_KEEP_PARAMS")
+    )
+    store = _store(args)
+    findings = store.check_sync(key_maker)  # type: ignore[attr-defined]  # SQLite's own reader
+    for f in findings:
+        if args.json:
+            out.write(json.dumps({"check": f.check, "key": f.key, "detail": f.detail}) + "\n")
+        else:
+            out.write(f"{f.check:<18} {f.key}  {f.detail}\n")
+    if not findings:
+        if not args.json:
+            out.write("ok: every invariant holds\n")
+        return 0
+    if not args.repair:
+        if not args.json:
+            out.write(f"{len(findings)} problem(s); `recrawler check --repair` mends them\n")
+        return 1
+    repaired: dict[str, int] = asyncio.run(_write(args, lambda s: s.repair(findings)))  # type: ignore[attr-defined]
+    if not args.json:
+        done = ", ".join(f"{k}: {v}" for k, v in sorted(repaired.items())) or "nothing to change"
+        out.write(f"repaired ({done}); the next run fetches and indexes the re-queued pages\n")
+    return 0
+
+
 def cmd_normalize(args: argparse.Namespace, out: TextIO) -> int:
     """Print the page key of each URL."""
     s = _settings()
@@ -483,7 +514,7 @@ def cmd_immutable(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-async def _write(args: argparse.Namespace, work: Callable[[StateStore], Awaitable[int]]) -> int:
+async def _write(args: argparse.Namespace, work: Callable[[StateStore], Awaitable[_T]]) -> _T:
     store = _store(args)
     await store.open()
     try:
@@ -582,6 +613,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spider", help="only this spider's pages")
     p.add_argument("--json", action="store_true", help="one JSON object per page")
     p.set_defaults(func=cmd_immutable)
+
+    p = sub.add_parser("check", help="verify the database's invariants; --repair mends what drifted")
+    with_db(p)
+    p.add_argument("--repair", action="store_true", help="re-queue drifted pages, retire stray chunks")
+    p.add_argument("--json", action="store_true", help="one JSON object per problem")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("normalize", help="print the page key of each URL")
     p.add_argument("urls", nargs="+", metavar="URL")

@@ -130,6 +130,8 @@ class Reconciler:
         self.publish_each_page = publish_each_page
         self.dry_run = dry_run
         self._verify_done = False
+        #: changed pages the boilerplate take-back turned into unchanged ones
+        self._taken_back = 0
         self._heartbeat: asyncio.Task[None] | None = None
         self._lease_lost = False
         #: how the run ended, for ``scrapy crawl``'s exit code (see EXIT_*)
@@ -287,7 +289,7 @@ class Reconciler:
             "skipped_schedule": self._stat("recrawler/page/skipped/schedule"),
             "skipped_lastmod": self._stat("recrawler/page/skipped/lastmod"),
             "skipped_deltafetch": self._stat("recrawler/page/skipped/deltafetch"),
-            "unchanged_by_fuzzy": self._stat(f"recrawler/page/{_UNCHANGED}/fuzzy"),
+            "unchanged_by_fuzzy": self.store.outcomes[f"{_UNCHANGED}/fuzzy"],
             "audited": self._stat("recrawler/audit/checked"),
             "lies": self._stat("recrawler/audit/lies"),
         }
@@ -466,16 +468,31 @@ class Reconciler:
             holds.setdefault(HOLD_SPIKE, "change spike while pages were being published")
         return holds
 
+    def _verdicts(self) -> dict[str, int]:
+        """This run's committed verdicts: a page counts once its write is durable."""
+        o = self.store.outcomes
+        return {
+            "new": o[_NEW],
+            "changed": o[_CHANGED] - self._taken_back,
+            "unchanged": o[_UNCHANGED] + self._taken_back,
+            "unchanged_by_hash": o[f"{_UNCHANGED}/hash"],
+            "unchanged_by_fuzzy": o[f"{_UNCHANGED}/fuzzy"],
+            "restored": o[PageStatus.RESTORED],
+            "moved_in": o[f"{_NEW}/moved_in"],
+            # page writes a failed commit lost (a full disk): errors, never verdicts
+            "write_failed": sum(self.store.lost[s] for s in (_NEW, _CHANGED, _UNCHANGED)),
+        }
+
     def _spike_count(self, run: Run) -> int:
         """New and changed pages that count toward a spike: not those a redirect moved in, and
         not new pages after a run that failed to store them (they are the knowledge base catching up)."""
-        new = self._stat(f"recrawler/page/{_NEW}") - self._stat(f"recrawler/page/{_NEW}/moved_in")
-        if run.backfill:
-            new = 0
-        return max(new, 0) + self._stat(f"recrawler/page/{_CHANGED}")
+        v = self._verdicts()
+        new = 0 if run.backfill else v["new"] - v["moved_in"]
+        return max(new, 0) + v["changed"]
 
     def _checked(self) -> int:
-        return sum(self._stat(f"recrawler/page/{s}") for s in (_NEW, _CHANGED, _UNCHANGED))
+        v = self._verdicts()
+        return v["new"] + v["changed"] + v["unchanged"]
 
     async def _hold(self, run: Run, hold: dict[str, str], report: dict[str, Any]) -> None:
         stats = self.crawler.stats
@@ -529,11 +546,10 @@ class Reconciler:
         if result["boilerplate_on"]:
             # site-wide furniture that changed on many pages this run is noise, not a docs sprint
             taken = await self.store.take_back_boilerplate_changes(run, run.site)
+            self._taken_back += len(taken)
             if taken:
                 stats = self.crawler.stats
                 assert stats is not None
-                stats.inc_value(f"recrawler/page/{_CHANGED}", -len(taken))
-                stats.inc_value(f"recrawler/page/{_UNCHANGED}", len(taken))
                 stats.inc_value(f"recrawler/page/{_UNCHANGED}/boilerplate", len(taken))
         result["taken_back"] = len(taken)
         if result["boilerplate_on"] or result["boilerplate_off"]:
@@ -577,6 +593,11 @@ class Reconciler:
         if hold:
             await self.store.set_run_state(run.id, RUN_HELD)
             info["state"] = RUN_HELD
+            return info
+        if self._state_errors():
+            # a write failed: what did commit is published by the next run, with what it adds
+            await self.store.set_run_state(run.id, RUN_FINISHED)
+            info.update(state="unpublished", reason="state_error: the next run completes and publishes it")
             return info
         if reason != "finished" and not self.publish_each_page:
             await self.store.set_run_state(run.id, RUN_FINISHED)
@@ -623,18 +644,26 @@ class Reconciler:
         stats.set_value(f"recrawler/page/{_GONE}", gone)
         stats.set_value(f"recrawler/page/{PageStatus.QUARANTINED}", quarantined)
         stats.set_value(f"recrawler/page/{PageStatus.MOVED}", moved)
+        verdicts = self._verdicts()
+        # the stats mirror what committed (the pipelines counted pages as they went)
+        for name in ("new", "changed", "unchanged"):
+            if verdicts[name] or stats.get_value(f"recrawler/page/{name}") is not None:
+                stats.set_value(f"recrawler/page/{name}", verdicts[name])
+        if verdicts["write_failed"]:
+            stats.set_value(f"recrawler/page/{_ERROR}/write_failed", verdicts["write_failed"])
         counts = {
-            "new": self._stat(f"recrawler/page/{_NEW}"),
-            "changed": self._stat(f"recrawler/page/{_CHANGED}"),
-            "unchanged": self._stat(f"recrawler/page/{_UNCHANGED}"),
+            "new": verdicts["new"],
+            "changed": verdicts["changed"],
+            "unchanged": verdicts["unchanged"],
             "gone": gone,
             "quarantined": quarantined,
             "moved": moved,
-            "errors": self._stat(f"recrawler/page/{_ERROR}"),
+            "errors": self._stat(f"recrawler/page/{_ERROR}") + verdicts["write_failed"],
+            "write_failed": verdicts["write_failed"],
             "not_modified": self._stat("recrawler/conditional/not_modified"),
             "validators_sent": self._stat("recrawler/conditional/sent"),
-            "unchanged_by_hash": self._stat(f"recrawler/page/{_UNCHANGED}/hash"),
-            "restored": self._stat(f"recrawler/page/{PageStatus.RESTORED}"),
+            "unchanged_by_hash": verdicts["unchanged_by_hash"],
+            "restored": verdicts["restored"],
             "missing_held": result.skipped_misses if result else missing,
             "verified": self._stat("recrawler/reconcile/verified"),
             "refused_urls": self._stat("recrawler/url/refused"),

@@ -99,6 +99,14 @@ async def commit(
     stats = crawler.stats
     assert stats is not None
     page, status = update.page, update.status
+    how = update.how or ("not_modified" if page.http_status == 304 else "hash")
+    outcome = [str(status)]
+    if status == PageStatus.UNCHANGED:
+        outcome.append(f"{status}/{how}")
+    if status == PageStatus.NEW and page.moved_from:
+        outcome.append(f"{status}/moved_in")
+    if update.restored:
+        outcome.append(str(PageStatus.RESTORED))
     try:
         await store.record(
             run,
@@ -109,21 +117,16 @@ async def commit(
             embeddings=embeddings,
             fields=update.fields,
             change=update.change,
+            outcome=outcome,
         )
     except StateStoreError as exc:
         stats.inc_value(f"recrawler/state/error/{type(exc).__name__}")
         logger.error("state write failed for %(url)s: %(exc)s", {"url": page.url, "exc": exc})
         raise DropItem(f"state write failed: {exc}") from exc
     page.status = status
-    stats.inc_value(f"recrawler/page/{status}")
-    if status == PageStatus.NEW and page.moved_from:
-        # a stored page's new address: its old key leaves when the run reconciles
-        stats.inc_value(f"recrawler/page/{status}/moved_in")
-    if status == PageStatus.UNCHANGED:
-        how = update.how or ("not_modified" if page.http_status == 304 else "hash")
-        stats.inc_value(f"recrawler/page/{status}/{how}")
-    if update.restored:
-        stats.inc_value(f"recrawler/page/{PageStatus.RESTORED}")
+    # live monitoring; the run's report counts what committed (the store's outcomes)
+    for label in outcome:
+        stats.inc_value(f"recrawler/page/{label}")
     if chunks is not None:
         stats.inc_value("recrawler/index/upserted")
         stats.inc_value("recrawler/index/chunks", len(chunks))

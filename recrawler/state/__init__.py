@@ -14,6 +14,7 @@ from scrapy.utils.misc import load_object
 from recrawler.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
+    from collections import Counter
     from collections.abc import Callable, Iterator, Sequence
 
     from scrapy.crawler import Crawler
@@ -236,6 +237,9 @@ class StateStore(Protocol):
     """
 
     uri: str
+    #: outcome labels of page writes that committed this session, and of those a failed commit lost
+    outcomes: Counter[str]
+    lost: Counter[str]
 
     async def open(self) -> None:
         """Connect and migrate; idempotent. Raises StateStoreError subclasses."""
@@ -293,9 +297,11 @@ class StateStore(Protocol):
         embeddings: Sequence[tuple[str, str, bytes]] = (),
         fields: FieldsRow | None = None,
         change: ChangeRow | None = None,
+        outcome: Sequence[str] = (),
     ) -> None:
         """Write a page's new state, events, knowledge-base rows, fields and history in one
-        transaction."""
+        transaction; its *outcome* labels count in :attr:`outcomes` once it is durable (in
+        :attr:`lost` when its commit fails)."""
 
     async def record_error(self, run: Run, key: str | None, events: Sequence[Event]) -> None:
         """Note that a page was reached with an error: state untouched, events written."""

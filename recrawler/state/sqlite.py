@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -12,6 +13,7 @@ import sqlite3
 import threading
 import time
 import zlib
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from importlib import resources
@@ -43,6 +45,7 @@ from recrawler.state import (
     ScheduledPage,
     TrustRecord,
 )
+from recrawler.state.sqlite_check import Finding, check, repair
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -238,6 +241,11 @@ class SQLiteStateStore:
         self._open_lock = threading.Lock()
         self._pending = 0
         self._txn_since = 0.0
+        #: outcome labels of the page writes in the open group transaction
+        self._group: list[str] = []
+        #: outcome labels of page writes that committed, and of those a failed commit lost
+        self.outcomes: Counter[str] = Counter()
+        self.lost: Counter[str] = Counter()
         self._timer: asyncio.TimerHandle | None = None
         self._flipped_off: dict[str, set[tuple[int, int]]] = {}
         self._background: set[asyncio.Future[None]] = set()
@@ -462,7 +470,17 @@ class SQLiteStateStore:
             try:
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
+                # the whole group is lost (a full disk): undo it for sure, and count it as lost, so
+                # nothing claims pages that were never stored
+                with contextlib.suppress(sqlite3.Error):
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                self.lost.update(self._group)
+                self._group.clear()
+                self._pending = 0
                 raise StateStoreError(f"commit to {self.path!r} failed: {exc}") from exc
+        self.outcomes.update(self._group)
+        self._group.clear()
         self._pending = 0
         if self.deliver_on_commit:
             self._deliver()
@@ -498,8 +516,9 @@ class SQLiteStateStore:
                 return
             conn.execute("DELETE FROM outbox WHERE id <= ?", (rows[-1]["id"],))
 
-    def _page_txn(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run *work* as one atomic page write inside the group transaction."""
+    def _page_txn(self, work: Callable[[sqlite3.Connection], _T], outcome: Sequence[str] = ()) -> _T:
+        """Run *work* as one atomic page write inside the group transaction; its *outcome* labels
+        count as committed only once the group commits."""
         self._begin()
         conn = self.conn
         conn.execute("SAVEPOINT page")
@@ -514,6 +533,11 @@ class SQLiteStateStore:
             conn.execute("RELEASE page")
             raise
         conn.execute("RELEASE page")
+        if self.dry_run:
+            # nothing is ever committed: count what would have been
+            self.outcomes.update(outcome)
+        else:
+            self._group.extend(outcome)
         self._maybe_commit()
         return result
 
@@ -539,8 +563,8 @@ class SQLiteStateStore:
         if self._conn is not None:
             self._commit()
 
-    async def _page_write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        result = await self._call(self._page_txn, work)
+    async def _page_write(self, work: Callable[[sqlite3.Connection], _T], outcome: Sequence[str] = ()) -> _T:
+        result = await self._call(self._page_txn, work, outcome)
         if self._timer is None and self._conn is not None and self._conn.in_transaction:
             # bound the wait of the group's last page: commit within commit_secs even if no
             # further write comes to trigger it
@@ -786,11 +810,14 @@ class SQLiteStateStore:
         embeddings: Sequence[tuple[str, str, bytes]] = (),
         fields: FieldsRow | None = None,
         change: ChangeRow | None = None,
+        outcome: Sequence[str] = (),
     ) -> None:
         """Upsert the page's new state, its events and its knowledge-base rows atomically.
 
         ``fields`` replaces the page's field-level record (and updates the site's block counts);
-        ``change`` appends to the page's history.
+        ``change`` appends to the page's history. ``outcome`` labels (``new``, ``changed``, ...)
+        are counted in :attr:`outcomes` once the write commits, or in :attr:`lost` if its group
+        commit fails.
 
         ``chunks`` replaces the page's current chunks (old rows retired by this run, new rows
         added by it: search switches when the run publishes); ``restore`` brings back the rows a
@@ -849,7 +876,7 @@ class SQLiteStateStore:
                 self._write_change(conn, run, change)
             self._outbox(conn, events)
 
-        await self._page_write(work)
+        await self._page_write(work, outcome)
 
     @staticmethod
     def _write_fields(conn: sqlite3.Connection, key: str, site: str, fields: FieldsRow) -> None:
@@ -2001,6 +2028,27 @@ class SQLiteStateStore:
             ).rowcount
             self._commit()
             return int(n)
+
+        return await self._call(self._guard, work)
+
+    # --- the database's invariants (recrawler check) -------------------------------------------
+
+    def check_sync(self, key_maker: Callable[[str], str]) -> list[Finding]:
+        """Every broken invariant of the database, read-only (see ``recrawler.state.sqlite_check``)."""
+        conn = self._reader()
+        try:
+            return check(conn, key_maker)
+        except sqlite3.Error as exc:
+            raise StateStoreError(f"state database {self.path!r}: {exc}") from exc
+        finally:
+            conn.close()
+
+    async def repair(self, findings: Sequence[Finding]) -> dict[str, int]:
+        """Mend what :meth:`check_sync` found, in one transaction (re-queue, retire, abort)."""
+
+        def work() -> dict[str, int]:
+            self._commit()
+            return repair(self.conn, list(findings), at=_ts(datetime.now(UTC)) or "")
 
         return await self._call(self._guard, work)
 

@@ -1,0 +1,254 @@
+"""``recrawler check``: the invariants of a SQLite state database, verified in SQL, and their repair."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from recrawler.index.sqlite import VISIBLE
+from recrawler.urls import UrlPolicy
+
+if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Callable, Iterator
+
+__all__ = ["CHECKS", "Finding", "check", "repair"]
+
+_PUBLISHED = "SELECT COALESCE(MAX(id), 0) FROM runs WHERE state = 'published'"
+# the current chunk rows of a page: what its stored state says the bot should read
+_CURRENT = "SELECT COUNT(*) FROM chunks c WHERE c.key = p.key AND c.retired_run IS NULL"
+
+#: what each check verifies, and what ``--repair`` does about it
+CHECKS = {
+    "chunk_count": "a live page's chunk count disagrees with its current chunk rows (repair: recount)",
+    "missing_chunks": "a live, indexed page has no current chunks (repair: fetched and indexed next run)",
+    "stray_chunks": "current chunk rows of a page that is not live, or of no page (repair: retired)",
+    "visible_duplicates": "the bot sees two versions of one chunk (repair: older versions retired)",
+    "visible_not_live": "the bot sees chunks of a page that is not live (repair: retired)",
+    "visible_mixed": "the bot sees chunks of two versions of one page (repair: the older retired, "
+    "the page fetched and indexed again next run)",
+    "refused_url": "a stored page whose URL is not http(s) without credentials (repair: marked gone)",
+    "duplicate_key": "two stored pages are one page under the current URL rules (repair: the one "
+    "stored under the other key is marked gone)",
+    "moved_dangling": "a moved page whose new address is not live (repair: checked again next run)",
+    "stale_run": "a run left running with no live lease (repair: marked aborted)",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding:
+    """One broken invariant: which check, the page key (or run id), and what is wrong."""
+
+    check: str
+    key: str
+    detail: str
+
+
+def _rows(
+    conn: sqlite3.Connection, sql: str, params: dict[str, object] | None = None
+) -> Iterator[tuple[str, str]]:
+    for row in conn.execute(sql, params or {}):
+        yield str(row[0]), str(row[1])
+
+
+def check(conn: sqlite3.Connection, key_maker: Callable[[str], str], *, limit: int = 1000) -> list[Finding]:
+    """Every broken invariant of the database (at most *limit* per check); empty: it is sound."""
+    found: list[Finding] = []
+
+    def add(name: str, rows: Iterator[tuple[str, str]]) -> None:
+        for n, (key, detail) in enumerate(rows):
+            if n >= limit:
+                break
+            found.append(Finding(check=name, key=key, detail=detail))
+
+    p = {"p": conn.execute(_PUBLISHED).fetchone()[0]}
+    add(
+        "chunk_count",
+        _rows(
+            conn,
+            f"""SELECT key, 'pages.chunks ' || chunks || ', current rows ' || n FROM (
+                  SELECT p.key, p.chunks, ({_CURRENT}) AS n FROM pages p WHERE p.status = 'live')
+                WHERE chunks != n""",
+        ),
+    )
+    add(
+        "missing_chunks",
+        _rows(
+            conn,
+            f"""SELECT p.key, 'no current chunks' FROM pages p
+                WHERE p.status = 'live' AND p.content_hash IS NOT NULL AND ({_CURRENT}) = 0
+                  AND EXISTS (SELECT 1 FROM chunks)""",
+        ),
+    )
+    add(
+        "stray_chunks",
+        _rows(
+            conn,
+            """SELECT c.key, COUNT(*) || ' current rows, page ' || COALESCE(p.status, 'missing')
+               FROM chunks c LEFT JOIN pages p ON p.key = c.key
+               WHERE c.retired_run IS NULL AND (p.key IS NULL OR p.status != 'live')
+               GROUP BY c.key""",
+        ),
+    )
+    add(
+        "visible_duplicates",
+        _rows(
+            conn,
+            f"""SELECT c.key, 'chunk ' || c.chunk_index || ' visible ' || COUNT(*) || ' times'
+                FROM chunks c WHERE {VISIBLE} GROUP BY c.key, c.chunk_index HAVING COUNT(*) > 1""",
+            p,
+        ),
+    )
+    add(
+        "visible_not_live",
+        _rows(
+            conn,
+            f"""SELECT c.key, COUNT(*) || ' visible chunks, page ' || COALESCE(p.status, 'missing')
+                FROM chunks c LEFT JOIN pages p ON p.key = c.key
+                WHERE {VISIBLE} AND (p.key IS NULL OR p.status != 'live') GROUP BY c.key""",
+            p,
+        ),
+    )
+    add(
+        "visible_mixed",
+        _rows(
+            conn,
+            f"""SELECT c.key, 'the bot sees chunks of ' || COUNT(DISTINCT c.added_run) || ' versions'
+                FROM chunks c WHERE {VISIBLE} GROUP BY c.key HAVING COUNT(DISTINCT c.added_run) > 1""",
+            p,
+        ),
+    )
+    policy = UrlPolicy(any_host=True)
+    refused = (
+        (key, f"{reason}: {url[:120]}")
+        for key, url in conn.execute("SELECT key, url FROM pages WHERE status != 'gone'")
+        if (reason := policy.refusal(url)) is not None
+    )
+    add("refused_url", refused)
+    add("duplicate_key", _duplicate_keys(conn, key_maker))
+    add(
+        "moved_dangling",
+        _rows(
+            conn,
+            """SELECT p.key,
+                 'moved to ' || COALESCE(p.moved_to, '?') || ' (' || COALESCE(t.status, 'unknown') || ')'
+               FROM pages p LEFT JOIN pages t ON t.key = p.moved_to
+               WHERE p.status = 'moved' AND (t.key IS NULL OR t.status != 'live')""",
+        ),
+    )
+    add(
+        "stale_run",
+        _rows(
+            conn,
+            """SELECT r.id, 'run of ' || COALESCE(r.site, r.spider) || ' started ' || r.started_at
+               FROM runs r WHERE r.state = 'running' AND NOT EXISTS (
+                 SELECT 1 FROM leases l WHERE l.run_id = r.id)""",
+        ),
+    )
+    return found
+
+
+def _duplicate_keys(conn: sqlite3.Connection, key_maker: Callable[[str], str]) -> Iterator[tuple[str, str]]:
+    """Stored pages whose URLs are one page under the current key rules (a set operation in SQL:
+    the keys are recomputed into a temporary table, batch by batch)."""
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS check_keys (key TEXT PRIMARY KEY, computed TEXT)")
+    conn.execute("DELETE FROM check_keys")
+    cur = conn.execute("SELECT key, url FROM pages WHERE status IN ('live', 'quarantined')")
+    while batch := cur.fetchmany(5000):
+        rows = []
+        for key, url in batch:
+            try:
+                rows.append((key, key_maker(url)))
+            except ValueError:
+                continue
+        conn.executemany("INSERT OR REPLACE INTO check_keys VALUES (?, ?)", rows)
+    try:
+        yield from _rows(
+            conn,
+            """SELECT k.key, 'one page with ' || (SELECT GROUP_CONCAT(o.key, ', ') FROM check_keys o
+                                                  WHERE o.computed = k.computed AND o.key != k.key)
+               FROM check_keys k WHERE k.key != k.computed AND k.computed IN (
+                 SELECT computed FROM check_keys GROUP BY computed HAVING COUNT(*) > 1)""",
+        )
+    finally:
+        conn.execute("DROP TABLE IF EXISTS check_keys")
+
+
+def repair(conn: sqlite3.Connection, findings: list[Finding], *, at: str) -> dict[str, int]:
+    """Mend what *findings* report, in one transaction; returns how many rows each check touched.
+
+    Nothing is deleted: pages are re-queued (their next run fetches and indexes them again), chunk
+    rows the bot must not see are retired by the last published run, runs left running are
+    marked aborted.
+    """
+    done: dict[str, int] = {}
+    keys: dict[str, list[str]] = {}
+    for f in findings:
+        keys.setdefault(f.check, []).append(f.key)
+    published = conn.execute(_PUBLISHED).fetchone()[0]
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+
+        def requeue(name: str) -> None:
+            # the next run fetches the page in full (no validators, no hash to compare) and indexes it
+            done[name] = conn.executemany(
+                """UPDATE pages SET content_hash = NULL, fuzzy_hash = NULL, etag = NULL,
+                     last_modified = NULL, noise_key = NULL, next_check_at = NULL WHERE key = ?""",
+                [(k,) for k in keys.get(name, ())],
+            ).rowcount
+
+        def retire(name: str, where: str) -> None:
+            done[name] = conn.executemany(
+                f"UPDATE chunks SET retired_run = ?, retired_why = 2 WHERE key = ? AND {where}",
+                [(published, k) for k in keys.get(name, ())],
+            ).rowcount
+
+        for name in ("missing_chunks", "visible_mixed", "moved_dangling"):
+            requeue(name)
+        if keys.get("moved_dangling"):
+            conn.executemany(
+                "UPDATE pages SET status = 'live', moved_to = NULL WHERE key = ?",
+                [(k,) for k in keys["moved_dangling"]],
+            )
+        visible = VISIBLE.replace(":p", str(int(published)))
+        retire("stray_chunks", "retired_run IS NULL")
+        retire(
+            "visible_not_live", f"id IN (SELECT c.id FROM chunks c WHERE c.key = chunks.key AND {visible})"
+        )
+        # of two visible versions of a page, the newest stays
+        done["visible_duplicates"] = conn.executemany(
+            f"""UPDATE chunks SET retired_run = ?, retired_why = 0
+                WHERE key = ? AND id IN (
+                  SELECT c.id FROM chunks c WHERE c.key = chunks.key AND {visible}
+                    AND c.added_run < (SELECT MAX(d.added_run) FROM chunks d
+                                       WHERE d.key = c.key AND {visible.replace("c.", "d.")}))""",
+            [(published, k) for k in {*keys.get("visible_duplicates", ()), *keys.get("visible_mixed", ())}],
+        ).rowcount
+        for name in ("refused_url", "duplicate_key"):
+            done[name] = conn.executemany(
+                "UPDATE pages SET status = 'gone', last_checked = ? WHERE key = ?",
+                [(at, k) for k in keys.get(name, ())],
+            ).rowcount
+            conn.executemany(
+                "UPDATE chunks SET retired_run = ?, retired_why = 2 WHERE key = ? AND retired_run IS NULL",
+                [(published, k) for k in keys.get(name, ())],
+            )
+        done["stale_run"] = conn.executemany(
+            "UPDATE runs SET state = 'aborted', finish_reason = COALESCE(finish_reason, 'aborted') "
+            "WHERE id = ?",
+            [(int(k),) for k in keys.get("stale_run", ())],
+        ).rowcount
+        conn.executemany(
+            "DELETE FROM run_misses WHERE run_id = ?", [(int(k),) for k in keys.get("stale_run", ())]
+        )
+        # last: every live page's count follows its current rows again
+        done["chunk_count"] = conn.execute(
+            f"""UPDATE pages SET chunks = (SELECT COUNT(*) FROM chunks c
+                                           WHERE c.key = pages.key AND c.retired_run IS NULL)
+                WHERE status = 'live' AND chunks != ({_CURRENT.replace("p.key", "pages.key")})"""
+        ).rowcount
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return {k: v for k, v in done.items() if v}
