@@ -16,6 +16,7 @@ from recrawler.extensions.reconcile import Reconciler
 from recrawler.meta import spider_opted_in
 from recrawler.pipelines.classify import ClassifyPipeline
 from recrawler.pipelines.index import IndexPipeline
+from recrawler.runtime import Runtime
 from recrawler.spidermiddlewares.deltafetch import DeltaFetchMiddleware
 from recrawler.spidermiddlewares.listing import ListingMiddleware
 from recrawler.spidermiddlewares.schedule import ScheduleMiddleware
@@ -106,7 +107,9 @@ class RecrawlerAddon:
         # the page (state, chunks, events) last, in one transaction.
         settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", ClassifyPipeline, 700)
         settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", IndexPipeline, 800)
-        # Extension order is irrelevant: it works from signals only.
+        # Extension order is irrelevant: both work from signals only. The Runtime owns the crawl's
+        # state; every other component finds it with crawler.get_extension(Runtime).
+        settings.setdefault_in_component_priority_dict("EXTENSIONS", Runtime, 0)
         settings.setdefault_in_component_priority_dict("EXTENSIONS", Reconciler, 0)
         # 535: above ConditionalRequestMiddleware (540), so the validators it attaches are on the
         # request and its 304 accounting is done when an audited 304 is turned into a refetch.

@@ -6,17 +6,14 @@ import asyncio
 import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary
 
 from recrawler.exceptions import ConfigurationError, StateStoreError
-from recrawler.schedule import parse_audit_sample
-from recrawler.state import TRUST_SIGNALS, run_for, store_for, utcnow
+from recrawler.state import TRUST_SIGNALS, utcnow
 from recrawler.urls import key_host
 
 if TYPE_CHECKING:
-    from scrapy.crawler import Crawler
-
-    from recrawler.state import PageRecord, StateStore
+    from recrawler.runtime import RunCounters
+    from recrawler.state import PageRecord, Run, StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -25,18 +22,20 @@ _REPORT_LIMIT = 100
 
 
 class Auditor:
-    """One per crawler: draws the run's audit sample, holds each host's trust, records lies.
+    """One per crawl (the Runtime owns it): draws the audit sample, holds hosts' trust, records lies.
 
     Settings: ``RECRAWLER_AUDIT_SAMPLE``, ``RECRAWLER_AUDIT_DISTRUST_AFTER``.
     Stats: ``recrawler/audit/sampled``, ``recrawler/audit/lies``, ``recrawler/audit/lies/<signal>``,
     ``recrawler/audit/distrusted``.
     """
 
-    def __init__(self, crawler: Crawler, store: StateStore, *, sample: float, distrust_after: int) -> None:
+    def __init__(
+        self, store: StateStore, counters: RunCounters, *, sample: float, distrust_after: int
+    ) -> None:
         if distrust_after < 1:
             raise ConfigurationError(f"RECRAWLER_AUDIT_DISTRUST_AFTER: bad value {distrust_after!r}")
-        self.crawler = crawler
         self.store = store
+        self.counters = counters
         self.sample = sample
         self.distrust_after = distrust_after
         self.sample_keys: set[str] = set()
@@ -47,29 +46,16 @@ class Auditor:
         self.distrusted: list[dict[str, str]] = []
         self._ready: asyncio.Future[None] | None = None
 
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Auditor:
-        """Read ``RECRAWLER_AUDIT_*``."""
-        s = crawler.settings
-        return cls(
-            crawler,
-            store_for(crawler),
-            sample=parse_audit_sample(s.get("RECRAWLER_AUDIT_SAMPLE")),
-            distrust_after=s.getint("RECRAWLER_AUDIT_DISTRUST_AFTER"),
-        )
-
     def _inc(self, name: str, count: int = 1) -> None:
-        if self.crawler.stats is not None:
-            self.crawler.stats.inc_value(name, count)
+        self.counters.inc(name, count)
 
-    async def ready(self) -> None:
+    async def ready(self, run: Run) -> None:
         """Load trust and draw the sample, once per run (every caller awaits the same work)."""
         if self._ready is None:
-            self._ready = asyncio.ensure_future(self._load())
+            self._ready = asyncio.ensure_future(self._load(run))
         await asyncio.shield(self._ready)
 
-    async def _load(self) -> None:
-        run = await run_for(self.crawler)
+    async def _load(self, run: Run) -> None:
         try:
             self.off = {(r.host, r.signal) for r in await self.store.trust() if not r.trusted}
             self.sample_keys = set(await self.store.audit_sample(run, self.sample))
@@ -90,6 +76,17 @@ class Auditor:
     def trusted(self, host: str, signal: str) -> bool:
         """False when *signal* was caught lying on *host* and is switched off."""
         return (host, signal) not in self.off
+
+    def trusted_validators(self, rec: PageRecord) -> PageRecord:
+        """*rec* without the validators its host's trust switched off (they are not sent)."""
+        if not self.off:
+            return rec
+        host = key_host(rec.key)
+        etag = rec.etag if self.trusted(host, "etag") else None
+        last_modified = rec.last_modified if self.trusted(host, "last_modified") else None
+        if (etag, last_modified) == (rec.etag, rec.last_modified):
+            return rec
+        return dataclasses.replace(rec, etag=etag, last_modified=last_modified)
 
     def in_sample(self, key: str) -> bool:
         """True for pages drawn into this run's audit sample."""
@@ -129,12 +126,10 @@ class Auditor:
 
     def report(self) -> dict[str, Any]:
         """The ``audit`` section of the run report."""
-        stats = self.crawler.stats
-        get = stats.get_value if stats is not None else (lambda _k, _d=0: 0)
         return {
             "sample": len(self.sample_keys),
-            "checked": int(get("recrawler/audit/checked", 0) or 0),
-            "refetched": int(get("recrawler/audit/refetched", 0) or 0),
+            "checked": self.counters["recrawler/audit/checked"],
+            "refetched": self.counters["recrawler/audit/refetched"],
             "lies": list(self.lies),
             "distrusted": list(self.distrusted),
             "switched_off": [{"host": h, "signal": s} for h, s in sorted(self.off)],
@@ -148,28 +143,4 @@ _CLAIMS = {
 }
 assert set(_CLAIMS) == set(TRUST_SIGNALS)
 
-_auditors: WeakKeyDictionary[Crawler, Auditor] = WeakKeyDictionary()
-
-
-def auditor_for(crawler: Crawler) -> Auditor:
-    """The crawler's single Auditor, built on first use."""
-    auditor = _auditors.get(crawler)
-    if auditor is None:
-        auditor = _auditors[crawler] = Auditor.from_crawler(crawler)
-    return auditor
-
-
-def trusted_validators(crawler: Crawler | None, rec: PageRecord) -> PageRecord:
-    """*rec* without the validators its host's trust switched off (they are not sent)."""
-    auditor = _auditors.get(crawler) if crawler is not None else None
-    if auditor is None or not auditor.off:
-        return rec
-    host = key_host(rec.key)
-    etag = rec.etag if auditor.trusted(host, "etag") else None
-    last_modified = rec.last_modified if auditor.trusted(host, "last_modified") else None
-    if (etag, last_modified) == (rec.etag, rec.last_modified):
-        return rec
-    return dataclasses.replace(rec, etag=etag, last_modified=last_modified)
-
-
-__all__ = ["Auditor", "auditor_for", "trusted_validators"]
+__all__ = ["Auditor"]

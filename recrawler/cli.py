@@ -22,9 +22,9 @@ from recrawler.embedders import embedder_from_spec
 from recrawler.exceptions import ConfigurationError, RecrawlerError
 from recrawler.extract import ContentExtractor
 from recrawler.index import open_kb
+from recrawler.index.publish import embed_missing
 from recrawler.index.sqlite import embedder_spec
 from recrawler.learning import NoiseRegistry
-from recrawler.pipelines.index import embed_missing
 from recrawler.redact import redact_text
 from recrawler.regions import volatile_regions
 from recrawler.schedule import SchedulePolicy, parse_now

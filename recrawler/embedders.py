@@ -39,6 +39,7 @@ __all__ = [
     "OpenAIEmbedder",
     "SentenceTransformersEmbedder",
     "blob_to_vector",
+    "embedder_from_settings",
     "embedder_from_spec",
     "vector_to_blob",
 ]
@@ -539,4 +540,16 @@ def embedder_from_spec(
     raise ConfigurationError(
         f"{_SPEC_SETTING}: unknown embedder {spec!r}, expected 'hashing', 'hashing:DIM', "
         "'sentence-transformers:MODEL' or 'openai:MODEL'"
+    )
+
+
+def embedder_from_settings(settings: Any) -> Embedder:
+    """Build the embedder ``RECRAWLER_EMBEDDER`` names, with its ``RECRAWLER_EMBEDDER_*`` options."""
+    return embedder_from_spec(
+        str(settings.get("RECRAWLER_EMBEDDER")),
+        base_url=settings.get("RECRAWLER_EMBEDDER_BASE_URL") or None,
+        api_key=settings.get("RECRAWLER_EMBEDDER_API_KEY") or None,
+        batch_size=settings.getint("RECRAWLER_EMBEDDER_BATCH_SIZE"),
+        max_retries=settings.getint("RECRAWLER_EMBEDDER_MAX_RETRIES"),
+        timeout_secs=settings.getfloat("RECRAWLER_EMBEDDER_TIMEOUT_SECS"),
     )

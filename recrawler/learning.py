@@ -6,7 +6,6 @@ import hashlib
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary
 
 from lxml.cssselect import CSSSelector
 
@@ -18,7 +17,6 @@ from recrawler.noise import DEFAULT_PATTERNS, Normalizer, VolatilePattern
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
     from recrawler.state import StateStore
@@ -182,15 +180,4 @@ class NoiseRegistry:
         self._models.pop(site, None)
 
 
-_registries: WeakKeyDictionary[Crawler, NoiseRegistry] = WeakKeyDictionary()
-
-
-def noise_for(crawler: Crawler) -> NoiseRegistry:
-    """The crawler's noise registry, built on first use."""
-    registry = _registries.get(crawler)
-    if registry is None:
-        registry = _registries[crawler] = NoiseRegistry.from_settings(crawler.settings)
-    return registry
-
-
-__all__ = ["Fingerprint", "NoiseRegistry", "SiteNoise", "fingerprint", "noise_for"]
+__all__ = ["Fingerprint", "NoiseRegistry", "SiteNoise", "fingerprint"]

@@ -25,7 +25,6 @@ import re
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Self
-from weakref import WeakKeyDictionary
 
 from recrawler.exceptions import ConfigurationError
 from recrawler.sitemaps import known_lastmod
@@ -33,7 +32,6 @@ from recrawler.sitemaps import known_lastmod
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
 SCHEDULE_MODES = ("adaptive", "all")
@@ -338,17 +336,6 @@ class SchedulePolicy:
         return moment is not None and moment <= last_check_at
 
 
-_policies: WeakKeyDictionary[Crawler, SchedulePolicy] = WeakKeyDictionary()
-
-
-def policy_for(crawler: Crawler) -> SchedulePolicy:
-    """The crawler's schedule policy (and run clock), built once from its settings."""
-    policy = _policies.get(crawler)
-    if policy is None:
-        policy = _policies[crawler] = SchedulePolicy.from_settings(crawler.settings)
-    return policy
-
-
 __all__ = [
     "DUE_REASONS",
     "LASTMOD_MODES",
@@ -362,5 +349,4 @@ __all__ = [
     "next_revisit",
     "parse_audit_sample",
     "parse_now",
-    "policy_for",
 ]

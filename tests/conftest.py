@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from scrapy import signals
 from scrapy.crawler import AsyncCrawlerRunner, Crawler, CrawlerRunner
+from scrapy.statscollectors import DummyStatsCollector
 from scrapy.utils.reactor import is_reactor_installed
 from scrapy.utils.test import get_reactor_settings
 
+from recrawler.runtime import Runtime
 from recrawler.spiders.docs import DocsSpider
 from tests.conftest_mockserver import *  # noqa: F403 (fixtures: mockserver, site)
 
@@ -20,6 +24,10 @@ def make_crawler(spidercls: type[Any], settings: dict[str, Any]) -> Crawler:
     """A crawler built the way ``scrapy crawl`` builds it: its components are created when it
     crawls, after its spider (``scrapy.utils.test.get_crawler`` creates them before)."""
     full = {"TELNETCONSOLE_ENABLED": False, **get_reactor_settings(), **settings}
+    stats_class = os.environ.get("RECRAWLER_TEST_STATS_CLASS")
+    if stats_class:
+        # the suite under another stats collector (DummyStatsCollector: nothing may read stats back)
+        full["STATS_CLASS"] = stats_class
     runner = CrawlerRunner(full) if is_reactor_installed() else AsyncCrawlerRunner(full)
     return runner.create_crawler(spidercls)
 
@@ -31,6 +39,11 @@ class CrawlResult:
     stats: dict[str, Any]
     report: dict[str, Any]
     events: list[dict[str, Any]] = field(default_factory=list)
+    #: why the spider closed, and the exit code ``scrapy crawl`` would return
+    finish_reason: str | None = None
+    exit_code: int | None = None
+    #: why the run could not begin (the spider was closed before its first request)
+    failure: BaseException | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -72,12 +85,31 @@ class Crawls:
     ) -> CrawlResult:
         before = self._events()
         crawler = make_crawler(DocsSpider, self.settings(**settings))
+        closed: list[str] = []
+
+        def spider_closed(reason: str) -> None:
+            closed.append(reason)
+
+        crawler.signals.connect(spider_closed, signal=signals.spider_closed)
         await crawler.crawl_async(sitemap_url=sitemap_url, **(spider_args or {}))
+        runtime = crawler.get_extension(Runtime)
+        assert runtime is not None
+        # decisions come from the run's counters; the stats are their mirror (exact, unless dummy)
+        stats = {k: v for k, v in runtime.counters.items() if k.startswith("recrawler/")}
         assert crawler.stats is not None
-        stats = {k: v for k, v in crawler.stats.get_stats().items() if k.startswith("recrawler/")}
+        if not isinstance(crawler.stats, DummyStatsCollector):
+            mirror = {k: v for k, v in crawler.stats.get_stats().items() if k.startswith("recrawler/")}
+            assert mirror == stats
         report_path = Path(crawler.settings["RECRAWLER_REPORT_FILE"])
         report = json.loads(report_path.read_text()) if report_path.exists() else {}
-        return CrawlResult(stats=stats, report=report, events=self._events()[len(before) :])
+        return CrawlResult(
+            stats=stats,
+            report=report,
+            events=self._events()[len(before) :],
+            finish_reason=closed[0] if closed else None,
+            exit_code=runtime.exit_code,
+            failure=runtime.failure,
+        )
 
     def _events(self) -> list[dict[str, Any]]:
         if not self.events_path.exists():

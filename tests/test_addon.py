@@ -20,9 +20,9 @@ from recrawler.items import Page
 from recrawler.pipelines.classify import ClassifyPipeline
 from recrawler.pipelines.index import IndexPipeline
 from recrawler.requests import PageKeyRequestFingerprinter
+from recrawler.runtime import Runtime
 from recrawler.spiders import RecrawlerSpiderMixin
 from recrawler.spiders.docs import DocsSpider
-from recrawler.state import store_for
 from tests import docsite
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ COMPONENTS = {
         "recrawler.downloadermiddlewares.conditional.ConditionalRequestMiddleware": 540
     },
     "ITEM_PIPELINES": {"recrawler.pipelines.classify.ClassifyPipeline": 800},
-    "EXTENSIONS": {"recrawler.extensions.reconcile.Reconciler": 0},
+    "EXTENSIONS": {"recrawler.runtime.Runtime": 0, "recrawler.extensions.reconcile.Reconciler": 0},
 }
 RECRAWLER_DEFAULTS = {
     name: getattr(default_settings, name) for name in dir(default_settings) if name.startswith("RECRAWLER_")
@@ -91,12 +91,8 @@ async def crawl(settings: dict[str, Any], **spider_args: Any) -> dict[str, Any]:
 
 @asynccontextmanager
 async def built(spidercls: type[scrapy.Spider], settings: dict[str, Any]) -> AsyncIterator[Crawler]:
-    """A configured crawler that never crawls; its store (opened by the Reconciler) is closed after."""
-    crawler = get_crawler(spidercls, settings)
-    try:
-        yield crawler
-    finally:
-        await store_for(crawler).close()
+    """A configured crawler that never crawls (its store opens only when a spider opens)."""
+    yield get_crawler(spidercls, settings)
 
 
 # --- crawling with the add-on ------------------------------------------------------------------
@@ -197,6 +193,7 @@ async def test_addon_places_components_and_defaults(tmp_path: Path) -> None:
         assert s.getdict("ITEM_PIPELINES")[ClassifyPipeline] == 700
         assert s.getdict("ITEM_PIPELINES")[IndexPipeline] == 800
         assert s.getdict("EXTENSIONS")[Reconciler] == 0
+        assert s.getdict("EXTENSIONS")[Runtime] == 0
         assert isinstance(crawler.request_fingerprinter, PageKeyRequestFingerprinter)
         for name, value in RECRAWLER_DEFAULTS.items():
             if name != "RECRAWLER_DB_URI":

@@ -19,7 +19,6 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.chunking import Chunk
 from recrawler.cli import main as cli_main
-from recrawler.exceptions import RecrawlerError
 from recrawler.fingerprint import content_hash
 from recrawler.index.sqlite import SQLiteKnowledgeBase
 from recrawler.state import RUN_HELD, PageRecord, Run
@@ -204,14 +203,9 @@ async def test_discard_then_approve_leaves_every_chunk_once(
     # the next cron run while run 2 still waits for a decision: refused (it used to run and
     # hold too, and `discard 2` then `approve 3` left every chunk in search twice)
     held = r2.report["run_id"]
-    refused = ""
-    try:
-        r3 = await crawls.crawl(sitemap)
-    except RecrawlerError as exc:
-        refused = str(exc)
-    else:
-        held = r3.report["run_id"]
-    assert "is held" in refused
+    r3 = await crawls.crawl(sitemap)
+    assert r3.finish_reason == "recrawler_held"
+    assert "is held" in str(r3.failure)
     await asyncio.to_thread(cli_main, ["runs", "discard", str(r2.report["run_id"]), "--db", crawls.db_uri])
     if held == r2.report["run_id"]:
         r3 = await crawls.crawl(sitemap)

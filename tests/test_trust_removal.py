@@ -80,11 +80,12 @@ async def test_a_bad_deploy_that_loses_most_pages_is_held_not_applied(
     assert r.report["held"] == ["mass_removal"]
     assert r.report["outcome"]["exit_code"] == 3
     assert r.stats["recrawler/run/held/mass_removal"] == 1
-    # the next cron run is refused until an operator decides (exit 3, one line)
-    from recrawler.exceptions import RunRefused
-
-    with pytest.raises(RunRefused, match="is held \\(mass_removal\\)"):
-        await crawls.crawl(sitemap)
+    # the next cron run is refused until an operator decides (exit 3, one line), before a request
+    served = len(site.requests())
+    refused = await crawls.crawl(sitemap)
+    assert (refused.finish_reason, refused.exit_code) == ("recrawler_held", 3)
+    assert "is held (mass_removal)" in str(refused.failure)
+    assert len(site.requests()) == served
     # the operator confirms: the removal happens now, exactly as it would have
     out = await cli(["runs", "approve", str(r.report["run_id"]), "--db", crawls.db_uri], capsys)
     assert "approved and published" in out

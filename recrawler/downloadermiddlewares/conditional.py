@@ -12,19 +12,19 @@ from scrapy.utils.misc import load_object
 from w3lib.url import safe_url_string
 
 from recrawler import meta
-from recrawler.audit import trusted_validators
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
-from recrawler.pipelines import pending_for
 from recrawler.redact import redact_url
-from recrawler.state import GONE, LIVE, MOVED, Event, PageRecord, hints_for, run_for, store_for, utcnow
+from recrawler.runtime import runtime_of
+from recrawler.state import GONE, LIVE, MOVED, Event, PageRecord, utcnow
 from recrawler.urls import KeyMaker, UrlPolicy, key_host, url_host
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Request, Response
 
+    from recrawler.runtime import Runtime
     from recrawler.state import StateStore
 
 logger = logging.getLogger(__name__)
@@ -90,8 +90,10 @@ class ConditionalRequestMiddleware:
         follow_redirects: bool = True,
         max_redirects: int = 20,
         crawler: Crawler | None = None,
+        runtime: Runtime | None = None,
     ) -> None:
         self.store = store
+        self.runtime = runtime
         self.key_maker = key_maker or KeyMaker()
         self.conditional = conditional
         self.miss_statuses = frozenset(missing_statuses) | frozenset(gone_statuses)
@@ -119,8 +121,9 @@ class ConditionalRequestMiddleware:
                 "use DummyPolicy or disable HTTPCACHE"
             )
             raise ConfigurationError(msg)
+        runtime = runtime_of(crawler)
         return cls(
-            store_for(crawler),
+            runtime.store,
             key_maker=KeyMaker(
                 s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS")
             ),
@@ -130,6 +133,7 @@ class ConditionalRequestMiddleware:
             follow_redirects=s.getbool("REDIRECT_ENABLED"),
             max_redirects=s.getint("REDIRECT_MAX_TIMES"),
             crawler=crawler,
+            runtime=runtime,
         )
 
     @property
@@ -140,11 +144,11 @@ class ConditionalRequestMiddleware:
 
     def _indexing(self) -> bool:
         # an enabled IndexPipeline registers its hand-over when it is built
-        return self.crawler is not None and pending_for(self.crawler) is not None
+        return self.runtime is not None and self.runtime.handover is not None
 
     def _inc(self, name: str, count: int = 1) -> None:
-        if self.crawler is not None and self.crawler.stats is not None:
-            self.crawler.stats.inc_value(name, count)
+        if self.runtime is not None:
+            self.runtime.counters.inc(name, count)
 
     def _state_error(self, exc: StateStoreError) -> None:
         self._inc(f"recrawler/state/error/{type(exc).__name__}")
@@ -190,15 +194,17 @@ class ConditionalRequestMiddleware:
             # A read failure is treated as "no record" (as httpcache does): the page is fetched.
             self._state_error(exc)
             return
-        if self.crawler is not None:
-            hints_for(self.crawler).put(key, rec)
+        if self.runtime is not None:
+            self.runtime.hints.put(key, rec)
         if rec is None or rec.status in (GONE, MOVED):
             return
         if rec.status == LIVE and rec.chunks == 0 and self._indexing():
             # stored before the knowledge base was on: fetch the body once so it gets indexed
             return
         # validators a host was caught lying with are switched off for it (see AuditMiddleware)
-        sent = self._attach(request, trusted_validators(self.crawler, rec))
+        if self.runtime is not None:
+            rec = self.runtime.auditor.trusted_validators(rec)
+        sent = self._attach(request, rec)
         if sent:
             request.meta[meta.SENT] = True
             host = key_host(key)
@@ -251,8 +257,8 @@ class ConditionalRequestMiddleware:
             self._inc("recrawler/conditional/not_modified")
             self._inc(f"recrawler/conditional/not_modified/{key_host(key)}")
             return response
-        if status == 200 and self.crawler is not None:
-            rec = hints_for(self.crawler).peek(key)
+        if status == 200 and self.runtime is not None:
+            rec = self.runtime.hints.peek(key)
             if isinstance(rec, PageRecord) and _same_validator(response, rec):
                 # the server calls this the same entity: if its text moved, that is noise
                 request.meta[meta.SAME_VALIDATOR] = True
@@ -353,18 +359,18 @@ class ConditionalRequestMiddleware:
     async def _stage_moves(self, sources: list[str], target: str) -> None:
         """Stage the move of each stored page among *sources* to page *target*."""
         sources = [k for k in sources if k != target]
-        if not sources or self.crawler is None:
+        run = self.runtime.run if self.runtime is not None else None
+        if not sources or run is None:
             return
-        run = await run_for(self.crawler)
         try:
             await self.store.record_moves(run, sources, target, http_status=301)
         except StateStoreError as exc:
             self._state_error(exc)
 
     async def _miss(self, request: Request, status: int, key: str) -> None:
-        if self.crawler is None:
+        run = self.runtime.run if self.runtime is not None else None
+        if run is None:
             return
-        run = await run_for(self.crawler)
         try:
             staged = await self.store.record_miss(run, key, status)
         except StateStoreError as exc:
@@ -385,9 +391,9 @@ class ConditionalRequestMiddleware:
         self._inc(f"recrawler/page/{PageStatus.ERROR}")
         self._inc(f"recrawler/page/{PageStatus.ERROR}/{reason}")
         logger.debug("page error %(reason)s: %(url)s", {"reason": reason, "url": request.url})
-        if self.crawler is None:
+        run = self.runtime.run if self.runtime is not None else None
+        if run is None:
             return
-        run = await run_for(self.crawler)
         event = Event(
             run_id=run.id,
             action=PageStatus.ERROR,

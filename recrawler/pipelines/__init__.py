@@ -7,7 +7,6 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
-from weakref import WeakKeyDictionary
 
 from scrapy.exceptions import DropItem
 
@@ -18,11 +17,10 @@ from recrawler.items import PageStatus
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from scrapy.crawler import Crawler
-
     from recrawler.chunking import Chunk
     from recrawler.items import Page
-    from recrawler.state import ChangeRow, Event, FieldsRow, PageRecord, Run, StateStore
+    from recrawler.runtime import Runtime
+    from recrawler.state import ChangeRow, Event, FieldsRow, PageRecord, Run
 
 logger = logging.getLogger(__name__)
 
@@ -66,25 +64,8 @@ class PendingUpdates:
         return self._data.pop(key, None)
 
 
-_pending: WeakKeyDictionary[Crawler, PendingUpdates] = WeakKeyDictionary()
-
-
-def pending_for(crawler: Crawler) -> PendingUpdates | None:
-    """The crawler's hand-over, or None when no IndexPipeline is enabled (ClassifyPipeline writes)."""
-    return _pending.get(crawler)
-
-
-def enable_handover(crawler: Crawler) -> PendingUpdates:
-    """Called by IndexPipeline: from now on ClassifyPipeline hands pages over instead of writing."""
-    pending = _pending.get(crawler)
-    if pending is None:
-        pending = _pending[crawler] = PendingUpdates()
-    return pending
-
-
 async def commit(
-    crawler: Crawler,
-    store: StateStore,
+    runtime: Runtime,
     run: Run,
     update: PageUpdate,
     *,
@@ -96,8 +77,7 @@ async def commit(
 
     A failed write leaves the old state (the page is checked again next run) and drops the item.
     """
-    stats = crawler.stats
-    assert stats is not None
+    counters, store = runtime.counters, runtime.store
     page, status = update.page, update.status
     how = update.how or ("not_modified" if page.http_status == 304 else "hash")
     outcome = [str(status)]
@@ -120,18 +100,18 @@ async def commit(
             outcome=outcome,
         )
     except StateStoreError as exc:
-        stats.inc_value(f"recrawler/state/error/{type(exc).__name__}")
+        counters.inc(f"recrawler/state/error/{type(exc).__name__}")
         logger.error("state write failed for %(url)s: %(exc)s", {"url": page.url, "exc": exc})
         raise DropItem(f"state write failed: {exc}") from exc
     page.status = status
     # live monitoring; the run's report counts what committed (the store's outcomes)
     for label in outcome:
-        stats.inc_value(f"recrawler/page/{label}")
+        counters.inc(f"recrawler/page/{label}")
     if chunks is not None:
-        stats.inc_value("recrawler/index/upserted")
-        stats.inc_value("recrawler/index/chunks", len(chunks))
-    await crawler.signals.send_catch_log_async(signals.page_classified, page=page, status=status)
+        counters.inc("recrawler/index/upserted")
+        counters.inc("recrawler/index/chunks", len(chunks))
+    await runtime.crawler.signals.send_catch_log_async(signals.page_classified, page=page, status=status)
     return page
 
 
-__all__: list[str] = ["PageUpdate", "PendingUpdates", "commit", "enable_handover", "pending_for"]
+__all__: list[str] = ["PageUpdate", "PendingUpdates", "commit"]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import Request
-from scrapy.exceptions import NotConfigured
+from scrapy.exceptions import DropItem, NotConfigured
 
 from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
@@ -22,9 +22,10 @@ from recrawler.fingerprint import (
     without_furniture,
 )
 from recrawler.items import Page, PageStatus
-from recrawler.learning import fingerprint, noise_for
+from recrawler.learning import fingerprint
 from recrawler.noise import Fields, critical_changes, fields_from_text
-from recrawler.pipelines import PageUpdate, commit, pending_for
+from recrawler.pipelines import PageUpdate, commit
+from recrawler.runtime import runtime_of
 from recrawler.state import (
     GONE,
     LIVE,
@@ -35,9 +36,6 @@ from recrawler.state import (
     FieldsRow,
     PageRecord,
     RecordHints,
-    hints_for,
-    run_for,
-    store_for,
     utcnow,
 )
 from recrawler.urls import key_host
@@ -49,6 +47,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from recrawler.learning import Fingerprint, NoiseRegistry, SiteNoise
+    from recrawler.runtime import Runtime
     from recrawler.state import Run, StateStore
 
 logger = logging.getLogger(__name__)
@@ -260,9 +259,11 @@ class ClassifyPipeline:
         thresholds: Mapping[str, int | None] | None = None,
         diff_limit: int = 20_000,
         learn: bool = True,
+        runtime: Runtime | None = None,
     ) -> None:
         self.store = store
         self.crawler = crawler
+        self.runtime = runtime
         self.noise = noise
         self.threshold = threshold
         self.thresholds = dict(thresholds or {})
@@ -279,37 +280,34 @@ class ClassifyPipeline:
             str(site): _threshold(v, "RECRAWLER_FUZZY_THRESHOLDS")
             for site, v in s.getdict("RECRAWLER_FUZZY_THRESHOLDS").items()
         }
+        runtime = runtime_of(crawler)
         return cls(
-            store_for(crawler),
+            runtime.store,
             crawler,
-            noise=noise_for(crawler),
+            noise=runtime.noise,
             threshold=_threshold(s.get("RECRAWLER_FUZZY_THRESHOLD"), "RECRAWLER_FUZZY_THRESHOLD"),
             thresholds=thresholds,
             diff_limit=s.getint("RECRAWLER_DIFF_MAX_BYTES"),
             learn=s.getbool("RECRAWLER_VOLATILE_ENABLED") and s.getbool("RECRAWLER_VOLATILE_LEARN"),
+            runtime=runtime,
         )
 
-    async def open_spider(self) -> None:
-        """Open the store, begin the run and load the sites' learned regions."""
-        if self.crawler is not None:
-            await run_for(self.crawler)
-            if self.noise is not None:
-                await self.noise.load(self.store)
-
     def _inc(self, name: str, count: int = 1) -> None:
-        if self.crawler is not None and self.crawler.stats is not None:
-            self.crawler.stats.inc_value(name, count)
+        if self.runtime is not None:
+            self.runtime.counters.inc(name, count)
 
     async def process_item(self, item: Any) -> Any:
         """Classify a Page; other items pass through untouched."""
         if not isinstance(item, Page):
             return item
-        assert self.crawler is not None
-        run = await run_for(self.crawler)
+        assert self.runtime is not None
+        run = self.runtime.run
+        if run is None:
+            raise DropItem("the recrawler run did not begin")
         now = utcnow()
         if item.error:
             return await self._error(run, item, now)
-        rec = hints_for(self.crawler).pop(item.key)
+        rec = self.runtime.hints.pop(item.key)
         try:
             if rec is RecordHints.MISSING:
                 rec = await self.store.get(item.key)
@@ -449,13 +447,14 @@ class ClassifyPipeline:
             and (rec.chunks == 0 or verdict.how == RESTORED),
         )
         item.raw_body = None
-        pending = pending_for(self.crawler)
+        assert self.runtime is not None
+        pending = self.runtime.handover
         if pending is not None:
             # IndexPipeline adds the page's chunks and writes everything in one transaction
             pending.put(update)
             item.status = status
             return item
-        return await commit(self.crawler, self.store, run, update)
+        return await commit(self.runtime, run, update)
 
     @staticmethod
     def _event(

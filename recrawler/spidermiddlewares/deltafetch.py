@@ -14,7 +14,8 @@ from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import Page
 from recrawler.meta import is_page_request, request_key
-from recrawler.state import run_for, store_for, utcnow
+from recrawler.runtime import runtime_of
+from recrawler.state import utcnow
 from recrawler.urls import KeyMaker
 
 if TYPE_CHECKING:
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
 
     from scrapy.crawler import Crawler
     from scrapy.http import Response
-    from scrapy.statscollectors import StatsCollector
 
     from recrawler.state import StateStore
 
@@ -82,7 +82,7 @@ class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafet
             # off unless asked for: without a message, Scrapy drops it quietly
             raise NotConfigured
         mw = cls(
-            store_for(crawler),
+            runtime_of(crawler).store,
             crawler=crawler,
             patterns=patterns,
             all_requests=s.getbool("DELTAFETCH_ENABLED"),
@@ -94,11 +94,8 @@ class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafet
         crawler.signals.connect(mw.spider_opened, signal=signals.spider_opened)
         return mw
 
-    @property
-    def _stats(self) -> StatsCollector:
-        stats = self.crawler.stats
-        assert stats is not None
-        return stats
+    def _inc(self, name: str, count: int = 1) -> None:
+        runtime_of(self.crawler).counters.inc(name, count)
 
     @property
     def _spider_name(self) -> str:
@@ -106,7 +103,8 @@ class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafet
 
     async def spider_opened(self) -> None:  # spider-less and async, unlike deltafetch's own
         """Apply ``DELTAFETCH_RESET`` (or the spider's ``deltafetch_reset``): forget this spider's keys."""
-        await run_for(self.crawler)
+        if await runtime_of(self.crawler).started() is None:
+            return
         if self.reset or getattr(self.crawler.spider, "deltafetch_reset", False):
             n = await self.store.immutable_reset(self._spider_name)
             logger.info("deltafetch: reset, %(n)d stored keys forgotten", {"n": n})
@@ -149,7 +147,7 @@ class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafet
         try:
             seen = await self.store.immutable_seen(self._spider_name, sorted(set(keys)))
         except StateStoreError as exc:
-            self._stats.inc_value(f"recrawler/state/error/{type(exc).__name__}")
+            self._inc(f"recrawler/state/error/{type(exc).__name__}")
             logger.error("deltafetch lookup failed, requesting the batch: %(exc)s", {"exc": exc})
             seen = set()
         skipped_pages: list[tuple[str, str | None]] = []
@@ -158,17 +156,19 @@ class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafet
                 yield request
                 continue
             logger.debug("deltafetch: ignoring already visited %(url)s", {"url": request.url})
-            self._stats.inc_value("deltafetch/skipped")
+            self._inc("deltafetch/skipped")
             if is_page_request(request):
-                self._stats.inc_value("recrawler/page/skipped")
-                self._stats.inc_value("recrawler/page/skipped/deltafetch")
+                self._inc("recrawler/page/skipped")
+                self._inc("recrawler/page/skipped/deltafetch")
                 skipped_pages.append((request_key(request, self.key_maker), "deltafetch"))
         if skipped_pages:
             try:
                 # skipped on purpose: not "unseen", never quarantined for it
-                await self.store.mark_listed(await run_for(self.crawler), skipped_pages)
+                run = runtime_of(self.crawler).run
+                if run is not None:
+                    await self.store.mark_listed(run, skipped_pages)
             except StateStoreError as exc:
-                self._stats.inc_value(f"recrawler/state/error/{type(exc).__name__}")
+                self._inc(f"recrawler/state/error/{type(exc).__name__}")
                 logger.error("could not mark skipped pages: %(exc)s", {"exc": exc})
 
     async def _store(self, response: Response, item: Any) -> None:
@@ -188,10 +188,10 @@ class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafet
                 at=utcnow(),
             )
         except StateStoreError as exc:
-            self._stats.inc_value(f"recrawler/state/error/{type(exc).__name__}")
+            self._inc(f"recrawler/state/error/{type(exc).__name__}")
             logger.error("deltafetch could not store %(url)s: %(exc)s", {"url": request.url, "exc": exc})
             return
-        self._stats.inc_value("deltafetch/stored")
+        self._inc("deltafetch/stored")
 
 
 __all__ = ["DeltaFetchMiddleware"]

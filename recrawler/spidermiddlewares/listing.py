@@ -10,6 +10,7 @@ from scrapy.exceptions import NotConfigured
 
 from recrawler import meta
 from recrawler.exceptions import ConfigurationError
+from recrawler.runtime import runtime_of
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -97,10 +98,9 @@ class ListingMiddleware:
             yield r
 
     def _refuse(self, why: str, url: str, what: str) -> None:
-        stats = self.crawler.stats
-        if stats is not None:
-            stats.inc_value("recrawler/sitemap/refused")
-            stats.inc_value(f"recrawler/sitemap/refused/{why}")
+        counters = runtime_of(self.crawler).counters
+        counters.inc("recrawler/sitemap/refused")
+        counters.inc(f"recrawler/sitemap/refused/{why}")
         if why not in self._logged:
             self._logged.add(why)
             logger.error(

@@ -11,12 +11,11 @@ from scrapy.exceptions import NotConfigured
 
 from recrawler import meta
 from recrawler import signals as recrawler_signals
-from recrawler.audit import auditor_for
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
 from recrawler.meta import is_page_request, request_key
-from recrawler.schedule import SKIP_LASTMOD, Decision, parse_now, policy_for
-from recrawler.state import run_for, store_for
+from recrawler.runtime import runtime_of
+from recrawler.schedule import SKIP_LASTMOD, Decision, parse_now
 from recrawler.urls import KeyMaker, key_host
 
 if TYPE_CHECKING:
@@ -27,6 +26,7 @@ if TYPE_CHECKING:
 
     from recrawler.audit import Auditor
     from recrawler.items import Page
+    from recrawler.runtime import RunCounters
     from recrawler.schedule import SchedulePolicy
     from recrawler.state import Run, ScheduledPage, StateStore
 
@@ -64,6 +64,7 @@ class ScheduleMiddleware:
         auditor: Auditor,
         *,
         crawler: Crawler,
+        counters: RunCounters | None = None,
         batch_size: int = 500,
         key_maker: KeyMaker | None = None,
     ) -> None:
@@ -73,6 +74,7 @@ class ScheduleMiddleware:
         self.policy = policy
         self.auditor = auditor
         self.crawler = crawler
+        self.counters = counters
         self.batch_size = batch_size
         self.key_maker = key_maker or KeyMaker()
         self._lock = asyncio.Lock()
@@ -83,11 +85,13 @@ class ScheduleMiddleware:
         if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
             raise NotConfigured
         s = crawler.settings
+        runtime = runtime_of(crawler)
         mw = cls(
-            store_for(crawler),
-            policy_for(crawler),
-            auditor_for(crawler),
+            runtime.store,
+            runtime.schedule,
+            runtime.auditor,
             crawler=crawler,
+            counters=runtime.counters,
             batch_size=s.getint("RECRAWLER_SCHEDULE_BATCH_SIZE"),
             key_maker=KeyMaker(
                 s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS")
@@ -98,8 +102,8 @@ class ScheduleMiddleware:
         return mw
 
     def _inc(self, name: str, count: int = 1) -> None:
-        if self.crawler.stats is not None:
-            self.crawler.stats.inc_value(name, count)
+        if self.counters is not None:
+            self.counters.inc(name, count)
 
     async def spider_opened(self) -> None:
         """Log the run clock and modes once."""
@@ -132,8 +136,10 @@ class ScheduleMiddleware:
                 yield request
 
     async def _decide(self, batch: list[Request]) -> AsyncIterator[Request]:
-        run = await run_for(self.crawler)
-        await self.auditor.ready()
+        run = runtime_of(self.crawler).run
+        if run is None:
+            # the run could not begin (the spider is closing): request nothing
+            return
         # one batch at a time: a feed and a sitemap listing the same page see each other's marks
         async with self._lock:
             passed = await self._decide_locked(run, batch)

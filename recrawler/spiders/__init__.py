@@ -18,10 +18,9 @@ from recrawler.exceptions import ConfigurationError
 from recrawler.extract import ContentExtractor, ExtractionError, looks_binary
 from recrawler.fingerprint import content_hash
 from recrawler.items import Page
-from recrawler.learning import noise_for
 from recrawler.redact import redact_url
 from recrawler.regions import volatile_regions
-from recrawler.schedule import policy_for
+from recrawler.runtime import find_runtime
 from recrawler.urls import KeyMaker, UrlPolicy, key_host
 
 if TYPE_CHECKING:
@@ -174,7 +173,9 @@ class RecrawlerSpiderMixin:
             if crawler is None:
                 raise ConfigurationError("recrawler_page() needs a spider created by a crawler")
             self._recrawler_builder = PageBuilder.from_settings(crawler.settings)
-            self._recrawler_builder.noise = noise_for(crawler)
+            runtime = find_runtime(crawler)
+            if runtime is not None:
+                self._recrawler_builder.noise = runtime.noise
         return self._recrawler_builder.page(response, lastmod)
 
 
@@ -307,7 +308,8 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             )
             return
         self._inc("recrawler/feed/fetched")
-        now = policy_for(self.crawler).now
+        runtime = find_runtime(self.crawler)
+        now = runtime.schedule.now if runtime is not None else datetime.now(UTC)
         for entry in parsed.entries:
             link = entry.get("link")
             if not link:
@@ -369,9 +371,9 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             )
 
     def _inc(self, name: str, count: int = 1) -> None:
-        crawler = getattr(self, "crawler", None)
-        if crawler is not None and crawler.stats is not None:
-            crawler.stats.inc_value(name, count)
+        runtime = find_runtime(getattr(self, "crawler", None))
+        if runtime is not None:
+            runtime.counters.inc(name, count)
 
     def sitemap_filter(self, entries: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
         """Keep entries the URL policy allows and remember each page URL's ``lastmod``.

@@ -726,12 +726,17 @@ class SQLiteStateStore:
                 ).fetchone()
                 last_listed = row["listed"] if row is not None else None
                 row = conn.execute(
-                    "SELECT state, reasons FROM runs WHERE site = ? AND id < ? ORDER BY id DESC LIMIT 1",
+                    "SELECT state, reasons, finished_at FROM runs "
+                    "WHERE site = ? AND id < ? ORDER BY id DESC LIMIT 1",
                     (site, run_id),
                 ).fetchone()
                 if row is not None:
                     reasons = json.loads(row["reasons"] or "[]")
-                    backfill = row["state"] == RUN_ABORTED or "state_error" in reasons
+                    # the last run failed to store its pages (or to record its own end: a full
+                    # disk): the pages it left out come back as new, the knowledge base catching up
+                    backfill = (
+                        row["state"] == RUN_ABORTED or "state_error" in reasons or row["finished_at"] is None
+                    )
         except BaseException:
             if conn.in_transaction and not self.dry_run:
                 conn.execute("ROLLBACK")

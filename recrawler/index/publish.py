@@ -1,0 +1,110 @@
+"""Publishing a run: embed the chunk texts the cache lacks, then make the run visible in one statement."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from recrawler.embedders import EmbedderError, vector_to_blob
+from recrawler.exceptions import StateStoreError
+from recrawler.state import RUN_FINISHED, RUN_HELD, RUN_PUBLISHED, utcnow
+
+if TYPE_CHECKING:
+    from recrawler.embedders import Embedder
+    from recrawler.runtime import RunCounters
+    from recrawler.state import Run, StateStore
+
+logger = logging.getLogger(__name__)
+
+
+async def embed_missing(
+    store: StateStore, embedder: Embedder, *, include_run: int | None = None
+) -> tuple[int, int]:
+    """Embed every current chunk text the cache lacks, batch by batch; return (texts, calls).
+
+    Committed batch by batch: a failure half way loses nothing already paid for.
+    """
+    texts = 0
+    calls = embedder.calls
+    limit = max(64, getattr(embedder, "batch_size", 64)) * 4
+    after = ""
+    while rows := await store.missing_embeddings(embedder.id, limit, include_run=include_run, after=after):
+        vectors = await asyncio.to_thread(embedder.embed, [text for _, text in rows])
+        await store.store_embeddings(
+            [(embedder.id, h, vector_to_blob(v)) for (h, _), v in zip(rows, vectors, strict=True)]
+        )
+        texts += len(rows)
+        after = rows[-1][0]
+    return texts, embedder.calls - calls
+
+
+class Publisher:
+    """Decides a finished run's index state: dry run, held, unpublished (with why) or published."""
+
+    def __init__(
+        self, store: StateStore, embedder: Embedder, counters: RunCounters, *, dry_run: bool, each_page: bool
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.counters = counters
+        self.dry_run = dry_run
+        self.each_page = each_page
+
+    async def publish(self, run: Run, reason: str, *, held: bool, state_errors: bool) -> dict[str, Any]:
+        """Hold, or embed what is new and publish the run in one statement; the report's ``index``."""
+        c = self.counters
+        counts = await self.store.run_index_counts(run.id, self.embedder.id)
+        info: dict[str, Any] = {
+            "embedder": self.embedder.id,
+            "chunks_added": counts["chunks_added"],
+            "chunks_retired": counts["chunks_retired"],
+            "texts_embedded": c["recrawler/embed/texts"],
+            "embed_calls": c["recrawler/embed/calls"],
+            "embed_cache_hits": counts["texts_cached"],
+        }
+        if self.dry_run:
+            info.update(
+                state="dry_run",
+                would_embed=await self.store.count_missing(self.embedder.id),
+                would_publish=counts["chunks_added"],
+                would_delete=counts["chunks_retired"],
+            )
+            return info
+        if held:
+            await self.store.set_run_state(run.id, RUN_HELD)
+            info["state"] = RUN_HELD
+            return info
+        if state_errors:
+            # a write failed: what did commit is published by the next run, with what it adds
+            await self.store.set_run_state(run.id, RUN_FINISHED)
+            info.update(state="unpublished", reason="state_error: the next run completes and publishes it")
+            return info
+        if reason != "finished" and not self.each_page:
+            await self.store.set_run_state(run.id, RUN_FINISHED)
+            info.update(
+                state="unpublished", reason=f"run ended with {reason}: the next run publishes its work"
+            )
+            return info
+        try:
+            embedded, calls = await embed_missing(self.store, self.embedder)
+        except (EmbedderError, StateStoreError) as exc:
+            c.inc("recrawler/index/error")
+            logger.error("run %(run)d not published, embedding failed: %(exc)s", {"run": run.id, "exc": exc})
+            await self.store.set_run_state(run.id, RUN_FINISHED)
+            info.update(state="unpublished", reason=str(exc))
+            return info
+        c.inc("recrawler/embed/texts", embedded)
+        c.inc("recrawler/embed/calls", calls)
+        gc = await self.store.publish(run.id, utcnow())
+        c.set("recrawler/index/deleted", gc["chunks_deleted"])
+        info.update(
+            state=RUN_PUBLISHED,
+            texts_embedded=info["texts_embedded"] + embedded,
+            embed_calls=info["embed_calls"] + calls,
+            chunks_deleted=gc["chunks_deleted"],
+        )
+        return info
+
+
+__all__ = ["Publisher", "embed_missing"]

@@ -1,0 +1,154 @@
+"""How a run ends: exit codes, hold reasons, and the rules that decide them (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from recrawler.state import RemovalPlan
+
+#: exit codes of ``scrapy crawl`` / ``recrawler crawl`` (1 stays Scrapy's own: a crash)
+EXIT_OK, EXIT_CONFIG, EXIT_HELD, EXIT_GUARD, EXIT_STATE, EXIT_BUSY = 0, 2, 3, 4, 5, 6
+#: hold reasons: the run waits for ``recrawler runs approve`` / ``discard``
+HOLD_MASS_REMOVAL, HOLD_SPIKE, HOLD_SAME_CONTENT = "mass_removal", "change_spike", "same_content"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdicts:
+    """A run's committed verdicts: a page counts once its write is durable."""
+
+    new: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    unchanged_by_hash: int = 0
+    unchanged_by_fuzzy: int = 0
+    restored: int = 0
+    moved_in: int = 0
+    #: page writes a failed commit lost (a full disk): errors, never verdicts
+    write_failed: int = 0
+
+    @classmethod
+    def from_outcomes(
+        cls, outcomes: Mapping[str, int], lost: Mapping[str, int], taken_back: int = 0
+    ) -> Verdicts:
+        """From the store's committed outcome labels; *taken_back* changed pages became unchanged."""
+        return cls(
+            new=outcomes.get("new", 0),
+            changed=outcomes.get("changed", 0) - taken_back,
+            unchanged=outcomes.get("unchanged", 0) + taken_back,
+            unchanged_by_hash=outcomes.get("unchanged/hash", 0),
+            unchanged_by_fuzzy=outcomes.get("unchanged/fuzzy", 0),
+            restored=outcomes.get("restored", 0),
+            moved_in=outcomes.get("new/moved_in", 0),
+            write_failed=sum(lost.get(s, 0) for s in ("new", "changed", "unchanged")),
+        )
+
+    @property
+    def checked(self) -> int:
+        """Pages with a committed verdict."""
+        return self.new + self.changed + self.unchanged
+
+
+def spike_figures(v: Verdicts, *, skipped: int, backfill: bool) -> tuple[int, int]:
+    """``(new_or_changed, judged)`` for the spike rule.
+
+    Pages a redirect moved in do not count, nor new pages after a run that failed to store them
+    (the knowledge base catching up); pages a cheap layer skipped are judged unchanged.
+    """
+    new = 0 if backfill else v.new - v.moved_in
+    return max(new, 0) + v.changed, v.checked + skipped
+
+
+def is_spike(*, prior_pages: int, new_changed: int, judged: int, ratio: float, minimum: int) -> bool:
+    """True when a run's new+changed pages look like a template change, not a docs sprint.
+
+    A first run into an empty knowledge base is never a spike: everything is new by nature.
+    """
+    return bool(prior_pages) and new_changed >= minimum and judged > 0 and new_changed / judged > ratio
+
+
+def mass_removal(plan: RemovalPlan, *, ratio: float, minimum: int) -> str | None:
+    """Why removing what the run would remove needs an operator (None: it is within bounds)."""
+    allowed = max(ratio * plan.live, minimum)
+    if plan.removals <= allowed:
+        return None
+    return (
+        f"{plan.removals} of {plan.live} live pages would leave the knowledge base "
+        f"({plan.quarantine} quarantined, {plan.gone} gone, {plan.moved} moved; "
+        f"RECRAWLER_MAX_REMOVE_RATIO={ratio})"
+    )
+
+
+def sitemap_failure(family: Mapping[str, int | float]) -> str | None:
+    """Why a sitemap listing is not evidence (None: it is); *family* is the ``recrawler/sitemap`` counts."""
+    parsed, fetched = int(family.get("parsed", 0)), int(family.get("fetched", 0))
+    if family.get("error") or parsed == 0 or parsed < fetched or not family.get("urls"):
+        return "sitemap_failed"
+    if family.get("refused"):
+        # a bound cut the listing short: what lies beyond it was never listed
+        return "sitemap_incomplete"
+    return None
+
+
+def outage_reasons(
+    *,
+    reason: str,
+    sitemap: str | None,
+    listed: int | None,
+    last_listed: int | None,
+    listing_min_ratio: float,
+    requests: int,
+    failed: int,
+    max_error_ratio: float,
+    state_errors: int,
+) -> list[str]:
+    """Reasons not to trust a run's absence evidence (empty: trust it)."""
+    why = []
+    if reason != "finished":
+        why.append("not_finished")
+    if sitemap:
+        why.append(sitemap)
+    if not sitemap and listed is not None and last_listed and listed < listing_min_ratio * last_listed:
+        # the listing lost most of its entries since the last run: a broken sitemap, not proof
+        why.append("listing_shrunk")
+    if requests and failed / requests > max_error_ratio:
+        why.append("error_ratio")
+    if state_errors:
+        why.append("state_error")
+    return why
+
+
+def exit_code(*, state_errors: bool, lease_lost: bool, held: bool, skipped: bool) -> int:
+    """The exit code of a run that ran (see ``EXIT_*``)."""
+    if state_errors:
+        return EXIT_STATE
+    if lease_lost:
+        return EXIT_BUSY
+    if held:
+        return EXIT_HELD
+    if skipped:
+        return EXIT_GUARD
+    return EXIT_OK
+
+
+__all__ = [
+    "EXIT_BUSY",
+    "EXIT_CONFIG",
+    "EXIT_GUARD",
+    "EXIT_HELD",
+    "EXIT_OK",
+    "EXIT_STATE",
+    "HOLD_MASS_REMOVAL",
+    "HOLD_SAME_CONTENT",
+    "HOLD_SPIKE",
+    "Verdicts",
+    "exit_code",
+    "is_spike",
+    "mass_removal",
+    "outage_reasons",
+    "sitemap_failure",
+    "spike_figures",
+]

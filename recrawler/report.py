@@ -1,0 +1,151 @@
+"""The run report and its summary line, built from the run's counters and the reconcile result."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from recrawler.items import PageStatus
+from recrawler.redact import redact_url
+from recrawler.state import utcnow
+
+if TYPE_CHECKING:
+    from recrawler.outcome import Verdicts
+    from recrawler.runtime import RunCounters
+    from recrawler.state import ReconcileResult, Run
+
+_SUMMARY_HEAD = ("crawled", "new", "changed", "unchanged", "gone", "errors")
+_SUMMARY_TAIL = (
+    "quarantined",
+    "moved",
+    "restored",
+    "validators_sent",
+    "not_modified",
+    "unchanged_by_hash",
+    "verified",
+    "missing_held",
+    "refused_urls",
+    "skipped_schedule",
+    "skipped_lastmod",
+    "skipped_deltafetch",
+    "unchanged_by_fuzzy",
+    "audited",
+    "lies",
+)
+
+
+def counts(c: RunCounters, v: Verdicts, result: ReconcileResult | None) -> dict[str, int]:
+    """The report's ``counts``: every checked page lands in exactly one of the first buckets."""
+    gone = sum(result.gone.values()) if result else 0
+    quarantined = result.quarantined if result else 0
+    moved = result.moved if result else 0
+    out = {
+        "new": v.new,
+        "changed": v.changed,
+        "unchanged": v.unchanged,
+        "gone": gone,
+        "quarantined": quarantined,
+        "moved": moved,
+        "errors": c[f"recrawler/page/{PageStatus.ERROR}"] + v.write_failed,
+        "write_failed": v.write_failed,
+        "not_modified": c["recrawler/conditional/not_modified"],
+        "validators_sent": c["recrawler/conditional/sent"],
+        "unchanged_by_hash": v.unchanged_by_hash,
+        "restored": v.restored,
+        "missing_held": result.skipped_misses if result else c.total("recrawler/page/missing"),
+        "verified": c["recrawler/reconcile/verified"],
+        "refused_urls": c["recrawler/url/refused"],
+        "skipped_schedule": c["recrawler/page/skipped/schedule"],
+        "skipped_lastmod": c["recrawler/page/skipped/lastmod"],
+        "skipped_deltafetch": c["recrawler/page/skipped/deltafetch"],
+        "unchanged_by_fuzzy": v.unchanged_by_fuzzy,
+        "audited": c["recrawler/audit/checked"],
+        "lies": c["recrawler/audit/lies"],
+    }
+    out["crawled"] = sum(
+        out[k]
+        for k in ("new", "changed", "unchanged", "gone", "quarantined", "moved", "errors", "missing_held")
+    )
+    return out
+
+
+def mirror(c: RunCounters, v: Verdicts, result: ReconcileResult | None, crawled: int) -> None:
+    """Write the run's final totals as counters (and so as stats): what committed, what was removed."""
+    for code, n in result.gone.items() if result else ():
+        c.set(f"recrawler/page/{PageStatus.GONE}/{code}", n)
+    c.set(f"recrawler/page/{PageStatus.GONE}", sum(result.gone.values()) if result else 0)
+    c.set(f"recrawler/page/{PageStatus.QUARANTINED}", result.quarantined if result else 0)
+    c.set(f"recrawler/page/{PageStatus.MOVED}", result.moved if result else 0)
+    # the pipelines counted pages as they went; the totals are what committed
+    for name in ("new", "changed", "unchanged"):
+        value = getattr(v, name)
+        if value or f"recrawler/page/{name}" in c:
+            c.set(f"recrawler/page/{name}", value)
+    if v.write_failed:
+        c.set(f"recrawler/page/{PageStatus.ERROR}/write_failed", v.write_failed)
+    c.set("recrawler/crawled", crawled)
+
+
+def hosts_without_304(c: RunCounters, threshold: int) -> list[str]:
+    """Hosts that answered no 304 to at least *threshold* conditional requests."""
+    not_modified = c.family("recrawler/conditional/not_modified")
+    return sorted(
+        host
+        for host, sent in c.family("recrawler/conditional/sent").items()
+        if "/" not in host and sent >= threshold and not not_modified.get(host)
+    )
+
+
+def build(
+    run: Run,
+    reason: str,
+    *,
+    counts: dict[str, int],
+    result: ReconcileResult | None,
+    skipped: list[str],
+    hold: dict[str, str],
+    hosts_without_304: list[str],
+    db_uri: str,
+    schedule: dict[str, Any],
+    audit: dict[str, Any],
+) -> dict[str, Any]:
+    """The run report (JSON): what the README's "Run report" section documents."""
+    return {
+        "run_id": run.id,
+        "spider": run.spider,
+        "site": run.site,
+        "started_at": run.started_at.isoformat(),
+        "finished_at": utcnow().isoformat(),
+        "finish_reason": reason,
+        "counts": counts,
+        "alert": "; ".join(f"{why}: {text}" for why, text in hold.items()) or None,
+        "held": sorted(hold),
+        "reconcile": {"applied": bool(result and result.applied), "skipped": skipped},
+        "hosts_without_304": hosts_without_304,
+        "db": redact_url(db_uri),
+        "schedule": schedule,
+        "audit": audit,
+    }
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    """``crawled: N new: N changed: N unchanged: N gone: N errors: N | <per layer>``."""
+    c = report["counts"]
+    line = " ".join(f"{k}: {c[k]}" for k in _SUMMARY_HEAD)
+    line += " | " + " ".join(f"{k}: {c.get(k, 0)}" for k in _SUMMARY_TAIL)
+    index = report.get("index") or {}
+    if index.get("state") not in (None, "disabled"):
+        line += (
+            f" | index: {index['state']} chunks_added: {index.get('chunks_added', 0)}"
+            f" texts_embedded: {index.get('texts_embedded', 0)}"
+        )
+    if report["reconcile"]["skipped"]:
+        line += f" | reconcile skipped: {', '.join(report['reconcile']['skipped'])}"
+    if report.get("held"):
+        line += f" | HELD: {', '.join(report['held'])}"
+    outcome = report.get("outcome")
+    if outcome:
+        line += f" | exit {outcome['exit_code']}"
+    return line
+
+
+__all__ = ["build", "counts", "hosts_without_304", "mirror", "summary_line"]

@@ -1,0 +1,310 @@
+"""The owner of one crawl's recrawler state: the store, the run and its lease, counters, policies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import TYPE_CHECKING, Any, Self
+
+from scrapy import signals
+from scrapy.exceptions import CloseSpider, NotConfigured
+
+from recrawler import meta
+from recrawler.audit import Auditor
+from recrawler.exceptions import ConfigurationError, RunRefused, SchemaVersionError, StateStoreError
+from recrawler.learning import NoiseRegistry
+from recrawler.outcome import EXIT_BUSY, EXIT_CONFIG, EXIT_HELD, EXIT_STATE
+from recrawler.redact import redact_text, redact_url
+from recrawler.schedule import SchedulePolicy, parse_audit_sample
+from recrawler.state import RecordHints, store_from_uri, utcnow
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from scrapy.crawler import Crawler
+    from scrapy.statscollectors import StatsCollector
+
+    from recrawler.embedders import Embedder
+    from recrawler.pipelines import PendingUpdates
+    from recrawler.state import Run, StateStore
+
+logger = logging.getLogger(__name__)
+
+#: close reasons of a run refused when the spider opens
+CLOSE_BUSY, CLOSE_HELD, CLOSE_STATE = "recrawler_busy", "recrawler_held", "recrawler_state_error"
+
+
+class RunCounters:
+    """The run's own counts, keyed by their stat names (``recrawler/page/new``, ...).
+
+    Guards, breakers and the report read these; every write is mirrored to Scrapy's stats
+    collector for monitoring, and nothing reads the stats back, so a ``DummyStatsCollector``
+    changes no decision.
+    """
+
+    def __init__(self, stats: StatsCollector | None = None) -> None:
+        self._values: dict[str, int | float] = {}
+        self._stats = stats
+
+    def inc(self, key: str, count: int = 1) -> None:
+        """Add *count* to *key*."""
+        self._values[key] = self._values.get(key, 0) + count
+        if self._stats is not None:
+            self._stats.inc_value(key, count)
+
+    def set(self, key: str, value: int | float) -> None:
+        """Set *key* to *value* (a one-off: a total decided at the end, a duration)."""
+        self._values[key] = value
+        if self._stats is not None:
+            self._stats.set_value(key, value)
+
+    def __getitem__(self, key: str) -> int:
+        return int(self._values.get(key, 0))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
+
+    def family(self, prefix: str) -> dict[str, int | float]:
+        """``{suffix: value}`` for every key under ``prefix/``, sorted by key."""
+        start = prefix.rstrip("/") + "/"
+        return {k[len(start) :]: v for k, v in sorted(self._values.items()) if k.startswith(start)}
+
+    def total(self, prefix: str) -> int:
+        """The sum of the direct members of the ``prefix/`` family (one level, no nested totals)."""
+        return int(sum(v for k, v in self.family(prefix).items() if "/" not in k))
+
+    def items(self) -> Iterator[tuple[str, int | float]]:
+        """Every count, sorted by key."""
+        return iter(sorted(self._values.items()))
+
+    def as_dict(self) -> dict[str, int | float]:
+        """A copy of every count, as the stats collector should hold it."""
+        return dict(self._values)
+
+
+class Runtime:
+    """One per crawl, placed by the add-on: owns the state store (opened when the spider opens,
+    closed when the engine stops, after every close handler), the run and its lease, the run's
+    counters and the policy objects (schedule, noise, audit, embedder). Components find it with
+    ``crawler.get_extension(Runtime)``.
+
+    A database that cannot be opened, another live run of the site or a held run awaiting a
+    decision closes the spider before its first request (close reasons ``recrawler_state_error``,
+    ``recrawler_busy``, ``recrawler_held``), with one ERROR line and the matching exit code.
+
+    Settings: ``RECRAWLER_DB_URI``, ``RECRAWLER_LEASE_SECS``, ``RECRAWLER_AUDIT_SAMPLE``,
+    ``RECRAWLER_AUDIT_DISTRUST_AFTER``, ``RECRAWLER_INDEX_ENABLED``, ``RECRAWLER_EMBEDDER*``,
+    ``RECRAWLER_PUBLISH``, ``RECRAWLER_DRY_RUN``.
+    Signals: listens to ``spider_opened`` and ``engine_stopped``.
+    """
+
+    def __init__(
+        self,
+        crawler: Crawler,
+        store: StateStore,
+        *,
+        schedule: SchedulePolicy,
+        noise: NoiseRegistry,
+        audit_sample: float = 0.0,
+        distrust_after: int = 1,
+        lease_secs: float = 60.0,
+    ) -> None:
+        if lease_secs <= 0:
+            raise ConfigurationError(f"RECRAWLER_LEASE_SECS: bad value {lease_secs!r}")
+        self.crawler = crawler
+        self.store = store
+        self.counters = RunCounters(crawler.stats)
+        #: records the request side read, handed to the item side (bounded)
+        self.hints = RecordHints()
+        #: the hand-over from ClassifyPipeline to IndexPipeline (set when IndexPipeline is enabled)
+        self.handover: PendingUpdates | None = None
+        self.schedule = schedule
+        self.noise = noise
+        self.auditor = Auditor(store, self.counters, sample=audit_sample, distrust_after=distrust_after)
+        self.lease_secs = lease_secs
+        self._embedder: Embedder | None = None
+        self.run: Run | None = None
+        #: why the run could not begin (the spider was closed before its first request)
+        self.failure: BaseException | None = None
+        self.lease_lost = False
+        #: how the run ended, for ``scrapy crawl``'s exit code; set by the Reconciler or on refusal
+        self.exit_code: int | None = None
+        self._opened = asyncio.Event()
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """Build the store (not opened yet) and the policies from the settings."""
+        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
+            raise NotConfigured
+        s = crawler.settings
+        uri = s.get("RECRAWLER_DB_URI")
+        if not uri:
+            raise ConfigurationError(
+                "RECRAWLER_DB_URI: empty; set a database URI such as sqlite:///recrawler.db"
+            )
+        runtime = cls(
+            crawler,
+            store_from_uri(str(uri), s),
+            schedule=SchedulePolicy.from_settings(s),
+            noise=NoiseRegistry.from_settings(s),
+            audit_sample=parse_audit_sample(s.get("RECRAWLER_AUDIT_SAMPLE")),
+            distrust_after=s.getint("RECRAWLER_AUDIT_DISTRUST_AFTER"),
+            lease_secs=s.getfloat("RECRAWLER_LEASE_SECS"),
+        )
+        if s.getbool("RECRAWLER_INDEX_ENABLED"):
+            runtime.embedder  # noqa: B018  # a bad RECRAWLER_EMBEDDER stops the crawl before it starts
+        crawler.signals.connect(runtime.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(runtime.engine_stopped, signal=signals.engine_stopped)
+        return runtime
+
+    @property
+    def embedder(self) -> Embedder:
+        """The run's embedder, built once from ``RECRAWLER_EMBEDDER*``."""
+        if self._embedder is None:
+            from recrawler.embedders import embedder_from_settings
+
+            self._embedder = embedder_from_settings(self.crawler.settings)
+        return self._embedder
+
+    async def spider_opened(self) -> None:
+        """Open the store, begin the run (taking the site's lease), load what the policies need."""
+        try:
+            await self.store.open()
+            spider, site, kwargs = self._run_args()
+            self.run = await self.store.begin_run(spider, site, utcnow(), **kwargs)
+            await self.noise.load(self.store)
+            # trust and the audit sample, before the first request is decided
+            await self.auditor.ready(self.run)
+        except (RunRefused, StateStoreError, ConfigurationError) as exc:
+            await self._refuse(exc)
+            raise CloseSpider(self._close_reason(exc)) from exc
+        finally:
+            self._opened.set()
+        logger.info(
+            "recrawler run %(run)d on %(uri)s (site: %(site)s)",
+            {"run": self.run.id, "uri": redact_url(self.store.uri), "site": self.run.site or "-"},
+            extra={"spider": self.crawler.spider},
+        )
+        self._heartbeat = asyncio.ensure_future(self._beat(self.run))
+
+    async def _refuse(self, exc: BaseException) -> None:
+        self.failure = exc
+        self.exit_code = _exit_code_for(exc)
+        if isinstance(exc, StateStoreError):
+            self.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+        logger.error(
+            "recrawler: %(exc)s", {"exc": redact_text(str(exc))}, extra={"spider": self.crawler.spider}
+        )
+        await self._close_store()
+
+    @staticmethod
+    def _close_reason(exc: BaseException) -> str:
+        if isinstance(exc, RunRefused):
+            return CLOSE_HELD if exc.held else CLOSE_BUSY
+        return CLOSE_STATE
+
+    def _run_args(self) -> tuple[str, str | None, dict[str, Any]]:
+        from recrawler.state.sqlite import lease_holder
+
+        spider = self.crawler.spider
+        settings = self.crawler.settings
+        embedder = None
+        if settings.getbool("RECRAWLER_INDEX_ENABLED"):
+            base_url = settings.get("RECRAWLER_EMBEDDER_BASE_URL")
+            # what search and `runs approve` need to rebuild the same embedder (never a key or password)
+            embedder = json.dumps(
+                {
+                    "id": self.embedder.id,
+                    "spec": settings.get("RECRAWLER_EMBEDDER"),
+                    "base_url": redact_url(str(base_url)) if base_url else base_url,
+                }
+            )
+        kwargs: dict[str, Any] = {
+            "embedder": embedder,
+            "publish_each_page": (
+                embedder is not None
+                and settings.get("RECRAWLER_PUBLISH") == "page"
+                and not settings.getbool("RECRAWLER_DRY_RUN")
+            ),
+            "holder": lease_holder(),
+            "lease_secs": self.lease_secs,
+        }
+        return getattr(spider, "name", "?"), getattr(spider, "recrawler_site", None), kwargs
+
+    async def started(self) -> Run | None:
+        """Wait until the spider has opened; the run, or None if it could not begin."""
+        await self._opened.wait()
+        return self.run
+
+    async def _beat(self, run: Run) -> None:
+        """Renew the site's lease every quarter of ``RECRAWLER_LEASE_SECS``; close the spider if a
+        later run took it over (this process stalled longer than the lease)."""
+        while True:
+            await asyncio.sleep(self.lease_secs / 4)
+            try:
+                held = await self.store.heartbeat(run)
+            except StateStoreError as exc:
+                logger.error("lease heartbeat failed: %(exc)s", {"exc": exc})
+                continue
+            if not held:
+                self.lease_lost = True
+                logger.error(
+                    "run %(run)d lost the lease of %(site)s to another run: stopping",
+                    {"run": run.id, "site": run.site},
+                )
+                engine = self.crawler.engine
+                if engine is not None:
+                    await engine.close_spider_async(reason="recrawler_lease_lost")
+                return
+
+    def stop_heartbeat(self) -> None:
+        """Stop renewing the lease (the closing work releases it with the run)."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+
+    async def engine_stopped(self) -> None:
+        """Close the store: every close handler has run by now."""
+        self.stop_heartbeat()
+        await self._close_store()
+
+    async def _close_store(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.store.close()
+        except StateStoreError as exc:
+            logger.error("closing the state store failed: %(exc)s", {"exc": exc})
+
+
+def _exit_code_for(exc: BaseException) -> int:
+    if isinstance(exc, ConfigurationError):
+        return EXIT_CONFIG
+    if isinstance(exc, RunRefused):
+        return EXIT_HELD if exc.held else EXIT_BUSY
+    if isinstance(exc, SchemaVersionError | StateStoreError):
+        return EXIT_STATE
+    return EXIT_STATE
+
+
+def runtime_of(crawler: Crawler) -> Runtime:
+    """The crawl's Runtime (its components are built after the extensions, so it exists)."""
+    runtime = crawler.get_extension(Runtime)
+    if runtime is None:
+        msg = "EXTENSIONS: recrawler.runtime.Runtime is not enabled (enable recrawler.addon.RecrawlerAddon)"
+        raise ConfigurationError(msg)
+    return runtime
+
+
+def find_runtime(crawler: Crawler | None) -> Runtime | None:
+    """The crawl's Runtime, or None (no crawler, extensions not built yet, or not enabled)."""
+    if crawler is None or getattr(crawler, "extensions", None) is None:
+        return None
+    return crawler.get_extension(Runtime)
+
+
+__all__ = ["CLOSE_BUSY", "CLOSE_HELD", "CLOSE_STATE", "RunCounters", "Runtime", "find_runtime", "runtime_of"]
