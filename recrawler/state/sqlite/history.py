@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import logging
 import zlib
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING
 
 from recrawler.fingerprint import kept_blocks, unpack_blocks
 from recrawler.state.records import (
@@ -13,19 +12,13 @@ from recrawler.state.records import (
     FieldsRow,
     Run,
 )
+from recrawler.state.sqlite.rows import _RETIRED_REPLACED, _boilerplate_pairs, _rehash, _ts
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
     from recrawler.state.sqlite.database import SQLiteDatabase
-
-from recrawler.state.sqlite.rows import _RETIRED_REPLACED, _boilerplate_pairs, _rehash, _ts
-
-logger = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
-_P = ParamSpec("_P")
 
 
 class SQLiteHistory:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import logging
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from recrawler.exceptions import StateStoreError
 from recrawler.state.records import (
@@ -12,6 +11,7 @@ from recrawler.state.records import (
     RUN_HELD,
     RUN_PUBLISHED,
 )
+from recrawler.state.sqlite.rows import _RETIRED_QUARANTINED, _ts
 
 if TYPE_CHECKING:
     import sqlite3
@@ -19,13 +19,6 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from recrawler.state.sqlite.database import SQLiteDatabase
-
-from recrawler.state.sqlite.rows import _RETIRED_QUARANTINED, _ts
-
-logger = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
-_P = ParamSpec("_P")
 
 
 class SQLiteKnowledgeBaseWriter:

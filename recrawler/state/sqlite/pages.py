@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import logging
 import zlib
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING
 
 from recrawler.fingerprint import block_pairs, unpack_blocks
 from recrawler.state.records import (
@@ -18,15 +17,6 @@ from recrawler.state.records import (
     PageRecord,
     Run,
 )
-
-if TYPE_CHECKING:
-    import sqlite3
-    from collections.abc import Sequence
-    from datetime import datetime
-
-    from recrawler.chunking import Chunk
-    from recrawler.state.sqlite.database import SQLiteDatabase
-
 from recrawler.state.sqlite.rows import (
     _PAGE_COLUMNS,
     _RETIRED_QUARANTINED,
@@ -37,10 +27,13 @@ from recrawler.state.sqlite.rows import (
     _ts,
 )
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Sequence
+    from datetime import datetime
 
-_T = TypeVar("_T")
-_P = ParamSpec("_P")
+    from recrawler.chunking import Chunk
+    from recrawler.state.sqlite.database import SQLiteDatabase
 
 
 class SQLitePages:

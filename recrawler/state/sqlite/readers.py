@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import logging
 import sqlite3
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from recrawler.exceptions import StateStoreError
 from recrawler.state.records import (
@@ -15,12 +14,6 @@ from recrawler.state.records import (
     ScheduledPage,
     TrustRecord,
 )
-
-if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
-
-    from recrawler.state.sqlite.database import SQLiteDatabase
-
 from recrawler.state.sqlite.rows import (
     _PAGE_COLUMNS,
     _SCHEDULE_COLUMNS,
@@ -30,12 +23,13 @@ from recrawler.state.sqlite.rows import (
     _row_to_trust,
     _ts,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+
+    from recrawler.state.sqlite.database import SQLiteDatabase
+
 from recrawler.state.sqlite_check import Finding, check, repair
-
-logger = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
-_P = ParamSpec("_P")
 
 
 class SQLiteReaders:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING
 
 from recrawler.fingerprint import EDGE, kept_blocks, page_hash, unpack_blocks
 from recrawler.schedule import Revisit
@@ -19,11 +18,6 @@ if TYPE_CHECKING:
 
     pass
 
-
-logger = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
-_P = ParamSpec("_P")
 
 # why a chunk row was retired
 _RETIRED_REPLACED, _RETIRED_QUARANTINED, _RETIRED_GONE = 0, 1, 2

@@ -7,7 +7,7 @@ import logging
 import os
 import socket
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from recrawler.exceptions import RunRefused, StateStoreError
 from recrawler.fingerprint import block_pairs, fuzzy_distance, unpack_blocks
@@ -25,13 +25,6 @@ from recrawler.state.records import (
     RemovalPlan,
     Run,
 )
-
-if TYPE_CHECKING:
-    import sqlite3
-    from collections.abc import Sequence
-
-    from recrawler.state.sqlite.database import SQLiteDatabase
-
 from recrawler.state.sqlite.rows import (
     _GONE_CASE,
     _REPLACED_DISTANCE,
@@ -43,10 +36,14 @@ from recrawler.state.sqlite.rows import (
     _ts,
 )
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Sequence
 
-_T = TypeVar("_T")
-_P = ParamSpec("_P")
+    from recrawler.state.sqlite.database import SQLiteDatabase
+
+
+logger = logging.getLogger(__name__)
 
 
 def lease_holder() -> str:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import logging
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING
 
 from recrawler.schedule import Revisit, audit_count
 from recrawler.state.records import (
@@ -12,19 +11,13 @@ from recrawler.state.records import (
     Run,
     ScheduledPage,
 )
+from recrawler.state.sqlite.rows import _SCHEDULE_COLUMNS, _at, _row_to_revisit, _row_to_scheduled
 
 if TYPE_CHECKING:
     import sqlite3
     from collections.abc import Callable, Sequence
 
     from recrawler.state.sqlite.database import SQLiteDatabase
-
-from recrawler.state.sqlite.rows import _SCHEDULE_COLUMNS, _at, _row_to_revisit, _row_to_scheduled
-
-logger = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
-_P = ParamSpec("_P")
 
 
 class SQLiteSchedule:

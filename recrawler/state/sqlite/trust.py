@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import logging
 import re
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING
+
+from recrawler.state.sqlite.rows import _TRUST_COLUMNS, _row_to_trust, _ts
 
 if TYPE_CHECKING:
     import sqlite3
@@ -16,14 +17,6 @@ if TYPE_CHECKING:
         TrustRecord,
     )
     from recrawler.state.sqlite.database import SQLiteDatabase
-
-
-from recrawler.state.sqlite.rows import _TRUST_COLUMNS, _row_to_trust, _ts
-
-logger = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
-_P = ParamSpec("_P")
 
 
 class SQLiteTrust:

@@ -5,22 +5,19 @@ from __future__ import annotations
 import logging
 import re
 from importlib import resources
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from recrawler.exceptions import SchemaVersionError
 from recrawler.fingerprint import EDGE, block_pairs, unpack_blocks
+from recrawler.state.sqlite.rows import _count_pairs, _rehash
 
 if TYPE_CHECKING:
     import sqlite3
 
 
-from recrawler.state.sqlite.rows import _count_pairs, _rehash
-
 logger = logging.getLogger(__name__)
 
-_T = TypeVar("_T")
-_P = ParamSpec("_P")
 
 _MIGRATION = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
