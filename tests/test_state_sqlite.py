@@ -18,6 +18,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from recrawler import default_settings
 from recrawler.events import JsonLinesSink
 from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
+from recrawler.index import open_kb
 from recrawler.state import Event, PageRecord, Run, store_from_uri
 from recrawler.state.sqlite import SCHEMA_VERSION, SQLiteStateStore, path_from_uri
 
@@ -186,6 +187,24 @@ async def test_foreign_database_is_refused(db: Path) -> None:
     tables = query(db, "SELECT name FROM sqlite_master WHERE type='table'")
     assert tables == [("users",)]
     assert query(db, "SELECT name FROM users") == [("ada",)]
+
+
+@deferred_f_from_coro_f
+async def test_knowledge_base_reader_refuses_newer_and_foreign_databases(db: Path, tmp_path: Path) -> None:
+    async with opened(db) as store:
+        await store.begin_run("docs", SITE, T0, lease_secs=0)
+    with closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
+    before = db.read_bytes()
+    with pytest.raises(SchemaVersionError, match="newer") as exc_info:
+        open_kb(f"sqlite:///{db}", embedder="hashing")
+    assert "\n" not in str(exc_info.value)
+    assert db.read_bytes() == before
+    foreign = tmp_path / "foreign.db"
+    foreign_database(foreign)
+    with pytest.raises(SchemaVersionError, match="not a recrawler database"):
+        open_kb(f"sqlite:///{foreign}", embedder="hashing")
+    assert query(foreign, "SELECT name FROM users") == [("ada",)]
 
 
 @deferred_f_from_coro_f

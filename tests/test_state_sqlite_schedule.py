@@ -131,7 +131,7 @@ async def test_audit_sample_is_a_share_or_a_count_of_live_pages(tmp_path: Path) 
 async def test_a_lower_numbered_migration_from_another_branch_is_applied_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import recrawler.state.sqlite as sqlite_module
+    import recrawler.state.sqlite.versions as sqlite_module
 
     db = tmp_path / "s.db"
     async with opened(db):

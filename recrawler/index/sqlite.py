@@ -56,6 +56,9 @@ class SQLiteKnowledgeBase:
     """
 
     def __init__(self, path: str, *, embedder: Embedder | str | None = None, **embedder_options: Any) -> None:
+        # imported here: the store's package imports this module (recrawler check reads VISIBLE)
+        from recrawler.state.sqlite.versions import check_schema
+
         self.path = path
         if path != ":memory:" and not Path(path).exists():
             raise StateStoreUnavailable(f"no knowledge base at {path!r} (run a crawl first, or pass --db)")
@@ -65,8 +68,13 @@ class SQLiteKnowledgeBase:
             )
             self._conn.row_factory = sqlite3.Row
             tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            # the same check the store makes: a newer or foreign database is refused, untouched
+            check_schema(self._conn, path)
         except sqlite3.DatabaseError as exc:
             raise SchemaVersionError(f"{path!r} is not a readable recrawler database ({exc})") from exc
+        except SchemaVersionError:
+            self._conn.close()
+            raise
         if "chunks" not in tables:
             self._conn.close()
             raise SchemaVersionError(

@@ -1,0 +1,222 @@
+"""The records the state store reads and writes: frozen dataclasses with timezone-aware UTC times."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from recrawler.schedule import Revisit
+
+__all__ = [
+    "GONE",
+    "LIVE",
+    "MOVED",
+    "QUARANTINED",
+    "RUN_ABORTED",
+    "RUN_DISCARDED",
+    "RUN_FINISHED",
+    "RUN_HELD",
+    "RUN_PUBLISHED",
+    "RUN_RUNNING",
+    "TRUST_SIGNALS",
+    "ChangeRow",
+    "Event",
+    "FieldsRow",
+    "PageRecord",
+    "ReconcileResult",
+    "RemovalPlan",
+    "Run",
+    "ScheduledPage",
+    "TrustRecord",
+    "utcnow",
+]
+
+LIVE, QUARANTINED, GONE, MOVED = "live", "quarantined", "gone", "moved"
+# run states: published runs are what search reads; held runs wait for a person; aborted runs
+# died without finishing (their lease was taken over)
+RUN_RUNNING, RUN_FINISHED, RUN_HELD, RUN_PUBLISHED, RUN_DISCARDED, RUN_ABORTED = (
+    "running",
+    "finished",
+    "held",
+    "published",
+    "discarded",
+    "aborted",
+)
+
+
+def utcnow() -> datetime:
+    """Return the current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PageRecord:
+    """A page's stored state: one row per page key."""
+
+    key: str
+    site: str
+    url: str
+    etag: str | None = None
+    last_modified: str | None = None
+    lastmod: str | None = None
+    content_hash: str | None = None
+    fuzzy_hash: str | None = None
+    title: str | None = None
+    status: str = LIVE
+    misses: int = 0
+    first_seen: datetime
+    last_checked: datetime | None = None
+    last_changed: datetime | None = None
+    last_seen_run: int | None = None
+    #: current knowledge-base chunks of the page (0: none yet, e.g. stored before indexing)
+    chunks: int = 0
+    #: the noise configuration its content hash was computed with (None: before schema 3)
+    noise_key: str | None = None
+    #: how many links away from a listed page discovery found it (0: listed)
+    found_depth: int = 0
+    #: the key a permanent redirect moved the page to (status ``moved``)
+    moved_to: str | None = None
+    #: the run that last made the page new or changed
+    changed_run: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FieldsRow:
+    """A page's field-level record: what it says, field by field, and its normalised blocks."""
+
+    title: str
+    headings: list[str]
+    code: list[str]
+    links: list[list[str]]
+    text: str
+    #: packed 8-byte hashes of the normalised blocks, in page order
+    blocks: bytes
+    #: a readable sample of each block, for ``recrawler noise``
+    samples: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChangeRow:
+    """One entry of a page's append-only history."""
+
+    key: str
+    url: str
+    at: datetime
+    verdict: str
+    old_hash: str | None
+    new_hash: str | None
+    changed_fields: list[str]
+    distance: int | None = None
+    critical: list[str] = field(default_factory=list)
+    diff: str = ""
+    old_blocks: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduledPage:
+    """What the schedule needs of a stored page to decide whether a run requests it."""
+
+    key: str
+    url: str
+    status: str
+    lastmod: str | None
+    revisit: Revisit
+    #: the last run whose listing decided the page, and the last run that audited it
+    listed_run: int | None = None
+    #: the layer that skipped the page in ``listed_run`` (None: it was requested)
+    listed_skip: str | None = None
+    audit_run: int | None = None
+
+
+#: the signals a host's trust is kept for: sitemap lastmod, ETag (If-None-Match), Last-Modified
+TRUST_SIGNALS = ("lastmod", "etag", "last_modified")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrustRecord:
+    """How one host's signal fared when audited; ``trusted`` False switches it off for the host."""
+
+    host: str
+    signal: str
+    checks: int = 0
+    lies: int = 0
+    trusted: bool = True
+    last_lie_at: datetime | None = None
+    last_lie_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Run:
+    """One crawl run: its id numbers the run's events and its ``last_seen_run`` marks."""
+
+    id: int
+    spider: str
+    site: str | None
+    started_at: datetime
+    #: live or quarantined pages of the site stored before the run (0: a first run)
+    prior_pages: int = 0
+    #: live pages of the site stored before the run
+    prior_live: int = 0
+    #: how many pages the listing of the site's last finished run named (None: unknown)
+    last_listed: int | None = None
+    #: the site's previous run did not complete its writes (aborted, or a write failed): pages it
+    #: left unstored come back as new, and do not count toward a change spike
+    backfill: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """A page event, written to the outbox in the page's transaction and delivered afterwards."""
+
+    run_id: int
+    action: str
+    url: str
+    key: str
+    content_hash: str | None
+    status: str
+    at: datetime
+    reason: str | None = None
+    http_status: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """Serialise as one JSON line (``at`` in ISO 8601)."""
+        data = asdict(self)
+        data["at"] = self.at.isoformat()
+        extra = data.pop("extra")
+        data.update(extra)
+        return json.dumps({k: v for k, v in data.items() if v is not None or k in _KEEP_NULL})
+
+
+_KEEP_NULL = frozenset({"content_hash"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemovalPlan:
+    """What applying a run's staged misses and moves would do, before anything is applied."""
+
+    #: live or quarantined pages of the site before the run
+    pages: int = 0
+    #: live pages of the site before the run
+    live: int = 0
+    #: live pages that would leave the knowledge base: quarantined, gone or moved
+    removals: int = 0
+    quarantine: int = 0
+    gone: int = 0
+    moved: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReconcileResult:
+    """What the reconciliation did (or, when skipped, would have done)."""
+
+    applied: bool
+    quarantined: int = 0
+    gone: dict[str, int] = field(default_factory=dict)
+    moved: int = 0
+    skipped_misses: int = 0
+    #: the misses were kept for ``runs approve`` (the run is held)
+    kept: bool = False

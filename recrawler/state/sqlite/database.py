@@ -1,0 +1,377 @@
+"""The SQLite connection every role shares: one worker thread, WAL, group commits, the outbox."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, ParamSpec, Self, TypeVar
+
+from recrawler.events import EventSink, sink_from_uri
+from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from scrapy.settings import BaseSettings
+
+    from recrawler.state.records import (
+        Event,
+    )
+
+from recrawler.state.sqlite.versions import (
+    SCHEMA_VERSION,
+    check_schema,
+    migrate,
+    path_from_uri,
+    schema_version,
+)
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+
+class SQLiteDatabase:
+    """State in one SQLite file (WAL, ``synchronous=NORMAL``).
+
+    Every call runs on one dedicated worker thread that owns the connection, so the reactor never
+    blocks. Page writes are savepoints inside a group transaction committed every
+    ``RECRAWLER_DB_BATCH_SIZE`` pages or ``RECRAWLER_DB_COMMIT_SECS`` seconds: each page is atomic,
+    and a kill loses at most the uncommitted tail, which the next run simply checks again.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        batch_size: int = 200,
+        commit_secs: float = 2.0,
+        timeout_secs: float = 10.0,
+        sink: EventSink | None = None,
+        dry_run: bool = False,
+        deliver_on_commit: bool = True,
+    ) -> None:
+        self.uri = uri
+        #: deliver events after each commit; off when the run publishes as a whole, so events go
+        #: out with the run (and a change the run takes back is never announced)
+        self.deliver_on_commit = deliver_on_commit
+        self.path = path_from_uri(uri)
+        self.dry_run = dry_run
+        self.batch_size = max(1, batch_size)
+        self.commit_secs = commit_secs
+        self.timeout_secs = timeout_secs
+        self.sink = sink
+        self._conn: sqlite3.Connection | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._open_lock = threading.Lock()
+        self._pending = 0
+        self._txn_since = 0.0
+        #: outcome labels of the page writes in the open group transaction
+        self._group: list[str] = []
+        #: outcome labels of page writes that committed, and of those a failed commit lost
+        self.outcomes: Counter[str] = Counter()
+        self.lost: Counter[str] = Counter()
+        self._timer: asyncio.TimerHandle | None = None
+        self._background: set[asyncio.Future[None]] = set()
+
+    @classmethod
+    def from_settings(cls, uri: str, settings: BaseSettings) -> Self:
+        """Build the store from a crawler's settings."""
+        dry_run = settings.getbool("RECRAWLER_DRY_RUN")
+        return cls(
+            uri,
+            batch_size=settings.getint("RECRAWLER_DB_BATCH_SIZE"),
+            commit_secs=settings.getfloat("RECRAWLER_DB_COMMIT_SECS"),
+            timeout_secs=settings.getfloat("RECRAWLER_DB_TIMEOUT_SECS"),
+            # a dry run writes nothing: no events either
+            sink=None if dry_run else sink_from_uri(settings.get("RECRAWLER_EVENTS_URI")),
+            dry_run=dry_run,
+            deliver_on_commit=not (
+                settings.getbool("RECRAWLER_INDEX_ENABLED") and settings.get("RECRAWLER_PUBLISH") == "run"
+            ),
+        )
+
+    async def _call(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recrawler-sqlite")
+        fut = self._executor.submit(func, *args, **kwargs)
+        return await asyncio.wrap_future(fut)
+
+    def call_sync(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """Run *func* on the worker thread and wait (for ``spider_idle``, where nothing else runs)."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recrawler-sqlite")
+        return self._executor.submit(func, *args, **kwargs).result()
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StateStoreError(f"state store {self.path!r} is not open")
+        return self._conn
+
+    def _connect(self, *, readonly: bool = False) -> sqlite3.Connection:
+        path = self.path
+        if path != ":memory:":
+            parent = Path(path).resolve().parent
+            if not parent.is_dir():
+                msg = f"cannot open state database {path!r}: directory {str(parent)!r} does not exist"
+                raise StateStoreUnavailable(msg)
+            if readonly and not Path(path).exists():
+                msg = f"no state database at {path!r} (run a crawl first, or pass --db)"
+                raise StateStoreUnavailable(msg)
+        try:
+            # a read-only open needs a URI: quote the path so "?" or "#" in it stay part of it
+            target = Path(path).resolve().as_uri() + "?mode=ro" if readonly else path
+            conn = sqlite3.connect(
+                target,
+                timeout=self.timeout_secs,
+                isolation_level=None,
+                uri=readonly,
+                check_same_thread=False,
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.DatabaseError as exc:
+            raise self._wrap_open_error(exc) from exc
+        return conn
+
+    def _wrap_open_error(self, exc: sqlite3.Error) -> StateStoreError:
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            return StateStoreUnavailable(
+                f"state database {self.path!r} is locked by another process ({text}); "
+                "is another crawl running on it?"
+            )
+        if isinstance(exc, sqlite3.OperationalError) and "unable to open" in text:
+            return StateStoreUnavailable(f"cannot open state database {self.path!r}: {text}")
+        return SchemaVersionError(
+            f"state database {self.path!r} is corrupt or not a recrawler database ({text}); "
+            "it was left untouched: move it away or point RECRAWLER_DB_URI elsewhere"
+        )
+
+    def _open(self) -> None:
+        with self._open_lock:
+            if self._conn is not None:
+                return
+            if self.dry_run and self.path != ":memory:" and not Path(self.path).exists():
+                # a dry run against no database compares with empty state and creates no file
+                self.path = ":memory:"
+            conn = self._connect()
+            try:
+                # check the schema before anything writes: a refused file stays byte-identical
+                check_schema(conn, self.path)
+                if self.dry_run:
+                    # one transaction for the whole run, rolled back at close: nothing is written
+                    conn.execute("BEGIN IMMEDIATE")
+                else:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                    # WAL + NORMAL: a commit is atomic and consistent; only the last commits
+                    # before a power loss may roll back, which the next run re-checks.
+                    conn.execute("PRAGMA synchronous = NORMAL")
+                migrate(conn, self.path, self.dry_run)
+            except sqlite3.DatabaseError as exc:
+                conn.close()
+                raise self._wrap_open_error(exc) from exc
+            except StateStoreError:
+                conn.close()
+                raise
+            self._conn = conn
+        self._deliver()
+
+    def _begin(self) -> None:
+        conn = self.conn
+        if not conn.in_transaction:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise self._wrap_open_error(exc) from exc
+            self._txn_since = time.monotonic()
+            self._pending = 0
+
+    def _maybe_commit(self) -> None:
+        self._pending += 1
+        if self._pending >= self.batch_size or time.monotonic() - self._txn_since >= self.commit_secs:
+            self._commit()
+
+    def _commit(self) -> None:
+        conn = self.conn
+        if self.dry_run:
+            return
+        if conn.in_transaction:
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                # the whole group is lost (a full disk): undo it for sure, and count it as lost, so
+                # nothing claims pages that were never stored
+                with contextlib.suppress(sqlite3.Error):
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                self.lost.update(self._group)
+                self._group.clear()
+                self._pending = 0
+                raise StateStoreError(f"commit to {self.path!r} failed: {exc}") from exc
+        self.outcomes.update(self._group)
+        self._group.clear()
+        self._pending = 0
+        if self.deliver_on_commit:
+            self._deliver()
+
+    async def deliver(self) -> None:
+        """Commit and deliver every committed event now (the end of a run published as a whole)."""
+
+        def work() -> None:
+            self._commit()
+            self._deliver()
+
+        await self._call(self._guard, work)
+
+    def _deliver(self) -> None:
+        """Send committed outbox events to the sink, then delete them (at-least-once)."""
+        if self.sink is None:
+            return
+        conn = self.conn
+        if conn.in_transaction:
+            return
+        while True:
+            rows = conn.execute("SELECT id, payload FROM outbox ORDER BY id LIMIT 1000").fetchall()
+            if not rows:
+                return
+            try:
+                self.sink.deliver([r["payload"] for r in rows])
+            except OSError as exc:
+                # the pages are committed; their events wait in the outbox for the next delivery
+                logger.error(
+                    "event delivery to %(sink)s failed, kept in the outbox: %(exc)s",
+                    {"sink": getattr(self.sink, "path", self.sink), "exc": exc},
+                )
+                return
+            conn.execute("DELETE FROM outbox WHERE id <= ?", (rows[-1]["id"],))
+
+    def _page_txn(self, work: Callable[[sqlite3.Connection], _T], outcome: Sequence[str] = ()) -> _T:
+        """Run *work* as one atomic page write inside the group transaction; its *outcome* labels
+        count as committed only once the group commits."""
+        self._begin()
+        conn = self.conn
+        conn.execute("SAVEPOINT page")
+        try:
+            result = work(conn)
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK TO page")
+            conn.execute("RELEASE page")
+            raise StateStoreError(f"page write to {self.path!r} failed: {exc}") from exc
+        except BaseException:
+            conn.execute("ROLLBACK TO page")
+            conn.execute("RELEASE page")
+            raise
+        conn.execute("RELEASE page")
+        if self.dry_run:
+            # nothing is ever committed: count what would have been
+            self.outcomes.update(outcome)
+        else:
+            self._group.extend(outcome)
+        self._maybe_commit()
+        return result
+
+    def _outbox(self, conn: sqlite3.Connection, events: Sequence[Event]) -> None:
+        if self.sink is not None and events:
+            conn.executemany("INSERT INTO outbox (payload) VALUES (?)", [(e.to_json(),) for e in events])
+
+    async def open(self) -> None:
+        """Connect, enable WAL and apply migrations; refuse newer or foreign databases."""
+        await self._call(self._open)
+
+    def open_sync(self) -> None:
+        """Blocking :meth:`open`, for startup checks before the crawl begins."""
+        self.call_sync(self._open)
+
+    async def flush(self) -> None:
+        """Commit pending writes and deliver their events."""
+        await self._call(self._flush)
+
+    def _flush(self) -> None:
+        if self._conn is not None:
+            self._commit()
+
+    async def _page_write(self, work: Callable[[sqlite3.Connection], _T], outcome: Sequence[str] = ()) -> _T:
+        result = await self._call(self._page_txn, work, outcome)
+        if self._timer is None and self._conn is not None and self._conn.in_transaction:
+            # bound the wait of the group's last page: commit within commit_secs even if no
+            # further write comes to trigger it
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self.commit_secs, self._timed_flush)
+        return result
+
+    def _timed_flush(self) -> None:
+        self._timer = None
+        if self._executor is not None:
+            task = asyncio.ensure_future(self._call(self._guard, self._flush))
+            self._background.add(task)
+            task.add_done_callback(self._flush_done)
+
+    def _flush_done(self, task: asyncio.Future[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error(
+                "timed commit to %(path)s failed: %(exc)s", {"path": self.path, "exc": task.exception()}
+            )
+
+    async def close(self) -> None:
+        """Commit, deliver events and close the connection and the worker thread."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._executor is None:
+            return
+        try:
+            await self._call(self._close)
+        finally:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    def _close(self) -> None:
+        if self._conn is None:
+            return
+        try:
+            if self.dry_run and self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            else:
+                self._commit()
+                self._deliver()
+        finally:
+            self._conn.close()
+            self._conn = None
+            if self.sink is not None:
+                self.sink.close()
+
+    def _guard(self, work: Callable[[], _T]) -> _T:
+        try:
+            return work()
+        except sqlite3.Error as exc:
+            text = str(exc)
+            if "locked" in text or "busy" in text:
+                raise self._wrap_open_error(exc) from exc
+            raise StateStoreError(f"state database {self.path!r}: {exc}") from exc
+
+    def _reader(self) -> sqlite3.Connection:
+        conn = self._connect(readonly=True)
+        try:
+            version = schema_version(conn, self.path)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise self._wrap_open_error(exc) from exc
+        if version > SCHEMA_VERSION:
+            conn.close()
+            msg = (
+                f"state database {self.path!r} has schema version {version}, newer than this "
+                f"recrawler's {SCHEMA_VERSION}; upgrade recrawler"
+            )
+            raise SchemaVersionError(msg)
+        return conn

@@ -1,0 +1,316 @@
+"""The pages role on SQLite: page writes (one savepoint each) and the run's unseen pages."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import TYPE_CHECKING
+
+from recrawler.fingerprint import block_pairs, unpack_blocks
+from recrawler.state.records import (
+    GONE,
+    LIVE,
+    QUARANTINED,
+    ChangeRow,
+    Event,
+    FieldsRow,
+    PageRecord,
+    Run,
+)
+from recrawler.state.sqlite.rows import (
+    _PAGE_COLUMNS,
+    _RETIRED_QUARANTINED,
+    _RETIRED_REPLACED,
+    _at,
+    _count_pairs,
+    _row_to_record,
+    _ts,
+)
+
+if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Sequence
+    from datetime import datetime
+
+    from recrawler.chunking import Chunk
+    from recrawler.state.sqlite.database import SQLiteDatabase
+
+
+class SQLitePages:
+    """The pages role on SQLite: page writes (one savepoint each) and the run's unseen pages."""
+
+    def __init__(self, db: SQLiteDatabase) -> None:
+        self.db = db
+
+    async def get(self, key: str) -> PageRecord | None:
+        """Return the stored record of *key*."""
+        return await self.db._call(self.db._guard, lambda: self._get(key))
+
+    def _get(self, key: str) -> PageRecord | None:
+        row = self.db.conn.execute(f"SELECT {_PAGE_COLUMNS} FROM pages WHERE key = ?", (key,)).fetchone()
+        return _row_to_record(row) if row is not None else None
+
+    async def record(
+        self,
+        run: Run,
+        rec: PageRecord,
+        events: Sequence[Event],
+        *,
+        chunks: Sequence[Chunk] | None = None,
+        restore: bool = False,
+        embeddings: Sequence[tuple[str, str, bytes]] = (),
+        fields: FieldsRow | None = None,
+        change: ChangeRow | None = None,
+        outcome: Sequence[str] = (),
+    ) -> None:
+        """Upsert the page's new state, its events and its knowledge-base rows atomically.
+
+        ``fields`` replaces the page's field-level record (and updates the site's block counts);
+        ``change`` appends to the page's history. ``outcome`` labels (``new``, ``changed``, ...)
+        are counted in :attr:`outcomes` once the write commits, or in :attr:`lost` if its group
+        commit fails.
+
+        ``chunks`` replaces the page's current chunks (old rows retired by this run, new rows
+        added by it: search switches when the run publishes); ``restore`` brings back the rows a
+        quarantine kept; ``embeddings`` are (embedder, text hash, vector) cache rows.
+        Any staged miss of the page is lifted.
+        """
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                f"""INSERT INTO pages ({_PAGE_COLUMNS})
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (key) DO UPDATE SET noise_key = excluded.noise_key,
+                      url = excluded.url, site = excluded.site, etag = excluded.etag,
+                      last_modified = excluded.last_modified, lastmod = excluded.lastmod,
+                      content_hash = excluded.content_hash, fuzzy_hash = excluded.fuzzy_hash,
+                      title = excluded.title, status = excluded.status, misses = excluded.misses,
+                      last_checked = excluded.last_checked, last_changed = excluded.last_changed,
+                      last_seen_run = excluded.last_seen_run, found_depth = excluded.found_depth,
+                      moved_to = excluded.moved_to, changed_run = excluded.changed_run""",
+                (
+                    rec.key,
+                    rec.site,
+                    rec.url,
+                    rec.etag,
+                    rec.last_modified,
+                    rec.lastmod,
+                    rec.content_hash,
+                    rec.fuzzy_hash,
+                    rec.title,
+                    rec.status,
+                    rec.misses,
+                    _ts(rec.first_seen),
+                    _ts(rec.last_checked),
+                    _ts(rec.last_changed),
+                    run.id,
+                    rec.chunks,
+                    rec.noise_key,
+                    rec.found_depth,
+                    rec.moved_to,
+                    rec.changed_run,
+                ),
+            )
+            conn.execute("DELETE FROM run_misses WHERE run_id = ? AND key = ?", (run.id, rec.key))
+            if chunks is not None:
+                self._replace_chunks(conn, run, rec.key, chunks)
+            elif restore:
+                self._restore_chunks(conn, run, rec.key)
+            if embeddings:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO embeddings (embedder, text_hash, vector) VALUES (?, ?, ?)",
+                    embeddings,
+                )
+            if fields is not None:
+                self._write_fields(conn, rec.key, rec.site, fields)
+            if change is not None:
+                self._write_change(conn, run, change)
+            self.db._outbox(conn, events)
+
+        await self.db._page_write(work, outcome)
+
+    @staticmethod
+    def _write_fields(conn: sqlite3.Connection, key: str, site: str, fields: FieldsRow) -> None:
+        row = conn.execute("SELECT blocks FROM page_fields WHERE key = ?", (key,)).fetchone()
+        old_blocks = unpack_blocks(row[0]) if row is not None else []
+        new_blocks = unpack_blocks(fields.blocks)
+        old, new = set(old_blocks), set(new_blocks)
+        # the site's block statistics follow the page's block set, in the page's transaction
+        conn.executemany(
+            "UPDATE site_blocks SET pages = MAX(pages - 1, 0) WHERE site = ? AND block = ?",
+            [(site, b) for b in old - new],
+        )
+        conn.executemany(
+            """INSERT INTO site_blocks (site, block, pages, sample) VALUES (?, ?, 1, ?)
+               ON CONFLICT (site, block) DO UPDATE SET pages = pages + 1""",
+            [(site, b, fields.samples.get(b, "")[:200]) for b in new - old],
+        )
+        old_pairs, new_pairs = block_pairs(old_blocks), block_pairs(new_blocks)
+        _count_pairs(conn, site, old_pairs - new_pairs, -1)
+        _count_pairs(conn, site, new_pairs - old_pairs, 1)
+        conn.execute(
+            """INSERT INTO page_fields (key, title, headings, code, links, text, blocks)
+               VALUES (?, ?, ?, ?, ?, ?, ?)
+               ON CONFLICT (key) DO UPDATE SET title = excluded.title, headings = excluded.headings,
+                 code = excluded.code, links = excluded.links, text = excluded.text,
+                 blocks = excluded.blocks""",
+            (
+                key,
+                fields.title,
+                json.dumps(fields.headings),
+                json.dumps(fields.code),
+                json.dumps(fields.links),
+                zlib.compress(fields.text.encode("utf-8")),
+                fields.blocks,
+            ),
+        )
+
+    @staticmethod
+    def _write_change(conn: sqlite3.Connection, run: Run, change: ChangeRow) -> None:
+        conn.execute(
+            """INSERT INTO page_changes (key, url, run_id, at, verdict, old_hash, new_hash,
+                 changed_fields, distance, critical, diff, old_blocks)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            (
+                change.key,
+                change.url,
+                run.id,
+                _ts(change.at),
+                change.verdict,
+                change.old_hash,
+                change.new_hash,
+                json.dumps(change.changed_fields),
+                change.distance,
+                json.dumps(change.critical),
+                change.diff,
+                change.old_blocks,
+            ),
+        )
+
+    @staticmethod
+    def _replace_chunks(conn: sqlite3.Connection, run: Run, key: str, chunks: Sequence[Chunk]) -> None:
+        # the current version is superseded by this run's version. A row already retired keeps
+        # the run that retired it: moving that to this run would make it visible again while this
+        # run is held. Rows a quarantine kept are collected when the run publishes.
+        conn.execute(
+            "UPDATE chunks SET retired_run = ?, retired_why = ? WHERE key = ? AND retired_run IS NULL",
+            (run.id, _RETIRED_REPLACED, key),
+        )
+        conn.executemany(
+            """INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run)
+               VALUES (?, ?, ?, ?, ?, ?, ?)""",
+            [(key, c.chunk_index, c.chunk_hash, c.url, c.heading, c.text, run.id) for c in chunks],
+        )
+        conn.execute("UPDATE pages SET chunks = ? WHERE key = ?", (len(chunks), key))
+
+    @staticmethod
+    def _restore_chunks(conn: sqlite3.Connection, run: Run, key: str) -> None:
+        # copies of the rows the last quarantine kept become current in this run; same texts, so
+        # same embeddings. The kept rows stay as they are (collected when the run publishes).
+        n = conn.execute(
+            """INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run)
+               SELECT key, chunk_index, chunk_hash, url, heading, text, ?1 FROM chunks
+               WHERE key = ?2 AND retired_why = ?3 AND retired_run = (
+                 SELECT MAX(retired_run) FROM chunks WHERE key = ?2 AND retired_why = ?3)
+               ORDER BY chunk_index""",
+            (run.id, key, _RETIRED_QUARANTINED),
+        ).rowcount
+        conn.execute("UPDATE pages SET chunks = ? WHERE key = ?", (n, key))
+
+    async def record_error(self, run: Run, key: str | None, events: Sequence[Event]) -> None:
+        """Mark a stored page as reached this run (state untouched) and write its error events."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            if key is not None:
+                conn.execute("UPDATE pages SET last_seen_run = ? WHERE key = ?", (run.id, key))
+            self.db._outbox(conn, events)
+
+        await self.db._page_write(work)
+
+    async def record_miss(self, run: Run, key: str, http_status: int) -> str:
+        """Stage a 404/410 of a stored page for the reconciliation.
+
+        Returns ``"staged"`` (a live or quarantined page), ``"tombstone"`` (already gone) or
+        ``"unknown"`` (no record).
+        """
+
+        def work(conn: sqlite3.Connection) -> str:
+            row = conn.execute("SELECT status FROM pages WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                return "unknown"
+            conn.execute("UPDATE pages SET last_seen_run = ? WHERE key = ?", (run.id, key))
+            if row["status"] == GONE:
+                return "tombstone"
+            conn.execute(
+                "INSERT OR REPLACE INTO run_misses (run_id, key, http_status) VALUES (?, ?, ?)",
+                (run.id, key, http_status),
+            )
+            return "staged"
+
+        return await self.db._page_write(work)
+
+    def _unseen(self, run: Run, limit: int, due_at: datetime | None = None) -> list[tuple[str, str, int]]:
+        if run.site is None:
+            return []
+        self.db._begin()
+        # Pages the run's listing decided (requested, or skipped by the schedule, lastmod or
+        # deltafetch) are not unseen; with *due_at*, neither are pages not due by then.
+        rows = self.db.conn.execute(
+            """UPDATE pages SET verify_run = :run
+               WHERE key IN (
+                 SELECT key FROM pages
+                 WHERE site = :site AND status IN (:live, :quarantined)
+                   AND (last_seen_run IS NULL OR last_seen_run != :run)
+                   AND (verify_run IS NULL OR verify_run != :run)
+                   AND (listed_run IS NULL OR listed_run != :run)
+                   AND (:due IS NULL OR status = :quarantined OR audit_run = :run
+                        OR next_check_at IS NULL OR next_check_at <= :due)
+                 ORDER BY key LIMIT :limit)
+               RETURNING key, url, found_depth""",
+            {
+                "run": run.id,
+                "site": run.site,
+                "live": LIVE,
+                "quarantined": QUARANTINED,
+                "due": _at(due_at),
+                "limit": limit,
+            },
+        ).fetchall()
+        self.db._commit()
+        return sorted((r["key"], r["url"], r["found_depth"] or 0) for r in rows)
+
+    def unseen_sync(
+        self, run: Run, limit: int, *, due_at: datetime | None = None
+    ) -> list[tuple[str, str, int]]:
+        """Return up to *limit* pages of the run's site not reached this run, marking them.
+
+        Pages the run's listing decided are left out; with *due_at*, so are pages whose next check
+        is later (quarantined and audited pages always count). Blocking: for ``spider_idle``
+        handlers, which run when nothing else is in flight.
+        """
+        return self.db.call_sync(self.db._guard, lambda: self._unseen(run, limit, due_at))
+
+    async def unseen(
+        self, run: Run, limit: int, *, due_at: datetime | None = None
+    ) -> list[tuple[str, str, int]]:
+        """Async form of :meth:`unseen_sync`."""
+        return await self.db._call(self.db._guard, lambda: self._unseen(run, limit, due_at))
+
+    async def record_moves(self, run: Run, keys: Sequence[str], target: str, *, http_status: int) -> int:
+        """Stage a permanent redirect of stored pages *keys* to page *target*; returns how many.
+
+        The moves apply when the run reconciles, and only if *target* is a live page by then.
+        """
+
+        def work(conn: sqlite3.Connection) -> int:
+            n = 0
+            for key in keys:
+                n += conn.execute(
+                    """INSERT OR REPLACE INTO run_misses (run_id, key, http_status, moved_to)
+                       SELECT ?, key, ?, ? FROM pages WHERE key = ? AND status IN (?, ?)""",
+                    (run.id, http_status, target, key, LIVE, QUARANTINED),
+                ).rowcount
+                conn.execute("UPDATE pages SET last_seen_run = ? WHERE key = ?", (run.id, key))
+            return n
+
+        return await self.db._page_write(work)

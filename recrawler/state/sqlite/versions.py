@@ -1,0 +1,146 @@
+"""The SQLite schema's versions: numbered SQL migrations, applied forward once each, never downwards."""
+
+from __future__ import annotations
+
+import logging
+import re
+from importlib import resources
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+from recrawler.exceptions import SchemaVersionError
+from recrawler.fingerprint import EDGE, block_pairs, unpack_blocks
+from recrawler.state.sqlite.rows import _count_pairs, _rehash
+
+if TYPE_CHECKING:
+    import sqlite3
+
+
+logger = logging.getLogger(__name__)
+
+
+_MIGRATION = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+
+
+def _migrations() -> list[tuple[int, str]]:
+    folder = resources.files("recrawler.state") / "migrations" / "sqlite"
+    found = []
+    for entry in folder.iterdir():
+        m = _MIGRATION.match(entry.name)
+        if m:
+            found.append((int(m.group(1)), entry.read_text(encoding="utf-8")))
+    return sorted(found)
+
+
+SCHEMA_VERSION = max(v for v, _ in _migrations())
+
+
+def path_from_uri(uri: str) -> str:
+    """Map ``sqlite:///rel.db``, ``sqlite:////abs.db``, ``file:///abs.db`` or a bare path to a path."""
+    if "://" not in uri:
+        return uri
+    parts = urlsplit(uri)
+    path = unquote(parts.path)
+    if parts.scheme == "sqlite":
+        # sqlite:///rel.db -> "rel.db"; sqlite:////abs.db -> "/abs.db" (SQLAlchemy's convention)
+        return path[1:] if path.startswith("/") else path
+    return path
+
+
+def schema_version(conn: sqlite3.Connection, path: str) -> int:
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables:
+        return 0
+    if "schema_version" not in tables:
+        msg = (
+            f"state database {path!r} is not a recrawler database (tables: "
+            f"{', '.join(sorted(tables))}); it was left untouched"
+        )
+        raise SchemaVersionError(msg)
+    row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    return int(row[0] or 0)
+
+
+def check_schema(conn: sqlite3.Connection, path: str) -> int:
+    version = schema_version(conn, path)
+    if version > SCHEMA_VERSION:
+        msg = (
+            f"state database {path!r} has schema version {version}, newer than this "
+            f"recrawler's {SCHEMA_VERSION}; upgrade recrawler (the database was left untouched)"
+        )
+        raise SchemaVersionError(msg)
+    return version
+
+
+def migrate(conn: sqlite3.Connection, path: str, dry_run: bool) -> None:
+    version = check_schema(conn, path)
+    # each applied number is a row: a migration numbered below one already applied (written
+    # on another branch) is still applied once
+    applied = {r[0] for r in conn.execute("SELECT version FROM schema_version")} if version else set()
+    for number, sql in _migrations():
+        if number in applied:
+            continue
+        if dry_run:
+            conn.execute("SAVEPOINT migrate")
+        else:
+            conn.execute("BEGIN IMMEDIATE")
+        try:
+            if number == 1:
+                conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+            for statement in _split_sql(sql):
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (number,))
+            conn.execute("RELEASE migrate" if dry_run else "COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK TO migrate" if dry_run else "ROLLBACK")
+            raise
+        logger.info("state database %(path)s migrated to schema %(v)d", {"path": path, "v": number})
+    fill_block_pairs(conn, path, dry_run)
+
+
+def fill_block_pairs(conn: sqlite3.Connection, path: str, dry_run: bool) -> None:
+    """Count the block pairs of a database from before schema 6 from its stored blocks, once.
+
+    Until the next run ends and re-decides them, a pair of two boilerplate blocks (a page edge
+    counts as one) is a boilerplate pair; every page is re-hashed under those pairs, so the
+    next run compares like with like (no false "changed"). One transaction: a crash leaves
+    ``site_pairs`` empty and the next open counts again.
+    """
+    if conn.execute("SELECT EXISTS (SELECT 1 FROM site_pairs)").fetchone()[0]:
+        return
+    stored = conn.execute("SELECT EXISTS (SELECT 1 FROM page_fields WHERE blocks != x'')").fetchone()[0]
+    if not stored:
+        return
+    conn.execute("SAVEPOINT migrate" if dry_run else "BEGIN IMMEDIATE")
+    try:
+        pages = 0
+        for site, blob in conn.execute(
+            "SELECT p.site, f.blocks FROM page_fields f JOIN pages p ON p.key = f.key"
+        ):
+            _count_pairs(conn, site, block_pairs(unpack_blocks(blob)), 1)
+            pages += 1
+        sites = [r[0] for r in conn.execute("SELECT DISTINCT site FROM site_blocks WHERE boilerplate = 1")]
+        for site in sites:
+            conn.execute(
+                """UPDATE site_pairs SET boilerplate = 1 WHERE site = :site
+                     AND (prev = :edge OR prev IN
+                          (SELECT block FROM site_blocks WHERE site = :site AND boilerplate = 1))
+                     AND (block = :edge OR block IN
+                          (SELECT block FROM site_blocks WHERE site = :site AND boilerplate = 1))""",
+                {"site": site, "edge": EDGE},
+            )
+            _rehash(conn, site)
+        conn.execute("RELEASE migrate" if dry_run else "COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK TO migrate" if dry_run else "ROLLBACK")
+        raise
+    logger.info(
+        "state database %(path)s: block pairs counted from %(n)d stored pages",
+        {"path": path, "n": pages},
+    )
+
+
+def _split_sql(sql: str) -> list[str]:
+    """Split a migration file into statements (no semicolons inside our literals)."""
+    lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

@@ -1,0 +1,561 @@
+"""The role contracts every state backend keeps (Scrapy's ``StorageTestMixin`` pattern).
+
+One mixin per role of :mod:`recrawler.state.roles`; each test asserts a guarantee written in that
+role's docstring, through the public methods only (no SQL), so a PostgreSQL backend runs the same
+tests: ``TestPostgreSQLStore`` skips unless ``RECRAWLER_TEST_POSTGRES_URI`` names an empty
+database on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from scrapy.settings import Settings
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from recrawler import default_settings
+from recrawler.chunking import Chunk
+from recrawler.exceptions import RunRefused
+from recrawler.fingerprint import pack_blocks
+from recrawler.index import open_kb
+from recrawler.schedule import Revisit
+from recrawler.state import (
+    GONE,
+    LIVE,
+    MOVED,
+    QUARANTINED,
+    RUN_ABORTED,
+    RUN_HELD,
+    RUN_PUBLISHED,
+    ChangeRow,
+    Event,
+    FieldsRow,
+    PageRecord,
+    Run,
+    StateStore,
+    store_from_uri,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+SITE = "docs.example.com"
+T0 = datetime(2026, 3, 1, 6, 0, 0, 123456, tzinfo=UTC)
+HOLDER = f"{socket.gethostname()} pid {os.getpid()}"
+
+
+def rec(name: str, **fields: Any) -> PageRecord:
+    fields.setdefault("content_hash", f"h-{name}")
+    return PageRecord(key=f"{SITE}/{name}", site=SITE, url=f"https://{SITE}/{name}", first_seen=T0, **fields)
+
+
+def ev(run: Run, page: PageRecord, action: str = "new") -> Event:
+    return Event(
+        run_id=run.id, action=action, url=page.url, key=page.key,
+        content_hash=page.content_hash, status=page.status, at=T0,
+    )  # fmt: skip
+
+
+def chunks(page: PageRecord, *texts: str) -> list[Chunk]:
+    return [
+        Chunk(key=page.key, url=page.url, chunk_index=i, heading="H", text=t, chunk_hash=f"c-{t}")
+        for i, t in enumerate(texts)
+    ]
+
+
+@dataclass(frozen=True)
+class ExplodingEvent(Event):
+    """An event that fails while its page's transaction is open (a backend-neutral failure)."""
+
+    def to_json(self) -> str:
+        raise RuntimeError("injected failure")
+
+
+class BackendMixin:
+    """What a backend's test class provides: a URI of an empty database per test."""
+
+    @pytest.fixture
+    def uri(self, tmp_path: Path) -> str:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def events_path(self, tmp_path: Path) -> Path:
+        return tmp_path / "events.jsonl"
+
+    @pytest.fixture
+    def settings(self, events_path: Path) -> Settings:
+        settings = Settings()
+        settings.setmodule(default_settings)
+        settings.set("RECRAWLER_EVENTS_URI", str(events_path))
+        settings.set("RECRAWLER_DB_COMMIT_SECS", 3600)
+        return settings
+
+    @asynccontextmanager
+    async def opened(self, uri: str, settings: Settings, **overrides: Any) -> AsyncIterator[StateStore]:
+        for name, value in overrides.items():
+            settings.set(name, value)
+        store = store_from_uri(uri, settings)
+        await store.open()
+        try:
+            yield store
+        finally:
+            await store.close()
+
+    @staticmethod
+    def events(path: Path) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+class LifecycleContract(BackendMixin):
+    @deferred_f_from_coro_f
+    async def test_open_is_idempotent_and_reopening_keeps_committed_state(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            await store.open()
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            await store.record(run, rec("a"), [])
+            await store.finish_run(run, reason="finished", at=T0, report={})
+        async with self.opened(uri, settings) as store:
+            got = await store.get(f"{SITE}/a")
+            assert got is not None
+            assert got.content_hash == "h-a"
+
+    @deferred_f_from_coro_f
+    async def test_outcomes_count_only_what_committed(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings, RECRAWLER_DB_BATCH_SIZE=100) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            await store.record(run, rec("a"), [], outcome=["new"])
+            await store.record(run, rec("b"), [], outcome=["new"])
+            assert store.outcomes == {}
+            await store.flush()
+            assert store.outcomes == {"new": 2}
+            assert store.lost == {}
+
+    @deferred_f_from_coro_f
+    async def test_events_wait_in_the_outbox_until_delivered(
+        self, uri: str, settings: Settings, events_path: Path
+    ) -> None:
+        async with self.opened(uri, settings, RECRAWLER_DB_BATCH_SIZE=100) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            page = rec("a")
+            await store.record(run, page, [ev(run, page)])
+            assert self.events(events_path) == []
+            await store.deliver()
+            assert [(e["action"], e["key"]) for e in self.events(events_path)] == [("new", page.key)]
+
+
+class PagesContract(BackendMixin):
+    @deferred_f_from_coro_f
+    async def test_get_returns_what_record_wrote(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            assert await store.get(f"{SITE}/a") is None
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            page = rec("a", etag='"e"', last_checked=T0 + timedelta(hours=1), found_depth=2, title="A")
+            await store.record(run, page, [])
+            got = await store.get(page.key)
+            assert got == replace(page, last_seen_run=run.id)
+            assert got.first_seen.tzinfo is not None
+
+    @deferred_f_from_coro_f
+    async def test_a_page_write_commits_whole_or_not_at_all(
+        self, uri: str, settings: Settings, events_path: Path
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            page = rec("a")
+            await store.record(run, page, [ev(run, page)], chunks=chunks(page, "one"), outcome=["new"])
+            changed = rec("a", content_hash="h2")
+            bad = ExplodingEvent(**{f: getattr(ev(run, changed, "changed"), f) for f in Event.__slots__})
+            with pytest.raises(RuntimeError, match="injected"):
+                await store.record(run, changed, [bad], chunks=chunks(changed, "two"), outcome=["changed"])
+            await store.deliver()
+            got = await store.get(page.key)
+            assert got is not None
+            assert (got.content_hash, got.chunks) == ("h-a", 1)
+            assert store.outcomes == {"new": 1}
+            assert [e["action"] for e in self.events(events_path)] == ["new"]
+            await store.publish(run.id, T0)
+        with open_kb(uri, embedder="hashing") as kb:
+            assert [c.text for c in kb.chunks()] == ["one"]
+
+    @deferred_f_from_coro_f
+    async def test_record_miss_stages_only_stored_live_pages(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            await store.record(run, rec("a"), [])
+            await store.record(run, rec("g", status=GONE), [])
+            assert await store.record_miss(run, f"{SITE}/a", 404) == "staged"
+            assert await store.record_miss(run, f"{SITE}/g", 410) == "tombstone"
+            assert await store.record_miss(run, f"{SITE}/nope", 404) == "unknown"
+
+    @deferred_f_from_coro_f
+    async def test_unseen_hands_each_page_out_once_and_never_a_listed_one(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            for name in ("a", "b", "c", "d"):
+                await store.record(run, rec(name), [])
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            await store.record(run2, rec("a"), [])
+            await store.mark_listed(run2, [(f"{SITE}/b", "lastmod")])
+            first = await store.unseen(run2, 1)
+            rest = await store.unseen(run2, 10)
+            assert [k for k, _, _ in first + rest] == [f"{SITE}/c", f"{SITE}/d"]
+            assert await store.unseen(run2, 10) == []
+
+
+class RunsContract(BackendMixin):
+    @deferred_f_from_coro_f
+    async def test_a_live_lease_refuses_a_second_run(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)
+            with pytest.raises(RunRefused, match="one run at a time"):
+                await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)
+            # another site is another lease
+            await store.begin_run("docs", "other.example.com", T0, holder=HOLDER, lease_secs=60)
+            assert await store.heartbeat(run)
+
+    @deferred_f_from_coro_f
+    async def test_a_lapsed_lease_is_taken_over_and_its_run_aborted(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            old = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            await store.record(old, rec("a"), [])
+            await store.record_miss(old, f"{SITE}/a", 404)
+            new = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            assert new.id > old.id
+            assert new.backfill
+            info = await store.run_info(old.id)
+            assert info is not None
+            assert info["state"] == RUN_ABORTED
+            assert not await store.heartbeat(old)
+            assert await store.heartbeat(new)
+            # the aborted run's staged miss was dropped with it
+            assert (await store.removal_plan(new, gone_after=3, gone_statuses=[410])).removals == 0
+
+    @deferred_f_from_coro_f
+    async def test_finish_run_releases_the_lease(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)
+            await store.finish_run(run, reason="finished", at=T0, report={"counts": {"new": 0}}, listed=5)
+            nxt = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)
+            assert nxt.last_listed == 5
+
+    @deferred_f_from_coro_f
+    async def test_reconcile_quarantines_and_removes_in_one_set_operation(
+        self, uri: str, settings: Settings, events_path: Path
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for name in ("keep", "q", "g410", "g3"):
+                await store.record(run, rec(name, misses=2 if name == "g3" else 0), [])
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            assert (run2.prior_pages, run2.prior_live) == (4, 4)
+            for name, code in (("q", 404), ("g410", 410), ("g3", 404)):
+                await store.record_miss(run2, f"{SITE}/{name}", code)
+            plan = await store.removal_plan(run2, gone_after=3, gone_statuses=[410])
+            assert (plan.quarantine, plan.gone, plan.removals) == (1, 2, 3)
+            assert (await store.get(f"{SITE}/q")).status == LIVE  # type: ignore[union-attr]
+            result = await store.reconcile(run2, apply=True, gone_after=3, gone_statuses=[410], at=T0)
+            assert (result.applied, result.quarantined, result.gone) == (
+                True, 1, {"http_410": 1, "http_404": 1}
+            )  # fmt: skip
+            status = {p.key.rsplit("/", 1)[1]: p.status for p in store.iter_pages()}
+            assert status == {"keep": LIVE, "q": QUARANTINED, "g410": GONE, "g3": GONE}
+            await store.deliver()
+            assert sorted(e["action"] for e in self.events(events_path)) == [GONE, GONE, QUARANTINED]
+
+    @deferred_f_from_coro_f
+    async def test_reconcile_without_apply_drops_or_keeps_the_misses(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            await store.record(run, rec("a"), [])
+            await store.record_miss(run, f"{SITE}/a", 410)
+            kept = await store.reconcile(
+                run, apply=False, keep=True, gone_after=3, gone_statuses=[410], at=T0
+            )
+            assert (kept.kept, kept.skipped_misses) == (True, 1)
+            await store.set_run_state(run.id, RUN_HELD)
+            held = await store.apply_held(run.id, gone_after=3, gone_statuses=[410], at=T0)
+            assert held.gone == {"http_410": 1}
+            await store.publish(run.id, T0)  # what `recrawler runs approve` does next
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            await store.record(run2, rec("b"), [])
+            await store.record_miss(run2, f"{SITE}/b", 410)
+            dropped = await store.reconcile(run2, apply=False, gone_after=3, gone_statuses=[410], at=T0)
+            assert (dropped.applied, dropped.skipped_misses) == (False, 1)
+            assert (await store.get(f"{SITE}/b")).status == LIVE  # type: ignore[union-attr]
+
+    @deferred_f_from_coro_f
+    async def test_a_page_moves_only_onto_a_live_page(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for name in ("old", "old2", "new"):
+                await store.record(run, rec(name), [])
+            assert await store.record_moves(run, [f"{SITE}/old"], f"{SITE}/new", http_status=301) == 1
+            assert await store.record_moves(run, [f"{SITE}/old2"], f"{SITE}/nowhere", http_status=301) == 1
+            result = await store.reconcile(run, apply=True, gone_after=3, gone_statuses=[410], at=T0)
+            assert result.moved == 1
+            old = await store.get(f"{SITE}/old")
+            assert old is not None
+            assert (old.status, old.moved_to) == (MOVED, f"{SITE}/new")
+            assert (await store.get(f"{SITE}/old2")).status == LIVE  # type: ignore[union-attr]
+
+
+class KnowledgeBaseContract(BackendMixin):
+    @deferred_f_from_coro_f
+    async def test_publish_makes_exactly_the_live_pages_chunks_visible(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            a, b = rec("a"), rec("b")
+            await store.record(run, a, [], chunks=chunks(a, "a1", "a2"))
+            await store.record(run, b, [], chunks=chunks(b, "b1"))
+            await store.flush()
+            with open_kb(uri, embedder="hashing") as kb:
+                assert list(kb.chunks()) == []  # nothing published yet
+            await store.publish(run.id, T0)
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            a2 = rec("a", content_hash="h-a2")
+            await store.record(run2, a2, [], chunks=chunks(a2, "a3"))
+            await store.record_miss(run2, b.key, 410)
+            await store.reconcile(run2, apply=True, gone_after=3, gone_statuses=[410], at=T0)
+            with open_kb(uri, embedder="hashing") as kb:
+                assert sorted(c.text for c in kb.chunks()) == ["a1", "a2", "b1"]  # run 1 still
+            await store.publish(run2.id, T0)
+            with open_kb(uri, embedder="hashing") as kb:
+                assert [c.text for c in kb.chunks()] == ["a3"]
+                assert kb.published_run() == run2.id
+
+    @deferred_f_from_coro_f
+    async def test_a_held_run_stays_invisible_and_discard_undoes_it(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            a = rec("a")
+            await store.record(run, a, [], chunks=chunks(a, "v1"))
+            await store.publish(run.id, T0)
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            a2 = rec("a", content_hash="h2")
+            await store.record(run2, a2, [], chunks=chunks(a2, "v2"))
+            await store.set_run_state(run2.id, RUN_HELD)
+            run3 = await store.begin_run("docs", "other.example.com", T0, holder=HOLDER)
+            await store.publish(run3.id, T0)
+            with open_kb(uri, embedder="hashing") as kb:
+                assert [c.text for c in kb.chunks()] == ["v1"]
+            assert await store.discard(run2.id) == {"pages": 1, "chunks_dropped": 1}
+            got = await store.get(a.key)
+            assert got is not None
+            assert got.content_hash is None  # checked again next run
+            info = await store.run_info(run.id)
+            assert info is not None
+            assert info["state"] == RUN_PUBLISHED
+
+    @deferred_f_from_coro_f
+    async def test_embeddings_are_a_cache_paid_once(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            a = rec("a")
+            await store.record(run, a, [], chunks=chunks(a, "x", "y", "x"))
+            await store.flush()
+            assert await store.count_missing("e1") == 2
+            assert await store.missing_embeddings("e1", 10) == [("c-x", "x"), ("c-y", "y")]
+            await store.store_embeddings([("e1", "c-x", b"\0" * 8), ("e1", "c-x", b"\1" * 8)])
+            assert await store.missing_for("e1", ["c-y", "c-x"]) == ["c-y"]
+            assert await store.missing_for("e2", ["c-x"]) == ["c-x"]
+            counts = await store.run_index_counts(run.id, "e1")
+            assert counts == {"chunks_added": 3, "chunks_retired": 0, "texts": 2, "texts_cached": 1}
+
+
+class HistoryContract(BackendMixin):
+    @deferred_f_from_coro_f
+    async def test_field_records_and_history_follow_the_page(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            fields = FieldsRow(
+                title="A", headings=["H"], code=["x = 1"], links=[["https://x", "x"]], text="body",
+                blocks=pack_blocks([11, 12, 13]),
+            )  # fmt: skip
+            change = ChangeRow(
+                key=f"{SITE}/a", url=f"https://{SITE}/a", at=T0, verdict="changed", old_hash="h0",
+                new_hash="h-a", changed_fields=["text"], distance=40,
+            )  # fmt: skip
+            assert await store.get_fields(f"{SITE}/a") is None
+            await store.record(run, rec("a"), [], fields=fields, change=change)
+            assert await store.get_fields(f"{SITE}/a") == replace(fields, samples={})
+            await store.flush()
+            (row,) = list(store.iter_changes(key=f"{SITE}/a"))
+            assert (row["verdict"], row["changed_fields"], row["run_id"]) == ("changed", ["text"], run.id)
+
+    @deferred_f_from_coro_f
+    async def test_regions_are_learned_once(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            kw: dict[str, Any] = {"source": "learned", "learned_from": "https://x", "at": T0}
+            assert await store.add_regions(SITE, [".ad", ".clock"], **kw) == 2
+            assert await store.add_regions(SITE, [".ad"], **kw) == 0
+            assert await store.load_regions() == {SITE: [".ad", ".clock"]}
+
+    @deferred_f_from_coro_f
+    async def test_pairs_on_most_pages_become_boilerplate(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for i in range(4):
+                blocks = pack_blocks([7, 8, 100 + i])
+                fields = FieldsRow(title="", headings=[], code=[], links=[], text="", blocks=blocks)
+                await store.record(run, rec(f"p{i}", noise_key="n"), [], fields=fields)
+            assert await store.load_boilerplate(SITE) == frozenset()
+            done = await store.update_boilerplate(SITE, enter_share=0.75, exit_share=0.5, min_pages=3)
+            assert done["boilerplate_on"] == 2  # (edge, 7) and (7, 8)
+            assert await store.load_boilerplate(SITE) == {(0, 7), (7, 8)}
+            assert sum(1 for _ in store.noise_report()[SITE]["boilerplate"]) == 2
+
+
+class ScheduleContract(BackendMixin):
+    @deferred_f_from_coro_f
+    async def test_revisit_state_round_trips_and_update_is_one_step(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            await store.record(run, rec("a"), [])
+            assert await store.revisit(f"{SITE}/nope") is None
+            first = Revisit(
+                last_check_at=T0, next_check_at=T0 + timedelta(days=1), interval=86400.0, checks=1
+            )
+            await store.record_revisit(f"{SITE}/a", first, found_via="sitemap")
+            assert await store.revisit(f"{SITE}/a") == first
+            before, after = await store.update_revisit(f"{SITE}/a", lambda r: replace(r or first, checks=2))
+            assert (before, after.checks) == (first, 2)
+            got = await store.scheduled([f"{SITE}/a", f"{SITE}/nope"])
+            assert list(got) == [f"{SITE}/a"]
+            assert got[f"{SITE}/a"].revisit == after
+
+    @deferred_f_from_coro_f
+    async def test_due_order_and_due_filter(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            due = {"late": 3, "soon": 1, "mid": 2}
+            for name, days in due.items():
+                await store.record(run, rec(name), [])
+                nxt = T0 + timedelta(days=days)
+                await store.record_revisit(f"{SITE}/{name}", Revisit(last_check_at=T0, next_check_at=nxt))
+            await store.record(run, rec("never"), [])
+            await store.flush()
+            order = [p.key.rsplit("/", 1)[1] for p in store.iter_schedule(SITE)]
+            assert order == ["never", "soon", "mid", "late"]  # never scheduled: due now
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            picked = await store.unseen(run2, 10, due_at=T0 + timedelta(days=2))
+            assert [k.rsplit("/", 1)[1] for k, _, _ in picked] == ["mid", "never", "soon"]
+
+    @deferred_f_from_coro_f
+    async def test_audit_sample_draws_among_live_pages_of_the_site(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for i in range(6):
+                await store.record(run, rec(f"p{i}", status=GONE if i == 5 else LIVE), [])
+            sample = await store.audit_sample(run, 3)
+            assert len(sample) == 3
+            assert set(sample) <= {f"{SITE}/p{i}" for i in range(5)}
+            assert len(await store.audit_sample(run, 0.5)) in (2, 3)
+
+
+class TrustContract(BackendMixin):
+    @deferred_f_from_coro_f
+    async def test_trust_counters_switch_a_liar_off_until_reset(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            kw: dict[str, Any] = {"url": "https://h/x", "at": T0, "distrust_after": 2}
+            first = await store.record_trust("h", "etag", lied=False, **kw)
+            assert (first.checks, first.lies, first.trusted) == (1, 0, True)
+            await store.record_trust("h", "etag", lied=True, **kw)
+            off = await store.record_trust("h", "etag", lied=True, **kw)
+            assert (off.checks, off.lies, off.trusted, off.last_lie_url) == (3, 2, False, "https://h/x")
+            still = await store.record_trust("h", "etag", lied=False, **kw)
+            assert not still.trusted
+            await store.record_trust("h", "lastmod", lied=False, **kw)
+            await store.flush()
+            assert [(t.signal, t.trusted) for t in await store.trust()] == [
+                ("etag", False),
+                ("lastmod", True),
+            ]
+            assert [t.signal for t in store.iter_trust()] == ["etag", "lastmod"]
+            assert await store.reset_trust("h", "etag") == 1
+            assert all(t.trusted and t.lies == 0 for t in await store.trust())
+
+    @deferred_f_from_coro_f
+    async def test_immutable_keys_are_per_spider(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            await store.immutable_add("docs", "k1", url="https://x/a", page_key=None, at=T0)
+            await store.immutable_add("docs", "k2", url="https://x/b", page_key=None, at=T0)
+            await store.immutable_add("other", "k1", url="https://x/a", page_key=None, at=T0)
+            assert await store.immutable_seen("docs", ["k1", "k2", "k3"]) == {"k1", "k2"}
+            assert await store.immutable_reset("docs", pattern=r"/b$") == 1
+            assert await store.immutable_seen("docs", ["k1", "k2"]) == {"k1"}
+            await store.flush()
+            assert [(r["spider"], r["key"]) for r in store.iter_immutable()] == [
+                ("docs", "k1"),
+                ("other", "k1"),
+            ]
+
+
+class ReadersContract(BackendMixin):
+    @deferred_f_from_coro_f
+    async def test_readers_see_committed_rows_in_their_order(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            for name in ("b", "a", "c"):
+                await store.record(run, rec(name, status=GONE if name == "c" else LIVE), [])
+            await store.finish_run(run, reason="finished", at=T0, report={"counts": {"new": 3}})
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            await store.flush()
+            assert [p.key for p in store.iter_pages()] == [f"{SITE}/a", f"{SITE}/b", f"{SITE}/c"]
+            assert [p.key for p in store.iter_pages(GONE)] == [f"{SITE}/c"]
+            runs = list(store.iter_runs())
+            assert [r["id"] for r in runs] == [run2.id, run.id]
+            assert runs[1]["counts"] == {"new": 3}
+
+
+class StateStoreContract(
+    LifecycleContract,
+    PagesContract,
+    RunsContract,
+    KnowledgeBaseContract,
+    HistoryContract,
+    ScheduleContract,
+    TrustContract,
+    ReadersContract,
+):
+    """Every role's contract: what a backend's test class inherits."""
+
+
+class TestSQLiteStore(StateStoreContract):
+    @pytest.fixture
+    def uri(self, tmp_path: Path) -> str:
+        return f"sqlite:///{tmp_path / 'state.db'}"
+
+
+@pytest.mark.postgres
+class TestPostgreSQLStore(StateStoreContract):
+    @pytest.fixture
+    def uri(self) -> str:
+        uri = os.environ.get("RECRAWLER_TEST_POSTGRES_URI")
+        if not uri:
+            pytest.skip("RECRAWLER_TEST_POSTGRES_URI is not set")
+        # the backend's fixture must hand each test an empty database (a fresh schema)
+        return uri
