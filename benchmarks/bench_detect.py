@@ -27,7 +27,6 @@ import sqlite3
 import subprocess
 import sys
 import tarfile
-import tempfile
 import threading
 import time
 import uuid
@@ -39,12 +38,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
-if __package__:
-    from .nginx import NginxServer
-else:  # run as a script: python benchmarks/bench_detect.py
+if not __package__:  # run as a script: python benchmarks/bench_detect.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from benchmarks.nginx import NginxServer
 
+from benchmarks.lib.nginx import NginxServer
+from benchmarks.lib.results import add_json_option, write_json
+from benchmarks.lib.runners import git_state, recrawler_cli, workdir
 from recrawler.urls import KeyMaker
 
 if TYPE_CHECKING:
@@ -257,19 +256,11 @@ def run_crawl(
     return result
 
 
-def cli_command() -> list[str]:
-    """The ``recrawler`` console script of this interpreter's environment."""
-    script = Path(sys.executable).with_name("recrawler")
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-c", "import sys; from recrawler.cli import main; sys.exit(main())"]
-
-
 def run_cli(args: Sequence[str], *, timeout: float = 600) -> tuple[int, str]:
     """Run a ``recrawler`` subcommand in the project directory; (exit code, stdout + stderr)."""
     try:
         proc = subprocess.run(
-            [*cli_command(), *args],
+            [*recrawler_cli(), *args],
             cwd=PROJECT_DIR,
             capture_output=True,
             text=True,
@@ -1242,7 +1233,7 @@ def print_synthetic(results: Sequence[SynthConfigResult], n_pages: int) -> None:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--keep", action="store_true", help="keep the temp dir (sites, databases, logs, events)")
-    p.add_argument("--json", metavar="PATH", help="also write every number as JSON")
+    add_json_option(p, "bench_detect")
     p.add_argument("--skip-corpus", action="store_true", help="skip part A (the labelled corpus)")
     p.add_argument("--skip-synthetic", action="store_true", help="skip part B (the synthetic site)")
     p.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="corpus dir (default %(default)s)")
@@ -1254,60 +1245,45 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def revision() -> str:
     """The checkout's commit, and whether recrawler/ has uncommitted changes."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=PROJECT_DIR,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "recrawler"],
-            cwd=PROJECT_DIR,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
+    state = git_state(PROJECT_DIR)
+    if state is None:
         return "unknown"
+    head, dirty = state
     return head + (" (recrawler/ has uncommitted changes)" if dirty else "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    tmp = Path(tempfile.mkdtemp(prefix="bench-detect-"))
+    with workdir("bench-detect-", keep=args.keep, log=log) as tmp:
+        return _run(args, tmp)
+
+
+def _run(args: argparse.Namespace, tmp: Path) -> int:
     log(f"work dir: {tmp}")
     started = time.monotonic()
     ok = True
     rev = revision()
     print(f"bench_detect at {rev}, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC")
     out: dict[str, Any] = {"revision": rev, "settings": COMMON_SETTINGS}
-    try:
-        if not args.skip_corpus:
-            corpus, corpus_ok = run_corpus(args, tmp)
-            ok &= corpus_ok
-            note = (
-                "Every crawl: -s "
-                + " -s ".join(f"{k}={v}" for k, v in COMMON_SETTINGS.items())
-                + " (knowledge base on, hashing embedder).\nFresh database per configuration; v1..v4 copied"
-                " in place with the tarball mtimes, sitemap of every top-level *.html page."
-            )
-            checks = print_corpus(corpus, note)
-            out["corpus"] = {"configs": [asdict(c) for c in corpus], "targets": checks}
-        if not args.skip_synthetic:
-            synth, synth_ok = run_synthetic(args, tmp)
-            ok &= synth_ok
-            print_synthetic(synth, args.synthetic_pages)
-            out["synthetic"] = [asdict(c) for c in synth]
-        verdict = "all ok" if ok else "FAILED (see stderr)"
-        print(f"\ntotal {time.monotonic() - started:.0f} s; crawls {verdict}")
-        if args.json:
-            Path(args.json).write_text(json.dumps(out, indent=1, default=str), encoding="utf-8")
-    finally:
-        if args.keep:
-            log(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    if not args.skip_corpus:
+        corpus, corpus_ok = run_corpus(args, tmp)
+        ok &= corpus_ok
+        note = (
+            "Every crawl: -s "
+            + " -s ".join(f"{k}={v}" for k, v in COMMON_SETTINGS.items())
+            + " (knowledge base on, hashing embedder).\nFresh database per configuration; v1..v4 copied"
+            " in place with the tarball mtimes, sitemap of every top-level *.html page."
+        )
+        checks = print_corpus(corpus, note)
+        out["corpus"] = {"configs": [asdict(c) for c in corpus], "targets": checks}
+    if not args.skip_synthetic:
+        synth, synth_ok = run_synthetic(args, tmp)
+        ok &= synth_ok
+        print_synthetic(synth, args.synthetic_pages)
+        out["synthetic"] = [asdict(c) for c in synth]
+    verdict = "all ok" if ok else "FAILED (see stderr)"
+    print(f"\ntotal {time.monotonic() - started:.0f} s; crawls {verdict}")
+    write_json(args.json, out, indent=1, newline=False)
     return 0 if ok else 1
 
 

@@ -13,11 +13,9 @@ import json
 import os
 import random
 import re
-import resource
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,27 +26,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-if __package__:
-    from .bench_crawl import GLUE, VERBS, WORDS, RunResult, crawl, format_table, generate_site, run_process
-    from .nginx import NginxServer
-else:  # run as a script: python benchmarks/bench_index.py
+if not __package__:  # run as a script: python benchmarks/bench_index.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from benchmarks.bench_crawl import (
-        GLUE,
-        VERBS,
-        WORDS,
-        RunResult,
-        crawl,
-        format_table,
-        generate_site,
-        run_process,
-    )
-    from benchmarks.nginx import NginxServer
+
+from benchmarks.lib.nginx import NginxServer
+from benchmarks.lib.results import add_json_option, fmt, meets, ratio, write_json
+from benchmarks.lib.runners import (
+    RunResult,
+    crawl,
+    format_table,
+    git_state,
+    peak_rss_bytes,
+    proc_status_mib,
+    recrawler_cli,
+    run_process,
+    scrapy_env,
+)
+from benchmarks.lib.sites import GLUE, VERBS, WORDS, generate_site
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from benchmarks.bench_crawl import PageSpec
+    from benchmarks.lib.sites import PageSpec
 
 SCRIPT = Path(__file__).resolve()
 PROJECT_DIR = SCRIPT.parent.parent
@@ -214,20 +213,6 @@ def median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _ratio(num: float | None, den: float | None) -> float | None:
-    return num / den if num is not None and den else None
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
-
-
-def _check(value: float | None, target: float) -> str:
-    if value is None:
-        return "n/a"
-    return "OK" if value <= target else "MISSED"
-
-
 def _embedding_hashes(db: Path) -> set[str]:
     conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
     try:
@@ -321,8 +306,7 @@ def diagnose(
 
 def clean_env() -> dict[str, str]:
     """Our environment without Scrapy project overrides or RECRAWLER_* settings."""
-    drop = ("SCRAPY_SETTINGS_MODULE", "SCRAPY_PROJECT")
-    return {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("RECRAWLER_")}
+    return scrapy_env(keep_recrawler=False)
 
 
 def docs_cmd(sitemap_url: str, db: Path, report: Path, *extra: str) -> list[str]:
@@ -341,28 +325,13 @@ def provenance(project_dir: Path) -> str:
     """Which recrawler the runs use, and whether its tree has uncommitted edits (others edit it)."""
     spec = importlib.util.find_spec("recrawler")
     origin = Path(spec.origin).parent if spec and spec.origin else "?"
-    git = ["git", "-C", str(project_dir)]
-    try:
-        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run(
-            [*git, "status", "--porcelain", "--", "recrawler"], capture_output=True, text=True
-        )
-    except OSError:
-        return f"recrawler: {origin}; crawls run in {project_dir}"
-    state = head.stdout.strip() or "not a git checkout"
-    if head.returncode == 0:
-        edits = len(dirty.stdout.splitlines())
-        state += f", {edits} uncommitted paths under recrawler/" if edits else ", clean"
+    git = git_state(project_dir)
+    if git is None:
+        state = "not a git checkout"
+    else:
+        head, edits = git
+        state = head + (f", {edits} uncommitted paths under recrawler/" if edits else ", clean")
     return f"recrawler: imported from {origin}; crawls run in {project_dir} (git {state})"
-
-
-def recrawler_cli() -> list[str]:
-    """The ``recrawler`` console script of this interpreter (no pyenv shim), else ``python -m``."""
-    script = Path(sys.executable).parent / "recrawler"
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("recrawler")
-    return [found] if found else [sys.executable, "-m", "recrawler.cli"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -398,15 +367,15 @@ class EmbedResult:
         w2a, w2b = median(self.wall_2a), median(self.wall_2b)
         c2a, c2b = median(self.crawl_2a), median(self.crawl_2b)
         return {
-            "embedded_over_full": _ratio(self.texts_embedded, self.full_reembed),
-            "embedded_over_page_level": _ratio(self.texts_embedded, self.page_level_reembed),
+            "embedded_over_full": ratio(self.texts_embedded, self.full_reembed),
+            "embedded_over_page_level": ratio(self.texts_embedded, self.page_level_reembed),
             "wall_median_2a": w2a,
             "wall_median_2b": w2b,
-            "wall_2a_over_2b": _ratio(w2a, w2b),
+            "wall_2a_over_2b": ratio(w2a, w2b),
             "wall_2a_over_2b_paired_median": median(self.paired_wall_ratios),
             "crawl_median_2a": c2a,
             "crawl_median_2b": c2b,
-            "crawl_2a_over_2b": _ratio(c2a, c2b),
+            "crawl_2a_over_2b": ratio(c2a, c2b),
         }
 
 
@@ -520,32 +489,32 @@ def print_embed(res: EmbedResult, repeat: int) -> None:
     print()
     detected = res.changed_detected
     print(
-        f"changed pages detected (run 2a counts.changed)       {_fmt(detected, 'd'):>8}"
+        f"changed pages detected (run 2a counts.changed)       {fmt(detected, 'd'):>8}"
         f"   expected {expected}  {'OK' if detected == expected else 'DIFFERS'}"
     )
-    print(f"texts embedded by run 2a (index.texts_embedded)      {_fmt(res.texts_embedded, 'd'):>8}")
+    print(f"texts embedded by run 2a (index.texts_embedded)      {fmt(res.texts_embedded, 'd'):>8}")
     print(
-        f"texts a full re-embed would send (published chunks) {_fmt(res.full_reembed, 'd'):>8}"
-        f"   ({_fmt(res.distinct_texts, 'd')} distinct texts)"
+        f"texts a full re-embed would send (published chunks) {fmt(res.full_reembed, 'd'):>8}"
+        f"   ({fmt(res.distinct_texts, 'd')} distinct texts)"
     )
-    print(f"texts a page-level re-embed would send              {_fmt(res.page_level_reembed, 'd'):>8}")
+    print(f"texts a page-level re-embed would send              {fmt(res.page_level_reembed, 'd'):>8}")
     ef, ep = r["embedded_over_full"], r["embedded_over_page_level"]
     print(
-        f"recrawler / full                                    {_fmt(ef, '.4f'):>8}"
-        f"   target <= {TARGET_EMBED_RATIO}  {_check(ef, TARGET_EMBED_RATIO)}"
+        f"recrawler / full                                    {fmt(ef, '.4f'):>8}"
+        f"   target <= {TARGET_EMBED_RATIO}  {meets(ef, TARGET_EMBED_RATIO)}"
     )
-    print(f"recrawler / page-level                              {_fmt(ep, '.4f'):>8}")
+    print(f"recrawler / page-level                              {fmt(ep, '.4f'):>8}")
     if len(set(res.texts_embedded_all_rounds)) > 1:
         print(f"  note: texts_embedded differs between rounds: {res.texts_embedded_all_rounds}")
     print(
-        f"indexing overhead: wall 2a / 2b                     {_fmt(r['wall_2a_over_2b'], '.3f'):>8}"
+        f"indexing overhead: wall 2a / 2b                     {fmt(r['wall_2a_over_2b'], '.3f'):>8}"
         f"   (medians of {len(res.wall_2a)}/{len(res.wall_2b)} of {repeat} rounds: "
-        f"2a {_fmt(r['wall_median_2a'], '.2f')} s, 2b {_fmt(r['wall_median_2b'], '.2f')} s;"
-        f" Scrapy crawl s only: {_fmt(r['crawl_2a_over_2b'], '.3f')})"
+        f"2a {fmt(r['wall_median_2a'], '.2f')} s, 2b {fmt(r['wall_median_2b'], '.2f')} s;"
+        f" Scrapy crawl s only: {fmt(r['crawl_2a_over_2b'], '.3f')})"
     )
     if res.paired_wall_ratios:
         print(
-            f"  median of per-round ratios {_fmt(r['wall_2a_over_2b_paired_median'], '.3f')}"
+            f"  median of per-round ratios {fmt(r['wall_2a_over_2b_paired_median'], '.3f')}"
             f" ({', '.join(f'{x:.3f}' for x in res.paired_wall_ratios)}); rounds alternate the order"
             " (a,b then b,a), each run starts from a copy of run 1's database"
         )
@@ -582,18 +551,7 @@ def print_embed(res: EmbedResult, repeat: int) -> None:
 
 def _rss_mib() -> float:
     """``ru_maxrss`` in MiB. On Linux it carries the spawning parent's RSS over ``exec``."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _vm_mib(field_name: str) -> float | None:
-    """``VmHWM`` (peak) or ``VmRSS`` (now) of this process from /proc, in MiB (Linux only)."""
-    try:
-        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
-            if line.startswith(f"{field_name}:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
+    return peak_rss_bytes() / (1 << 20)
 
 
 def search_worker(db: Path, queries: int, seed: int, out: Path) -> int:
@@ -601,21 +559,21 @@ def search_worker(db: Path, queries: int, seed: int, out: Path) -> int:
     rng = random.Random(f"{seed}:queries")
     first_q = question(rng)
     qs = [question(rng) for _ in range(queries)]
-    rss_start, hwm_start = _rss_mib(), _vm_mib("VmHWM")
+    rss_start, hwm_start = _rss_mib(), proc_status_mib("VmHWM")
     t0 = time.perf_counter()
     for module in ("recrawler.index.sqlite", "recrawler.state.sqlite"):  # what open_kb imports
         importlib.import_module(module)
     from recrawler.index import open_kb
 
     import_s = time.perf_counter() - t0
-    hwm_import = _vm_mib("VmHWM")
+    hwm_import = proc_status_mib("VmHWM")
     t0 = time.perf_counter()
     kb = open_kb(f"sqlite:///{db}")
     open_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     first_hits = kb.search(first_q, k=SEARCH_K)
     first_s = time.perf_counter() - t0
-    hwm_loaded = _vm_mib("VmHWM")
+    hwm_loaded = proc_status_mib("VmHWM")
     latencies = []
     nonempty = 0
     for q in qs:
@@ -646,7 +604,7 @@ def search_worker(db: Path, queries: int, seed: int, out: Path) -> int:
         "vm_hwm_start_mib": hwm_start,
         "vm_hwm_after_import_mib": hwm_import,
         "vm_hwm_after_first_search_mib": hwm_loaded,
-        "vm_hwm_mib": _vm_mib("VmHWM"),
+        "vm_hwm_mib": proc_status_mib("VmHWM"),
         "matrix_mib": matrix_mib,
         "recrawler_file": sys.modules["recrawler"].__file__,
         "sample_queries": qs[:3],
@@ -758,7 +716,7 @@ def print_search(res: SearchResult) -> None:
     enough = "OK" if res.chunks >= MIN_SEARCH_CHUNKS else "MISSED"
     print(
         f"published chunks (kb.chunks())        {res.chunks:>10,}   >= {MIN_SEARCH_CHUNKS:,}  {enough}"
-        f"   (counted in {_fmt(res.count_s, '.2f')} s)"
+        f"   (counted in {fmt(res.count_s, '.2f')} s)"
     )
     w = res.worker
     if w is None:
@@ -777,9 +735,9 @@ def print_search(res: SearchResult) -> None:
         )
         print(f"queries with a hit (score > 0)        {w['queries_with_hits']:>10} of {w['queries']}")
         print(
-            f"peak RSS of the search process        {_fmt(w['vm_hwm_mib'], '10.1f')} MiB"
-            f"   (VmHWM; after imports {_fmt(w['vm_hwm_after_import_mib'], '.1f')}, after first search "
-            f"{_fmt(w['vm_hwm_after_first_search_mib'], '.1f')}; vectors {_fmt(w['matrix_mib'], '.1f')})"
+            f"peak RSS of the search process        {fmt(w['vm_hwm_mib'], '10.1f')} MiB"
+            f"   (VmHWM; after imports {fmt(w['vm_hwm_after_import_mib'], '.1f')}, after first search "
+            f"{fmt(w['vm_hwm_after_first_search_mib'], '.1f')}; vectors {fmt(w['matrix_mib'], '.1f')})"
         )
         print(
             f"  getrusage ru_maxrss                 {w['ru_maxrss_mib']:>10.1f} MiB"
@@ -809,7 +767,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--repeat", type=int, default=3, help="interleaved rounds of runs 2a / 2b; medians (default 3)"
     )
     p.add_argument("--keep", action="store_true", help="keep the temp dir (sites, logs, databases)")
-    p.add_argument("--json", type=Path, metavar="PATH", help="also write results as JSON")
+    add_json_option(p, "bench_index")
     p.add_argument("--skip-embed-ratio", action="store_true", help="skip part 1 (edit, recrawl)")
     p.add_argument("--skip-search", action="store_true", help="skip part 2 (search latency)")
     p.add_argument("--search-pages", type=int, default=2000, help="pages of the search site (default 2000)")
@@ -852,13 +810,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_search(search)
     if args.keep:
         print(f"\nkept {workdir}")
-    if args.json:
-        payload: dict[str, Any] = {"seed": args.seed, "targets": {"embedded_over_full": TARGET_EMBED_RATIO}}
-        if embed is not None:
-            payload["embed"] = asdict(embed) | {"ratios": embed.ratios()}
-        if search is not None:
-            payload["search"] = asdict(search)
-        args.json.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
+    payload: dict[str, Any] = {"seed": args.seed, "targets": {"embedded_over_full": TARGET_EMBED_RATIO}}
+    if embed is not None:
+        payload["embed"] = asdict(embed) | {"ratios": embed.ratios()}
+    if search is not None:
+        payload["search"] = asdict(search)
+    write_json(args.json, payload)
     failed = (embed is not None and embed.failed) or (search is not None and search.failed)
     return 1 if failed else 0
 

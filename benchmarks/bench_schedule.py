@@ -19,15 +19,19 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import json
 import math
 import random
 import sys
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+if not __package__:  # run as a script: python benchmarks/bench_schedule.py
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.lib.results import add_json_option, write_json
 from recrawler.schedule import Revisit, SchedulePolicy, audit_count
 
 DAY = 86400.0
@@ -198,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=2000)
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", help="also write the figures here")
+    add_json_option(parser, "bench_schedule")
     args = parser.parse_args(argv)
 
     site = make_site(args.pages, args.days, random.Random(args.seed))
@@ -237,15 +241,13 @@ def main(argv: list[str] | None = None) -> int:
         f"fixed daily interval (no more: {'met' if ok_missed else 'MISSED'})\n"
     )
     out.write(f"simulated in {elapsed:.1f} s\n")
-    if args.json:
-        data: dict[str, Any] = {
-            "pages": args.pages,
-            "days": args.days,
-            "seed": args.seed,
-            "results": [r.__dict__ for r in results],
-        }
-        with open(args.json, "w", encoding="utf-8") as fh:  # noqa: PTH123 (a plain output file)
-            json.dump(data, fh, indent=2)
+    data: dict[str, Any] = {
+        "pages": args.pages,
+        "days": args.days,
+        "seed": args.seed,
+        "results": [r.__dict__ for r in results],
+    }
+    write_json(args.json, data, newline=False)
     return 0
 
 

@@ -9,7 +9,6 @@ reported as "not installed", so the script runs in the project environment as it
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ctypes
 import hashlib
 import json
@@ -21,15 +20,20 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+if not __package__:  # run as a script (the candidates run so): python benchmarks/bench_vector.py
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.lib.results import add_json_option, write_json
+from benchmarks.lib.runners import peak_rss_bytes, workdir
+
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Sequence
 
     import numpy as np
     from numpy.typing import NDArray
@@ -121,15 +125,6 @@ def _rss_bytes() -> int:
     except (OSError, IndexError, ValueError):
         return 0
     return pages * os.sysconf("SC_PAGE_SIZE")
-
-
-def _peak_rss_bytes() -> int:
-    try:
-        import resource
-    except ImportError:
-        return 0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def _percentile(values: Sequence[float], pct: float) -> float:
@@ -460,7 +455,7 @@ def run_numpy(workdir: Path, dim: int, method: str, sql_name: str, load_repeats:
     t0 = time.perf_counter()
     ids, matrix = _read_all(db, loader, dim, sql)
     loads = [time.perf_counter() - t0]
-    peak_added = _peak_rss_bytes() - rss0
+    peak_added = peak_rss_bytes() - rss0
     held_added = _rss_bytes() - rss0
     for _ in range(load_repeats - 1):  # later loads: timing only (RSS was taken on the first)
         del ids, matrix
@@ -615,7 +610,7 @@ def run_vec(workdir: Path, dim: int, driver: str, variant: str, scan_queries: in
         out.update(_latency_summary(lat))
         out["queries"] = len(lat)
         out["recall_at_10"] = _recall(found, truth)
-        out["rss_peak_added_mib"] = (_peak_rss_bytes() - rss0) / 2**20
+        out["rss_peak_added_mib"] = (peak_rss_bytes() - rss0) / 2**20
         out["rss_held_added_mib"] = (_rss_bytes() - rss0) / 2**20
     finally:
         handle.close()
@@ -853,7 +848,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="comma list of OPENBLAS_CORETYPE values to also run numpy with (e.g. Haswell)",
     )
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per subprocess")
-    p.add_argument("--json", help="also write every result (each round) to this file")
+    add_json_option(p, "bench_vector")
     p.add_argument("--keep", action="store_true", help="keep the work dir (databases, queries, truth)")
     # internal: one candidate in this process
     p.add_argument("--candidate", choices=["prepare", "numpy", "apsw", "pysqlite3"], help=argparse.SUPPRESS)
@@ -864,18 +859,6 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--variant", choices=VARIANTS, default="vec0", help=argparse.SUPPRESS)
     return p.parse_args(argv)
-
-
-@contextlib.contextmanager
-def _workdir(keep: bool) -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="bench_vector-"))
-    try:
-        yield path
-    finally:
-        if keep:
-            _log(f"kept {path}")
-        else:
-            shutil.rmtree(path, ignore_errors=True)
 
 
 def _busy_processes() -> list[str]:
@@ -905,16 +888,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     load_before = os.getloadavg()
     busy = _busy_processes()
-    with _workdir(args.keep) as workdir:
-        _log(f"building {args.chunks} chunks x {args.dim} in {workdir}")
-        prep = _prepare(args, workdir)
+    with workdir("bench_vector-", keep=args.keep, log=_log) as work:
+        _log(f"building {args.chunks} chunks x {args.dim} in {work}")
+        prep = _prepare(args, work)
         runs = _plan(args)
         for rnd in range(args.repeat):
             _log(f"round {rnd + 1}/{args.repeat}")
             for run in runs:
                 if "--variant" in run.args and run.args[run.args.index("--variant") + 1] == "vec0":
-                    shutil.copyfile(workdir / DB_NAME, workdir / f"{run.family}.db")  # fresh copy per round
-                run.results.append(_child(run, workdir, args.timeout))
+                    shutil.copyfile(work / DB_NAME, work / f"{run.family}.db")  # fresh copy per round
+                run.results.append(_child(run, work, args.timeout))
     load_after = os.getloadavg()
     print(
         f"vector search: {prep['chunks']} live chunks (+{prep['retired_chunks']} retired) x {prep['dim']}"
@@ -944,16 +927,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "  RSS MiB: peak RSS added by load/build + queries (ru_maxrss minus RSS before); recall@10 vs the"
         " exact float64 top-10; p50/p95 per query, warm (after a few warm-up queries)"
     )
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {
-                    "prepare": prep,
-                    "runs": [{"label": r.label, "summary": r.summary(), "rounds": r.results} for r in runs],
-                },
-                indent=2,
-            )
-        )
+    write_json(
+        args.json,
+        {
+            "prepare": prep,
+            "runs": [{"label": r.label, "summary": r.summary(), "rounds": r.results} for r in runs],
+        },
+        newline=False,
+    )
     bad = [r for r in runs if r.summary().get("status") not in ("ok", "not installed")]
     return 1 if bad else 0
 

@@ -7,8 +7,8 @@ import random
 from benchmarks.bench_schedule import Strategy, main, make_site, simulate
 
 
-def test_small_run_prints_every_strategy(capsys) -> None:  # type: ignore[no-untyped-def]
-    assert main(["--pages", "120", "--days", "8"]) == 0
+def test_small_run_prints_every_strategy(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert main(["--pages", "120", "--days", "8", "--json", str(tmp_path / "schedule.json")]) == 0
     out = capsys.readouterr().out
     assert "full daily recrawl" in out
     assert "target:" in out

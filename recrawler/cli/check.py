@@ -1,0 +1,51 @@
+"""``recrawler check [--repair]``: the database's invariants."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING
+
+from recrawler.cli.settings import key_maker, open_store, write
+
+if TYPE_CHECKING:
+    import argparse
+    from typing import TextIO
+
+    from scrapy.settings import Settings
+
+    from recrawler.cli import Parsers
+
+
+def cmd_check(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """Verify the database's invariants; ``--repair`` mends what drifted (exit 1: problems found)."""
+    store = open_store(settings)
+    findings = store.check_sync(key_maker(settings))  # type: ignore[attr-defined]  # SQLite's own reader
+    for f in findings:
+        if args.json:
+            out.write(json.dumps({"check": f.check, "key": f.key, "detail": f.detail}) + "\n")
+        else:
+            out.write(f"{f.check:<18} {f.key}  {f.detail}\n")
+    if not findings:
+        if not args.json:
+            out.write("ok: every invariant holds\n")
+        return 0
+    if not args.repair:
+        if not args.json:
+            out.write(f"{len(findings)} problem(s); `recrawler check --repair` mends them\n")
+        return 1
+    repaired: dict[str, int] = asyncio.run(write(settings, lambda s: s.repair(findings)))  # type: ignore[attr-defined]
+    if not args.json:
+        done = ", ".join(f"{k}: {v}" for k, v in sorted(repaired.items())) or "nothing to change"
+        out.write(f"repaired ({done}); the next run fetches and indexes the re-queued pages\n")
+    return 0
+
+
+def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
+    """Register ``check``."""
+    p = sub.add_parser(
+        "check", parents=db, help="verify the database's invariants; --repair mends what drifted"
+    )
+    p.add_argument("--repair", action="store_true", help="re-queue drifted pages, retire stray chunks")
+    p.add_argument("--json", action="store_true", help="one JSON object per problem")
+    p.set_defaults(func=cmd_check)

@@ -1,0 +1,215 @@
+"""Change detection commands: ``diff``, ``noise``, ``tune``, ``calibrate``, ``normalize``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import urllib.request
+from typing import TYPE_CHECKING
+
+from recrawler.cli.settings import key_maker, open_store, write
+from recrawler.exceptions import ConfigurationError
+from recrawler.extract import ContentExtractor
+from recrawler.learning import NoiseRegistry
+from recrawler.regions import volatile_regions
+from recrawler.state import utcnow
+from recrawler.urls import key_host
+
+if TYPE_CHECKING:
+    import argparse
+    from typing import TextIO
+
+    from scrapy.settings import Settings
+
+    from recrawler.cli import Parsers
+    from recrawler.state import StateStore
+
+
+def cmd_diff(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """Show a page's last recorded change (``--all``: its whole history)."""
+    key = key_maker(settings)(args.url)
+    rows = list(open_store(settings).iter_changes(key=key, limit=None if args.all else 1))
+    if not rows:
+        out.write(f"no recorded change for {key}\n")
+        return 1
+    for row in rows:
+        if args.json:
+            out.write(json.dumps(row) + "\n")
+            continue
+        fields = ", ".join(row["changed_fields"]) or "-"
+        distance = "-" if row["distance"] is None else str(row["distance"])
+        old_hash, new_hash = (row["old_hash"] or "-")[:12], (row["new_hash"] or "-")[:12]
+        out.write(
+            f"run {row['run_id']} at {row['at'][:19]}: {row['verdict']} {row['url']}\n"
+            f"  fields: {fields}  tlsh distance: {distance}  {old_hash} -> {new_hash}\n"
+        )
+        for reason in row["critical"]:
+            out.write(f"  critical: {reason}\n")
+        out.write((row["diff"] or "") + "\n\n")
+    return 0
+
+
+def cmd_noise(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """List what is being ignored per site: token patterns, boilerplate blocks, learned regions."""
+    registry = NoiseRegistry.from_settings(settings)
+    report = open_store(settings).noise_report()
+    sites = sorted(set(report) | {s for s in registry.patterns if s != "*"})
+    if args.site:
+        sites = [s for s in sites if s == args.site] or [args.site]
+    for site in sites:
+        data = report.get(site, {"boilerplate": [], "regions": []})
+        patterns = [p.name for p in registry.site(site).normalizer.patterns]
+        if args.json:
+            out.write(json.dumps({"site": site, "patterns": patterns, **data}) + "\n")
+            continue
+        out.write(f"{site}\n  token patterns ({len(patterns)}): {', '.join(patterns)}\n")
+        out.write(f"  boilerplate blocks ({len(data['boilerplate'])}):\n")
+        for b in data["boilerplate"]:
+            out.write(f"    on {b['pages']} pages: {' '.join((b['sample'] or '').split())[:100]}\n")
+        out.write(f"  volatile regions ({len(data['regions'])}):\n")
+        for r in data["regions"]:
+            out.write(f"    {r['selector']}  ({r['source']}, {r['hits']}x, from {r['learned_from']})\n")
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """Replay the recorded history: what each fuzzy threshold would suppress and what the guard keeps."""
+    rows = [r for r in open_store(settings).iter_changes(site=args.site) if r["distance"] is not None]
+    results = []
+    for t in (int(t) for t in args.thresholds.split(",")):
+        suppressed = [r for r in rows if r["distance"] <= t]
+        caught = [r for r in suppressed if r["critical"]]
+        results.append(
+            {
+                "threshold": t,
+                "changes": len(rows),
+                "suppressed": len(suppressed),
+                "caught_by_guard": len(caught),
+                "missed": len(suppressed) - len(caught),
+                "missed_urls": sorted({r["url"] for r in suppressed if not r["critical"]})[:10],
+            }
+        )
+    if args.json:
+        for r in results:
+            out.write(json.dumps(r) + "\n")
+        return 0
+    out.write(f"{len(rows)} recorded changes with a TLSH distance{' on ' + args.site if args.site else ''}\n")
+    out.write("threshold  fuzzy would suppress  guard still catches  let through\n")
+    for r in results:
+        out.write(
+            f"{r['threshold']:>9}  {r['suppressed']:>20}  {r['caught_by_guard']:>19}  {r['missed']:>11}\n"
+        )
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """Fetch a sample of pages twice and learn the regions that differ as volatile."""
+    store = open_store(settings)
+    urls = list(args.urls)
+    if not urls:
+        pages = [p for p in store.iter_pages(status="live") if not args.site or p.site == args.site]
+        random.Random(args.seed).shuffle(pages)  # noqa: S311 (a sample, not a secret)
+        urls = [p.url for p in pages[: args.sample]]
+    if not urls:
+        raise ConfigurationError("calibrate: no pages to sample (crawl first, or give URLs)")
+    extractor = ContentExtractor(
+        settings.getlist("RECRAWLER_CONTENT_SELECTORS"), settings.getlist("RECRAWLER_CONTENT_NOISE_SELECTORS")
+    )
+    registry = NoiseRegistry.from_settings(settings)
+    keys = key_maker(settings)
+    learned: dict[str, set[str]] = {}
+    noisy = 0
+    for url in urls:
+        first = _fetch(url, settings)
+        time.sleep(args.delay)
+        second = _fetch(url, settings)
+        site = key_host(keys(url))
+        normalize = registry.site(site).normalizer.normalize
+        _, a = extractor.main(first)
+        _, b = extractor.main(second)
+        if a is None or b is None:
+            out.write(f"  {url}: no main content\n")
+            continue
+        regions = volatile_regions(a, b, normalize)
+        if regions:
+            noisy += 1
+            learned.setdefault(site, set()).update(regions)
+        out.write(f"  {url}: {', '.join(regions) if regions else 'stable'}\n")
+
+    async def add(store: StateStore) -> int:
+        total = 0
+        for site, selectors in learned.items():
+            total += await store.add_regions(
+                site, sorted(selectors), source="calibrate", learned_from="recrawler calibrate", at=utcnow()
+            )
+        return total
+
+    new = asyncio.run(write(settings, add))
+    out.write(
+        f"{len(urls)} pages fetched twice {args.delay:g} s apart: {noisy} differed; "
+        f"{new} new volatile regions learned\n"
+    )
+    return 0
+
+
+def _fetch(url: str, settings: Settings) -> bytes:
+    if not url.startswith(("http://", "https://")):
+        raise ConfigurationError(f"calibrate: not an http(s) URL: {url!r}")
+    agent = str(settings.get("USER_AGENT") or "recrawler")
+    request = urllib.request.Request(url, headers={"User-Agent": agent})  # noqa: S310 (http(s) checked)
+    try:
+        timeout = settings.getfloat("DOWNLOAD_TIMEOUT") or 30
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (http(s) checked above)
+            return bytes(response.read())
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(f"calibrate: cannot fetch {url}: {exc}") from exc
+
+
+def cmd_normalize(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """Print the page key of each URL (``--drop``/``--keep`` replace ``RECRAWLER_URL_*_PARAMS``)."""
+    keys = key_maker(settings)
+    for url in args.urls:
+        out.write(f"{keys(url)}\t{url}\n")
+    return 0
+
+
+def add_parsers(
+    sub: Parsers, db: list[argparse.ArgumentParser], flags: list[argparse.ArgumentParser]
+) -> None:
+    """Register ``diff``, ``noise``, ``tune``, ``calibrate`` and ``normalize``."""
+    p = sub.add_parser("diff", parents=db, help="show a page's last recorded change")
+    p.add_argument("url")
+    p.add_argument("--all", action="store_true", help="the whole history, newest first")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("noise", parents=db, help="list what is being ignored, per site")
+    p.add_argument("--site")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_noise)
+
+    p = sub.add_parser("tune", parents=db, help="replay recorded changes against candidate fuzzy thresholds")
+    p.add_argument("--site")
+    p.add_argument("--thresholds", default="10,20,30,40,50,75,100,150,200")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser(
+        "calibrate", parents=db, help="fetch pages twice and learn the regions that differ as volatile"
+    )
+    p.add_argument(
+        "urls", nargs="*", metavar="URL", help="pages to fetch (default: a sample of stored pages)"
+    )
+    p.add_argument("--site", help="sample only this site's pages")
+    p.add_argument("--sample", type=int, default=10, help="pages to sample (default %(default)s)")
+    p.add_argument("--delay", type=float, default=60.0, help="seconds between the two fetches (default 60)")
+    p.add_argument("--seed", type=int, default=None)
+    p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("normalize", parents=flags, help="print the page key of each URL")
+    p.add_argument("urls", nargs="+", metavar="URL")
+    p.add_argument("--drop", action="append", help="query parameter pattern to drop (repeatable)")
+    p.add_argument("--keep", action="append", help="keep only these query parameter patterns (repeatable)")
+    p.set_defaults(func=cmd_normalize)

@@ -1,0 +1,155 @@
+"""Schedule commands: ``due``, ``trust``, ``immutable``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import TYPE_CHECKING
+
+from recrawler.cli.output import duration, when
+from recrawler.cli.settings import open_store, write
+from recrawler.exceptions import ConfigurationError
+from recrawler.schedule import SchedulePolicy, parse_now
+from recrawler.state import TRUST_SIGNALS
+from recrawler.urls import key_host
+
+if TYPE_CHECKING:
+    import argparse
+    from typing import TextIO
+
+    from scrapy.settings import Settings
+
+    from recrawler.cli import Parsers
+
+
+def cmd_due(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """List the stored pages the next run will check, and why (the run's own decision)."""
+    policy = SchedulePolicy.from_settings(settings, now=parse_now(args.now))
+    store = open_store(settings)
+    off = {(t.host, t.signal) for t in store.iter_trust() if not t.trusted}
+    total = due = shown = 0
+    for page in store.iter_schedule(site=args.site):
+        decision = policy.decide(
+            page.revisit,
+            url=page.url,
+            status=page.status,
+            lastmod=page.lastmod,
+            lastmod_trusted=(key_host(page.key), "lastmod") not in off,
+        )
+        total += 1
+        due += decision.due
+        if not (decision.due or args.all) or (args.limit and shown >= args.limit):
+            continue
+        shown += 1
+        rev = page.revisit
+        if args.json:
+            row = {
+                "key": page.key,
+                "url": page.url,
+                "due": decision.due,
+                "reason": decision.reason,
+                "last_check_at": rev.last_check_at.isoformat() if rev.last_check_at else None,
+                "next_check_at": rev.next_check_at.isoformat() if rev.next_check_at else None,
+                "interval_secs": rev.interval,
+                "changes_per_day": rev.rate * 86400 if rev.rate is not None else None,
+                "checks": rev.checks,
+                "changes": rev.changes,
+            }
+            out.write(json.dumps(row) + "\n")
+            continue
+        label = decision.reason if decision.due else f"not due ({decision.reason})"
+        out.write(
+            f"{label:<22} next {when(rev.next_check_at):<16} every {duration(rev.interval):<7} {page.url}\n"
+        )
+    if not args.json:
+        out.write(
+            f"{due} of {total} stored pages due at {policy.now.isoformat(timespec='seconds')} "
+            f"(schedule {policy.mode}, lastmod {policy.lastmod_mode}); "
+            "URLs new to the sitemap or a feed are due at once too\n"
+        )
+    return 0
+
+
+def cmd_trust(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """Show each host's trust records; ``--reset [HOST]`` trusts its signals again."""
+    if args.reset is not None:
+        host = None if args.reset == "*" else args.reset
+        n = asyncio.run(write(settings, lambda store: store.reset_trust(host, args.signal)))
+        out.write(f"{n} trust record(s) reset: {host or 'every host'} {args.signal or 'every signal'}\n")
+        return 0
+    for rec in open_store(settings).iter_trust():
+        if args.json:
+            data = {
+                "host": rec.host,
+                "signal": rec.signal,
+                "checks": rec.checks,
+                "lies": rec.lies,
+                "trusted": rec.trusted,
+                "last_lie_at": rec.last_lie_at.isoformat() if rec.last_lie_at else None,
+                "last_lie_url": rec.last_lie_url,
+            }
+            out.write(json.dumps(data) + "\n")
+            continue
+        state = "trusted" if rec.trusted else "OFF"
+        lie = f"  last lie {when(rec.last_lie_at)} {rec.last_lie_url}" if rec.last_lie_url else ""
+        out.write(f"{rec.host:<28} {rec.signal:<14} {state:<8} checks: {rec.checks} lies: {rec.lies}{lie}\n")
+    return 0
+
+
+def cmd_immutable(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """List the pages deltafetch skips; ``--reset [PATTERN]`` fetches them again next run."""
+    if args.reset is not None:
+        try:
+            re.compile(args.reset)
+        except re.error as exc:
+            raise ConfigurationError(f"immutable --reset: bad pattern {args.reset!r}: {exc}") from exc
+        pattern = args.reset or None
+        n = asyncio.run(write(settings, lambda store: store.immutable_reset(args.spider, pattern)))
+        out.write(f"{n} immutable page(s) forgotten: fetched again on the next run\n")
+        return 0
+    for row in open_store(settings).iter_immutable():
+        if args.spider and row["spider"] != args.spider:
+            continue
+        if args.json:
+            out.write(json.dumps(row) + "\n")
+        else:
+            out.write(f"{row['spider']:<12} {row['stored_at'][:16]:<16} {row['url']}\n")
+    return 0
+
+
+def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
+    """Register ``due``, ``trust`` and ``immutable``."""
+    p = sub.add_parser("due", parents=db, help="list the stored pages the next run will check, and why")
+    p.add_argument("--now", help="the run clock, ISO 8601 (default: now; like RECRAWLER_NOW)")
+    p.add_argument("--site", help="only pages of this host")
+    p.add_argument("--schedule", choices=["adaptive", "all"], help="as RECRAWLER_SCHEDULE")
+    p.add_argument("--lastmod-mode", choices=["skip", "hint", "ignore"], help="as RECRAWLER_LASTMOD_MODE")
+    p.add_argument("--all", action="store_true", help="also list pages that are not due")
+    p.add_argument("--limit", type=int, default=0, help="list at most this many pages")
+    p.add_argument("--json", action="store_true", help="one JSON object per page")
+    p.set_defaults(func=cmd_due)
+
+    p = sub.add_parser("trust", parents=db, help="show which signals of each host are trusted; reset them")
+    p.add_argument(
+        "--reset",
+        nargs="?",
+        const="*",
+        metavar="HOST",
+        help="trust HOST's signals again (no HOST: every host)",
+    )
+    p.add_argument("--signal", choices=list(TRUST_SIGNALS), help="with --reset: only this signal")
+    p.add_argument("--json", action="store_true", help="one JSON object per record")
+    p.set_defaults(func=cmd_trust)
+
+    p = sub.add_parser("immutable", parents=db, help="list immutable pages deltafetch skips; reset them")
+    p.add_argument(
+        "--reset",
+        nargs="?",
+        const="",
+        metavar="PATTERN",
+        help="forget pages whose URL matches PATTERN (a regex; none: all), fetched again next run",
+    )
+    p.add_argument("--spider", help="only this spider's pages")
+    p.add_argument("--json", action="store_true", help="one JSON object per page")
+    p.set_defaults(func=cmd_immutable)

@@ -1,0 +1,57 @@
+"""Each benchmark script runs its smallest configuration and writes its figures as JSON."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.lib.nginx import NGINX_BIN
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_nginx = pytest.mark.skipif(not Path(NGINX_BIN).exists(), reason=f"no nginx at {NGINX_BIN}")
+needs_numpy = pytest.mark.skipif(importlib.util.find_spec("numpy") is None, reason="numpy is not installed")
+
+SMALLEST = [
+    pytest.param("bench_schedule", ["--pages", "40", "--days", "3"], "results", id="schedule"),
+    pytest.param("bench_crawl", ["--pages", "5", "--repeat", "1"], "ratios", id="crawl", marks=needs_nginx),
+    pytest.param(
+        "bench_index",
+        ["--pages", "5", "--repeat", "1", "--search-pages", "3", "--sections", "2", "--queries", "2"],
+        "embed",
+        id="index",
+        marks=needs_nginx,
+    ),
+    pytest.param("bench_detect", ["--skip-corpus", "--synthetic-pages", "6"], "synthetic", id="detect"),
+    pytest.param(
+        "bench_vector",
+        ["--chunks", "200", "--queries", "3", "--repeat", "1", "--only", "numpy"],
+        "runs",
+        id="vector",
+        marks=needs_numpy,
+    ),
+]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("script", "argv", "key"), SMALLEST)
+def test_script_runs_and_writes_json(script: str, argv: list[str], key: str, tmp_path: Path) -> None:
+    out = tmp_path / f"{script}.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{script}", *argv, "--json", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=580,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"results: {out}" in proc.stderr
+    assert key in json.loads(out.read_text(encoding="utf-8"))
