@@ -18,6 +18,7 @@ from scrapy.settings import Settings
 from scrapy.utils.project import get_project_settings
 
 from recrawler import __version__, default_settings
+from recrawler.detect.regions import volatile_regions
 from recrawler.embedders import embedder_from_spec
 from recrawler.exceptions import ConfigurationError, RecrawlerError
 from recrawler.extract import ContentExtractor
@@ -26,7 +27,6 @@ from recrawler.index.sqlite import embedder_spec
 from recrawler.learning import NoiseRegistry
 from recrawler.pipelines.index import embed_missing
 from recrawler.redact import redact_text
-from recrawler.regions import volatile_regions
 from recrawler.schedule import SchedulePolicy, parse_now
 from recrawler.state import RUN_HELD, TRUST_SIGNALS, store_from_uri, utcnow
 from recrawler.urls import KeyMaker, key_host

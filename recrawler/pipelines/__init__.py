@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
     from scrapy.crawler import Crawler
 
-    from recrawler.chunking import Chunk
     from recrawler.items import Page
+    from recrawler.kb.chunking import Chunk
     from recrawler.state import ChangeRow, Event, FieldsRow, PageRecord, Run, StateStore
 
 logger = logging.getLogger(__name__)

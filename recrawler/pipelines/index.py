@@ -11,10 +11,10 @@ from weakref import WeakKeyDictionary
 from scrapy.exceptions import DropItem, NotConfigured
 
 from recrawler import meta
-from recrawler.chunking import Chunker
 from recrawler.embedders import Embedder, EmbedderError, embedder_from_spec, vector_to_blob
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import Page, PageStatus
+from recrawler.kb.chunking import Chunker
 from recrawler.pipelines import commit, enable_handover
 from recrawler.state import RUN_HELD, run_for, store_for
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
 
-    from recrawler.chunking import Chunk
+    from recrawler.kb.chunking import Chunk
     from recrawler.pipelines import PendingUpdates
     from recrawler.state import Run, StateStore
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
-    from recrawler.chunking import Chunk
+    from recrawler.kb.chunking import Chunk
     from recrawler.schedule import Revisit
 
 __all__ = [

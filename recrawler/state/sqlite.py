@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
 from urllib.parse import unquote, urlsplit
 
+from recrawler.detect.boilerplate import EDGE, block_pairs, kept_blocks
+from recrawler.detect.hashing import fuzzy_distance, page_hash, unpack_blocks
 from recrawler.events import EventSink, sink_from_uri
 from recrawler.exceptions import RunRefused, SchemaVersionError, StateStoreError, StateStoreUnavailable
-from recrawler.fingerprint import EDGE, block_pairs, fuzzy_distance, kept_blocks, page_hash, unpack_blocks
 from recrawler.schedule import Revisit, audit_count
 from recrawler.state import (
     GONE,
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 
     from scrapy.settings import BaseSettings
 
-    from recrawler.chunking import Chunk
+    from recrawler.kb.chunking import Chunk
     from recrawler.state import Event
 
 logger = logging.getLogger(__name__)
@@ -1402,7 +1403,7 @@ class SQLiteStateStore:
         A pair of adjacent blocks (a page's start and end count as blocks) becomes boilerplate when
         it is on at least *enter_share* of the site's live pages and stops being one below
         *exit_share*; sites with fewer than *min_pages* pages have none. What a page's hash keeps
-        under those pairs is :func:`~recrawler.fingerprint.kept_blocks`. Pages whose hash moves
+        under those pairs is :func:`~recrawler.detect.boilerplate.kept_blocks`. Pages whose hash moves
         because of a flip are re-hashed from their stored blocks, so the next run compares like
         with like (no false "changed").
         """
