@@ -33,8 +33,9 @@ from typing import Any
 from sqlalchemy import bindparam, create_engine, event, func, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from recrawler.chunking import Chunk
-from recrawler.fingerprint import block_pairs, pack_blocks, unpack_blocks
+from recrawler.detect.boilerplate import block_pairs
+from recrawler.detect.hashing import pack_blocks, unpack_blocks
+from recrawler.kb.chunking import Chunk
 from recrawler.state import Event, FieldsRow, PageRecord, Run
 from recrawler.state import schema as s
 from recrawler.state.sqlite import SQLiteStateStore

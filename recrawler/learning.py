@@ -1,18 +1,13 @@
-"""What a site's pages say once noise is taken out: per-site noise models and page fingerprints."""
+"""Per-crawl cache of the sites' noise models, loaded from the database once per run."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lxml.cssselect import CSSSelector
-
-from recrawler.chunking import blocks_of
+from recrawler.detect.noise import SiteNoise
+from recrawler.detect.tokens import DEFAULT_PATTERNS, Normalizer, VolatilePattern
 from recrawler.exceptions import ConfigurationError
-from recrawler.fingerprint import block_hash, fuzzy_hash, kept_blocks, page_hash
-from recrawler.noise import DEFAULT_PATTERNS, Normalizer, VolatilePattern
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -20,64 +15,6 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
     from recrawler.state import StateStore
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SiteNoise:
-    """How one site's pages are read: token patterns, learned regions, boilerplate block pairs.
-
-    ``key`` identifies the configuration a hash was computed with (boilerplate aside: pages are
-    re-hashed when it moves); a page stored under another key is re-baselined, not "changed",
-    when the only difference is removed noise.
-    """
-
-    site: str
-    normalizer: Normalizer
-    regions: tuple[str, ...]
-    regions_css: CSSSelector | None
-    #: adjacent block pairs on a large share of the site's pages (see ``kept_blocks``)
-    boilerplate: frozenset[tuple[int, int]]
-    key: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Fingerprint:
-    """A page's fingerprints under its site's noise model."""
-
-    content_hash: str
-    fuzzy_hash: str | None
-    blocks: list[int]
-    #: what the hash covers: blocks without the site's furniture, shared runs as one mark each
-    kept: list[int]
-    samples: dict[int, str]
-    normalized_text: str
-
-
-def fingerprint(text: str, noise: SiteNoise) -> Fingerprint:
-    """Normalise each block of *text*, take out the site's furniture, hash what is left."""
-    hashes: list[int] = []
-    texts: dict[int, str] = {}
-    samples: dict[int, str] = {}
-    # the whole text at once: a label and its date may sit in two blocks (<dt>/<dd>)
-    for block in blocks_of(noise.normalizer.normalize(text)):
-        normalized = " ".join(block.split())
-        if not normalized:
-            continue
-        h = block_hash(normalized)
-        hashes.append(h)
-        texts.setdefault(h, normalized)
-        samples.setdefault(h, block[:200])
-    kept = kept_blocks(hashes, noise.boilerplate)
-    # a shared run's mark has no text of its own
-    normalized_text = "\n\n".join(texts[h] for h in kept if h in texts)
-    return Fingerprint(
-        content_hash=page_hash(kept),
-        fuzzy_hash=fuzzy_hash(normalized_text),
-        blocks=hashes,
-        kept=kept,
-        samples=samples,
-        normalized_text=normalized_text,
-    )
 
 
 def _patterns(value: Any) -> dict[str, list[str]]:
@@ -156,21 +93,13 @@ class NoiseRegistry:
         """The site's model from what is loaded (no database access)."""
         model = self._models.get(site)
         if model is None:
-            # sorted: the key must not depend on the order regions were learned in
-            regions = tuple(sorted(set(self._regions.get(site, ()))))
-            normalizer = self._normalizer(site)
-            key_src = json.dumps(
-                [self._base, [p.name for p in normalizer.patterns], list(regions)], sort_keys=True
-            )
-            model = SiteNoise(
-                site=site,
-                normalizer=normalizer,
-                regions=regions,
-                regions_css=CSSSelector(", ".join(regions), translator="html") if regions else None,
+            model = self._models[site] = SiteNoise.build(
+                site,
+                self._normalizer(site),
+                regions=self._regions.get(site, ()),
                 boilerplate=self._boiler.get(site, frozenset()),
-                key=hashlib.sha256(key_src.encode()).hexdigest()[:16],
+                base=self._base,
             )
-            self._models[site] = model
         return model
 
     def learned(self, site: str, selectors: Sequence[str]) -> None:
@@ -180,4 +109,4 @@ class NoiseRegistry:
         self._models.pop(site, None)
 
 
-__all__ = ["Fingerprint", "NoiseRegistry", "SiteNoise", "fingerprint"]
+__all__ = ["NoiseRegistry"]

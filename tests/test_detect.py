@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import io
 import sqlite3
+import subprocess
+import sys
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -285,3 +287,16 @@ async def test_paragraph_deleted_after_learning_is_still_a_change(site: Site, cr
     site.write("a.html", docs({**BASE, "offline": None}, extra_main="{{WIDGET}}"), mtime=T0 + 5)
     r2 = await crawls.crawl(sitemap)
     assert r2.actions() == {"a.html": "changed"}
+
+
+def test_the_detect_package_imports_nothing_from_scrapy() -> None:
+    code = (
+        "import pkgutil, importlib, sys, recrawler.detect as d\n"
+        "names = [m.name for m in pkgutil.iter_modules(d.__path__, 'recrawler.detect.')]\n"
+        "for name in names: importlib.import_module(name)\n"
+        "print(len(names), sorted(m for m in sys.modules if m.split('.')[0] in ('scrapy', 'twisted')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    count, loaded = out.split(" ", 1)
+    assert int(count) >= 9  # every module of the package was imported
+    assert loaded.strip() == "[]"

@@ -12,9 +12,9 @@ from scrapy.http import HtmlResponse, Response, TextResponse
 from scrapy.settings import Settings
 
 from recrawler import default_settings
+from recrawler.detect.hashing import content_hash
 from recrawler.exceptions import ConfigurationError
 from recrawler.extract import Content, ContentExtractor
-from recrawler.fingerprint import content_hash
 from recrawler.spiders import PageBuilder
 from recrawler.urls import KeyMaker
 from tests import docsite

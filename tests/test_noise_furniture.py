@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING
 
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.fingerprint import EDGE, block_hash, pack_blocks, page_hash, unpack_blocks
+from recrawler.detect.boilerplate import EDGE
+from recrawler.detect.hashing import block_hash, pack_blocks, page_hash, unpack_blocks
+from recrawler.detect.noise import fingerprint
+from recrawler.detect.verdict import REBASELINED, Verdict, decide
 from recrawler.items import Page, PageStatus
-from recrawler.learning import NoiseRegistry, fingerprint
-from recrawler.pipelines.classify import REBASELINED, Verdict, decide
+from recrawler.learning import NoiseRegistry
 from recrawler.state import FieldsRow
 from recrawler.state.sqlite import SQLiteStateStore
 from tests.test_state_sqlite import SITE, T0, opened, query, rec

@@ -21,10 +21,10 @@ from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler import default_settings
-from recrawler.chunking import Chunk
+from recrawler.detect.hashing import pack_blocks
 from recrawler.exceptions import RunRefused
-from recrawler.fingerprint import pack_blocks
 from recrawler.index import open_kb
+from recrawler.kb.chunking import Chunk
 from recrawler.schedule import Revisit
 from recrawler.state import (
     GONE,

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.chunking import Chunk
 from recrawler.cli import main as cli_main
-from recrawler.fingerprint import content_hash
+from recrawler.detect.hashing import content_hash
 from recrawler.index.sqlite import SQLiteKnowledgeBase
+from recrawler.kb.chunking import Chunk
 from recrawler.state import RUN_HELD, PageRecord, Run
 from recrawler.state.sqlite import SQLiteStateStore
 from tests import docsite

@@ -10,10 +10,10 @@ import urllib.request
 from typing import TYPE_CHECKING
 
 from recrawler.cli.settings import key_maker, open_store, write
+from recrawler.detect.regions import volatile_regions
 from recrawler.exceptions import ConfigurationError
 from recrawler.extract import ContentExtractor
 from recrawler.learning import NoiseRegistry
-from recrawler.regions import volatile_regions
 from recrawler.state import utcnow
 from recrawler.urls import key_host
 

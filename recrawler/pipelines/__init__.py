@@ -17,8 +17,8 @@ from recrawler.items import PageStatus
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from recrawler.chunking import Chunk
     from recrawler.items import Page
+    from recrawler.kb.chunking import Chunk
     from recrawler.runtime import Runtime
     from recrawler.state import ChangeRow, Event, FieldsRow, PageRecord, Run
 

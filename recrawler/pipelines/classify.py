@@ -5,25 +5,17 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import logging
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import Request
 from scrapy.exceptions import DropItem, NotConfigured
 
 from recrawler import meta
+from recrawler.detect import decide, fingerprint
+from recrawler.detect.hashing import pack_blocks
+from recrawler.detect.verdict import BY_HASH, RESTORED
 from recrawler.exceptions import ConfigurationError, StateStoreError
-from recrawler.fingerprint import (
-    deleted_runs,
-    fuzzy_distance,
-    is_pure_deletion,
-    pack_blocks,
-    unpack_blocks,
-    without_furniture,
-)
 from recrawler.items import Page, PageStatus
-from recrawler.learning import fingerprint
-from recrawler.noise import Fields, critical_changes, fields_from_text
 from recrawler.pipelines import PageUpdate, commit
 from recrawler.runtime import runtime_of
 from recrawler.state import (
@@ -41,45 +33,20 @@ from recrawler.state import (
 from recrawler.urls import key_host
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Mapping
     from datetime import datetime
 
     from scrapy.crawler import Crawler
 
-    from recrawler.learning import Fingerprint, NoiseRegistry, SiteNoise
+    from recrawler.detect import Fingerprint, SiteNoise, Verdict
+    from recrawler.learning import NoiseRegistry
     from recrawler.runtime import Runtime
     from recrawler.state import Run, StateStore
 
 logger = logging.getLogger(__name__)
 
-#: how an unchanged verdict was reached (the ``recrawler/page/unchanged/<how>`` stats)
-NOT_MODIFIED, BY_HASH, REBASELINED, BY_FUZZY, RESTORED = (
-    "not_modified",
-    "hash",
-    "rebaseline",
-    "fuzzy",
-    "restored",
-)
 #: stored states of a page that is out of the knowledge base for good
 _REMOVED = (GONE, MOVED)
-
-
-@dataclass(slots=True, kw_only=True)
-class Verdict:
-    """A page's classification and the evidence for it."""
-
-    status: PageStatus
-    how: str = ""
-    distance: int | None = None
-    critical: list[str] = field(default_factory=list)
-    #: the new content becomes the stored baseline (hash, fields)
-    advance: bool = True
-
-
-def guard_fields(text: str, code: Sequence[str], noise: SiteNoise) -> Fields:
-    """What the critical-token guard compares: normalised text (volatile tokens do not trip it)."""
-    normalize = noise.normalizer.normalize
-    return fields_from_text(normalize(text), [normalize(c) for c in code])
 
 
 def changed_fields(old: FieldsRow, page: Page) -> list[str]:
@@ -106,61 +73,6 @@ def unified_diff(old: str, new: str, *, url: str, limit: int) -> str:
     if len(diff) > limit:
         diff = diff[:limit] + f"\n... diff truncated at {limit} characters ({url})"
     return diff
-
-
-def decide(
-    page: Page,
-    rec: PageRecord | None,
-    fp: Fingerprint | None,
-    noise: SiteNoise | None,
-    old: FieldsRow | None,
-    *,
-    threshold: int | None,
-) -> Verdict:
-    """The verdict for *page* (pure). Default: changed if and only if the normalised main text
-    differs. With a fuzzy *threshold*, a TLSH match within it counts as unchanged unless the
-    critical-token guard trips; texts too short or too uniform for TLSH fall back to exact.
-    """
-    if rec is None:
-        return Verdict(status=PageStatus.NEW)
-    if rec.status in _REMOVED:
-        # back with the content it had: restored, not new (it costs no embedding, and a site
-        # recovering from a bad deploy is not a change spike)
-        if fp is not None and rec.content_hash and fp.content_hash == rec.content_hash:
-            return Verdict(status=PageStatus.UNCHANGED, how=RESTORED)
-        return Verdict(status=PageStatus.NEW)
-    if page.http_status == 304:
-        return Verdict(status=PageStatus.UNCHANGED, how=NOT_MODIFIED)
-    assert fp is not None
-    assert noise is not None
-    if fp.content_hash == rec.content_hash:
-        return Verdict(status=PageStatus.UNCHANGED, how=BY_HASH, advance=rec.noise_key != noise.key)
-    if rec.noise_key is None and page.content_hash == rec.content_hash:
-        # stored before per-block hashing: the same cleaned text is the same page
-        return Verdict(status=PageStatus.UNCHANGED, how=BY_HASH)
-    if old is not None and rec.noise_key != noise.key:
-        old_blocks = without_furniture(unpack_blocks(old.blocks), noise.boilerplate)
-        new_blocks = without_furniture(fp.blocks, noise.boilerplate)
-        # the noise model changed since (a region learned): blocks went, nothing came in, and they
-        # went in no more places than the learned regions cut from this very page (a paragraph
-        # deleted elsewhere is still a change)
-        if (
-            is_pure_deletion(old_blocks, new_blocks)
-            and deleted_runs(old_blocks, new_blocks) <= page.region_hits
-        ):
-            return Verdict(status=PageStatus.UNCHANGED, how=REBASELINED)
-    distance = None
-    if fp.fuzzy_hash and rec.fuzzy_hash:
-        distance = fuzzy_distance(rec.fuzzy_hash, fp.fuzzy_hash)
-    critical = []
-    if old is not None:
-        new_fields = guard_fields(page.text or "", page.code, noise)
-        critical = critical_changes(guard_fields(old.text, old.code, noise), new_fields)
-    if threshold is not None and distance is not None and distance <= threshold and not critical:
-        return Verdict(
-            status=PageStatus.UNCHANGED, how=BY_FUZZY, distance=distance, critical=critical, advance=False
-        )
-    return Verdict(status=PageStatus.CHANGED, distance=distance, critical=critical)
 
 
 def next_record(
@@ -417,7 +329,7 @@ class ClassifyPipeline:
         if status in (PageStatus.NEW, PageStatus.CHANGED):
             extra = {"changed_fields": changed.changed_fields} if changed else {}
             events.append(self._event(run, status, new_rec, now, extra))
-        if verdict.critical and status == PageStatus.CHANGED and verdict.distance is not None:
+        if verdict.guarded:
             self._inc("recrawler/page/changed/guard")
         fields = None
         if fp is not None and (verdict.advance or status == PageStatus.NEW):

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, Self
 from scrapy.exceptions import DropItem, NotConfigured
 
 from recrawler import meta
-from recrawler.chunking import Chunker
 from recrawler.embedders import EmbedderError, vector_to_blob
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import Page, PageStatus
+from recrawler.kb.chunking import Chunker
 from recrawler.outcome import Verdicts, is_spike, spike_figures
 from recrawler.pipelines import PendingUpdates, commit
 from recrawler.runtime import runtime_of
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
-    from recrawler.chunking import Chunk
+    from recrawler.kb.chunking import Chunk
     from recrawler.runtime import Runtime
     from recrawler.state import Run, StateStore
 

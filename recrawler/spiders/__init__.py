@@ -14,12 +14,12 @@ from scrapy.linkextractors import LinkExtractor
 from scrapy.spiders import SitemapSpider
 
 from recrawler import meta
+from recrawler.detect.hashing import content_hash
+from recrawler.detect.regions import volatile_regions
 from recrawler.exceptions import ConfigurationError
 from recrawler.extract import ContentExtractor, ExtractionError, looks_binary
-from recrawler.fingerprint import content_hash
 from recrawler.items import Page
 from recrawler.redact import redact_url
-from recrawler.regions import volatile_regions
 from recrawler.runtime import find_runtime
 from recrawler.urls import KeyMaker, UrlPolicy, key_host
 
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
     from twisted.python.failure import Failure
 
-    from recrawler.learning import NoiseRegistry, SiteNoise
+    from recrawler.detect.noise import SiteNoise
+    from recrawler.learning import NoiseRegistry
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from datetime import datetime
 
-    from recrawler.chunking import Chunk
+    from recrawler.kb.chunking import Chunk
     from recrawler.schedule import Revisit
     from recrawler.state.records import (
         ChangeRow,

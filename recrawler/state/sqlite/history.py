@@ -6,7 +6,8 @@ import json
 import zlib
 from typing import TYPE_CHECKING
 
-from recrawler.fingerprint import kept_blocks, unpack_blocks
+from recrawler.detect.boilerplate import kept_blocks
+from recrawler.detect.hashing import unpack_blocks
 from recrawler.state.records import (
     LIVE,
     FieldsRow,
@@ -102,7 +103,7 @@ class SQLiteHistory:
         A pair of adjacent blocks (a page's start and end count as blocks) becomes boilerplate when
         it is on at least *enter_share* of the site's live pages and stops being one below
         *exit_share*; sites with fewer than *min_pages* pages have none. What a page's hash keeps
-        under those pairs is :func:`~recrawler.fingerprint.kept_blocks`. Pages whose hash moves
+        under those pairs is :func:`~recrawler.detect.boilerplate.kept_blocks`. Pages whose hash moves
         because of a flip are re-hashed from their stored blocks, so the next run compares like
         with like (no false "changed").
         """

@@ -6,7 +6,8 @@ import json
 import zlib
 from typing import TYPE_CHECKING
 
-from recrawler.fingerprint import block_pairs, unpack_blocks
+from recrawler.detect.boilerplate import block_pairs
+from recrawler.detect.hashing import unpack_blocks
 from recrawler.state.records import (
     GONE,
     LIVE,
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
-    from recrawler.chunking import Chunk
+    from recrawler.kb.chunking import Chunk
     from recrawler.state.sqlite.database import SQLiteDatabase
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from recrawler.fingerprint import EDGE, kept_blocks, page_hash, unpack_blocks
+from recrawler.detect.boilerplate import EDGE, kept_blocks
+from recrawler.detect.hashing import page_hash, unpack_blocks
 from recrawler.schedule import Revisit
 from recrawler.state.records import (
     PageRecord,

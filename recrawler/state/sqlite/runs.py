@@ -9,8 +9,9 @@ import socket
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from recrawler.detect.boilerplate import block_pairs
+from recrawler.detect.hashing import fuzzy_distance, unpack_blocks
 from recrawler.exceptions import RunRefused, StateStoreError
-from recrawler.fingerprint import block_pairs, fuzzy_distance, unpack_blocks
 from recrawler.state.records import (
     GONE,
     LIVE,

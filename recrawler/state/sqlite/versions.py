@@ -8,8 +8,9 @@ from importlib import resources
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from recrawler.detect.boilerplate import EDGE, block_pairs
+from recrawler.detect.hashing import unpack_blocks
 from recrawler.exceptions import SchemaVersionError
-from recrawler.fingerprint import EDGE, block_pairs, unpack_blocks
 from recrawler.state.sqlite.rows import _count_pairs, _rehash
 
 if TYPE_CHECKING:

@@ -1,12 +1,11 @@
-"""Content fingerprints of cleaned text (never of raw HTML): exact sha256, per-block hashes, TLSH."""
+"""Site furniture over boilerplate block pairs: what of a page's blocks its hash covers."""
 
 from __future__ import annotations
 
-import hashlib
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
-import tlsh
+from recrawler.detect.hashing import block_hash
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterator, Sequence
@@ -15,49 +14,6 @@ if TYPE_CHECKING:
 EDGE = 0
 # what a span of a page is (see _runs)
 _OWN, _SHARED, _FURNITURE = 0, 1, 2
-
-
-def content_hash(text: str) -> str:
-    """Return the hex sha256 of cleaned text; callers never pass raw HTML or empty text."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def fuzzy_hash(text: str) -> str | None:
-    """Return the TLSH digest of cleaned text, or None when TLSH cannot fingerprint it.
-
-    TLSH needs at least 50 bytes with enough variety; otherwise it returns ``TNULL``, which
-    ``tlsh.diff`` rejects, so callers fall back to the exact hash.
-    """
-    digest = tlsh.hash(text.encode("utf-8"))
-    return None if not digest or digest == "TNULL" else str(digest)
-
-
-def fuzzy_distance(a: str, b: str) -> int:
-    """Return the TLSH distance of two digests (0: identical; larger: more different)."""
-    return int(tlsh.diff(a, b))
-
-
-def block_hash(normalized_block: str) -> int:
-    """A 64-bit (signed, SQLite INTEGER-sized) hash of one normalised block of text."""
-    digest = hashlib.blake2b(normalized_block.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
-def pack_blocks(hashes: Sequence[int]) -> bytes:
-    """Pack block hashes in page order: 8 bytes each."""
-    return b"".join(h.to_bytes(8, "big", signed=True) for h in hashes)
-
-
-def unpack_blocks(blob: bytes | None) -> list[int]:
-    """The block hashes of :func:`pack_blocks`."""
-    if not blob:
-        return []
-    return [int.from_bytes(blob[i : i + 8], "big", signed=True) for i in range(0, len(blob), 8)]
-
-
-def page_hash(kept: Sequence[int]) -> str:
-    """The page fingerprint: sha256 over its kept blocks (:func:`kept_blocks`), in order."""
-    return hashlib.sha256(pack_blocks(kept)).hexdigest()
 
 
 def block_pairs(blocks: Sequence[int]) -> set[tuple[int, int]]:
@@ -125,24 +81,3 @@ def without_furniture(blocks: Sequence[int], boilerplate: Collection[tuple[int, 
         if kind != _FURNITURE:
             out.extend(blocks[start:end])
     return out
-
-
-def is_pure_deletion(old: Sequence[int], new: Sequence[int]) -> bool:
-    """True when *new* is *old* with some blocks removed and nothing added or reordered."""
-    if len(new) >= len(old):
-        return False
-    it = iter(old)
-    return all(any(h == o for o in it) for h in new)
-
-
-def deleted_runs(old: Sequence[int], new: Sequence[int]) -> int:
-    """In how many contiguous places blocks of *old* are missing from *new* (a pure deletion)."""
-    runs, j, gap = 0, 0, False
-    for h in old:
-        if j < len(new) and new[j] == h:
-            j += 1
-            gap = False
-        elif not gap:
-            runs += 1
-            gap = True
-    return runs

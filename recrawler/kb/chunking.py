@@ -1,4 +1,4 @@
-"""Heading-aware chunks of cleaned markdown-like text (pure: no Scrapy, no database)."""
+"""Heading-aware chunks of rendered text (pure: no Scrapy, no database)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from recrawler.detect.hashing import content_hash
+from recrawler.detect.text import FENCE, parse
 from recrawler.exceptions import ConfigurationError
-from recrawler.fingerprint import content_hash
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-_HEADING = re.compile(r"^(#{1,6}) (.+)$")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -28,35 +28,14 @@ class Chunk:
     chunk_hash: str
 
 
-def blocks_of(text: str) -> list[str]:
-    """Split rendered text into blocks, keeping fenced code blocks (which may hold blank lines) whole."""
-    out: list[str] = []
-    fence: list[str] | None = None
-    for part in text.split("\n\n"):
-        if fence is not None:
-            fence.append(part)
-            if part.rstrip().endswith("```"):
-                out.append("\n\n".join(fence))
-                fence = None
-            continue
-        if part.startswith("```") and (part.count("```") % 2 == 1):
-            fence = [part]
-            continue
-        if part.strip():
-            out.append(part)
-    if fence is not None:
-        out.append("\n\n".join(fence))
-    return out
-
-
 def _split_long(block: str, size: int) -> list[str]:
     """Cut a block longer than *size* at sentence ends, then at spaces, never mid-word if avoidable."""
     if len(block) <= size:
         return [block]
     pieces: list[str] = []
     current = ""
-    units = block.splitlines() if block.startswith("```") else _SENTENCE_END.split(block)
-    joiner = "\n" if block.startswith("```") else " "
+    units = block.splitlines() if block.startswith(FENCE) else _SENTENCE_END.split(block)
+    joiner = "\n" if block.startswith(FENCE) else " "
     for unit in units:
         while len(unit) > size:
             cut = unit.rfind(" ", 0, size)
@@ -124,14 +103,13 @@ class Chunker:
         anchor: str | None = None
         body: list[str] = []
         next_heading = 0
-        for block in blocks_of(text):
-            m = _HEADING.match(block)
-            if m is None:
-                body.append(block)
+        for block in parse(text):
+            if not block.level:
+                body.append(block.text)
                 continue
             if heading_line is not None or body:
                 sections.append((" > ".join(t for _, t in stack), anchor, heading_line, body))
-            level, title = len(m.group(1)), m.group(2).strip()
+            level, title = block.level, block.title
             while stack and stack[-1][0] >= level:
                 stack.pop()
             stack.append((level, title))
@@ -140,7 +118,7 @@ class Chunker:
             if next_heading < len(anchors) and anchors[next_heading][1] == title:
                 anchor = anchors[next_heading][2]
                 next_heading += 1
-            heading_line, body = block, []
+            heading_line, body = block.text, []
         if heading_line is not None or body:
             sections.append((" > ".join(t for _, t in stack), anchor, heading_line, body))
 
@@ -174,7 +152,7 @@ class Chunker:
         for unit in units:
             if current and length + len(unit) + 2 > room:
                 pieces.append("\n\n".join(current))
-                carry = _tail(pieces[-1], self.overlap) if not unit.startswith("```") else ""
+                carry = _tail(pieces[-1], self.overlap) if not unit.startswith(FENCE) else ""
                 current, length = ([carry] if carry else []), len(carry)
             current.append(unit)
             length += len(unit) + 2
