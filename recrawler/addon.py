@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from scrapy.exceptions import NotConfigured
 from scrapy.settings import SETTINGS_PRIORITIES
+from scrapy.utils.misc import load_object
 
 from recrawler import default_settings
 from recrawler.downloadermiddlewares.audit import AuditMiddleware
@@ -91,6 +92,8 @@ class RecrawlerAddon:
             raise ConfigurationError(msg)
         for name, value in PROFILES[profile].items():
             settings.set(name, value, priority="addon")
+        if settings.getbool("RECRAWLER_WORKERS_ENABLED"):
+            self._shared_frontier(settings)
         # Only replace Scrapy's own fingerprinter, never a user's.
         if (settings.getpriority("REQUEST_FINGERPRINTER_CLASS") or 0) <= 0:
             settings.set(
@@ -120,3 +123,23 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ListingMiddleware, 110)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", DeltaFetchMiddleware, 100)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ScheduleMiddleware, 90)
+
+    def _shared_frontier(self, settings: BaseSettings) -> None:
+        """scrapy-redis as scheduler and frontier, its keys per spider and site; the seen-set is
+        recrawler's page keys, kept across a worker's close (the next run's leader clears it)."""
+        site = getattr(self.crawler.spider, "recrawler_site", None) if self.crawler else None
+        prefix = f"recrawler:%(spider)s:{site}" if site else "recrawler:%(spider)s"
+        for name, value in (
+            ("SCHEDULER", "scrapy_redis.scheduler.Scheduler"),
+            ("DUPEFILTER_CLASS", "recrawler.workers.PageKeyDupeFilter"),
+            ("SCHEDULER_DUPEFILTER_CLASS", "recrawler.workers.PageKeyDupeFilter"),
+            # a worker that closes must not flush the frontier the others still work on
+            ("SCHEDULER_PERSIST", True),
+            ("SCHEDULER_QUEUE_KEY", f"{prefix}:requests"),
+            ("SCHEDULER_DUPEFILTER_KEY", f"{prefix}:dupefilter"),
+        ):
+            settings.set(name, value, priority="addon")
+        # any order: it only withholds a joining worker's start requests
+        settings.setdefault_in_component_priority_dict(
+            "SPIDER_MIDDLEWARES", load_object("recrawler.workers.WorkerStartMiddleware"), 120
+        )

@@ -178,3 +178,12 @@ RECRAWLER_AUDIT_DISTRUST_AFTER = 1
 # --- crawl profile ------------------------------------------------------------------------------
 # "fast" (your own site: no delay, 32 concurrent per host) or "polite" (AutoThrottle, 1 s delay).
 RECRAWLER_PROFILE = "fast"
+
+# --- several workers, one run (scrapy-redis) ------------------------------------------------------
+# Workers started alike share one run of a site through Redis (REDIS_URL): scrapy-redis holds the
+# frontier, the first worker leads (listing, unseen checks, the closing work once, after the last).
+RECRAWLER_WORKERS_ENABLED = False
+# A worker (or leader) that misses its heartbeats this long is gone.
+RECRAWLER_WORKERS_TTL_SECS = 15.0
+# How long a joining worker waits for its leader to announce the run.
+RECRAWLER_WORKERS_WAIT_SECS = 30.0

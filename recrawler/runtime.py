@@ -8,7 +8,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import signals
-from scrapy.exceptions import CloseSpider, NotConfigured
+from scrapy.exceptions import CloseSpider, DontCloseSpider, NotConfigured
 
 from recrawler import meta
 from recrawler.audit import Auditor
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from recrawler.embedders import Embedder
     from recrawler.pipelines import PendingUpdates
     from recrawler.state import Run, StateStore
+    from recrawler.workers import SharedRun
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +134,9 @@ class Runtime:
         self._opened = asyncio.Event()
         self._heartbeat: asyncio.Task[None] | None = None
         self._closed = False
+        #: with RECRAWLER_WORKERS_ENABLED: this process's part in a run shared with other workers
+        self.workers: SharedRun | None = None
+        self._idle_report: asyncio.Future[None] | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -158,6 +162,12 @@ class Runtime:
             runtime.embedder  # noqa: B018  # a bad RECRAWLER_EMBEDDER stops the crawl before it starts
         crawler.signals.connect(runtime.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(runtime.engine_stopped, signal=signals.engine_stopped)
+        if s.getbool("RECRAWLER_WORKERS_ENABLED"):
+            from recrawler.workers import SharedRun
+
+            runtime.workers = SharedRun.from_crawler(crawler)
+            crawler.signals.connect(runtime.worker_idle, signal=signals.spider_idle)
+            crawler.signals.connect(runtime.worker_busy, signal=signals.request_reached_downloader)
         return runtime
 
     @property
@@ -173,8 +183,15 @@ class Runtime:
         """Open the store, begin the run (taking the site's lease), load what the policies need."""
         try:
             await self.store.open()
-            spider, site, kwargs = self._run_args()
-            self.run = await self.store.begin_run(spider, site, utcnow(), **kwargs)
+            if self.workers is not None and not await asyncio.to_thread(self.workers.elect):
+                self.run = await self._join()
+            else:
+                spider, site, kwargs = self._run_args()
+                self.run = await self.store.begin_run(spider, site, utcnow(), **kwargs)
+                if self.workers is not None:
+                    await asyncio.to_thread(self.workers.publish_run, self.run)
+            if self.workers is not None:
+                await asyncio.to_thread(self.workers.beat)
             await self.noise.load(self.store)
             # trust and the audit sample, before the first request is decided
             await self.auditor.ready(self.run)
@@ -199,6 +216,48 @@ class Runtime:
             "recrawler: %(exc)s", {"exc": redact_text(str(exc))}, extra={"spider": self.crawler.spider}
         )
         await self._close_store()
+
+    async def _join(self) -> Run:
+        """A joining worker: the leader's run (its audit sample is the leader's to check)."""
+        assert self.workers is not None
+        run = await self.workers.joined_run()
+        if run is None:
+            msg = (
+                f"no leader announced a run within RECRAWLER_WORKERS_WAIT_SECS={self.workers.wait_secs} "
+                "(is another run's leader alive but stuck?)"
+            )
+            raise RunRefused(msg)
+        self.auditor.sample = 0.0
+        logger.info("joined run %(run)d as a worker", {"run": run.id}, extra={"spider": self.crawler.spider})
+        return run
+
+    @property
+    def leads(self) -> bool:
+        """True for the process that does the run's listing and closing work (always, alone)."""
+        return self.workers is None or self.workers.leader
+
+    def worker_idle(self) -> None:
+        """A joining worker stays open while its leader lives and work may still come."""
+        workers = self.workers
+        if workers is None or workers.leader or self.run is None:
+            return
+        self._idle_report = asyncio.ensure_future(self._report_idle())
+        if workers.leader_alive() and not (workers.closing() and workers.frontier_empty()):
+            raise DontCloseSpider
+
+    async def _report_idle(self) -> None:
+        assert self.workers is not None
+        try:
+            # the leader's unseen checks must see every page this worker fetched
+            await self.store.flush()
+        except StateStoreError as exc:
+            self.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+        await asyncio.to_thread(self.workers.set_state, self.workers.IDLE)
+
+    def worker_busy(self) -> None:
+        """A request of the shared frontier reached this worker's downloader."""
+        if self.workers is not None and self.workers.state != self.workers.BUSY:
+            self.workers.set_state(self.workers.BUSY)
 
     @staticmethod
     def _close_reason(exc: BaseException) -> str:
@@ -243,7 +302,11 @@ class Runtime:
         """Renew the site's lease every quarter of ``RECRAWLER_LEASE_SECS``; close the spider if a
         later run took it over (this process stalled longer than the lease)."""
         while True:
-            await asyncio.sleep(self.lease_secs / 4)
+            await asyncio.sleep(min(self.lease_secs, self._workers_ttl()) / 4)
+            if self.workers is not None:
+                await asyncio.to_thread(self.workers.beat)
+                if not self.workers.leader:
+                    continue
             try:
                 held = await self.store.heartbeat(run)
             except StateStoreError as exc:
@@ -259,6 +322,9 @@ class Runtime:
                 if engine is not None:
                     await engine.close_spider_async(reason="recrawler_lease_lost")
                 return
+
+    def _workers_ttl(self) -> float:
+        return self.workers.ttl_secs if self.workers is not None else self.lease_secs
 
     def stop_heartbeat(self) -> None:
         """Stop renewing the lease (the closing work releases it with the run)."""

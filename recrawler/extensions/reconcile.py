@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import signals
-from scrapy.exceptions import NotConfigured
+from scrapy.exceptions import DontCloseSpider, NotConfigured
 from scrapy.spiders import SitemapSpider
 
 from recrawler import meta, outcome, report
@@ -147,8 +148,12 @@ class Reconciler:
     def spider_idle(self) -> None:
         """Request stored pages this run has not reached yet (read off the reactor, in batches)."""
         rt = self.runtime
-        if not self.verify_unseen or rt.lease_lost or rt.run is None or rt.run.site is None:
+        if not rt.leads or not self.verify_unseen or rt.lease_lost or rt.run is None or rt.run.site is None:
             return
+        workers = rt.workers
+        if workers is not None and not (workers.others_idle() and workers.frontier_empty()):
+            # pages the other workers are still on are not unseen: wait for them
+            raise DontCloseSpider
         if self._verifier is None:
             policy = rt.schedule
             due_at = policy.now if policy.mode == "adaptive" else None
@@ -232,6 +237,11 @@ class Reconciler:
         """Decide, reconcile, publish and report: all ordered work lives here."""
         started = time.monotonic()
         rt = self.runtime
+        if rt.workers is not None and rt.run is not None:
+            if not rt.leads:
+                await self._leave(rt)
+                return
+            await self._gather(rt)
         rt.stop_heartbeat()
         run = rt.run
         if run is None:
@@ -292,9 +302,38 @@ class Reconciler:
         # WARNING when the run did not end well, so a quiet cron run (--loglevel WARNING) still says so
         level = logging.INFO if rt.exit_code == outcome.EXIT_OK else logging.WARNING
         logger.log(level, report.summary_line(run_report), extra={"spider": self.crawler.spider})
+        if rt.workers is not None:
+            await asyncio.to_thread(rt.workers.release)
         await self.crawler.signals.send_catch_log_async(
             recrawler_signals.run_finished, run=run, report=run_report
         )
+
+    async def _leave(self, rt: Runtime) -> None:
+        """A joining worker: commit its writes and hand its counts to the leader."""
+        assert rt.workers is not None
+        rt.stop_heartbeat()
+        try:
+            await rt.store.flush()
+        except StateStoreError as exc:
+            rt.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+        counts: dict[str, int | float] = dict(rt.counters.items())
+        counts.update({f"outcome:{k}": v for k, v in rt.store.outcomes.items()})
+        counts.update({f"lost:{k}": v for k, v in rt.store.lost.items()})
+        await asyncio.to_thread(rt.workers.leave, counts)
+        logger.info("worker done: the leader closes run %(run)d", {"run": rt.run.id if rt.run else 0})
+
+    async def _gather(self, rt: Runtime) -> None:
+        """The leader: wait for every worker to leave, then count their pages as its own."""
+        assert rt.workers is not None
+        await rt.workers.wait_for_workers()
+        for key, value in (await asyncio.to_thread(rt.workers.gathered)).items():
+            kind, _, label = key.partition(":")
+            if kind == "outcome":
+                rt.store.outcomes[label] += int(value)
+            elif kind == "lost":
+                rt.store.lost[label] += int(value)
+            elif not key.endswith("_seconds"):
+                rt.counters.inc(key, int(value))
 
     def _log_guard(self, skipped: list[str], result: ReconcileResult) -> None:
         if skipped and result.skipped_misses:

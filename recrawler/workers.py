@@ -1,0 +1,267 @@
+"""Several workers share one run of a site: scrapy-redis holds the frontier, Redis the rendezvous."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import time
+from dataclasses import asdict
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Self
+
+from scrapy.exceptions import NotConfigured
+
+from recrawler.exceptions import ConfigurationError
+from recrawler.state import Run
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from scrapy.crawler import Crawler
+    from scrapy.http import Request
+    from scrapy.settings import BaseSettings
+
+    from recrawler.runtime import Runtime
+
+logger = logging.getLogger(__name__)
+
+
+def _redis_dupefilter() -> type:
+    try:
+        from scrapy_redis.dupefilter import RFPDupeFilter
+    except ImportError as exc:  # pragma: no cover - the extra is missing
+        msg = "RECRAWLER_WORKERS_ENABLED: scrapy-redis is not installed (pip install 'recrawler[workers]')"
+        raise ConfigurationError(msg) from exc
+    return RFPDupeFilter  # type: ignore[no-any-return]  # scrapy-redis ships no type hints
+
+
+class PageKeyDupeFilter(_redis_dupefilter()):  # type: ignore[misc]  # scrapy-redis ships no type hints
+    """scrapy-redis's shared seen-set, keyed by recrawler's page-key request fingerprint, so URL
+    variants of one page are fetched (and classified) once per run across every worker."""
+
+    fingerprinter: Any = None
+
+    @classmethod
+    def from_spider(cls, spider: Any) -> Self:
+        """As scrapy-redis builds it, with the crawler's request fingerprinter."""
+        dupefilter: Self = super().from_spider(spider)
+        dupefilter.fingerprinter = spider.crawler.request_fingerprinter
+        return dupefilter
+
+    def request_fingerprint(self, request: Request) -> str:
+        """The page key's fingerprint (hex)."""
+        if self.fingerprinter is None:
+            return str(super().request_fingerprint(request))
+        return str(self.fingerprinter.fingerprint(request).hex())
+
+
+def frontier_keys(settings: BaseSettings, spider: str) -> tuple[str, str]:
+    """The scrapy-redis queue and seen-set keys of *spider* (what a new run clears)."""
+    queue = settings.get("SCHEDULER_QUEUE_KEY") or "%(spider)s:requests"
+    seen = settings.get("SCHEDULER_DUPEFILTER_KEY") or "%(spider)s:dupefilter"
+    return queue % {"spider": spider}, seen % {"spider": spider}
+
+
+def _run_to_json(run: Run) -> str:
+    data = asdict(run)
+    data["started_at"] = run.started_at.isoformat()
+    return json.dumps(data)
+
+
+def _run_from_json(text: str) -> Run:
+    data = json.loads(text)
+    data["started_at"] = datetime.fromisoformat(data["started_at"])
+    return Run(**data)
+
+
+class SharedRun:
+    """One run, many workers: the first worker to start leads (takes the site's lease, reads the
+    listing, checks unseen pages and does the closing work once, after the last worker); the others
+    join its run through Redis, fetch and classify from the shared scrapy-redis frontier, and leave
+    their counts for the leader. A worker whose leader is gone closes; its writes are committed.
+
+    Settings: ``RECRAWLER_WORKERS_ENABLED``, ``RECRAWLER_WORKERS_WAIT_SECS``,
+    ``RECRAWLER_WORKERS_TTL_SECS``, ``REDIS_URL`` (scrapy-redis's connection settings).
+    """
+
+    #: what a worker's slot in the run says about it
+    BUSY, IDLE = "busy", "idle"
+
+    def __init__(
+        self, server: Any, prefix: str, *, frontier: tuple[str, str], wait_secs: float, ttl_secs: float
+    ) -> None:
+        if wait_secs <= 0 or ttl_secs <= 0:
+            msg = f"RECRAWLER_WORKERS_WAIT_SECS/_TTL_SECS: bad values {wait_secs!r}, {ttl_secs!r}"
+            raise ConfigurationError(msg)
+        self.server = server
+        self.prefix = prefix
+        self.frontier = frontier
+        self.wait_secs = wait_secs
+        self.ttl_secs = ttl_secs
+        self.worker = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self.leader = False
+        self.state = self.BUSY
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> SharedRun:
+        """From scrapy-redis's connection settings; the keys are per spider and site."""
+        s = crawler.settings
+        if not s.getbool("RECRAWLER_WORKERS_ENABLED"):
+            raise NotConfigured
+        from scrapy_redis import connection
+
+        spider = crawler.spider
+        name = str(getattr(spider, "name", "") or "recrawler")
+        site = getattr(spider, "recrawler_site", None) or name
+        return cls(
+            connection.from_settings(s),
+            f"recrawler:{name}:{site}",
+            frontier=frontier_keys(s, name),
+            wait_secs=s.getfloat("RECRAWLER_WORKERS_WAIT_SECS"),
+            ttl_secs=s.getfloat("RECRAWLER_WORKERS_TTL_SECS"),
+        )
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}:{name}"
+
+    def _ttl(self) -> int:
+        return max(1, round(self.ttl_secs))
+
+    # -- joining ---------------------------------------------------------------------------------
+
+    def elect(self) -> bool:
+        """Lead the run if no live leader exists (blocking Redis call; see :meth:`start`)."""
+        self.leader = bool(self.server.set(self._key("leader"), self.worker, nx=True, ex=self._ttl()))
+        return self.leader
+
+    def publish_run(self, run: Run) -> None:
+        """Leader: clear the last run's frontier (its seen-set would skip every page) and announce the run."""
+        pipe = self.server.pipeline()
+        pipe.delete(*self.frontier, self._key("workers"), self._key("counts"), self._key("closing"))
+        pipe.set(self._key("run"), _run_to_json(run), ex=self._ttl() * 1000)
+        pipe.execute()
+
+    async def joined_run(self) -> Run | None:
+        """Worker: the leader's run, once it is announced (None after ``RECRAWLER_WORKERS_WAIT_SECS``)."""
+        deadline = time.monotonic() + self.wait_secs
+        while time.monotonic() < deadline:
+            text = await asyncio.to_thread(self.server.get, self._key("run"))
+            leader = await asyncio.to_thread(self.server.get, self._key("leader"))
+            if text and leader:
+                return _run_from_json(text.decode() if isinstance(text, bytes) else text)
+            await asyncio.sleep(0.2)
+        return None
+
+    def beat(self) -> None:
+        """Renew this worker's presence (and the leader's claim)."""
+        pipe = self.server.pipeline()
+        pipe.hset(self._key("workers"), self.worker, self.state)
+        pipe.set(self._key(f"alive:{self.worker}"), 1, ex=self._ttl())
+        if self.leader:
+            pipe.set(self._key("leader"), self.worker, ex=self._ttl())
+        pipe.execute()
+
+    def set_state(self, state: str) -> None:
+        """Mark this worker busy or idle (a change only)."""
+        if state != self.state:
+            self.state = state
+            self.server.hset(self._key("workers"), self.worker, state)
+
+    # -- leaving ---------------------------------------------------------------------------------
+
+    def leader_alive(self) -> bool:
+        """True while the run's leader still beats."""
+        return bool(self.server.exists(self._key("leader")))
+
+    def closing(self) -> bool:
+        """True once the leader has begun the closing work."""
+        return bool(self.server.exists(self._key("closing")))
+
+    def others_idle(self) -> bool:
+        """True when every other live worker is idle (dead workers do not count)."""
+        for worker, state in self.server.hgetall(self._key("workers")).items():
+            name = worker.decode() if isinstance(worker, bytes) else worker
+            if name == self.worker or not self.server.exists(self._key(f"alive:{name}")):
+                continue
+            if (state.decode() if isinstance(state, bytes) else state) != self.IDLE:
+                return False
+        return True
+
+    def frontier_empty(self) -> bool:
+        """True when the shared queue holds no request."""
+        queue = self.frontier[0]
+        kind = self.server.type(queue)
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        if kind == "zset":
+            return int(self.server.zcard(queue)) == 0
+        if kind == "list":
+            return int(self.server.llen(queue)) == 0
+        return kind == "none"
+
+    def leave(self, counts: dict[str, int | float]) -> None:
+        """Worker: hand this worker's counts to the leader and leave the run."""
+        pipe = self.server.pipeline()
+        for key, value in counts.items():
+            if isinstance(value, float):
+                pipe.hincrbyfloat(self._key("counts"), key, value)
+            else:
+                pipe.hincrby(self._key("counts"), key, int(value))
+        pipe.hdel(self._key("workers"), self.worker)
+        pipe.delete(self._key(f"alive:{self.worker}"))
+        pipe.execute()
+
+    async def wait_for_workers(self) -> None:
+        """Leader: announce closing and wait until every live worker has left."""
+        await asyncio.to_thread(self.server.set, self._key("closing"), 1, ex=self._ttl() * 100)
+        while True:
+            live = await asyncio.to_thread(self._live_others)
+            if not live:
+                return
+            await asyncio.to_thread(self.beat)
+            await asyncio.sleep(0.2)
+
+    def _live_others(self) -> list[str]:
+        names = [w.decode() if isinstance(w, bytes) else w for w in self.server.hkeys(self._key("workers"))]
+        return [n for n in names if n != self.worker and self.server.exists(self._key(f"alive:{n}"))]
+
+    def gathered(self) -> dict[str, float]:
+        """Leader: the counts every worker left."""
+        return {
+            (k.decode() if isinstance(k, bytes) else k): float(v)
+            for k, v in self.server.hgetall(self._key("counts")).items()
+        }
+
+    def release(self) -> None:
+        """Leader: the run is over; the next run elects a leader again."""
+        self.server.delete(self._key("leader"), self._key("run"), self._key("workers"), self._key("counts"))
+
+
+class WorkerStartMiddleware:
+    """A joining worker yields no start requests: the leader reads the listing once."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """Only with ``RECRAWLER_WORKERS_ENABLED``."""
+        if not crawler.settings.getbool("RECRAWLER_WORKERS_ENABLED"):
+            raise NotConfigured
+        return cls(crawler)
+
+    async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """Pass the spider's start requests through for the leader only."""
+        from recrawler.runtime import runtime_of
+
+        runtime: Runtime = runtime_of(self.crawler)
+        workers = runtime.workers
+        if workers is not None and not workers.leader:
+            return
+        async for item in start:
+            yield item
+
+
+__all__ = ["PageKeyDupeFilter", "SharedRun", "WorkerStartMiddleware", "frontier_keys"]

@@ -1,0 +1,176 @@
+"""Several workers, one run: scrapy-redis's frontier on a real redis-server, worker processes of
+`scrapy crawl docs` against the local site; the result equals a single worker's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from contextlib import closing
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from recrawler.index import open_kb
+from tests import docsite
+from tests.conftest_mockserver import REPO_ROOT
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from tests.conftest_mockserver import Site
+
+pytest.importorskip("scrapy_redis", reason="scrapy-redis is not installed (the test extra brings it)")
+REDIS = shutil.which("redis-server")
+pytestmark = pytest.mark.skipif(REDIS is None, reason="redis-server is not installed (.ci/run installs it)")
+
+T0 = 1_760_000_000.0
+PAGES = 60
+
+
+def free_port() -> int:
+    with closing(socket.socket()) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A throwaway redis-server on loopback, stopped after the test."""
+    assert REDIS is not None
+    port = free_port()
+    data = tmp_path / "redis"
+    data.mkdir()
+    proc = subprocess.Popen(
+        [
+            REDIS,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dir",
+            str(data),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def argv(sitemap: str, db: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}",
+        "-s", f"RECRAWLER_DB_URI=sqlite:///{db}", "-s", "RETRY_TIMES=0", "-s", "RECRAWLER_SCHEDULE=all",
+        "-s", "RECRAWLER_AUDIT_SAMPLE=0", "-s", "LOG_LEVEL=INFO", "-s", "RECRAWLER_DB_BATCH_SIZE=10",
+        "-s", "CONCURRENT_REQUESTS=4", "-s", "DOWNLOAD_DELAY=0.01",
+        "-s", f"RECRAWLER_EVENTS_URI=file://{db.with_suffix('.jsonl')}", *extra,
+    ]  # fmt: skip
+
+
+def single(sitemap: str, db: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv(sitemap, db), cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def workers(sitemap: str, db: Path, redis_url: str, n: int = 2) -> list[tuple[int, str]]:
+    """*n* worker processes started alike; returns each one's exit code and log."""
+    extra = (
+        "-s",
+        "RECRAWLER_WORKERS_ENABLED=1",
+        "-s",
+        f"REDIS_URL={redis_url}",
+        "-s",
+        "RECRAWLER_WORKERS_TTL_SECS=5",
+    )
+    procs = [
+        subprocess.Popen(
+            argv(sitemap, db, *extra),
+            cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(n)
+    ]
+    out = []
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        out.append((proc.returncode, err))
+    return out
+
+
+def state(db: Path) -> dict[str, Any]:
+    """What a run leaves that a bot or the next run reads: pages, the published chunks, run states."""
+    with closing(sqlite3.connect(db)) as conn:
+        pages = sorted(conn.execute("SELECT key, status, content_hash, chunks FROM pages").fetchall())
+        runs = [r[0] for r in conn.execute("SELECT state FROM runs ORDER BY id")]
+    with open_kb(f"sqlite:///{db}", embedder="hashing") as kb:
+        chunks = sorted((c.key, c.chunk_index, c.chunk_hash) for c in kb.chunks())
+    return {"pages": pages, "chunks": chunks, "runs": runs}
+
+
+def actions(db: Path, run: int) -> Counter[str]:
+    lines = db.with_suffix(".jsonl").read_text().splitlines()
+    return Counter(e["action"] for e in map(json.loads, lines) if e["run_id"] == run)
+
+
+def summary_of(logs: list[tuple[int, str]]) -> str:
+    lines = [line for _, err in logs for line in err.splitlines() if "crawled:" in line]
+    assert len(lines) == 1, "exactly one process reports the run"
+    return lines[0]
+
+
+def test_two_workers_share_one_run_and_leave_what_one_worker_would(
+    site: Site, tmp_path: Path, redis_url: str
+) -> None:
+    names = [f"p{i}.html" for i in range(PAGES)]
+    for i, name in enumerate(names):
+        site.write(name, docsite.page(f"P{i}", [("Intro", [f"Text of page {i}."])]), mtime=T0)
+    sitemap = site.write_sitemap(names)
+    one, many = tmp_path / "one.db", tmp_path / "many.db"
+
+    assert single(sitemap, one).returncode == 0
+    first = workers(sitemap, many, redis_url)
+    assert [code for code, _ in first] == [0, 0], first[0][1][-2000:] + first[1][1][-2000:]
+    logs = first[0][1] + first[1][1]
+    assert "joined run 1 as a worker" in logs
+    # the joining worker fetched and classified pages of the run too
+    assert "worker done" in logs
+    joined = next(err for _, err in first if "joined run" in err)
+    assert "'recrawler/page/new':" in joined
+    assert "crawled: 60 new: 60 changed: 0 unchanged: 0 gone: 0 errors: 0" in summary_of(first)
+    assert state(many) == state(one)
+
+    # the next week: three edits, one page gone; the seen-set of the last run must not skip anything
+    for i in (1, 2, 3):
+        site.write(names[i], docsite.page(f"P{i}", [("Intro", [f"New text of page {i}."])]), mtime=T0 + 50)
+    site.remove(names[4], gone=True)
+    assert single(sitemap, one).returncode == 0
+    second = workers(sitemap, many, redis_url)
+    assert [code for code, _ in second] == [0, 0], second[0][1][-2000:] + second[1][1][-2000:]
+    assert "crawled: 60 new: 0 changed: 3 unchanged: 56 gone: 1 errors: 0" in summary_of(second)
+    assert state(many) == state(one)
+    # each page classified once: one event per change, none twice
+    assert actions(many, 2) == actions(one, 2) == Counter({"changed": 3, "gone": 1})
