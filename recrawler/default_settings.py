@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 # --- state: one database holds crawl state (and, later, the knowledge base) ----------------------
-# Where state lives: sqlite:///relative.db, sqlite:////absolute.db, or a bare path.
-RECRAWLER_DB_URI = "sqlite:///recrawler.db"
+# Where state lives: sqlite:///relative.db, sqlite:////absolute.db, or a bare path (None: recrawler.db
+# in Scrapy's project data directory, .scrapy beside scrapy.cfg or in the working directory).
+RECRAWLER_DB_URI: str | None = None
 # Pages written per database transaction commit (group commit; each page stays atomic).
 RECRAWLER_DB_BATCH_SIZE = 200
 # Longest time a finished page write waits for its group commit.

@@ -43,7 +43,8 @@ def _flag_parsers(default: object) -> tuple[argparse.ArgumentParser, argparse.Ar
         "--db",
         default=default,
         metavar="URI",
-        help="database URI (as RECRAWLER_DB_URI; default: $RECRAWLER_DB_URI, the project's, sqlite:///recrawler.db)",
+        help="database URI (as RECRAWLER_DB_URI; default: $RECRAWLER_DB_URI, the project's, "
+        ".scrapy/recrawler.db)",
     )
     return flags, db
 
