@@ -52,7 +52,12 @@ POLITE_PROFILE: dict[str, Any] = {
 }
 PROFILES: dict[str, dict[str, Any]] = {"fast": FAST_PROFILE, "polite": POLITE_PROFILE}
 #: settings a deployment may set in the environment; ``-s`` still wins, the project's file does not
-ENVIRONMENT_SETTINGS = ("RECRAWLER_DB_URI", "RECRAWLER_EVENTS_URI")
+ENVIRONMENT_SETTINGS = (
+    "RECRAWLER_DB_URI",
+    "RECRAWLER_EVENTS_URI",
+    "RECRAWLER_WEBHOOK_URL",
+    "RECRAWLER_WEBHOOK_SECRET",
+)
 #: the database file when ``RECRAWLER_DB_URI`` is not set, in Scrapy's project data directory
 DEFAULT_DB_FILE = "recrawler.db"
 
@@ -80,8 +85,9 @@ class RecrawlerAddon:
     priority (your project's own settings still win), the page-key request fingerprinter and
     the components below, for spiders that opt in (``recrawler_enabled = True``: the ``docs``
     spider and ``RecrawlerSpiderMixin`` set it). Any other spider of the project runs as if
-    recrawler were not installed. ``RECRAWLER_DB_URI`` and ``RECRAWLER_EVENTS_URI`` are taken from
-    the environment when set there (over the project's settings file, under ``-s``). Set nowhere,
+    recrawler were not installed. ``RECRAWLER_DB_URI``, ``RECRAWLER_EVENTS_URI``,
+    ``RECRAWLER_WEBHOOK_URL`` and ``RECRAWLER_WEBHOOK_SECRET`` are taken from the environment when
+    set there (over the project's settings file, under ``-s``). Set nowhere,
     the database is ``recrawler.db`` in Scrapy's project data directory (:func:`project_db_uri`).
     """
 

@@ -95,6 +95,21 @@ RECRAWLER_REPORT_FILE: str | None = None
 # Deliver page events: file:///path/events.jsonl (None: no events are written).
 RECRAWLER_EVENTS_URI: str | None = None
 
+# --- webhooks: committed events POSTed in signed batches when the run ends ----------------------
+# Where to POST events (None: no webhook). Also read from the environment.
+RECRAWLER_WEBHOOK_URL: str | None = None
+# First wait before a retry, doubled each attempt, with jitter (at most 60 s).
+RECRAWLER_WEBHOOK_BACKOFF_SECS = 1.0
+# Events per POST.
+RECRAWLER_WEBHOOK_BATCH_SIZE = 100
+# Retries of one batch (on 408, 425, 429, 5xx, timeouts and connection errors) before the events
+# are left in the outbox for the next delivery.
+RECRAWLER_WEBHOOK_MAX_RETRIES = 5
+# HMAC-SHA256 key of the X-Recrawler-Signature header: set it in the environment, never in a file.
+RECRAWLER_WEBHOOK_SECRET: str | None = None
+# Timeout of one POST.
+RECRAWLER_WEBHOOK_TIMEOUT_SECS = 10.0
+
 # --- change detection: noise out, critical edits in ----------------------------------------------
 # Drop the site's furniture (blocks chained to a page edge by adjacent block pairs repeated on a
 # large share of its pages) from the hash (learned per site).
