@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import json
 import logging
 import random
@@ -206,7 +207,8 @@ class WebhookSink:
         except urllib.error.HTTPError as exc:
             with exc:
                 return exc.code, _retry_after(exc.headers), f"HTTP {exc.code}"
-        except (urllib.error.URLError, OSError) as exc:
+        # a refused connection, a timeout, or an answer that is not HTTP (http.client's errors)
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
             return None, None, redact_text(str(reason) or type(reason).__name__, [self._secret])
 

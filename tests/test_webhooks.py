@@ -335,3 +335,24 @@ async def test_a_webhook_is_called_on_delivery_never_from_a_commit(
     finally:
         await store.close()
     assert len(receiver.received) == 1
+
+
+def test_an_answer_that_is_not_http_is_retried_then_kept(tmp_path: Path) -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        url = f"http://127.0.0.1:{server.getsockname()[1]}/"
+
+        def garbage() -> None:
+            for _ in range(2):
+                conn, _ = server.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(b"not http at all\r\n\r\n")
+
+        thread = threading.Thread(target=garbage, daemon=True)
+        thread.start()
+        sink = WebhookSink(url, SECRET, max_retries=1, backoff_secs=0)
+        with pytest.raises(EventDeliveryError, match="failed 2 times"):
+            sink.deliver(['{"run_id": 1, "action": "new", "key": "h/a", "at": "t"}'])
+        thread.join(timeout=10)
