@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy.exceptions import NotConfigured
 from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.misc import load_object
+from scrapy.utils.project import data_path
 
 from recrawler import default_settings
 from recrawler.downloadermiddlewares.audit import AuditMiddleware
@@ -51,7 +53,30 @@ POLITE_PROFILE: dict[str, Any] = {
 }
 PROFILES: dict[str, dict[str, Any]] = {"fast": FAST_PROFILE, "polite": POLITE_PROFILE}
 #: settings a deployment may set in the environment; ``-s`` still wins, the project's file does not
-ENVIRONMENT_SETTINGS = ("RECRAWLER_DB_URI", "RECRAWLER_EVENTS_URI")
+ENVIRONMENT_SETTINGS = (
+    "RECRAWLER_DB_URI",
+    "RECRAWLER_EVENTS_URI",
+    "RECRAWLER_WEBHOOK_URL",
+    "RECRAWLER_WEBHOOK_SECRET",
+)
+#: the database file when ``RECRAWLER_DB_URI`` is not set, in Scrapy's project data directory
+DEFAULT_DB_FILE = "recrawler.db"
+
+
+def project_db_uri(*, create: bool = False) -> str:
+    """``sqlite:///`` + ``recrawler.db`` in Scrapy's project data directory, as deltafetch and
+    httpcache keep theirs (``.scrapy`` beside ``scrapy.cfg``, or a ``[datadir]`` of Scrapy's config);
+    with *create*, its directory is created when missing."""
+    try:
+        path = Path(data_path(DEFAULT_DB_FILE))
+    except NotConfigured:
+        # a settings module but no scrapy.cfg (a Scrapyd job, `recrawler crawl` from anywhere):
+        # Scrapy's data directory outside a project, .scrapy in the working directory
+        path = Path(".scrapy", DEFAULT_DB_FILE)
+    path = path.resolve()
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
 
 
 class RecrawlerAddon:
@@ -61,8 +86,10 @@ class RecrawlerAddon:
     priority (your project's own settings still win), the page-key request fingerprinter and
     the components below, for spiders that opt in (``recrawler_enabled = True``: the ``docs``
     spider and ``RecrawlerSpiderMixin`` set it). Any other spider of the project runs as if
-    recrawler were not installed. ``RECRAWLER_DB_URI`` and ``RECRAWLER_EVENTS_URI`` are taken from
-    the environment when set there (over the project's settings file, under ``-s``).
+    recrawler were not installed. ``RECRAWLER_DB_URI``, ``RECRAWLER_EVENTS_URI``,
+    ``RECRAWLER_WEBHOOK_URL`` and ``RECRAWLER_WEBHOOK_SECRET`` are taken from the environment when
+    set there (over the project's settings file, under ``-s``). Set nowhere,
+    the database is ``recrawler.db`` in Scrapy's project data directory (:func:`project_db_uri`).
     """
 
     def __init__(self, crawler: Crawler | None = None) -> None:
@@ -86,6 +113,10 @@ class RecrawlerAddon:
             if value and (settings.getpriority(name) or 0) <= SETTINGS_PRIORITIES["project"]:
                 # a deployment's environment overrides the project's settings file, not -s
                 settings.set(name, value, priority="project")
+        if (settings.getpriority("RECRAWLER_DB_URI") or 0) <= SETTINGS_PRIORITIES["default"]:
+            # set by no one: the project's data directory, created for a crawl (not for the CLI)
+            uri = project_db_uri(create=self.crawler is not None)
+            settings.set("RECRAWLER_DB_URI", uri, priority="default")
         profile = settings.get("RECRAWLER_PROFILE")
         if profile not in PROFILES:
             msg = f"RECRAWLER_PROFILE: unknown profile {profile!r} (use one of: {', '.join(PROFILES)})"

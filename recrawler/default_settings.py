@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 # --- state: one database holds crawl state (and, later, the knowledge base) ----------------------
-# Where state lives: sqlite:///relative.db, sqlite:////absolute.db, or a bare path.
-RECRAWLER_DB_URI = "sqlite:///recrawler.db"
+# Where state lives: sqlite:///relative.db, sqlite:////absolute.db, or a bare path (None: recrawler.db
+# in Scrapy's project data directory, .scrapy beside scrapy.cfg or in the working directory).
+RECRAWLER_DB_URI: str | None = None
 # Pages written per database transaction commit (group commit; each page stays atomic).
 RECRAWLER_DB_BATCH_SIZE = 200
 # Longest time a finished page write waits for its group commit.
@@ -93,6 +94,21 @@ RECRAWLER_CHANGE_ALERT_RATIO = 0.5
 RECRAWLER_REPORT_FILE: str | None = None
 # Deliver page events: file:///path/events.jsonl (None: no events are written).
 RECRAWLER_EVENTS_URI: str | None = None
+
+# --- webhooks: committed events POSTed in signed batches when the run ends ----------------------
+# Where to POST events (None: no webhook). Also read from the environment.
+RECRAWLER_WEBHOOK_URL: str | None = None
+# First wait before a retry, doubled each attempt, with jitter (at most 60 s).
+RECRAWLER_WEBHOOK_BACKOFF_SECS = 1.0
+# Events per POST.
+RECRAWLER_WEBHOOK_BATCH_SIZE = 100
+# Retries of one batch (on 408, 425, 429, 5xx, timeouts and connection errors) before the events
+# are left in the outbox for the next delivery.
+RECRAWLER_WEBHOOK_MAX_RETRIES = 5
+# HMAC-SHA256 key of the X-Recrawler-Signature header: set it in the environment, never in a file.
+RECRAWLER_WEBHOOK_SECRET: str | None = None
+# Timeout of one POST.
+RECRAWLER_WEBHOOK_TIMEOUT_SECS = 10.0
 
 # --- change detection: noise out, critical edits in ----------------------------------------------
 # Drop the site's furniture (blocks chained to a page edge by adjacent block pairs repeated on a

@@ -2,6 +2,7 @@
 
 RecrawlerError
  ├── ConfigurationError         an enabled component got a bad setting value
+ ├── EventDeliveryError         events could not be delivered (they stay in the outbox); an OSError
  ├── RunRefused                 a run may not start: another run holds the site, or a held run waits
  └── StateStoreError            the database failed (wraps the driver's error)
       ├── StateStoreUnavailable  it cannot be opened or is locked
@@ -17,6 +18,11 @@ class RecrawlerError(Exception):
 
 class ConfigurationError(RecrawlerError):
     """A setting of an enabled component has a bad value."""
+
+
+class EventDeliveryError(RecrawlerError, OSError):
+    """Events could not be delivered (a webhook receiver down, refusing, or timing out); they stay
+    in the outbox for the next delivery. An ``OSError``, as a sink's failed write is."""
 
 
 class RunRefused(RecrawlerError):

@@ -1,5 +1,6 @@
 """Project settings for ``scrapy crawl docs``: the add-on does the rest (it also reads
-``RECRAWLER_DB_URI`` and ``RECRAWLER_EVENTS_URI`` from the environment, for any project)."""
+``RECRAWLER_DB_URI``, ``RECRAWLER_EVENTS_URI`` and ``RECRAWLER_WEBHOOK_URL``/``_SECRET`` from the
+environment, for any project)."""
 
 from __future__ import annotations
 

@@ -324,3 +324,53 @@ async def test_recrawler_page_uses_the_crawler_settings(tmp_path: Path) -> None:
         page = spider.recrawler_page(response, lastmod="2026-01-01")
     assert isinstance(page, Page)
     assert (page.key, page.text, page.lastmod) == ("example.com/a", "Text.", "2026-01-01")
+
+
+# --- where the database lives when RECRAWLER_DB_URI is set nowhere ------------------------------
+
+
+@pytest.fixture
+def no_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory outside any Scrapy project, with no database set in the environment."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    for name in ("RECRAWLER_DB_URI", "SCRAPY_SETTINGS_MODULE"):
+        monkeypatch.delenv(name, raising=False)
+    return cwd.resolve()
+
+
+def test_database_defaults_to_the_project_data_directory(no_project: Path) -> None:
+    (no_project / "scrapy.cfg").write_text("[settings]\ndefault = recrawler.settings\n")
+    crawler = get_crawler(MySpider, {"ADDONS": ADDON})
+    assert crawler.settings["RECRAWLER_DB_URI"] == f"sqlite:///{no_project / '.scrapy' / 'recrawler.db'}"
+    assert (no_project / ".scrapy").is_dir()
+
+
+def test_database_of_a_settings_module_without_scrapy_cfg(
+    no_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Scrapyd job: the egg names the settings module, no scrapy.cfg is near the working directory."""
+    monkeypatch.setenv("SCRAPY_SETTINGS_MODULE", "recrawler.settings")
+    crawler = get_crawler(MySpider, {"ADDONS": ADDON})
+    assert crawler.settings["RECRAWLER_DB_URI"] == f"sqlite:///{no_project / '.scrapy' / 'recrawler.db'}"
+    assert (no_project / ".scrapy").is_dir()
+
+
+def test_database_set_anywhere_wins_over_the_data_directory(
+    no_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    crawler = get_crawler(MySpider, {"ADDONS": ADDON, "RECRAWLER_DB_URI": "sqlite:///mine.db"})
+    assert crawler.settings["RECRAWLER_DB_URI"] == "sqlite:///mine.db"
+    monkeypatch.setenv("RECRAWLER_DB_URI", "sqlite:///from-env.db")
+    crawler = get_crawler(MySpider, {"ADDONS": ADDON})
+    assert crawler.settings["RECRAWLER_DB_URI"] == "sqlite:///from-env.db"
+    assert not (no_project / ".scrapy").exists()
+
+
+def test_the_cli_reads_the_default_database_without_creating_its_directory(no_project: Path) -> None:
+    from recrawler.cli import build_settings
+
+    settings = build_settings()
+    assert settings["RECRAWLER_DB_URI"] == f"sqlite:///{no_project / '.scrapy' / 'recrawler.db'}"
+    assert not (no_project / ".scrapy").exists()

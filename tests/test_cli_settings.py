@@ -210,7 +210,8 @@ def test_outside_a_project_recrawlers_settings_apply(
     monkeypatch.chdir(elsewhere)
     settings = build_settings()
     assert settings["BOT_NAME"] == "recrawler"
-    assert settings["RECRAWLER_DB_URI"] == default_settings.RECRAWLER_DB_URI
+    # Scrapy's data directory outside a project: .scrapy in the working directory
+    assert settings["RECRAWLER_DB_URI"] == f"sqlite:///{elsewhere.resolve() / '.scrapy' / 'recrawler.db'}"
 
 
 def test_a_missing_settings_module_is_one_line_and_exit_2(

@@ -152,6 +152,20 @@ class LifecycleContract(BackendMixin):
             await store.deliver()
             assert [(e["action"], e["key"]) for e in self.events(events_path)] == [("new", page.key)]
 
+    @deferred_f_from_coro_f
+    async def test_pending_events_count_the_outbox_until_delivered(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings, RECRAWLER_DB_BATCH_SIZE=100) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            assert await store.pending_events() == 0
+            for name in ("a", "b"):
+                page = rec(name)
+                await store.record(run, page, [ev(run, page)])
+            assert await store.pending_events() == 2
+            await store.deliver()
+            assert await store.pending_events() == 0
+
 
 class PagesContract(BackendMixin):
     @deferred_f_from_coro_f

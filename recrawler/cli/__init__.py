@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from recrawler import __version__
-from recrawler.cli import check, crawl, detect, kb, pages, runs, schedule
+from recrawler.cli import check, crawl, detect, events, kb, pages, runs, schedule
 from recrawler.cli.output import TerminalOut, terminal_safe
 from recrawler.cli.settings import build_settings, setting_pair
 from recrawler.exceptions import RecrawlerError
@@ -43,7 +43,8 @@ def _flag_parsers(default: object) -> tuple[argparse.ArgumentParser, argparse.Ar
         "--db",
         default=default,
         metavar="URI",
-        help="database URI (as RECRAWLER_DB_URI; default: $RECRAWLER_DB_URI, the project's, sqlite:///recrawler.db)",
+        help="database URI (as RECRAWLER_DB_URI; default: $RECRAWLER_DB_URI, the project's, "
+        ".scrapy/recrawler.db)",
     )
     return flags, db
 
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     kb.add_parsers(sub, [db])
     schedule.add_parsers(sub, [db])
     check.add_parsers(sub, [db])
+    events.add_parsers(sub, [db])
     detect.add_parsers(sub, [db], [flags])
     crawl.add_parsers(sub, [db])
     return parser

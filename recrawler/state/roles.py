@@ -68,7 +68,10 @@ class Lifecycle(Protocol):
         """Commit pending page writes now and deliver their events."""
 
     async def deliver(self) -> None:
-        """Commit and deliver every committed event now."""
+        """Commit and deliver every committed event now (sinks that are not ``immediate`` too)."""
+
+    async def pending_events(self) -> int:
+        """How many committed events wait in the outbox (undelivered, or their delivery failed)."""
 
 
 class Pages(Protocol):

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, Self, TypeVar
 
-from recrawler.events import EventSink, sink_from_uri
+from recrawler.events import EventSink, sink_from_settings
 from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class SQLiteDatabase:
             commit_secs=settings.getfloat("RECRAWLER_DB_COMMIT_SECS"),
             timeout_secs=settings.getfloat("RECRAWLER_DB_TIMEOUT_SECS"),
             # a dry run writes nothing: no events either
-            sink=None if dry_run else sink_from_uri(settings.get("RECRAWLER_EVENTS_URI")),
+            sink=None if dry_run else sink_from_settings(settings),
             dry_run=dry_run,
             deliver_on_commit=not (
                 settings.getbool("RECRAWLER_INDEX_ENABLED") and settings.get("RECRAWLER_PUBLISH") == "run"
@@ -229,19 +229,32 @@ class SQLiteDatabase:
 
         def work() -> None:
             self._commit()
-            self._deliver()
+            self._deliver(asked=True)
 
         await self._call(self._guard, work)
 
-    def _deliver(self) -> None:
-        """Send committed outbox events to the sink, then delete them (at-least-once)."""
-        if self.sink is None:
+    async def pending_events(self) -> int:
+        """How many committed events wait in the outbox for delivery."""
+
+        def work() -> int:
+            self._commit()
+            return int(self.conn.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
+
+        return await self._call(self._guard, work)
+
+    def _deliver(self, *, asked: bool = False) -> None:
+        """Send committed outbox events to the sink, a batch at a time, deleting each batch once
+        the sink took it (at-least-once). A sink that is not ``immediate`` (a webhook) is only
+        called when a delivery is *asked* for."""
+        if self.sink is None or not (asked or self.sink.immediate):
             return
         conn = self.conn
         if conn.in_transaction:
             return
         while True:
-            rows = conn.execute("SELECT id, payload FROM outbox ORDER BY id LIMIT 1000").fetchall()
+            rows = conn.execute(
+                "SELECT id, payload FROM outbox ORDER BY id LIMIT ?", (self.sink.batch_size,)
+            ).fetchall()
             if not rows:
                 return
             try:

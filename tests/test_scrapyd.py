@@ -1,0 +1,208 @@
+"""recrawler on a real Scrapyd (loopback): scrapyd-deploy from this checkout, ``docs`` scheduled twice.
+
+Scrapyd 1.6 needs ``pkg_resources`` (setuptools < 81), so it lives in its own virtualenv, named by
+``RECRAWLER_TEST_SCRAPYD_VENV`` (``.ci/run`` builds one): Scrapyd, scrapyd-client, setuptools
+>= 77, < 81 and recrawler's dependencies, without recrawler itself (the deployed egg carries it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests import docsite
+from tests.conftest_mockserver import REPO_ROOT
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from tests.conftest_mockserver import Site
+
+SCRAPYD_VENV = os.environ.get("RECRAWLER_TEST_SCRAPYD_VENV")
+pytestmark = [
+    pytest.mark.skipif(
+        not SCRAPYD_VENV,
+        reason="RECRAWLER_TEST_SCRAPYD_VENV is not set: a virtualenv with Scrapyd 1.6, scrapyd-client, "
+        "setuptools>=77,<81 and recrawler's dependencies (.ci/run builds one)",
+    ),
+    pytest.mark.timeout(300),
+]
+T0 = 1_760_000_000.0
+#: what scrapyd-deploy packs: the package and what its build reads
+PROJECT_FILES = ("pyproject.toml", "setup.py", "scrapy.cfg", "README.md")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without what would point Scrapyd's jobs at this checkout's code,
+    database or settings: the jobs run the deployed egg with their defaults."""
+    drop = ("PYTHONPATH", "SCRAPY_SETTINGS_MODULE", "SCRAPY_PROJECT")
+    return {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("RECRAWLER_")}
+
+
+@dataclass
+class Scrapyd:
+    url: str
+    workdir: Path
+    venv: Path
+
+    def get(self, endpoint: str, **params: str) -> Any:
+        with urllib.request.urlopen(f"{self.url}{endpoint}?{urllib.parse.urlencode(params)}") as resp:
+            return json.load(resp)
+
+    def post(self, endpoint: str, fields: list[tuple[str, str]]) -> Any:
+        data = urllib.parse.urlencode(fields).encode()
+        with urllib.request.urlopen(f"{self.url}{endpoint}", data=data) as resp:
+            return json.load(resp)
+
+    def schedule(self, sitemap_url: str, **settings: str) -> str:
+        """``curl .../schedule.json -d project=recrawler -d spider=docs -d sitemap_url=...``."""
+        fields = [("project", "recrawler"), ("spider", "docs"), ("sitemap_url", sitemap_url)]
+        fields += [("setting", f"{name}={value}") for name, value in settings.items()]
+        answer = self.post("schedule.json", fields)
+        assert answer["status"] == "ok", answer
+        return str(answer["jobid"])
+
+    def wait(self, job: str, deadline_secs: float = 120.0) -> None:
+        """Wait until Scrapyd lists *job* as finished."""
+        deadline = time.monotonic() + deadline_secs
+        while time.monotonic() < deadline:
+            jobs = self.get("listjobs.json", project="recrawler")
+            if any(j["id"] == job for j in jobs["finished"]):
+                return
+            time.sleep(0.2)  # Scrapyd reports job state by polling only
+        pytest.fail(f"job {job} did not finish:\n{self.log(job)}")
+
+    def log(self, job: str) -> str:
+        path = self.workdir / "logs" / "recrawler" / "docs" / f"{job}.log"
+        return path.read_text(encoding="utf-8") if path.exists() else "(no log)"
+
+
+@pytest.fixture
+def scrapyd(tmp_path: Path) -> Iterator[Scrapyd]:
+    assert SCRAPYD_VENV is not None
+    venv = Path(SCRAPYD_VENV)
+    if not (venv / "bin" / "scrapyd").exists():
+        pytest.fail(f"RECRAWLER_TEST_SCRAPYD_VENV={SCRAPYD_VENV}: no bin/scrapyd in it")
+    workdir = tmp_path / "scrapyd"
+    workdir.mkdir()
+    port = free_port()
+    (workdir / "scrapyd.conf").write_text(
+        "[scrapyd]\n"
+        "bind_address = 127.0.0.1\n"
+        f"http_port = {port}\n"
+        f"eggs_dir = {workdir / 'eggs'}\n"
+        f"logs_dir = {workdir / 'logs'}\n"
+        f"dbs_dir = {workdir / 'dbs'}\n"
+        "items_dir =\n"
+        "poll_interval = 0.2\n"
+        "max_proc = 2\n",
+        encoding="utf-8",
+    )
+    # scrapyd.conf is read from the working directory; the jobs start there too
+    process = subprocess.Popen(
+        [str(venv / "bin" / "scrapyd")],
+        cwd=workdir,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    with process:
+        try:
+            assert process.stdout is not None
+            seen: list[str] = []
+            for line in process.stdout:
+                seen.append(line)
+                if f"Site starting on {port}" in line:
+                    break
+            else:
+                pytest.fail("Scrapyd did not start:\n" + "".join(seen))
+            # keep reading its log, so a full pipe never stalls it
+            threading.Thread(target=seen.extend, args=(process.stdout,), daemon=True).start()
+            yield Scrapyd(url=f"http://127.0.0.1:{port}/", workdir=workdir, venv=venv)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def deploy(scrapyd: Scrapyd, tmp_path: Path) -> None:
+    """``scrapyd-deploy`` from a copy of this checkout, its deploy target pointed at the test's Scrapyd
+    (it writes build/ and *.egg-info/ where it runs)."""
+    project = tmp_path / "project"
+    skip = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(REPO_ROOT / "recrawler", project / "recrawler", ignore=skip)
+    for name in PROJECT_FILES:
+        shutil.copy(REPO_ROOT / name, project / name)
+    cfg = project / "scrapy.cfg"
+    text = cfg.read_text(encoding="utf-8")
+    assert "url = http://localhost:6800/" in text
+    cfg.write_text(text.replace("http://localhost:6800/", scrapyd.url), encoding="utf-8")
+    done = subprocess.run(
+        [str(scrapyd.venv / "bin" / "scrapyd-deploy")],
+        cwd=project,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    # scrapyd-deploy exits 0 even when Scrapyd refuses the egg: read the server's answer
+    assert done.returncode == 0, output
+    assert '"status": "ok"' in output, output
+    assert scrapyd.get("listspiders.json", project="recrawler")["spiders"] == ["docs"]
+
+
+def write_site(site: Site) -> str:
+    for name in ("a", "b"):
+        site.write(f"{name}.html", docsite.page(name.upper(), [("Intro", [f"Text of {name}."])]), mtime=T0)
+    return site.write_sitemap(["a.html", "b.html"])
+
+
+def test_docs_on_scrapyd_twice(scrapyd: Scrapyd, site: Site, tmp_path: Path) -> None:
+    deploy(scrapyd, tmp_path)
+    sitemap = write_site(site)
+    # every page checked each run, none audited: the second run is all conditional requests
+    common = {"RECRAWLER_SCHEDULE": "all", "RECRAWLER_AUDIT_SAMPLE": "0"}
+    reports = []
+    for n in (1, 2):
+        report = tmp_path / f"report{n}.json"
+        job = scrapyd.schedule(sitemap, RECRAWLER_REPORT_FILE=str(report), **common)
+        scrapyd.wait(job)
+        assert report.exists(), scrapyd.log(job)
+        reports.append(json.loads(report.read_text(encoding="utf-8")))
+    first, second = reports
+    assert (first["counts"]["new"], first["counts"]["unchanged"]) == (2, 0)
+    counts = second["counts"]
+    assert (counts["new"], counts["changed"], counts["unchanged"], counts["errors"]) == (0, 0, 2, 0)
+    assert (counts["validators_sent"], counts["not_modified"]) == (2, 2)
+    pages = [r for r in site.requests() if r["path"] in ("a.html", "b.html")]
+    assert [r["status"] for r in pages] == [200, 200, 304, 304]
+    # both jobs used one database: recrawler.db in Scrapy's data directory of the job's working
+    # directory, not beside Scrapyd's own dbs/
+    db = (scrapyd.workdir / ".scrapy" / "recrawler.db").resolve()
+    assert db.exists()
+    assert first["db"] == second["db"] == f"sqlite:///{db}"
+    assert not (scrapyd.workdir / "recrawler.db").exists()
