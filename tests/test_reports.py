@@ -14,7 +14,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from recrawler.cli import main as cli_main
 from recrawler.cli.settings import build_settings, open_store
 from recrawler.exceptions import ConfigurationError
-from recrawler.reports import collect
+from recrawler.reports import _hold_reasons, collect
 from tests import docsite
 
 if TYPE_CHECKING:
@@ -123,6 +123,8 @@ async def test_held_run_report_gives_the_approve_and_discard_commands(site: Site
 
     context = collect(open_store(build_settings(db=crawls.db_uri)), db=crawls.db_uri)
     assert context["run"]["id"] == run_id
+    assert context["hold_reasons"] == [r2.report["alert"]]
+    assert context["hold_reasons"][0].startswith("mass_removal: 4 of 6 live pages")
     assert context["commands"] == [
         f"recrawler runs approve {run_id} --db {crawls.db_uri}",
         f"recrawler runs discard {run_id} --db {crawls.db_uri}",
@@ -147,6 +149,18 @@ async def test_report_of_a_database_without_runs(tmp_path: Path, capsys: pytest.
     assert cli_main(["report", "--db", db, "-o", str(tmp_path / "r.html")]) == 2
     assert "no runs in the database yet" in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_hold_reasons_split_between_reasons_only() -> None:
+    report = {
+        "held": ["change_spike", "mass_removal"],
+        "alert": "change_spike: 9 of 10 pages; a template?; mass_removal: 4 of 6 (4 quarantined; RATIO=0.1)",
+    }
+    assert _hold_reasons({}, report) == [
+        "change_spike: 9 of 10 pages; a template?",
+        "mass_removal: 4 of 6 (4 quarantined; RATIO=0.1)",
+    ]
+    assert _hold_reasons({"reasons": ["not_finished"]}, {}) == ["not_finished"]
 
 
 def chromium(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:

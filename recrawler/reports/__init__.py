@@ -8,6 +8,7 @@ write_report(store, "report.html", run_id=None, runs=20)  # None: the latest run
 from __future__ import annotations
 
 import logging
+import re
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -167,10 +168,13 @@ def collect(store: Readers, run_id: int | None = None, *, runs: int = 20, db: st
 
 def _hold_reasons(run: dict[str, Any], report: dict[str, Any]) -> list[str]:
     """``reason: explanation`` per hold (the report's ``alert``), else the run's reason names."""
+    names = [str(r) for r in report.get("held") or run.get("reasons") or []]
     alert = report.get("alert")
-    if alert:
-        return [part.strip() for part in str(alert).split("; ") if part.strip()]
-    return [str(r) for r in report.get("held") or run.get("reasons") or []]
+    if not alert or not names:
+        return names
+    # the alert joins "reason: text" with "; ", which a text may hold too: split before a reason
+    starts = "|".join(re.escape(name) for name in names)
+    return [part.strip() for part in re.split(rf"; (?=(?:{starts}): )", str(alert)) if part.strip()]
 
 
 def render(context: dict[str, Any]) -> str:
