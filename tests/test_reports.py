@@ -156,11 +156,12 @@ def test_hold_reasons_split_between_reasons_only() -> None:
         "held": ["change_spike", "mass_removal"],
         "alert": "change_spike: 9 of 10 pages; a template?; mass_removal: 4 of 6 (4 quarantined; RATIO=0.1)",
     }
-    assert _hold_reasons({}, report) == [
+    assert _hold_reasons(report) == [
         "change_spike: 9 of 10 pages; a template?",
         "mass_removal: 4 of 6 (4 quarantined; RATIO=0.1)",
     ]
-    assert _hold_reasons({"reasons": ["not_finished"]}, {}) == ["not_finished"]
+    # the outage guard's reasons are no hold
+    assert _hold_reasons({"held": [], "alert": None, "reconcile": {"skipped": ["error_ratio"]}}) == []
 
 
 def chromium(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -154,7 +154,7 @@ def collect(store: Readers, run_id: int | None = None, *, runs: int = 20, db: st
         "page_totals": totals,
         "max_pages": MAX_PAGES,
         "held": held,
-        "hold_reasons": _hold_reasons(run, report),
+        "hold_reasons": _hold_reasons(report),
         "commands": [f"recrawler runs {action} {rid}{db_flag}" for action in ("approve", "discard")],
         "skipped": (report.get("reconcile") or {}).get("skipped") or [],
         "outcome": report.get("outcome") or {},
@@ -166,9 +166,10 @@ def collect(store: Readers, run_id: int | None = None, *, runs: int = 20, db: st
     }
 
 
-def _hold_reasons(run: dict[str, Any], report: dict[str, Any]) -> list[str]:
-    """``reason: explanation`` per hold (the report's ``alert``), else the run's reason names."""
-    names = [str(r) for r in report.get("held") or run.get("reasons") or []]
+def _hold_reasons(report: dict[str, Any]) -> list[str]:
+    """``reason: explanation`` per hold, from the report's ``alert`` (else the hold names)."""
+    # the run's ``reasons`` also name the outage guard's: only the report tells holds apart
+    names = [str(r) for r in report.get("held") or []]
     alert = report.get("alert")
     if not alert or not names:
         return names
