@@ -92,6 +92,11 @@ RECRAWLER_MAX_REMOVE_MIN = 3
 RECRAWLER_CHANGE_ALERT_RATIO = 0.5
 # Write the run report as JSON to this path (None: no file).
 RECRAWLER_REPORT_FILE: str | None = None
+# Write the run's HTML report (`recrawler report`) to this path after each run; {run_id} is
+# replaced by the run's id (None: no file).
+RECRAWLER_REPORT_HTML_FILE: str | None = None
+# Runs of the site the HTML report's charts show.
+RECRAWLER_REPORT_HTML_RUNS = 20
 # Deliver page events: file:///path/events.jsonl (None: no events are written).
 RECRAWLER_EVENTS_URI: str | None = None
 

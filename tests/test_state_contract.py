@@ -54,7 +54,8 @@ HOLDER = f"{socket.gethostname()} pid {os.getpid()}"
 
 def rec(name: str, **fields: Any) -> PageRecord:
     fields.setdefault("content_hash", f"h-{name}")
-    return PageRecord(key=f"{SITE}/{name}", site=SITE, url=f"https://{SITE}/{name}", first_seen=T0, **fields)
+    fields.setdefault("first_seen", T0)
+    return PageRecord(key=f"{SITE}/{name}", site=SITE, url=f"https://{SITE}/{name}", **fields)
 
 
 def ev(run: Run, page: PageRecord, action: str = "new") -> Event:
@@ -543,6 +544,53 @@ class ReadersContract(BackendMixin):
             runs = list(store.iter_runs())
             assert [r["id"] for r in runs] == [run2.id, run.id]
             assert runs[1]["counts"] == {"new": 3}
+
+    @deferred_f_from_coro_f
+    async def test_run_report_and_the_pages_a_run_decided(self, uri: str, settings: Settings) -> None:
+        t = [T0 + timedelta(minutes=m) for m in range(8)]
+        async with self.opened(uri, settings) as store:
+            run1 = await store.begin_run("docs", SITE, t[0], holder=HOLDER, lease_secs=0)
+            for name in ("a", "b"):
+                await store.record(run1, rec(name, first_seen=t[0], last_checked=t[0]), [])
+            await store.finish_run(run1, reason="finished", at=t[1], report={"counts": {"new": 2}, "x": 1})
+            run2 = await store.begin_run("docs", SITE, t[2], holder=HOLDER, lease_secs=0)
+            await store.record(run2, rec("c", first_seen=t[3], last_checked=t[3]), [])
+            b = rec("b", content_hash="h-b2", last_checked=t[3])
+            change = ChangeRow(
+                key=b.key, url=b.url, at=t[3], verdict="changed", old_hash="h-b", new_hash="h-b2",
+                changed_fields=["text"], critical=["number: '8 MB' -> '16 MB'"], diff="-8 MB\n+16 MB",
+            )  # fmt: skip
+            await store.record(run2, b, [], change=change)
+            assert await store.record_miss(run2, f"{SITE}/a", 404) == "staged"
+            await store.reconcile(run2, apply=True, gone_after=2, gone_statuses=[410], at=t[4])
+            await store.finish_run(run2, reason="finished", at=t[5], report={"counts": {"new": 1}})
+            await store.flush()
+            assert store.run_report(999) is None
+            changes = list(store.iter_changes(run_id=run2.id))
+            assert [(c["key"], c["critical"]) for c in changes] == [(b.key, ["number: '8 MB' -> '16 MB'"])]
+            assert list(store.iter_changes(run_id=run1.id)) == []
+            info = store.run_report(run1.id)
+            assert info is not None
+            assert (info["id"], info["counts"]) == (run1.id, {"new": 2})
+            assert info["report"] == {"counts": {"new": 2}, "x": 1}
+            assert [(p["url"], p["event"], p["status"]) for p in store.iter_run_pages(run2.id)] == [
+                (f"https://{SITE}/a", QUARANTINED, QUARANTINED),
+                (f"https://{SITE}/c", "new", LIVE),
+            ]
+            # a page stays new in the run that first saw it, whatever became of it since
+            assert [(p["url"], p["event"]) for p in store.iter_run_pages(run1.id)] == [
+                (f"https://{SITE}/a", "new"),
+                (f"https://{SITE}/b", "new"),
+            ]
+            # a held run lists the removals it staged, with their HTTP status
+            run3 = await store.begin_run("docs", SITE, t[6], holder=HOLDER, lease_secs=0)
+            await store.record_miss(run3, f"{SITE}/b", 410)
+            await store.reconcile(run3, apply=False, keep=True, gone_after=2, gone_statuses=[410], at=t[7])
+            await store.set_run_state(run3.id, RUN_HELD)
+            await store.flush()
+            assert [(p["url"], p["event"], p["http_status"]) for p in store.iter_run_pages(run3.id)] == [
+                (f"https://{SITE}/b", "held", 410)
+            ]
 
 
 class StateStoreContract(

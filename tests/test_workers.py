@@ -98,7 +98,8 @@ def workers(sitemap: str, db: Path, redis_url: str, n: int = 2) -> list[tuple[in
     """*n* worker processes started alike; returns each one's exit code and log."""
     # one request at a time per worker, 0.2 s apart: the leader cannot finish before the others join
     extra = (
-        "-s", "RECRAWLER_WORKERS_ENABLED=1", "-s", f"REDIS_URL={redis_url}", "-s", "RECRAWLER_WORKERS_TTL_SECS=5",
+        "-s", "RECRAWLER_WORKERS_ENABLED=1", "-s", f"REDIS_URL={redis_url}",
+        "-s", "RECRAWLER_WORKERS_TTL_SECS=5",
         "-s", "CONCURRENT_REQUESTS_PER_DOMAIN=1", "-s", "DOWNLOAD_DELAY=0.2",
     )  # fmt: skip
     procs = [

@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from recrawler import __version__
-from recrawler.cli import check, crawl, detect, events, kb, pages, runs, schedule
+from recrawler.cli import check, crawl, detect, events, kb, pages, report, runs, schedule
 from recrawler.cli.output import TerminalOut, terminal_safe
 from recrawler.cli.settings import build_settings, setting_pair
 from recrawler.exceptions import RecrawlerError
@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     flags, db = _flag_parsers(argparse.SUPPRESS)
     pages.add_parsers(sub, [db])
     runs.add_parsers(sub, [db])
+    report.add_parsers(sub, [db])
     kb.add_parsers(sub, [db])
     schedule.add_parsers(sub, [db])
     check.add_parsers(sub, [db])

@@ -13,7 +13,7 @@ from scrapy import signals
 from scrapy.exceptions import DontCloseSpider, NotConfigured
 from scrapy.spiders import SitemapSpider
 
-from recrawler import meta, outcome, report
+from recrawler import meta, outcome, report, reports
 from recrawler import signals as recrawler_signals
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.extensions.verify import UnseenVerifier
@@ -43,7 +43,7 @@ class Reconciler:
     ``RECRAWLER_GONE_AFTER_MISSES``, ``RECRAWLER_GONE_STATUSES``, ``RECRAWLER_MAX_ERROR_RATIO``,
     ``RECRAWLER_MAX_REMOVE_RATIO``, ``RECRAWLER_MAX_REMOVE_MIN``, ``RECRAWLER_LISTING_MIN_RATIO``,
     ``RECRAWLER_CHANGE_ALERT_RATIO``, ``RECRAWLER_CHANGE_ALERT_MIN``, ``RECRAWLER_REPORT_FILE``,
-    ``RECRAWLER_CONDITIONAL_NO_304_AFTER``.
+    ``RECRAWLER_REPORT_HTML_FILE``, ``RECRAWLER_REPORT_HTML_RUNS``, ``RECRAWLER_CONDITIONAL_NO_304_AFTER``.
     Stats (mirrored from the counters): ``recrawler/crawled``, ``recrawler/page/{gone,quarantined,moved}``,
     ``recrawler/page/gone/http_<code>``, ``recrawler/reconcile/verified``,
     ``recrawler/reconcile/skipped/<reason>``, ``recrawler/reconcile/elapsed_seconds``,
@@ -103,6 +103,8 @@ class Reconciler:
         self._taken_back = 0
         self._verifier: UnseenVerifier | None = None
         self.outcome: dict[str, Any] = {}
+        #: the last run's report (what ``run_finished`` sends; monitors read it after the run)
+        self.report: dict[str, Any] | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -299,6 +301,9 @@ class Reconciler:
             self._finish_outcome(run_report, ["state_error"], {})
         if self.report_file:
             Path(self.report_file).write_text(json.dumps(run_report, indent=2) + "\n", encoding="utf-8")
+        self.report = run_report
+        # the HTML report reads what finish_run stored, through the store's readers
+        await reports.write_after_run(self.crawler.settings, store, run.id, store.uri)
         # WARNING when the run did not end well, so a quiet cron run (--loglevel WARNING) still says so
         level = logging.INFO if rt.exit_code == outcome.EXIT_OK else logging.WARNING
         logger.log(level, report.summary_line(run_report), extra={"spider": self.crawler.spider})

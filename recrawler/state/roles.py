@@ -348,15 +348,29 @@ class Readers(Protocol):
         """What is being ignored, per site (synchronous; for the CLI)."""
 
     def iter_changes(
-        self, *, key: str | None = None, site: str | None = None, limit: int | None = None
+        self,
+        *,
+        key: str | None = None,
+        site: str | None = None,
+        run_id: int | None = None,
+        limit: int | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """History rows, newest first (synchronous; for the CLI)."""
+        """History rows, newest first, of one page, site or run (synchronous; for the CLI)."""
 
     def iter_pages(self, status: str | None = None) -> Iterator[PageRecord]:
         """Yield stored pages ordered by key (synchronous; for the CLI)."""
 
     def iter_runs(self) -> Iterator[dict[str, Any]]:
         """Yield runs, newest first (synchronous; for the CLI)."""
+
+    def run_report(self, run_id: int) -> dict[str, Any] | None:
+        """A run's row (as :meth:`iter_runs` yields it) with its stored JSON ``report``; None if unknown."""
+
+    def iter_run_pages(self, run_id: int) -> Iterator[dict[str, Any]]:
+        """Pages a run made new, quarantined, gone or moved, as they stand now, by URL; then the
+        removals a held run staged (``event`` ``held``). Each: key, url, title, status, event,
+        moved_to (a URL), http_status. A page a later run decided again is listed under that run.
+        """
 
     def iter_schedule(self, site: str | None = None) -> Iterator[ScheduledPage]:
         """Yield the schedule's view of live and quarantined pages, soonest due first (CLI)."""

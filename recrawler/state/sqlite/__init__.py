@@ -113,6 +113,8 @@ class SQLiteStateStore(SQLiteDatabase):
         self.iter_changes = self.readers.iter_changes
         self.iter_pages = self.readers.iter_pages
         self.iter_runs = self.readers.iter_runs
+        self.run_report = self.readers.run_report
+        self.iter_run_pages = self.readers.iter_run_pages
         self.iter_schedule = self.readers.iter_schedule
         self.iter_trust = self.readers.iter_trust
         self.iter_immutable = self.readers.iter_immutable

@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING, Any
 from recrawler.exceptions import StateStoreError
 from recrawler.state.records import (
     GONE,
+    MOVED,
+    QUARANTINED,
+    RUN_HELD,
     PageRecord,
     ScheduledPage,
     TrustRecord,
@@ -62,15 +65,24 @@ class SQLiteReaders:
             conn.close()
 
     def iter_changes(
-        self, *, key: str | None = None, site: str | None = None, limit: int | None = None
+        self,
+        *,
+        key: str | None = None,
+        site: str | None = None,
+        run_id: int | None = None,
+        limit: int | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """History rows, newest first, for one page or one site (for the CLI)."""
+        """History rows, newest first, for one page, site or run (for the CLI and reports)."""
         conn = self.db._reader()
         try:
-            where, params = [], []
+            where: list[str] = []
+            params: list[Any] = []
             if key is not None:
                 where.append("key = ?")
                 params.append(key)
+            if run_id is not None:
+                where.append("run_id = ?")
+                params.append(run_id)
             if site is not None:
                 where.append("(key = ? OR key LIKE ? || '/%' OR key LIKE ? || '?%')")
                 params.extend([site, site, site])
@@ -115,6 +127,63 @@ class SQLiteReaders:
                 data["counts"] = json.loads(data["counts"]) if data["counts"] else None
                 data["reasons"] = json.loads(data["reasons"]) if data["reasons"] else []
                 yield data
+        finally:
+            conn.close()
+
+    def run_report(self, run_id: int) -> dict[str, Any] | None:
+        """A run's row with its stored JSON ``report`` (None: no such run)."""
+        conn = self.db._reader()
+        try:
+            row = conn.execute(
+                "SELECT id, spider, site, started_at, finished_at, finish_reason, state, published_at, "
+                "counts, reasons, listed, exit_code, report FROM runs WHERE id = ?",
+                (run_id,),
+            ).fetchone()
+        finally:
+            conn.close()
+        if row is None:
+            return None
+        data = dict(row)
+        for name, empty in (("counts", None), ("reasons", []), ("report", None)):
+            data[name] = json.loads(data[name]) if data[name] else empty
+        return data
+
+    def iter_run_pages(self, run_id: int) -> Iterator[dict[str, Any]]:
+        """Pages the run made new, quarantined, gone or moved (their state now), then a held run's
+        staged removals. A run's window is its start to its finish (to now while it runs)."""
+        conn = self.db._reader()
+        try:
+            yield from (
+                dict(row)
+                for row in conn.execute(
+                    """SELECT p.key, p.url, p.title, p.status,
+                         CASE WHEN p.first_seen >= r.started_at
+                                   AND (r.finished_at IS NULL OR p.first_seen <= r.finished_at)
+                              THEN 'new' ELSE p.status END AS event,
+                         t.url AS moved_to, NULL AS http_status
+                       FROM runs r JOIN pages p ON r.site IS NULL OR p.site = r.site
+                       LEFT JOIN pages t ON t.key = p.moved_to
+                       WHERE r.id = :run AND (
+                         (p.first_seen >= r.started_at
+                          AND (r.finished_at IS NULL OR p.first_seen <= r.finished_at))
+                         OR (p.status IN (:quarantined, :gone, :moved)
+                             AND p.last_checked >= r.started_at
+                             AND (r.finished_at IS NULL OR p.last_checked <= r.finished_at)))
+                       ORDER BY p.url""",
+                    {"run": run_id, "quarantined": QUARANTINED, "gone": GONE, "moved": MOVED},
+                )
+            )
+            yield from (
+                dict(row)
+                for row in conn.execute(
+                    """SELECT p.key, p.url, p.title, p.status, 'held' AS event,
+                         t.url AS moved_to, m.http_status
+                       FROM run_misses m JOIN runs r ON r.id = m.run_id AND r.state = :held
+                       JOIN pages p ON p.key = m.key LEFT JOIN pages t ON t.key = m.moved_to
+                       WHERE m.run_id = :run ORDER BY p.url""",
+                    {"run": run_id, "held": RUN_HELD},
+                )
+            )
         finally:
             conn.close()
 

@@ -1,0 +1,1 @@
+"""Adapters for the frameworks bots are built with (each behind its own extra)."""

@@ -1,0 +1,87 @@
+"""The knowledge base as a LangChain retriever (extra ``recrawler[langchain]``)."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ConfigDict, Field, PrivateAttr
+
+from recrawler.index import open_kb
+
+if TYPE_CHECKING:
+    from langchain_core.callbacks import CallbackManagerForRetrieverRun
+
+    from recrawler.index import Hit, KnowledgeBase
+
+__all__ = ["RecrawlerRetriever", "hit_to_document"]
+
+
+def hit_to_document(hit: Hit) -> Document:
+    """A search hit as a ``Document``: the chunk's text, where it is and how fresh it is."""
+    return Document(
+        page_content=hit.text,
+        metadata={
+            "url": hit.url,
+            "heading": hit.heading,
+            "title": hit.title,
+            "key": hit.chunk.key,
+            "chunk_index": hit.chunk.chunk_index,
+            "last_checked": hit.last_checked.isoformat() if hit.last_checked else None,
+            "last_changed": hit.last_changed.isoformat() if hit.last_changed else None,
+            "score": round(hit.score, 6),
+        },
+    )
+
+
+class RecrawlerRetriever(BaseRetriever):
+    """Retrieves the published chunks of a recrawler knowledge base as LangChain documents.
+
+        retriever = RecrawlerRetriever(uri="sqlite:///recrawler.db", k=5)
+        docs = retriever.invoke("how do I retry failed uploads?")
+
+    ``page_content`` is the chunk's text. ``metadata`` holds ``url`` (the page URL with the
+    nearest heading's anchor), ``heading`` (the heading path), ``title``, ``key``,
+    ``chunk_index``, ``last_checked`` and ``last_changed`` (ISO 8601, UTC) and ``score`` (cosine).
+    Only the last published run is read (never a held or half-written one); a run published later
+    is seen by the next query. The database is opened read-only on first use.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    #: the database (``RECRAWLER_DB_URI``)
+    uri: str
+    #: documents per query
+    k: int = 4
+    #: drop hits scoring below this (None: keep all *k*)
+    score_threshold: float | None = None
+    #: the embedder spec (None: the one the last published run indexed with)
+    embedder: str | None = None
+    #: embedder options (``base_url``, ``api_key``, ...); kept out of the repr
+    embedder_options: dict[str, Any] = Field(default_factory=dict, repr=False)
+
+    _kb: KnowledgeBase | None = PrivateAttr(default=None)
+    # the knowledge base keeps one connection: LangChain may call from executor threads
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        with self._lock:
+            if self._kb is None:
+                self._kb = open_kb(self.uri, embedder=self.embedder, **self.embedder_options)
+            hits = self._kb.search(query, k=self.k)
+        return [
+            hit_to_document(hit)
+            for hit in hits
+            if self.score_threshold is None or hit.score >= self.score_threshold
+        ]
+
+    def close(self) -> None:
+        """Release the connection and the in-memory vectors (reopened on the next query)."""
+        with self._lock:
+            if self._kb is not None:
+                self._kb.close()
+                self._kb = None

@@ -1,0 +1,167 @@
+"""Spidermon monitors over a recrawler run's outcome, read from the run report (``recrawler[spidermon]``).
+
+    SPIDERMON_ENABLED = True
+    EXTENSIONS = {"spidermon.contrib.scrapy.extensions.Spidermon": 500}
+    SPIDERMON_ENGINE_STOP_MONITORS = ["recrawler.monitors.RunOutcomeMonitorSuite"]
+
+List the suite under ``SPIDERMON_ENGINE_STOP_MONITORS``: the run report is built by the
+Reconciler's ``spider_closed`` handler, which Spidermon's own ``spider_closed`` handler does not
+wait for (Scrapy runs the handlers of one signal concurrently); ``engine_stopped`` comes after it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from spidermon import Monitor, MonitorSuite
+from spidermon import monitors as spidermon_monitors
+
+from recrawler.extensions.reconcile import Reconciler
+from recrawler.outcome import HOLD_MASS_REMOVAL
+from recrawler.runtime import Runtime
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy.crawler import Crawler
+
+__all__ = [
+    "AuditLiesMonitor",
+    "ErrorRatioMonitor",
+    "HeldRunMonitor",
+    "MassRemovalMonitor",
+    "OutageGuardMonitor",
+    "RunMonitor",
+    "RunOutcomeMonitorSuite",
+]
+
+
+_T = TypeVar("_T")
+
+
+def named(name: str) -> Callable[[_T], _T]:
+    """Spidermon's ``monitors.name`` decorator, typed: the name a monitor or check reports under."""
+    decorate: Callable[[_T], _T] = spidermon_monitors.name(name)
+    return decorate
+
+
+class RunMonitor(Monitor):  # type: ignore[misc]  # spidermon is untyped
+    """Base of the run-outcome monitors: the finished run's report, from the Reconciler.
+
+    Settings: ``RECRAWLER_DB_URI`` (for the commands in messages). Decisions read the run report,
+    never the stats.
+    """
+
+    @property
+    def crawler(self) -> Crawler:
+        """The crawler Spidermon monitors."""
+        crawler: Crawler = self.data.crawler
+        return crawler
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """The run report (fails the monitor when the run has none: it never began, or the suite
+        runs before the Reconciler finished)."""
+        reconciler = self.crawler.get_extension(Reconciler)
+        if reconciler is not None and reconciler.report is not None:
+            return reconciler.report
+        runtime = self.crawler.get_extension(Runtime)
+        if runtime is not None and runtime.failure is not None:
+            raise self.failureException(f"the recrawler run did not begin: {runtime.failure}")
+        raise self.failureException(
+            "no recrawler run report: list the suite in SPIDERMON_ENGINE_STOP_MONITORS (the report "
+            "is written when the spider closes), and enable recrawler for the spider"
+        )
+
+    def commands(self, report: dict[str, Any]) -> str:
+        """The approve and discard commands of the report's run."""
+        run, db = report["run_id"], report.get("db") or ""
+        flag = f" --db {db}" if db else ""
+        return f"`recrawler runs approve {run}{flag}` or `recrawler runs discard {run}{flag}`"
+
+
+@named("recrawler outage guard")
+class OutageGuardMonitor(RunMonitor):
+    """The outage guard did not have to keep missing pages (the listing or the site failed)."""
+
+    @named("removals were not skipped")
+    def test_removals_not_skipped(self) -> None:
+        """Fails when the run's absence evidence was not trusted (``reconcile.skipped``)."""
+        report = self.report
+        skipped = (report.get("reconcile") or {}).get("skipped") or []
+        if skipped:
+            held = report["counts"].get("missing_held", 0)
+            self.fail(
+                f"outage guard: nothing quarantined or gone ({', '.join(skipped)}); {held} missing pages kept"
+            )
+
+
+@named("recrawler held run")
+class HeldRunMonitor(RunMonitor):
+    """The run was not held for an operator (a change spike, the same text on many pages, a mass removal)."""
+
+    @named("run was not held")
+    def test_not_held(self) -> None:
+        """Fails when the run waits for ``recrawler runs approve`` or ``discard``."""
+        report = self.report
+        if report.get("held"):
+            self.fail(f"run {report['run_id']} held: {report.get('alert')}. Then {self.commands(report)}")
+
+
+@named("recrawler mass removal")
+class MassRemovalMonitor(RunMonitor):
+    """The run would not remove more than ``RECRAWLER_MAX_REMOVE_RATIO`` of the site's pages."""
+
+    @named("no mass removal")
+    def test_no_mass_removal(self) -> None:
+        """Fails when the mass-removal breaker held the run."""
+        report = self.report
+        if HOLD_MASS_REMOVAL in (report.get("held") or []):
+            self.fail(f"run {report['run_id']}: {report.get('alert')}. Then {self.commands(report)}")
+
+
+@named("recrawler error ratio")
+class ErrorRatioMonitor(RunMonitor):
+    """Page errors stayed within ``RECRAWLER_MAX_ERROR_RATIO`` of the pages the run checked, and the
+    guard did not find too many failed requests."""
+
+    @named("error ratio within bounds")
+    def test_error_ratio(self) -> None:
+        """Fails above ``RECRAWLER_MAX_ERROR_RATIO`` (errors / crawled) or on the guard's ``error_ratio``."""
+        report = self.report
+        limit = self.crawler.settings.getfloat("RECRAWLER_MAX_ERROR_RATIO")
+        counts = report["counts"]
+        errors, crawled = counts.get("errors", 0), counts.get("crawled", 0)
+        ratio = errors / crawled if crawled else 0.0
+        if ratio > limit:
+            self.fail(f"{errors} of {crawled} pages failed (> RECRAWLER_MAX_ERROR_RATIO={limit})")
+        if "error_ratio" in ((report.get("reconcile") or {}).get("skipped") or []):
+            self.fail(
+                f"too many failed requests (> RECRAWLER_MAX_ERROR_RATIO={limit}): the outage guard held"
+            )
+
+
+@named("recrawler audit")
+class AuditLiesMonitor(RunMonitor):
+    """The self-audit caught no host's lastmod, ETag or Last-Modified lying about a change."""
+
+    @named("no lies found")
+    def test_no_lies(self) -> None:
+        """Fails when an audited page had changed although its signals said it had not."""
+        report = self.report
+        lies = (report.get("audit") or {}).get("lies") or []
+        found = report["counts"].get("lies", 0) or len(lies)
+        if found:
+            self.fail(f"the audit found {found} lies: {lies[:5]}")
+
+
+class RunOutcomeMonitorSuite(MonitorSuite):  # type: ignore[misc]  # spidermon is untyped
+    """Every run-outcome monitor; subclass it to add ``monitors_failed_actions`` (Slack, e-mail, ...)."""
+
+    monitors = [  # noqa: RUF012 (Spidermon's class attribute)
+        OutageGuardMonitor,
+        HeldRunMonitor,
+        MassRemovalMonitor,
+        ErrorRatioMonitor,
+        AuditLiesMonitor,
+    ]

@@ -1,0 +1,114 @@
+"""recrawler's Spidermon monitors in a real Spidermon run over real recrawls (recrawler.monitors)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+pytest.importorskip("spidermon")
+
+from spidermon.core.actions import Action
+
+from recrawler.extensions.reconcile import Reconciler
+from recrawler.monitors import RunOutcomeMonitorSuite
+from tests import docsite
+
+if TYPE_CHECKING:
+    from tests.conftest import Crawls
+    from tests.conftest_mockserver import Site
+
+T0 = 1_760_000_000.0
+#: what each Spidermon run decided, by run id: {monitor name: (status, reason)}
+OUTCOMES: dict[int, dict[str, tuple[str, str | None]]] = {}
+
+
+class RecordOutcome(Action):
+    """Keep every monitor's result where the test can read it (after every run)."""
+
+    def run_action(self) -> None:
+        report = self.data.crawler.get_extension(Reconciler).report
+        OUTCOMES[report["run_id"] if report else 0] = {
+            r.item.name: (r.status, r.reason) for r in self.result.monitor_results
+        }
+
+
+class RecordedSuite(RunOutcomeMonitorSuite):
+    monitors_finished_actions = [RecordOutcome]  # noqa: RUF012 (Spidermon's class attribute)
+
+
+SPIDERMON = {
+    "SPIDERMON_ENABLED": True,
+    "EXTENSIONS": {"spidermon.contrib.scrapy.extensions.Spidermon": 500},
+    "SPIDERMON_ENGINE_STOP_MONITORS": [f"{__name__}.RecordedSuite"],
+}
+
+
+def failed(run_id: int) -> dict[str, str | None]:
+    return {name: reason for name, (status, reason) in OUTCOMES.pop(run_id).items() if status != "OK"}
+
+
+@deferred_f_from_coro_f
+async def test_clean_run_passes_and_mass_removal_fails(site: Site, crawls: Crawls) -> None:
+    names = [f"p{i}.html" for i in range(6)]
+    for name in names:
+        site.write(name, docsite.page(name, [("Intro", [f"Page {name}."])]), mtime=T0)
+    site.write_sitemap(names)
+
+    r1 = await crawls.crawl(site.url("sitemap.xml"), **SPIDERMON)
+    assert r1.exit_code == 0
+    assert failed(r1.report["run_id"]) == {}
+
+    for name in names[:4]:
+        site.remove(name)
+    r2 = await crawls.crawl(site.url("sitemap.xml"), **SPIDERMON)
+    run = r2.report["run_id"]
+    assert r2.report["held"] == ["mass_removal"]
+    failures = failed(run)
+    assert set(failures) == {
+        "recrawler held run/run was not held",
+        "recrawler mass removal/no mass removal",
+    }
+    reason = failures["recrawler held run/run was not held"]
+    assert reason is not None
+    assert "4 of 6 live pages would leave the knowledge base" in reason
+    assert f"`recrawler runs approve {run} --db sqlite:///" in reason
+
+
+@deferred_f_from_coro_f
+async def test_outage_and_errors_fail_their_monitors(site: Site, crawls: Crawls) -> None:
+    names = [f"p{i}.html" for i in range(4)]
+    for name in names:
+        site.write(name, docsite.page(name, [("Intro", [f"Page {name}."])]), mtime=T0)
+    site.write_sitemap(names)
+    await crawls.crawl(site.url("sitemap.xml"), **SPIDERMON)
+    OUTCOMES.clear()
+
+    for name in names[:3]:
+        site.options(name, status=500)
+    r2 = await crawls.crawl(site.url("sitemap.xml"), **SPIDERMON)
+    assert "error_ratio" in r2.report["reconcile"]["skipped"]
+    failures = failed(r2.report["run_id"])
+    assert set(failures) == {
+        "recrawler outage guard/removals were not skipped",
+        "recrawler error ratio/error ratio within bounds",
+    }
+    assert "3 of 4 pages failed" in (failures["recrawler error ratio/error ratio within bounds"] or "")
+
+
+@deferred_f_from_coro_f
+async def test_a_lie_found_by_the_audit_fails_its_monitor(site: Site, crawls: Crawls) -> None:
+    site.write("a.html", docsite.page("A", [("Intro", ["Old text."])]), mtime=T0, lie304=True)
+    site.write("b.html", docsite.page("B", [("Intro", ["Stays."])]), mtime=T0)
+    sitemap = site.write_sitemap(["a.html", "b.html"])
+    await crawls.crawl(sitemap, **SPIDERMON)
+    OUTCOMES.clear()
+
+    # a changes, but the server keeps answering 304 to any conditional request
+    site.write("a.html", docsite.page("A", [("Intro", ["New text."])]), mtime=T0 + 100, lie304=True)
+    r2 = await crawls.crawl(sitemap, RECRAWLER_AUDIT_SAMPLE="100%", **SPIDERMON)
+    assert r2.counts["lies"] == 1
+    failures = failed(r2.report["run_id"])
+    assert set(failures) == {"recrawler audit/no lies found"}
+    assert "'signal': 'etag'" in (failures["recrawler audit/no lies found"] or "")

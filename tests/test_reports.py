@@ -1,0 +1,222 @@
+"""The HTML run report of real recrawls: its content, its escaping, and how it looks in Chromium."""
+
+from __future__ import annotations
+
+import html
+import shutil
+import subprocess
+from typing import TYPE_CHECKING
+
+import pytest
+from lxml import html as lxml_html
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from recrawler.cli import main as cli_main
+from recrawler.cli.settings import build_settings, open_store
+from recrawler.exceptions import ConfigurationError
+from recrawler.reports import _hold_reasons, collect
+from tests import docsite
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from lxml.html import HtmlElement
+
+    from tests.conftest import CrawlResult, Crawls
+    from tests.conftest_mockserver import Site
+
+T0 = 1_760_000_000.0
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# page text is untrusted: this must reach the report as text, never as markup that runs
+INJECTED = '<script>console.error("injected")</script><img src=x onerror=alert(1)>'
+
+
+def body(title: str, text: str, usage: str = "Run it like this.") -> str:
+    return docsite.page(title, [("Overview", [text]), ("Usage", [usage], "tool --run")])
+
+
+async def recrawl(site: Site, crawls: Crawls, **settings: object) -> tuple[CrawlResult, CrawlResult]:
+    """Run 1 stores 4 pages; run 2 sees an edit with a critical number, a new page and a 404."""
+    for name in ("intro", "faq", "old"):
+        site.write(f"{name}.html", body(name.title(), f"The {name} page."), mtime=T0)
+    site.write("limits.html", body("Limits", "Uploads are split into 8 MB parts."), mtime=T0)
+    site.write_sitemap([f"{n}.html" for n in ("limits", "intro", "faq", "old")])
+    report_html = str(crawls.tmp_path / "run-{run_id}.html")
+    r1 = await crawls.crawl(site.url("sitemap.xml"), RECRAWLER_REPORT_HTML_FILE=report_html, **settings)
+    site.write(
+        "limits.html",
+        body("Limits", "Uploads are split into 16 MB parts.", f"Run it like this. {html.escape(INJECTED)}"),
+        mtime=T0 + 100,
+    )
+    site.write("new.html", body(f"New {INJECTED}", "A new page."), mtime=T0)
+    site.remove("old.html")
+    site.write_sitemap(["limits.html", "intro.html", "faq.html", "old.html", "new.html"])
+    r2 = await crawls.crawl(site.url("sitemap.xml"), RECRAWLER_REPORT_HTML_FILE=report_html, **settings)
+    return r1, r2
+
+
+def parse(path: Path) -> HtmlElement:
+    return lxml_html.fromstring(path.read_text(encoding="utf-8"))
+
+
+@deferred_f_from_coro_f
+async def test_report_after_each_run_shows_changes_pages_and_trends(site: Site, crawls: Crawls) -> None:
+    r1, r2 = await recrawl(site, crawls)
+    assert r2.counts["changed"] >= 1
+    assert r2.counts["new"] == 1
+    assert r2.counts["quarantined"] == 1
+    first, second = (crawls.tmp_path / f"run-{r['run_id']}.html" for r in (r1.report, r2.report))
+    assert first.exists()
+    doc = parse(second)
+
+    assert [td.text for td in doc.cssselect('table.head td[data-count="new"]')] == ["1"]
+    assert [td.text for td in doc.cssselect('table.layers td[data-count="not_modified"]')] == [
+        str(r2.counts["not_modified"])
+    ]
+    # the changed page, its diff, and the critical tokens the guard found, marked in the diff
+    (change,) = doc.cssselect("article.change")
+    assert change.get("data-url") == site.url("limits.html")
+    diff = change.cssselect("pre.diff")[0].text_content()
+    assert "-Uploads are split into 8 MB parts." in diff
+    assert "+Uploads are split into 16 MB parts." in diff
+    assert any("8 MB" in li.text_content() for li in change.cssselect("ul.critical li"))
+    assert {m.text for m in change.cssselect("mark.critical")} >= {"8 MB", "16 MB"}
+    # new and quarantined pages
+    assert [a.text for a in doc.cssselect("#pages-new td a")] == [site.url("new.html")]
+    assert f"New {INJECTED}" in doc.cssselect("#pages-new td")[1].text_content()
+    assert [a.text for a in doc.cssselect("#pages-quarantined td a")] == [site.url("old.html")]
+    # the charts: inline SVG, one bar group per run, nothing fetched when the page opens
+    assert len(doc.cssselect("#trends svg")) == 3
+    assert {t.text for t in doc.cssselect("#trends svg text.tick")} >= {str(r1.report["run_id"]), "1"}
+    assert not doc.cssselect("[src]")
+    assert not doc.cssselect("link")
+    assert not doc.cssselect("#held")
+
+    # untrusted page text is printed as text: no element, handler or script came from it
+    raw = second.read_text(encoding="utf-8")
+    assert not doc.cssselect("script, img, [onerror]")
+    assert INJECTED in change.text_content()
+    assert "&lt;script&gt;" in raw
+    assert "<script" not in raw
+
+    # `recrawler report` writes the same report on demand, for any run
+    out = crawls.tmp_path / "cli-{run_id}.html"
+    assert cli_main(["report", str(r1.report["run_id"]), "--db", crawls.db_uri, "-o", str(out)]) == 0
+    one = parse(crawls.tmp_path / f"cli-{r1.report['run_id']}.html")
+    assert len(one.cssselect("#pages-new td a")) == 4
+    assert not one.cssselect("article.change")
+    assert cli_main(["report", "99", "--db", crawls.db_uri, "-o", str(out)]) == 2
+
+
+@deferred_f_from_coro_f
+async def test_held_run_report_gives_the_approve_and_discard_commands(site: Site, crawls: Crawls) -> None:
+    names = [f"p{i}.html" for i in range(6)]
+    for name in names:
+        site.write(name, body(name, f"Page {name}."), mtime=T0)
+    site.write_sitemap(names)
+    await crawls.crawl(site.url("sitemap.xml"))
+    for name in names[:4]:
+        site.remove(name)
+    r2 = await crawls.crawl(site.url("sitemap.xml"))
+    assert r2.report["held"] == ["mass_removal"]
+    run_id = r2.report["run_id"]
+
+    context = collect(open_store(build_settings(db=crawls.db_uri)), db=crawls.db_uri)
+    assert context["run"]["id"] == run_id
+    assert context["hold_reasons"] == [r2.report["alert"]]
+    assert context["hold_reasons"][0].startswith("mass_removal: 4 of 6 live pages")
+    assert context["commands"] == [
+        f"recrawler runs approve {run_id} --db {crawls.db_uri}",
+        f"recrawler runs discard {run_id} --db {crawls.db_uri}",
+    ]
+    out = crawls.tmp_path / "held.html"
+    assert cli_main(["report", "--db", crawls.db_uri, "-o", str(out)]) == 0
+    doc = parse(out)
+    held = doc.cssselect("#held")[0].text_content()
+    assert "mass_removal: 4 of 6 live pages would leave the knowledge base" in held
+    assert f"recrawler runs approve {run_id} --db {crawls.db_uri}" in held
+    assert len(doc.cssselect("#pages-held tbody tr")) == 4
+
+
+@deferred_f_from_coro_f
+async def test_report_of_a_database_without_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = f"sqlite:///{tmp_path / 'state.db'}"
+    store = open_store(build_settings(db=db))
+    await store.open()
+    await store.close()
+    with pytest.raises(ConfigurationError, match="no runs"):
+        collect(store)
+    assert cli_main(["report", "--db", db, "-o", str(tmp_path / "r.html")]) == 2
+    assert "no runs in the database yet" in capsys.readouterr().err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_hold_reasons_split_between_reasons_only() -> None:
+    report = {
+        "held": ["change_spike", "mass_removal"],
+        "alert": "change_spike: 9 of 10 pages; a template?; mass_removal: 4 of 6 (4 quarantined; RATIO=0.1)",
+    }
+    assert _hold_reasons(report) == [
+        "change_spike: 9 of 10 pages; a template?",
+        "mass_removal: 4 of 6 (4 quarantined; RATIO=0.1)",
+    ]
+    # the outage guard's reasons are no hold
+    assert _hold_reasons({"held": [], "alert": None, "reconcile": {"skipped": ["error_ratio"]}}) == []
+
+
+def chromium(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Open *page* in headless Chromium with its console on stderr (no network, no profile reuse)."""
+    assert CHROMIUM is not None
+    command = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        "--enable-logging=stderr",
+        "--v=0",
+        *args,
+        page.as_uri(),
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=90, check=True)
+
+
+def console(stderr: str) -> list[str]:
+    """Console messages (errors, CSP refusals, uncaught exceptions) Chromium logged for the page."""
+    return [line for line in stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)")
+@deferred_f_from_coro_f
+async def test_report_in_headless_chromium(site: Site, crawls: Crawls, tmp_path: Path) -> None:
+    _, r2 = await recrawl(site, crawls)
+    page = crawls.tmp_path / f"run-{r2.report['run_id']}.html"
+
+    dumped = chromium(page, tmp_path / "profile-dom", "--dump-dom")
+    assert console(dumped.stderr) == []
+    dom = lxml_html.fromstring(dumped.stdout)
+    (change,) = dom.cssselect("article.change")
+    assert change.get("data-url") == site.url("limits.html")
+    assert "+Uploads are split into 16 MB parts." in change.cssselect("pre.diff")[0].text_content()
+    assert "16 MB" in [m.text for m in change.cssselect("mark.critical")]
+    # the injected markup stayed text in the live DOM too
+    assert not dom.cssselect("script")
+    assert not dom.cssselect("img")
+    assert INJECTED in change.text_content()
+
+    shot = tmp_path / "report.png"
+    shown = chromium(
+        page,
+        tmp_path / "profile-shot",
+        "--hide-scrollbars",
+        "--window-size=1200,2400",
+        f"--screenshot={shot}",
+    )
+    assert console(shown.stderr) == []
+    data = shot.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    assert len(data) > 10_000
