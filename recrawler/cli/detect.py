@@ -15,6 +15,7 @@ from recrawler.exceptions import ConfigurationError
 from recrawler.extract import ContentExtractor
 from recrawler.learning import NoiseRegistry
 from recrawler.state import utcnow
+from recrawler.terminal import Progress
 from recrawler.urls import key_host
 
 if TYPE_CHECKING:
@@ -105,8 +106,14 @@ def cmd_tune(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    """Fetch a sample of pages twice and learn the regions that differ as volatile."""
+    """Fetch a sample of pages twice, ``--delay`` seconds apart, and learn the regions that differ
+    as volatile. Every page is fetched once, then each again once its delay has passed, so the
+    whole takes about one delay; a terminal shows what is being done and how long is left."""
+    if args.delay < 0:
+        raise ConfigurationError(f"calibrate: --delay must be 0 or more, got {args.delay:g}")
     store = open_store(settings)
+    # read first: a database that cannot be read fails now, not after the fetches
+    store.noise_report()
     urls = list(args.urls)
     if not urls:
         pages = [p for p in store.iter_pages(status="live") if not args.site or p.site == args.site]
@@ -114,6 +121,7 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings, out: TextIO) -> 
         urls = [p.url for p in pages[: args.sample]]
     if not urls:
         raise ConfigurationError("calibrate: no pages to sample (crawl first, or give URLs)")
+    pairs = _fetch_twice(urls, settings, args.delay)
     extractor = ContentExtractor(
         settings.getlist("RECRAWLER_CONTENT_SELECTORS"), settings.getlist("RECRAWLER_CONTENT_NOISE_SELECTORS")
     )
@@ -121,10 +129,7 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings, out: TextIO) -> 
     keys = key_maker(settings)
     learned: dict[str, set[str]] = {}
     noisy = 0
-    for url in urls:
-        first = _fetch(url, settings)
-        time.sleep(args.delay)
-        second = _fetch(url, settings)
+    for url, (first, second) in zip(urls, pairs, strict=True):
         site = key_host(keys(url))
         normalize = registry.site(site).normalizer.normalize
         _, a = extractor.main(first)
@@ -152,6 +157,41 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings, out: TextIO) -> 
         f"{new} new volatile regions learned\n"
     )
     return 0
+
+
+def _fetch_twice(urls: list[str], settings: Settings, delay: float) -> list[tuple[bytes, bytes]]:
+    """Each URL's body, then again *delay* seconds after its first fetch (the pages wait together)."""
+    clock = time.monotonic
+    spent: list[float] = []
+
+    def fetch(url: str) -> tuple[bytes, float]:
+        started = clock()
+        body = _fetch(url, settings)
+        spent.append(clock() - started)
+        return body, clock()
+
+    def left(first_left: int, until: float) -> float:
+        # the fetches still to make, at the mean time of those made, plus the wait still ahead
+        mean = sum(spent) / len(spent) if spent else 0.0
+        return max(until - clock(), 0.0) + mean * (first_left + 1)
+
+    firsts: list[tuple[bytes, float]] = []
+    pairs: list[tuple[bytes, bytes]] = []
+    with Progress("calibrate", total=2 * len(urls), unit="fetches") as progress:
+        for i, url in enumerate(urls):
+            progress.status(f"fetching {url}", left=left(len(urls) - i, clock() + delay) if spent else None)
+            firsts.append(fetch(url))
+            progress.advance()
+        last_due = firsts[-1][1] + delay
+        for url, (first, at) in zip(urls, firsts, strict=True):
+            while (wait := at + delay - clock()) > 0:
+                progress.status(f"waiting {wait:.0f}s to fetch {url} again", left=left(0, last_due))
+                # on a terminal the countdown moves each second; elsewhere the wait is one sleep
+                time.sleep(min(wait, 1.0) if progress.active else wait)
+            progress.status(f"fetching {url} again", left=left(0, last_due))
+            pairs.append((first, fetch(url)[0]))
+            progress.advance()
+    return pairs
 
 
 def _fetch(url: str, settings: Settings) -> bytes:

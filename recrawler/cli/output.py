@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
+
+from recrawler.terminal import terminal_safe
 
 if TYPE_CHECKING:
     from datetime import datetime
     from typing import TextIO
 
-# C0 and C1 controls but tab and newline: what a page or a database holds never drives the terminal
-_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def terminal_safe(text: str) -> str:
-    """Return *text* with control characters shown as escapes (``\\x1b``); tab and newline stay."""
-    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+__all__ = ["TerminalOut", "duration", "terminal_safe", "when"]
 
 
 class TerminalOut:

@@ -13,6 +13,7 @@ from recrawler.index.publish import embed_missing
 from recrawler.index.sqlite import embedder_spec
 from recrawler.redact import redact_url
 from recrawler.state import RUN_HELD, utcnow
+from recrawler.terminal import Progress
 
 if TYPE_CHECKING:
     import argparse
@@ -77,7 +78,10 @@ async def _approve_or_discard(args: argparse.Namespace, settings: Settings, out:
         spec, options = embedder_spec(info["embedder"], embedder_options(settings))
         embedder = embedder_from_spec(args.embedder or spec, **options)
         try:
-            texts, calls = await embed_missing(store, embedder, include_run=args.run_id)
+            with Progress(f"run {args.run_id}: embedding", unit="texts") as progress:
+                texts, calls = await embed_missing(
+                    store, embedder, include_run=args.run_id, progress=progress.advance
+                )
         finally:
             embedder.close()
         gc = await store.publish(args.run_id, utcnow())
