@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 import urllib.request
 from typing import TYPE_CHECKING
 
+from recrawler.cli.output import Column, Table, json_line
 from recrawler.cli.settings import key_maker, open_store, write
 from recrawler.detect.regions import volatile_regions
 from recrawler.exceptions import ConfigurationError
@@ -36,8 +36,10 @@ def cmd_diff(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         out.write(f"no recorded change for {key}\n")
         return 1
     for row in rows:
+        # the blocks before the change are the store's own (for taking a change back), not output
+        row.pop("old_blocks", None)
         if args.json:
-            out.write(json.dumps(row) + "\n")
+            out.write(json_line(row))
             continue
         fields = ", ".join(row["changed_fields"]) or "-"
         distance = "-" if row["distance"] is None else str(row["distance"])
@@ -59,19 +61,27 @@ def cmd_noise(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     sites = sorted(set(report) | {s for s in registry.patterns if s != "*"})
     if args.site:
         sites = [s for s in sites if s == args.site] or [args.site]
+    table = Table(
+        out,
+        [Column("SITE", 24), Column("KIND", 11), Column("COUNT", right=True), Column("WHAT")],
+        empty="nothing learned yet: no boilerplate blocks or volatile regions stored",
+    )
     for site in sites:
         data = report.get(site, {"boilerplate": [], "regions": []})
         patterns = [p.name for p in registry.site(site).normalizer.patterns]
         if args.json:
-            out.write(json.dumps({"site": site, "patterns": patterns, **data}) + "\n")
+            out.write(json_line({"site": site, "patterns": patterns, **data}))
             continue
-        out.write(f"{site}\n  token patterns ({len(patterns)}): {', '.join(patterns)}\n")
-        out.write(f"  boilerplate blocks ({len(data['boilerplate'])}):\n")
+        # COUNT: token patterns in use; pages a boilerplate block is on; times a region was seen
+        table.row(site, "patterns", len(patterns), ", ".join(patterns))
         for b in data["boilerplate"]:
-            out.write(f"    on {b['pages']} pages: {' '.join((b['sample'] or '').split())[:100]}\n")
-        out.write(f"  volatile regions ({len(data['regions'])}):\n")
+            table.row(site, "boilerplate", b["pages"], " ".join((b["sample"] or "").split())[:100])
         for r in data["regions"]:
-            out.write(f"    {r['selector']}  ({r['source']}, {r['hits']}x, from {r['learned_from']})\n")
+            table.row(
+                site, "region", r["hits"], f"{r['selector']}  ({r['source']}, from {r['learned_from']})"
+            )
+    if not args.json:
+        table.end()
     return 0
 
 
@@ -94,14 +104,25 @@ def cmd_tune(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         )
     if args.json:
         for r in results:
-            out.write(json.dumps(r) + "\n")
+            out.write(json_line(r))
         return 0
-    out.write(f"{len(rows)} recorded changes with a TLSH distance{' on ' + args.site if args.site else ''}\n")
-    out.write("threshold  fuzzy would suppress  guard still catches  let through\n")
+    where = f" on {args.site}" if args.site else ""
+    if not rows:
+        out.write(f"no recorded changes with a TLSH distance{where} yet (changed pages record one)\n")
+        return 0
+    out.write(f"{len(rows)} recorded changes with a TLSH distance{where}\n")
+    table = Table(
+        out,
+        [
+            Column("THRESHOLD", right=True),
+            Column("FUZZY WOULD SUPPRESS", right=True),
+            Column("GUARD STILL CATCHES", right=True),
+            Column("LET THROUGH", right=True),
+        ],
+        empty="",
+    )
     for r in results:
-        out.write(
-            f"{r['threshold']:>9}  {r['suppressed']:>20}  {r['caught_by_guard']:>19}  {r['missed']:>11}\n"
-        )
+        table.row(r["threshold"], r["suppressed"], r["caught_by_guard"], r["missed"])
     return 0
 
 
@@ -215,9 +236,7 @@ def cmd_normalize(args: argparse.Namespace, settings: Settings, out: TextIO) -> 
     return 0
 
 
-def add_parsers(
-    sub: Parsers, db: list[argparse.ArgumentParser], flags: list[argparse.ArgumentParser]
-) -> None:
+def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     """Register ``diff``, ``noise``, ``tune``, ``calibrate`` and ``normalize``."""
     p = sub.add_parser("diff", parents=db, help="show a page's last recorded change")
     p.add_argument("url")
@@ -248,7 +267,8 @@ def add_parsers(
     p.add_argument("--seed", type=int, default=None)
     p.set_defaults(func=cmd_calibrate)
 
-    p = sub.add_parser("normalize", parents=flags, help="print the page key of each URL")
+    # --db too, though it reads no database: one habit for every command
+    p = sub.add_parser("normalize", parents=db, help="print the page key of each URL")
     p.add_argument("urls", nargs="+", metavar="URL")
     p.add_argument("--drop", action="append", help="query parameter pattern to drop (repeatable)")
     p.add_argument("--keep", action="append", help="keep only these query parameter patterns (repeatable)")
