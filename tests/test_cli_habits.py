@@ -210,8 +210,8 @@ async def test_tables_have_headers_and_runs_show_quarantined_pages_and_reasons(
         assert out.splitlines()[0] == header, command
     _, out = await asyncio.to_thread(cli, "runs", *db)
     run2 = out.splitlines()[1].split()
-    # new changed unchanged gone quarantined errors (after crawled), then the reasons
-    assert run2[7:13] == ["0", "1", "1", "0", "1", "0"]
+    # crawled new changed unchanged gone quarantined errors, then the reasons
+    assert run2[6:13] == ["2", "0", "1", "1", "0", "1", "0"]
 
     # a held run says why
     for name in ("a", "b"):

@@ -105,7 +105,8 @@ async def test_four_runs_exact_actions(site: Site, crawls: Crawls) -> None:
     assert {
         k: r3.counts[k] for k in ("crawled", "new", "changed", "unchanged", "gone", "quarantined", "errors")
     } == {
-        "crawled": 10,
+        # the quarantined page is not gone (yet): counted apart, not in crawled
+        "crawled": 9,
         "new": 1,
         "changed": 1,
         "unchanged": 5,
