@@ -291,7 +291,8 @@ class Reconciler:
             Path(self.report_file).write_text(json.dumps(run_report, indent=2) + "\n", encoding="utf-8")
         # WARNING when the run did not end well, so a quiet cron run (--loglevel WARNING) still says so
         level = logging.INFO if rt.exit_code == outcome.EXIT_OK else logging.WARNING
-        logger.log(level, report.summary_line(run_report), extra={"spider": self.crawler.spider})
+        rt.summary = (level, report.summary_line(run_report))
+        logger.log(level, rt.summary[1], extra={"spider": self.crawler.spider})
         await self.crawler.signals.send_catch_log_async(
             recrawler_signals.run_finished, run=run, report=run_report
         )
