@@ -122,7 +122,8 @@ def test_due_on_an_empty_database_says_so(tmp_path: Path) -> None:
         ["diff", "https://docs.example.com/a"],
         ["diff", "--json", "https://docs.example.com/a"],
         ["calibrate"],
-        ["calibrate", "https://docs.example.com/a"],
+        # refused before any fetch (a loopback port nothing listens on, should it try)
+        ["calibrate", "http://127.0.0.1:9/a"],
         ["due"],
         ["trust"],
         ["immutable"],

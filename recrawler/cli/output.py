@@ -52,8 +52,8 @@ def _json_default(value: object) -> Any:
         return bytes(value).hex()
     if isinstance(value, datetime | date):
         return value.isoformat()
-    if isinstance(value, set | frozenset | tuple):
-        return sorted(value) if isinstance(value, set | frozenset) else list(value)
+    if isinstance(value, set | frozenset):
+        return sorted(value)
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
@@ -74,6 +74,7 @@ class Column:
         self.right = right
 
     def cell(self, value: object) -> str:
+        """*value* padded to the column (``-`` for None)."""
         text = "-" if value is None else str(value)
         return text.rjust(self.width) if self.right else text.ljust(self.width)
 
