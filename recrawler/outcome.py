@@ -23,6 +23,8 @@ class Verdicts:
     new: int = 0
     changed: int = 0
     unchanged: int = 0
+    #: unchanged by a 304 answer (a page an audit fetched again after its 304 is unchanged by hash)
+    unchanged_by_304: int = 0
     unchanged_by_hash: int = 0
     unchanged_by_fuzzy: int = 0
     restored: int = 0
@@ -39,6 +41,7 @@ class Verdicts:
             new=outcomes.get("new", 0),
             changed=outcomes.get("changed", 0) - taken_back,
             unchanged=outcomes.get("unchanged", 0) + taken_back,
+            unchanged_by_304=outcomes.get("unchanged/not_modified", 0),
             unchanged_by_hash=outcomes.get("unchanged/hash", 0),
             unchanged_by_fuzzy=outcomes.get("unchanged/fuzzy", 0),
             restored=outcomes.get("restored", 0),

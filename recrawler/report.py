@@ -34,7 +34,14 @@ _SUMMARY_TAIL = (
 
 
 def counts(c: RunCounters, v: Verdicts, result: ReconcileResult | None) -> dict[str, int]:
-    """The report's ``counts``: every checked page lands in exactly one of the first buckets."""
+    """The report's ``counts``.
+
+    ``crawled`` is ``new + changed + unchanged + gone + errors``: a page checked this run lands
+    in exactly one of them. ``quarantined`` and ``missing_held`` pages answered 404/410 but are
+    not gone (yet): they are counted apart, as are ``moved`` pages, whose fetch counts under the
+    page they moved to. Each other count is of pages, each counted once (``not_modified``: pages
+    unchanged by a 304, not 304 answers: an audit fetches a sampled 304 again in full).
+    """
     gone = sum(result.gone.values()) if result else 0
     quarantined = result.quarantined if result else 0
     moved = result.moved if result else 0
@@ -47,7 +54,7 @@ def counts(c: RunCounters, v: Verdicts, result: ReconcileResult | None) -> dict[
         "moved": moved,
         "errors": c[f"recrawler/page/{PageStatus.ERROR}"] + v.write_failed,
         "write_failed": v.write_failed,
-        "not_modified": c["recrawler/conditional/not_modified"],
+        "not_modified": v.unchanged_by_304,
         "validators_sent": c["recrawler/conditional/sent"],
         "unchanged_by_hash": v.unchanged_by_hash,
         "restored": v.restored,
@@ -61,10 +68,7 @@ def counts(c: RunCounters, v: Verdicts, result: ReconcileResult | None) -> dict[
         "audited": c["recrawler/audit/checked"],
         "lies": c["recrawler/audit/lies"],
     }
-    out["crawled"] = sum(
-        out[k]
-        for k in ("new", "changed", "unchanged", "gone", "quarantined", "moved", "errors", "missing_held")
-    )
+    out["crawled"] = sum(out[k] for k in _SUMMARY_HEAD[1:])
     return out
 
 

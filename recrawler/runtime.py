@@ -131,6 +131,8 @@ class Runtime:
         self.lease_lost = False
         #: how the run ended, for ``scrapy crawl``'s exit code; set by the Reconciler or on refusal
         self.exit_code: int | None = None
+        #: the summary line and the level it was logged at; set by the Reconciler
+        self.summary: tuple[int, str] | None = None
         self._opened = asyncio.Event()
         self._heartbeat: asyncio.Task[None] | None = None
         self._closed = False

@@ -179,7 +179,7 @@ def test_environment_beats_the_project_and_flags_beat_the_environment(
     monkeypatch.setenv("RECRAWLER_DB_URI", f"sqlite:///{tmp_path / 'env.db'}")
     assert run("pages")[0] == 2
     assert "env.db" in capsys.readouterr().err
-    assert run("pages", "--db", make_db(tmp_path / "flag.db")) == (0, "")
+    assert run("pages", "--db", make_db(tmp_path / "flag.db")) == (0, "no pages stored\n")
     assert run("--db", f"sqlite:///{tmp_path / 'flag2.db'}", "pages")[0] == 2
     assert "flag2.db" in capsys.readouterr().err
 

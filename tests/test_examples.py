@@ -22,8 +22,10 @@ def test_offline_demo(tmp_path: Path) -> None:
     assert len(lines) == 4
     assert "crawled: 6 new: 6 changed: 0 unchanged: 0 gone: 0 errors: 0" in lines[0]
     assert "crawled: 6 new: 0 changed: 0 unchanged: 6 gone: 0 errors: 0" in lines[1]
-    assert "not_modified: 6" in lines[1]
-    assert "crawled: 7 new: 1 changed: 1 unchanged: 4 gone: 0 errors: 0 | quarantined: 1" in lines[2]
+    # six 304s; the audit fetched one of them again in full: each page counts once
+    assert "not_modified: 5 unchanged_by_hash: 1" in lines[1]
+    assert "audited: 1" in lines[1]
+    assert "crawled: 6 new: 1 changed: 1 unchanged: 4 gone: 0 errors: 0 | quarantined: 1" in lines[2]
     assert "crawled: 7 new: 0 changed: 0 unchanged: 6 gone: 1 errors: 0" in lines[3]
     assert "index: published" in lines[2]
     # the renamed setting is what the knowledge base now answers with

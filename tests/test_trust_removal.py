@@ -42,7 +42,7 @@ def build(site: Site, n: int) -> tuple[list[str], str]:
 
 def visible_chunks(crawls: Crawls, capsys: pytest.CaptureFixture[str]) -> int:
     capsys.readouterr()
-    assert cli_main(["chunks", "--db", crawls.db_uri]) == 0
+    assert cli_main(["chunks", "--db", crawls.db_uri, "--json"]) == 0
     return len(capsys.readouterr().out.splitlines())
 
 

@@ -27,7 +27,7 @@ __all__ = ["build_parser", "build_settings", "main", "terminal_safe"]
 
 
 def _flag_parsers(default: object) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    """``-s`` alone, and ``-s`` with ``--db`` (for the commands that read the database)."""
+    """``-s`` alone, and ``-s`` with ``--db`` (every command takes both)."""
     flags = argparse.ArgumentParser(add_help=False)
     flags.add_argument(
         "-s",
@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"recrawler {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    flags, db = _flag_parsers(argparse.SUPPRESS)
+    # --db and -s after the command too (SUPPRESS: a flag given before it is not overwritten)
+    _, db = _flag_parsers(argparse.SUPPRESS)
     pages.add_parsers(sub, [db])
     runs.add_parsers(sub, [db])
     report.add_parsers(sub, [db])
@@ -68,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     schedule.add_parsers(sub, [db])
     check.add_parsers(sub, [db])
     events.add_parsers(sub, [db])
-    detect.add_parsers(sub, [db], [flags])
+    detect.add_parsers(sub, [db])
     crawl.add_parsers(sub, [db])
     return parser
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import TYPE_CHECKING
 
+from recrawler.cli.output import json_line
 from recrawler.cli.settings import key_maker, open_store, write
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ def cmd_check(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     findings = store.check_sync(key_maker(settings))  # type: ignore[attr-defined]  # SQLite's own reader
     for f in findings:
         if args.json:
-            out.write(json.dumps({"check": f.check, "key": f.key, "detail": f.detail}) + "\n")
+            out.write(json_line({"check": f.check, "key": f.key, "detail": f.detail}))
         else:
             out.write(f"{f.check:<18} {f.key}  {f.detail}\n")
     if not findings:

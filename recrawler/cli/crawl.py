@@ -16,6 +16,25 @@ if TYPE_CHECKING:
     from recrawler.cli import Parsers
 
 
+def _split_db(scrapy_args: list[str]) -> tuple[str | None, list[str]]:
+    """``--db URI`` (or ``--db=URI``) among the arguments after SITEMAP_URL, and the others."""
+    db, rest = None, []
+    words = iter(scrapy_args)
+    for word in words:
+        if word == "--db":
+            db = next(words, None)
+        elif word.startswith("--db="):
+            db = word.removeprefix("--db=")
+        else:
+            rest.append(word)
+    return db, rest
+
+
+def crawl_db(args: argparse.Namespace) -> str | None:
+    """The database URI of a ``recrawler crawl`` command line: ``--db`` goes anywhere (the last wins)."""
+    return _split_db(args.scrapy_args)[0] or args.db
+
+
 def crawl_argv(args: argparse.Namespace) -> list[str]:
     """The ``scrapy crawl docs`` command line: ``-s`` flags given to ``recrawler`` go first."""
     flags = [
@@ -24,7 +43,7 @@ def crawl_argv(args: argparse.Namespace) -> list[str]:
     argv = ["scrapy", "crawl", "docs", "-a", f"sitemap_url={args.sitemap_url}"]
     for flag in flags:
         argv += ["-s", flag]
-    return [*argv, *args.scrapy_args]
+    return [*argv, *_split_db(args.scrapy_args)[1]]
 
 
 def cmd_crawl(
@@ -34,9 +53,10 @@ def cmd_crawl(
     from scrapy.cmdline import execute
 
     os.environ.setdefault("SCRAPY_SETTINGS_MODULE", FALLBACK_SETTINGS_MODULE)
-    if args.db:
+    db = crawl_db(args)
+    if db:
         # the environment, not -s: a password in the URI stays out of the process list
-        os.environ["RECRAWLER_DB_URI"] = args.db
+        os.environ["RECRAWLER_DB_URI"] = db
     execute(crawl_argv(args))
     return 0
 

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 import urllib.request
 from typing import TYPE_CHECKING
 
+from recrawler.cli.output import Column, Table, json_line
 from recrawler.cli.settings import key_maker, open_store, write
 from recrawler.detect.regions import volatile_regions
 from recrawler.exceptions import ConfigurationError
 from recrawler.extract import ContentExtractor
 from recrawler.learning import NoiseRegistry
 from recrawler.state import utcnow
+from recrawler.terminal import Progress
 from recrawler.urls import key_host
 
 if TYPE_CHECKING:
@@ -35,8 +36,10 @@ def cmd_diff(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         out.write(f"no recorded change for {key}\n")
         return 1
     for row in rows:
+        # the blocks before the change are the store's own (for taking a change back), not output
+        row.pop("old_blocks", None)
         if args.json:
-            out.write(json.dumps(row) + "\n")
+            out.write(json_line(row))
             continue
         fields = ", ".join(row["changed_fields"]) or "-"
         distance = "-" if row["distance"] is None else str(row["distance"])
@@ -58,19 +61,27 @@ def cmd_noise(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     sites = sorted(set(report) | {s for s in registry.patterns if s != "*"})
     if args.site:
         sites = [s for s in sites if s == args.site] or [args.site]
+    table = Table(
+        out,
+        [Column("SITE", 24), Column("KIND", 11), Column("COUNT", right=True), Column("WHAT")],
+        empty="nothing learned yet: no boilerplate blocks or volatile regions stored",
+    )
     for site in sites:
         data = report.get(site, {"boilerplate": [], "regions": []})
         patterns = [p.name for p in registry.site(site).normalizer.patterns]
         if args.json:
-            out.write(json.dumps({"site": site, "patterns": patterns, **data}) + "\n")
+            out.write(json_line({"site": site, "patterns": patterns, **data}))
             continue
-        out.write(f"{site}\n  token patterns ({len(patterns)}): {', '.join(patterns)}\n")
-        out.write(f"  boilerplate blocks ({len(data['boilerplate'])}):\n")
+        # COUNT: token patterns in use; pages a boilerplate block is on; times a region was seen
+        table.row(site, "patterns", len(patterns), ", ".join(patterns))
         for b in data["boilerplate"]:
-            out.write(f"    on {b['pages']} pages: {' '.join((b['sample'] or '').split())[:100]}\n")
-        out.write(f"  volatile regions ({len(data['regions'])}):\n")
+            table.row(site, "boilerplate", b["pages"], " ".join((b["sample"] or "").split())[:100])
         for r in data["regions"]:
-            out.write(f"    {r['selector']}  ({r['source']}, {r['hits']}x, from {r['learned_from']})\n")
+            table.row(
+                site, "region", r["hits"], f"{r['selector']}  ({r['source']}, from {r['learned_from']})"
+            )
+    if not args.json:
+        table.end()
     return 0
 
 
@@ -93,20 +104,37 @@ def cmd_tune(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         )
     if args.json:
         for r in results:
-            out.write(json.dumps(r) + "\n")
+            out.write(json_line(r))
         return 0
-    out.write(f"{len(rows)} recorded changes with a TLSH distance{' on ' + args.site if args.site else ''}\n")
-    out.write("threshold  fuzzy would suppress  guard still catches  let through\n")
+    where = f" on {args.site}" if args.site else ""
+    if not rows:
+        out.write(f"no recorded changes with a TLSH distance{where} yet (changed pages record one)\n")
+        return 0
+    out.write(f"{len(rows)} recorded changes with a TLSH distance{where}\n")
+    table = Table(
+        out,
+        [
+            Column("THRESHOLD", right=True),
+            Column("FUZZY WOULD SUPPRESS", right=True),
+            Column("GUARD STILL CATCHES", right=True),
+            Column("LET THROUGH", right=True),
+        ],
+        empty="",
+    )
     for r in results:
-        out.write(
-            f"{r['threshold']:>9}  {r['suppressed']:>20}  {r['caught_by_guard']:>19}  {r['missed']:>11}\n"
-        )
+        table.row(r["threshold"], r["suppressed"], r["caught_by_guard"], r["missed"])
     return 0
 
 
 def cmd_calibrate(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    """Fetch a sample of pages twice and learn the regions that differ as volatile."""
+    """Fetch a sample of pages twice, ``--delay`` seconds apart, and learn the regions that differ
+    as volatile. Every page is fetched once, then each again once its delay has passed, so the
+    whole takes about one delay; a terminal shows what is being done and how long is left."""
+    if args.delay < 0:
+        raise ConfigurationError(f"calibrate: --delay must be 0 or more, got {args.delay:g}")
     store = open_store(settings)
+    # read first: a database that cannot be read fails now, not after the fetches
+    store.noise_report()
     urls = list(args.urls)
     if not urls:
         pages = [p for p in store.iter_pages(status="live") if not args.site or p.site == args.site]
@@ -114,6 +142,7 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings, out: TextIO) -> 
         urls = [p.url for p in pages[: args.sample]]
     if not urls:
         raise ConfigurationError("calibrate: no pages to sample (crawl first, or give URLs)")
+    pairs = _fetch_twice(urls, settings, args.delay)
     extractor = ContentExtractor(
         settings.getlist("RECRAWLER_CONTENT_SELECTORS"), settings.getlist("RECRAWLER_CONTENT_NOISE_SELECTORS")
     )
@@ -121,10 +150,7 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings, out: TextIO) -> 
     keys = key_maker(settings)
     learned: dict[str, set[str]] = {}
     noisy = 0
-    for url in urls:
-        first = _fetch(url, settings)
-        time.sleep(args.delay)
-        second = _fetch(url, settings)
+    for url, (first, second) in zip(urls, pairs, strict=True):
         site = key_host(keys(url))
         normalize = registry.site(site).normalizer.normalize
         _, a = extractor.main(first)
@@ -154,6 +180,41 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings, out: TextIO) -> 
     return 0
 
 
+def _fetch_twice(urls: list[str], settings: Settings, delay: float) -> list[tuple[bytes, bytes]]:
+    """Each URL's body, then again *delay* seconds after its first fetch (the pages wait together)."""
+    clock = time.monotonic
+    spent: list[float] = []
+
+    def fetch(url: str) -> tuple[bytes, float]:
+        started = clock()
+        body = _fetch(url, settings)
+        spent.append(clock() - started)
+        return body, clock()
+
+    def left(first_left: int, until: float) -> float:
+        # the fetches still to make, at the mean time of those made, plus the wait still ahead
+        mean = sum(spent) / len(spent) if spent else 0.0
+        return max(until - clock(), 0.0) + mean * (first_left + 1)
+
+    firsts: list[tuple[bytes, float]] = []
+    pairs: list[tuple[bytes, bytes]] = []
+    with Progress("calibrate", total=2 * len(urls), unit="fetches") as progress:
+        for i, url in enumerate(urls):
+            progress.status(f"fetching {url}", left=left(len(urls) - i, clock() + delay) if spent else None)
+            firsts.append(fetch(url))
+            progress.advance()
+        last_due = firsts[-1][1] + delay
+        for url, (first, at) in zip(urls, firsts, strict=True):
+            while (wait := at + delay - clock()) > 0:
+                progress.status(f"waiting {wait:.0f}s to fetch {url} again", left=left(0, last_due))
+                # on a terminal the countdown moves each second; elsewhere the wait is one sleep
+                time.sleep(min(wait, 1.0) if progress.active else wait)
+            progress.status(f"fetching {url} again", left=left(0, last_due))
+            pairs.append((first, fetch(url)[0]))
+            progress.advance()
+    return pairs
+
+
 def _fetch(url: str, settings: Settings) -> bytes:
     if not url.startswith(("http://", "https://")):
         raise ConfigurationError(f"calibrate: not an http(s) URL: {url!r}")
@@ -175,9 +236,7 @@ def cmd_normalize(args: argparse.Namespace, settings: Settings, out: TextIO) -> 
     return 0
 
 
-def add_parsers(
-    sub: Parsers, db: list[argparse.ArgumentParser], flags: list[argparse.ArgumentParser]
-) -> None:
+def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     """Register ``diff``, ``noise``, ``tune``, ``calibrate`` and ``normalize``."""
     p = sub.add_parser("diff", parents=db, help="show a page's last recorded change")
     p.add_argument("url")
@@ -208,7 +267,8 @@ def add_parsers(
     p.add_argument("--seed", type=int, default=None)
     p.set_defaults(func=cmd_calibrate)
 
-    p = sub.add_parser("normalize", parents=flags, help="print the page key of each URL")
+    # --db too, though it reads no database: one habit for every command
+    p = sub.add_parser("normalize", parents=db, help="print the page key of each URL")
     p.add_argument("urls", nargs="+", metavar="URL")
     p.add_argument("--drop", action="append", help="query parameter pattern to drop (repeatable)")
     p.add_argument("--keep", action="append", help="keep only these query parameter patterns (repeatable)")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
-from recrawler.cli.output import when
+from recrawler.cli.output import Column, Table, json_line, when
 from recrawler.cli.runs import embedder_options
 from recrawler.cli.settings import db_uri
 from recrawler.index import open_kb
@@ -20,29 +19,44 @@ if TYPE_CHECKING:
 
 
 def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    """Search the published knowledge base."""
+    """Search the published knowledge base; hits scoring ``--min-score`` or less are left out."""
+    table = Table(
+        out,
+        [Column("SCORE", 5, right=True), Column("VERIFIED", 16), Column("CHANGED", 16), Column("URL")],
+        empty=f"no match above score {args.min_score:g}",
+    )
     with open_kb(db_uri(settings), embedder=args.embedder, **embedder_options(settings)) as kb:
-        for hit in kb.search(args.query, k=args.k):
+        # k nearest chunks are k chunks, related or not: a score at or below the floor is no match
+        for hit in (h for h in kb.search(args.query, k=args.k) if h.score > args.min_score):
             if args.json:
-                out.write(json.dumps(hit.to_dict()) + "\n")
+                out.write(json_line(hit.to_dict()))
                 continue
             body = " ".join(hit.text.split())
+            table.row(f"{hit.score:.3f}", when(hit.last_checked), when(hit.last_changed), hit.url)
             out.write(
-                f"{hit.score:.3f}  {hit.url}\n       {hit.heading or hit.title or ''}"
-                f"  (verified {when(hit.last_checked)}, changed {when(hit.last_changed)})\n"
-                f"       {body[:240]}{'...' if len(body) > 240 else ''}\n\n"
+                f"       {hit.heading or hit.title or ''}\n"
+                f"       {body[:240]}{'...' if len(body) > 240 else ''}\n"
             )
+    if not args.json:
+        table.end()
     return 0
 
 
 def cmd_chunks(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Dump the published knowledge base, one chunk per line."""
+    table = Table(
+        out,
+        [Column("CHUNK", right=True), Column("CHARS", right=True), Column("URL", 50), Column("HEADING")],
+        empty="no published chunks (no run has published yet)",
+    )
     with open_kb(db_uri(settings), embedder="hashing") as kb:
         for chunk in kb.chunks():
             if args.json:
-                out.write(json.dumps(chunk.to_dict()) + "\n")
+                out.write(json_line(chunk.to_dict()))
             else:
-                out.write(f"{chunk.url}\t{chunk.chunk_index}\t{chunk.heading}\t{len(chunk.text)} chars\n")
+                table.row(chunk.chunk_index, len(chunk.text), chunk.url, chunk.heading)
+    if not args.json:
+        table.end()
     return 0
 
 
@@ -50,7 +64,14 @@ def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     """Register ``search`` and ``chunks``."""
     p = sub.add_parser("search", parents=db, help="search the published knowledge base")
     p.add_argument("query")
-    p.add_argument("-k", type=int, default=5, help="number of chunks (default %(default)s)")
+    p.add_argument("-k", type=int, default=5, help="number of chunks, at most (default %(default)s)")
+    p.add_argument(
+        "--min-score",
+        type=float,
+        default=0.0,
+        metavar="SCORE",
+        help="leave out hits scoring this or less (default %(default)s: no unrelated chunks)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per hit")
     p.add_argument("--embedder", help="embedder spec (default: the one the last published run used)")
     p.add_argument("--base-url", help="OpenAI-protocol base URL (as RECRAWLER_EMBEDDER_BASE_URL)")

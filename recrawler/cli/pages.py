@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
-from recrawler.cli.output import when
+from recrawler.cli.output import Column, Table, json_line, when
 from recrawler.cli.settings import open_store
 
 if TYPE_CHECKING:
@@ -37,13 +36,18 @@ def page_json(rec: PageRecord) -> dict[str, Any]:
 
 def cmd_pages(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """List stored pages."""
+    table = Table(
+        out,
+        [Column("STATUS", 11), Column("LAST CHECKED", 16), Column("LAST CHANGED", 16), Column("URL")],
+        empty=f"no {args.status + ' ' if args.status else ''}pages stored",
+    )
     for rec in open_store(settings).iter_pages(status=args.status):
         if args.json:
-            out.write(json.dumps(page_json(rec)) + "\n")
+            out.write(json_line(page_json(rec)))
         else:
-            out.write(
-                f"{rec.status:<11} {when(rec.last_checked):<16} {when(rec.last_changed):<16} {rec.url}\n"
-            )
+            table.row(rec.status, when(rec.last_checked), when(rec.last_changed), rec.url)
+    if not args.json:
+        table.end()
     return 0
 
 

@@ -2,46 +2,64 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import json
 from typing import TYPE_CHECKING, Any
 
-from recrawler.cli.settings import db_uri, open_store
+from recrawler.cli.output import Column, Table, json_line
+from recrawler.cli.settings import db_uri, open_store, require_database
 from recrawler.embedders import embedder_from_spec
 from recrawler.exceptions import ConfigurationError
 from recrawler.index.publish import embed_missing
 from recrawler.index.sqlite import embedder_spec
 from recrawler.redact import redact_url
 from recrawler.state import RUN_HELD, utcnow
+from recrawler.terminal import Progress
 
 if TYPE_CHECKING:
-    import argparse
     from typing import TextIO
 
     from scrapy.settings import Settings
 
     from recrawler.cli import Parsers
 
-COUNTS = ("crawled", "new", "changed", "unchanged", "gone", "errors")
+#: the counts a run's row shows, as the summary line names them
+COUNTS = ("crawled", "new", "changed", "unchanged", "gone", "quarantined", "errors")
 
 
 def cmd_runs(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """List runs, newest first; or approve / discard a held run."""
     if args.action in ("approve", "discard"):
-        if args.run_id is None:
-            raise ConfigurationError(f"runs {args.action}: give the RUN_ID of a held run")
         return asyncio.run(_approve_or_discard(args, settings, out))
+    table = Table(
+        out,
+        [
+            Column("ID", 4, right=True),
+            Column("STARTED", 16),
+            Column("STATE", 9),
+            Column("EXIT", right=True),
+            Column("SITE", 20),
+            *(Column(name.upper(), right=True) for name in COUNTS),
+            Column("REASONS"),
+        ],
+        empty="no runs yet",
+    )
     for run in open_store(settings).iter_runs():
         if args.json:
-            out.write(json.dumps(run) + "\n")
+            out.write(json_line(run))
             continue
         c = run["counts"] or {}
-        counts = " ".join(f"{k}: {c.get(k, 0)}" for k in COUNTS)
-        reasons = f"  [{', '.join(run['reasons'])}]" if run.get("reasons") else ""
-        out.write(
-            f"{run['id']:>5} {run['started_at'][:19]} {run['finish_reason'] or 'unfinished':<12} "
-            f"{run.get('state') or '-':<11} {run['site'] or '-'}  {counts}{reasons}\n"
+        table.row(
+            run["id"],
+            run["started_at"][:16].replace("T", " "),
+            run.get("state"),
+            run.get("exit_code"),
+            run["site"],
+            *(c.get(k, 0) if run["counts"] else None for k in COUNTS),
+            ", ".join(run.get("reasons") or ()) or None,
         )
+    if not args.json:
+        table.end()
     return 0
 
 
@@ -53,6 +71,7 @@ def embedder_options(settings: Settings) -> dict[str, Any]:
 
 async def _approve_or_discard(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     store = open_store(settings)
+    require_database(store)
     await store.open()
     try:
         info = await store.run_info(args.run_id)
@@ -77,7 +96,10 @@ async def _approve_or_discard(args: argparse.Namespace, settings: Settings, out:
         spec, options = embedder_spec(info["embedder"], embedder_options(settings))
         embedder = embedder_from_spec(args.embedder or spec, **options)
         try:
-            texts, calls = await embed_missing(store, embedder, include_run=args.run_id)
+            with Progress(f"run {args.run_id}: embedding", unit="texts") as progress:
+                texts, calls = await embed_missing(
+                    store, embedder, include_run=args.run_id, progress=progress.advance
+                )
         finally:
             embedder.close()
         gc = await store.publish(args.run_id, utcnow())
@@ -92,11 +114,22 @@ async def _approve_or_discard(args: argparse.Namespace, settings: Settings, out:
 
 
 def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
-    """Register ``runs``."""
-    p = sub.add_parser("runs", parents=db, help="list runs; approve or discard a held run")
-    p.add_argument("action", nargs="?", choices=["list", "approve", "discard"], default="list")
-    p.add_argument("run_id", nargs="?", type=int, metavar="RUN_ID")
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
-    p.add_argument("--embedder", help="embedder spec for approve (default: the one the run used)")
-    p.add_argument("--base-url", help="OpenAI-protocol base URL for approve (as RECRAWLER_EMBEDDER_BASE_URL)")
-    p.set_defaults(func=cmd_runs)
+    """Register ``runs`` with its actions ``list`` (the default), ``approve`` and ``discard``."""
+
+    def listing(default: object) -> argparse.ArgumentParser:
+        flags = argparse.ArgumentParser(add_help=False)
+        flags.add_argument("--json", action="store_true", default=default, help="one JSON object per line")
+        return flags
+
+    p = sub.add_parser("runs", parents=[*db, listing(False)], help="list runs; approve or discard a held run")
+    p.set_defaults(func=cmd_runs, action="list")
+    actions = p.add_subparsers(dest="action", metavar="{list,approve,discard}")
+    actions.add_parser(
+        "list", parents=[*db, listing(argparse.SUPPRESS)], help="list runs, newest first (the default)"
+    )
+    a = actions.add_parser("approve", parents=db, help="apply a held run's removals, embed and publish it")
+    a.add_argument("run_id", type=int, metavar="RUN_ID")
+    a.add_argument("--embedder", help="embedder spec (default: the one the run used)")
+    a.add_argument("--base-url", help="OpenAI-protocol base URL (as RECRAWLER_EMBEDDER_BASE_URL)")
+    d = actions.add_parser("discard", parents=db, help="drop a held run's changes and removals")
+    d.add_argument("run_id", type=int, metavar="RUN_ID")

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from typing import TYPE_CHECKING
 
-from recrawler.cli.output import duration, when
+from recrawler.cli.output import Column, Table, duration, json_line, when
 from recrawler.cli.settings import open_store, write
 from recrawler.exceptions import ConfigurationError
 from recrawler.schedule import SchedulePolicy, parse_now
@@ -21,6 +20,18 @@ if TYPE_CHECKING:
     from scrapy.settings import Settings
 
     from recrawler.cli import Parsers
+    from recrawler.schedule import Revisit
+
+
+#: a change rate needs this much observed time: checks seconds apart say nothing per day
+MIN_RATE_WINDOW_SECS = 86400.0
+
+
+def changes_per_day(rev: Revisit) -> float | None:
+    """The page's estimated changes per day, or None until its checks span a day."""
+    if rev.rate is None or rev.checked_secs < MIN_RATE_WINDOW_SECS:
+        return None
+    return round(rev.rate * 86400, 3)
 
 
 def cmd_due(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
@@ -28,6 +39,17 @@ def cmd_due(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     policy = SchedulePolicy.from_settings(settings, now=parse_now(args.now))
     store = open_store(settings)
     off = {(t.host, t.signal) for t in store.iter_trust() if not t.trusted}
+    table = Table(
+        out,
+        [
+            Column("DUE", 22),
+            Column("NEXT CHECK", 16),
+            Column("EVERY", 7),
+            Column("CHANGES/DAY", right=True),
+            Column("URL"),
+        ],
+        empty="",
+    )
     total = due = shown = 0
     for page in store.iter_schedule(site=args.site):
         decision = policy.decide(
@@ -43,26 +65,36 @@ def cmd_due(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
             continue
         shown += 1
         rev = page.revisit
+        rate = changes_per_day(rev)
         if args.json:
             row = {
                 "key": page.key,
                 "url": page.url,
                 "due": decision.due,
                 "reason": decision.reason,
-                "last_check_at": rev.last_check_at.isoformat() if rev.last_check_at else None,
-                "next_check_at": rev.next_check_at.isoformat() if rev.next_check_at else None,
+                "last_check_at": rev.last_check_at,
+                "next_check_at": rev.next_check_at,
                 "interval_secs": rev.interval,
-                "changes_per_day": rev.rate * 86400 if rev.rate is not None else None,
+                "changes_per_day": rate,
+                "observed_secs": rev.checked_secs,
                 "checks": rev.checks,
                 "changes": rev.changes,
             }
-            out.write(json.dumps(row) + "\n")
+            out.write(json_line(row))
             continue
         label = decision.reason if decision.due else f"not due ({decision.reason})"
-        out.write(
-            f"{label:<22} next {when(rev.next_check_at):<16} every {duration(rev.interval):<7} {page.url}\n"
+        table.row(
+            label,
+            when(rev.next_check_at),
+            duration(rev.interval),
+            f"{rate:.2f}" if rate is not None else None,
+            page.url,
         )
     if not args.json:
+        if not total:
+            out.write("no pages stored\n")
+        elif not shown:
+            out.write("no pages due (--all lists every page)\n")
         out.write(
             f"{due} of {total} stored pages due at {policy.now.isoformat(timespec='seconds')} "
             f"(schedule {policy.mode}, lastmod {policy.lastmod_mode}); "
@@ -78,6 +110,19 @@ def cmd_trust(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         n = asyncio.run(write(settings, lambda store: store.reset_trust(host, args.signal)))
         out.write(f"{n} trust record(s) reset: {host or 'every host'} {args.signal or 'every signal'}\n")
         return 0
+    table = Table(
+        out,
+        [
+            Column("HOST", 28),
+            Column("SIGNAL", 13),
+            Column("STATE", 7),
+            Column("CHECKS", right=True),
+            Column("LIES", right=True),
+            Column("LAST LIE", 16),
+            Column("LAST LIE URL"),
+        ],
+        empty="no trust records yet (the audit has checked no host's signals)",
+    )
     for rec in open_store(settings).iter_trust():
         if args.json:
             data = {
@@ -86,14 +131,15 @@ def cmd_trust(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
                 "checks": rec.checks,
                 "lies": rec.lies,
                 "trusted": rec.trusted,
-                "last_lie_at": rec.last_lie_at.isoformat() if rec.last_lie_at else None,
+                "last_lie_at": rec.last_lie_at,
                 "last_lie_url": rec.last_lie_url,
             }
-            out.write(json.dumps(data) + "\n")
+            out.write(json_line(data))
             continue
         state = "trusted" if rec.trusted else "OFF"
-        lie = f"  last lie {when(rec.last_lie_at)} {rec.last_lie_url}" if rec.last_lie_url else ""
-        out.write(f"{rec.host:<28} {rec.signal:<14} {state:<8} checks: {rec.checks} lies: {rec.lies}{lie}\n")
+        table.row(rec.host, rec.signal, state, rec.checks, rec.lies, when(rec.last_lie_at), rec.last_lie_url)
+    if not args.json:
+        table.end()
     return 0
 
 
@@ -108,13 +154,20 @@ def cmd_immutable(args: argparse.Namespace, settings: Settings, out: TextIO) -> 
         n = asyncio.run(write(settings, lambda store: store.immutable_reset(args.spider, pattern)))
         out.write(f"{n} immutable page(s) forgotten: fetched again on the next run\n")
         return 0
+    table = Table(
+        out,
+        [Column("SPIDER", 12), Column("STORED", 16), Column("URL")],
+        empty="no immutable pages stored (RECRAWLER_IMMUTABLE_PATTERNS names them)",
+    )
     for row in open_store(settings).iter_immutable():
         if args.spider and row["spider"] != args.spider:
             continue
         if args.json:
-            out.write(json.dumps(row) + "\n")
+            out.write(json_line(row))
         else:
-            out.write(f"{row['spider']:<12} {row['stored_at'][:16]:<16} {row['url']}\n")
+            table.row(row["spider"], row["stored_at"][:16].replace("T", " "), row["url"])
+    if not args.json:
+        table.end()
     return 0
 
 

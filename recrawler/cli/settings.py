@@ -104,9 +104,16 @@ def key_maker(settings: Settings) -> KeyMaker:
     )
 
 
+def require_database(store: StateStore) -> None:
+    """Refuse a database that is missing, empty or unreadable before anything writes to it: a
+    write opens the store, which would create (or migrate) one. The backend's readers raise."""
+    next(iter(store.iter_runs()), None)
+
+
 async def write(settings: Settings, work: Callable[[StateStore], Awaitable[_T]]) -> _T:
-    """Open the store, run *work* on it, close it."""
+    """Open the store of an existing database, run *work* on it, close it."""
     store = open_store(settings)
+    require_database(store)
     await store.open()
     try:
         return await work(store)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from typing import TYPE_CHECKING, Any
 
 from scrapy.commands.crawl import Command as ScrapyCrawlCommand
@@ -18,7 +19,19 @@ from recrawler.runtime import find_runtime
 if TYPE_CHECKING:
     import argparse
 
+    from scrapy.settings import BaseSettings
+
 logger = logging.getLogger(__name__)
+
+
+def logged_at(settings: BaseSettings, level: int) -> bool:
+    """Whether Scrapy's log (``LOG_ENABLED``, ``LOG_LEVEL``) shows a record of *level*."""
+    if not settings.getbool("LOG_ENABLED"):
+        return False
+    threshold = settings.get("LOG_LEVEL")
+    if isinstance(threshold, str):
+        threshold = logging.getLevelNamesMapping().get(threshold.upper(), logging.DEBUG)
+    return level >= int(threshold)
 
 
 def exit_code_for(exc: BaseException | None) -> int | None:
@@ -33,7 +46,9 @@ def exit_code_for(exc: BaseException | None) -> int | None:
 
 
 class Command(ScrapyCrawlCommand):
-    """Run a spider; the exit code says how its recrawler run ended.
+    """Run a spider; the exit code says how its recrawler run ended. When the log level hides the
+    run's summary line (``--loglevel WARNING`` hides an OK run's, ``--nolog`` every one), the
+    line is written to stderr instead.
 
     0 published (or nothing to publish), 1 Scrapy failed (a crash), 2 a configuration error
     (one line, no traceback), 3 held for ``recrawler runs approve``/``discard`` (or a held run
@@ -80,3 +95,8 @@ class Command(ScrapyCrawlCommand):
             return
         runtime = find_runtime(crawler)
         self.exitcode = runtime.exit_code if runtime and runtime.exit_code is not None else EXIT_OK
+        if runtime is not None and runtime.summary is not None:
+            level, line = runtime.summary
+            if not logged_at(crawler.settings, level):
+                # a quiet cron run (--loglevel WARNING, --nolog) still says how it ended
+                sys.stderr.write(line + "\n")

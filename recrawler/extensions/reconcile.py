@@ -306,7 +306,8 @@ class Reconciler:
         await reports.write_after_run(self.crawler.settings, store, run.id, store.uri)
         # WARNING when the run did not end well, so a quiet cron run (--loglevel WARNING) still says so
         level = logging.INFO if rt.exit_code == outcome.EXIT_OK else logging.WARNING
-        logger.log(level, report.summary_line(run_report), extra={"spider": self.crawler.spider})
+        rt.summary = (level, report.summary_line(run_report))
+        logger.log(level, rt.summary[1], extra={"spider": self.crawler.spider})
         if rt.workers is not None:
             await asyncio.to_thread(rt.workers.release)
         await self.crawler.signals.send_catch_log_async(

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from recrawler.embedders import EmbedderError, vector_to_blob
 from recrawler.exceptions import StateStoreError
 from recrawler.state import RUN_FINISHED, RUN_HELD, RUN_PUBLISHED, utcnow
+from recrawler.terminal import Progress
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from recrawler.embedders import Embedder
     from recrawler.runtime import RunCounters
     from recrawler.state import Run, StateStore
@@ -19,11 +23,16 @@ logger = logging.getLogger(__name__)
 
 
 async def embed_missing(
-    store: StateStore, embedder: Embedder, *, include_run: int | None = None
+    store: StateStore,
+    embedder: Embedder,
+    *,
+    include_run: int | None = None,
+    progress: Callable[[int], object] | None = None,
 ) -> tuple[int, int]:
     """Embed every current chunk text the cache lacks, batch by batch; return (texts, calls).
 
-    Committed batch by batch: a failure half way loses nothing already paid for.
+    Committed batch by batch: a failure half way loses nothing already paid for. *progress* is
+    called with the number of texts of each batch once it is stored.
     """
     texts = 0
     calls = embedder.calls
@@ -36,11 +45,17 @@ async def embed_missing(
         )
         texts += len(rows)
         after = rows[-1][0]
+        if progress is not None:
+            progress(len(rows))
     return texts, embedder.calls - calls
 
 
 class Publisher:
-    """Decides a finished run's index state: dry run, held, unpublished (with why) or published."""
+    """Decides a finished run's index state: dry run, held, unpublished (with why) or published.
+
+    Embedding shows its progress on stderr when that is a terminal; the crawl logs one INFO line
+    once the texts are embedded.
+    """
 
     def __init__(
         self, store: StateStore, embedder: Embedder, counters: RunCounters, *, dry_run: bool, each_page: bool
@@ -86,14 +101,29 @@ class Publisher:
                 state="unpublished", reason=f"run ended with {reason}: the next run publishes its work"
             )
             return info
+        started = time.monotonic()
         try:
-            embedded, calls = await embed_missing(self.store, self.embedder)
+            with Progress(f"run {run.id}: embedding", unit="texts") as progress:
+                if progress.active:
+                    progress.total = await self.store.count_missing(self.embedder.id)
+                embedded, calls = await embed_missing(self.store, self.embedder, progress=progress.advance)
         except (EmbedderError, StateStoreError) as exc:
             c.inc("recrawler/index/error")
             logger.error("run %(run)d not published, embedding failed: %(exc)s", {"run": run.id, "exc": exc})
             await self.store.set_run_state(run.id, RUN_FINISHED)
             info.update(state="unpublished", reason=str(exc))
             return info
+        if embedded:
+            logger.info(
+                "run %(run)d: %(texts)d chunk texts embedded in %(calls)d calls (%(secs).1f s, %(embedder)s)",
+                {
+                    "run": run.id,
+                    "texts": embedded,
+                    "calls": calls,
+                    "secs": time.monotonic() - started,
+                    "embedder": self.embedder.id,
+                },
+            )
         c.inc("recrawler/embed/texts", embedded)
         c.inc("recrawler/embed/calls", calls)
         gc = await self.store.publish(run.id, utcnow())

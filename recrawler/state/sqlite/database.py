@@ -380,6 +380,11 @@ class SQLiteDatabase:
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise self._wrap_open_error(exc) from exc
+        if not version:
+            # an empty file (a 0-byte one, say): nothing to read, and readers never create a schema
+            conn.close()
+            msg = f"state database {self.path!r} is empty (no recrawler schema): run a crawl first"
+            raise StateStoreUnavailable(msg)
         if version > SCHEMA_VERSION:
             conn.close()
             msg = (

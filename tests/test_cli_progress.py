@@ -1,0 +1,149 @@
+"""Long work shows progress on a terminal (stderr) and stays quiet anywhere else: calibrate,
+``runs approve`` and a first run's embedding."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from recrawler.cli import main as cli_main
+from tests import docsite
+from tests.test_cli_settings import make_db
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import pytest
+
+    from tests.conftest import Crawls
+    from tests.conftest_mockserver import Site
+
+T0 = 1_760_000_000.0
+
+
+class Tty(io.StringIO):
+    """stderr as a terminal would be."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def cli(*argv: str) -> tuple[int, str]:
+    """Run the CLI on a thread of its own (it runs its own event loop)."""
+    out = io.StringIO()
+    with ThreadPoolExecutor(1) as pool:
+        code = pool.submit(cli_main, list(argv), out).result()
+    return code, out.getvalue()
+
+
+def body(i: int, extra: str = "") -> str:
+    return docsite.page(f"Page {i}", [("Overview", [f"Page {i} explains feature {i}. {extra}"])])
+
+
+def terminal(monkeypatch: pytest.MonkeyPatch) -> Tty:
+    """Make stderr a terminal (in the test itself: pytest swaps stderr again after the setup)."""
+    stream = Tty()
+    monkeypatch.setattr(sys, "stderr", stream)
+    return stream
+
+
+def test_calibrate_fetches_each_page_again_after_one_shared_wait(
+    site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(3):
+        site.write(f"p{i}.html", body(i), mtime=T0)
+    urls = [site.url(f"p{i}.html") for i in range(3)]
+    db = make_db(tmp_path / "state.db")
+    tty = terminal(monkeypatch)
+    started = time.monotonic()
+    code, out = cli("calibrate", *urls, "--delay", "1", "--db", db)
+    elapsed = time.monotonic() - started
+    assert code == 0, out
+    # every page once, then every page again: the whole takes about one delay, not one per page
+    assert [r["path"] for r in site.requests()] == ["p0.html", "p1.html", "p2.html"] * 2
+    assert 1.0 <= elapsed < 2.5
+    assert out.endswith("3 pages fetched twice 1 s apart: 0 differed; 0 new volatile regions learned\n")
+    shown = tty.getvalue()
+    assert f"\rcalibrate: 1/6 fetches (16%), fetching {urls[1]}" in shown
+    assert "waiting 1s to fetch" in shown
+    assert "left" in shown
+    assert shown.endswith("\r\x1b[K")
+
+
+def test_calibrate_is_quiet_when_stderr_is_not_a_terminal(
+    site: Site, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site.write("p0.html", body(0), mtime=T0)
+    code, _ = cli("calibrate", site.url("p0.html"), "--delay", "0", "--db", make_db(tmp_path / "state.db"))
+    assert code == 0
+    assert capsys.readouterr().err == ""
+
+
+async def _held_run(site: Site, crawls: Crawls) -> int:
+    """A run held for a change spike: 12 pages rewritten by a template change."""
+    pages = [f"p{i}.html" for i in range(12)]
+    for i, p in enumerate(pages):
+        site.write(p, body(i), mtime=T0)
+    sitemap = site.write_sitemap(pages)
+    await crawls.crawl(sitemap)
+    for i, p in enumerate(pages):
+        site.write(p, body(i, "Rendered by the new template."), mtime=T0 + 5)
+    r2 = await crawls.crawl(sitemap)
+    assert r2.report["index"]["state"] == "held"
+    return int(r2.report["run_id"])
+
+
+@deferred_f_from_coro_f
+async def test_runs_approve_shows_its_embedding_on_a_terminal(
+    site: Site, crawls: Crawls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = await _held_run(site, crawls)
+    tty = terminal(monkeypatch)
+    code, out = await asyncio.to_thread(cli, "runs", "approve", str(held), "--db", crawls.db_uri)
+    assert code == 0
+    assert "12 texts embedded" in out
+    assert f"\rrun {held}: embedding: 12 texts" in tty.getvalue()
+
+
+@deferred_f_from_coro_f
+async def test_runs_approve_is_quiet_when_stderr_is_not_a_terminal(
+    site: Site, crawls: Crawls, capsys: pytest.CaptureFixture[str]
+) -> None:
+    held = await _held_run(site, crawls)
+    capsys.readouterr()
+    code, _ = await asyncio.to_thread(cli, "runs", "approve", str(held), "--db", crawls.db_uri)
+    assert code == 0
+    assert capsys.readouterr().err == ""
+
+
+@deferred_f_from_coro_f
+async def test_a_first_runs_embedding_shows_progress_on_a_terminal(
+    site: Site, crawls: Crawls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tty = terminal(monkeypatch)
+    for i in range(3):
+        site.write(f"p{i}.html", body(i), mtime=T0)
+    r1 = await crawls.crawl(site.write_sitemap([f"p{i}.html" for i in range(3)]))
+    assert r1.report["index"]["texts_embedded"] == 3
+    assert f"\rrun {r1.report['run_id']}: embedding: 3/3 texts (100%)" in tty.getvalue()
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_logs_its_embedding_once_when_stderr_is_not_a_terminal(
+    site: Site, crawls: Crawls, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    for i in range(3):
+        site.write(f"p{i}.html", body(i), mtime=T0)
+    with caplog.at_level(logging.INFO, logger="recrawler.index.publish"):
+        r1 = await crawls.crawl(site.write_sitemap([f"p{i}.html" for i in range(3)]))
+    assert "\r" not in capsys.readouterr().err
+    lines = [r.getMessage() for r in caplog.records if r.name == "recrawler.index.publish"]
+    assert len(lines) == 1
+    assert lines[0].startswith(f"run {r1.report['run_id']}: 3 chunk texts embedded in 1 calls")
