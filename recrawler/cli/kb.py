@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Search the published knowledge base."""
     with open_kb(db_uri(settings), embedder=args.embedder, **embedder_options(settings)) as kb:
-        for hit in kb.search(args.query, k=args.k):
+        for hit in kb.search(args.query, k=args.k, site=args.site):
             if args.json:
                 out.write(json.dumps(hit.to_dict()) + "\n")
                 continue
@@ -51,6 +51,7 @@ def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("search", parents=db, help="search the published knowledge base")
     p.add_argument("query")
     p.add_argument("-k", type=int, default=5, help="number of chunks (default %(default)s)")
+    p.add_argument("--site", help="only this site's pages (a host, as in `recrawler pages`); default: all")
     p.add_argument("--json", action="store_true", help="one JSON object per hit")
     p.add_argument("--embedder", help="embedder spec (default: the one the last published run used)")
     p.add_argument("--base-url", help="OpenAI-protocol base URL (as RECRAWLER_EMBEDDER_BASE_URL)")

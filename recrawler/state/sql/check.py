@@ -90,7 +90,7 @@ def check(conn: Reader, key_maker: Callable[[str], str], *, limit: int = 1000) -
             """SELECT c.key, COUNT(*) || ' current rows, page ' || COALESCE(p.status, 'missing')
                FROM chunks c LEFT JOIN pages p ON p.key = c.key
                WHERE c.retired_run IS NULL AND (p.key IS NULL OR p.status != 'live')
-               GROUP BY c.key""",
+               GROUP BY c.key, p.status""",
         ),
     )
     add(
@@ -107,7 +107,8 @@ def check(conn: Reader, key_maker: Callable[[str], str], *, limit: int = 1000) -
             conn,
             f"""SELECT c.key, COUNT(*) || ' visible chunks, page ' || COALESCE(p.status, 'missing')
                 FROM chunks c LEFT JOIN pages p ON p.key = c.key {visible_from("c")}
-                WHERE {visible_where("c")} AND (p.key IS NULL OR p.status != 'live') GROUP BY c.key""",
+                WHERE {visible_where("c")} AND (p.key IS NULL OR p.status != 'live')
+                GROUP BY c.key, p.status""",
         ),
     )
     add(
