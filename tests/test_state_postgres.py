@@ -248,3 +248,17 @@ async def test_two_sites_crawl_at_once_on_one_database(site: Site, tmp_path: Pat
     assert sorted((r["site"], r["state"]) for r in runs) == sorted(
         [(host_a, "published"), (host_a, "published"), (host_b, "published")]
     )
+
+
+@deferred_f_from_coro_f
+async def test_a_dry_run_writes_nothing(site: Site, tmp_path: Path, postgres_uri: str) -> None:
+    crawls = Crawls(tmp_path)
+    crawls.db_uri = postgres_uri
+    sitemap = build_site(site)
+    await crawls.crawl(sitemap)
+    before = state(postgres_uri)
+    site.write("new.html", docsite.page("New", [("Overview", ["A new page."])]), mtime=T0)
+    site.write_sitemap(["strong.html", "new.html"], name="pages1.xml")
+    dry = await crawls.crawl(sitemap, RECRAWLER_DRY_RUN=True)
+    assert dry.counts["new"] == 1
+    assert state(postgres_uri) == before

@@ -269,7 +269,9 @@ class PostgreSQLDatabase:
         """A connection of its own (refused on a newer schema), rolled back and closed after use."""
         with self._sync_conn() as conn:
             reader = PostgreSQLReader(conn)
-            reader.run(check_schema(self.label))
+            if not reader.run(check_schema(self.label)):
+                msg = f"no recrawler state in {self.label!r} (run a crawl first, or pass --db)"
+                raise StateStoreUnavailable(msg)
             try:
                 yield reader
             finally:
