@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 # --- state: one database holds crawl state (and, later, the knowledge base) ----------------------
-# Where state lives: sqlite:///relative.db, sqlite:////absolute.db, or a bare path (None: recrawler.db
-# in Scrapy's project data directory, .scrapy beside scrapy.cfg or in the working directory).
+# Where state lives: sqlite:///relative.db, sqlite:////absolute.db, a bare path, or
+# postgresql://user:password@host/db (recrawler[postgres]; password from the environment). None:
+# recrawler.db in Scrapy's project data directory (.scrapy beside scrapy.cfg, or the working directory).
 RECRAWLER_DB_URI: str | None = None
 # Pages written per database transaction commit (group commit; each page stays atomic).
 RECRAWLER_DB_BATCH_SIZE = 200
@@ -19,6 +20,8 @@ RECRAWLER_LEASE_SECS = 60.0
 RECRAWLER_STATE_BACKENDS = {
     "sqlite": "recrawler.state.sqlite.SQLiteStateStore",
     "file": "recrawler.state.sqlite.SQLiteStateStore",
+    "postgresql": "recrawler.state.postgres.PostgreSQLStateStore",
+    "postgres": "recrawler.state.postgres.PostgreSQLStateStore",
 }
 
 # --- URL keys ----------------------------------------------------------------------------------

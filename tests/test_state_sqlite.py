@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
     from pathlib import Path
 
+    from recrawler.state.sql.dialect import Work
+
 SITE = "example.com"
 T0 = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 EVENT_KEYS = {"run_id", "action", "url", "key", "content_hash", "status", "at"}
@@ -421,8 +423,8 @@ class FailingOutboxStore(SQLiteStateStore):
 
     fail = False
 
-    def _outbox(self, conn: sqlite3.Connection, events: Sequence[Event]) -> None:
-        super()._outbox(conn, events)
+    def _outbox(self, events: Sequence[Event]) -> Work[None]:
+        yield from super()._outbox(events)
         if self.fail:
             raise sqlite3.IntegrityError("injected failure")
 

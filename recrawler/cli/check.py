@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def cmd_check(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Verify the database's invariants; ``--repair`` mends what drifted (exit 1: problems found)."""
     store = open_store(settings)
-    findings = store.check_sync(key_maker(settings))  # type: ignore[attr-defined]  # SQLite's own reader
+    findings = store.check_sync(key_maker(settings))
     for f in findings:
         if args.json:
             out.write(json_line({"check": f.check, "key": f.key, "detail": f.detail}))
@@ -34,7 +34,7 @@ def cmd_check(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         if not args.json:
             out.write(f"{len(findings)} problem(s); `recrawler check --repair` mends them\n")
         return 1
-    repaired: dict[str, int] = asyncio.run(write(settings, lambda s: s.repair(findings)))  # type: ignore[attr-defined]
+    repaired: dict[str, int] = asyncio.run(write(settings, lambda s: s.repair(findings)))
     if not args.json:
         done = ", ".join(f"{k}: {v}" for k, v in sorted(repaired.items())) or "nothing to change"
         out.write(f"repaired ({done}); the next run fetches and indexes the re-queued pages\n")

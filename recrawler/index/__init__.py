@@ -6,7 +6,8 @@
         for hit in kb.search("how do I retry failed uploads?", k=5):
             print(f"{hit.score:.3f} {hit.url} {hit.heading}")
 
-Search reads only the last published run: never half of one run and half of another.
+Search reads only each site's last published run: never half of one run and half of another.
+``postgresql://`` URIs search with pgvector, SQLite files in memory with numpy.
 """
 
 from __future__ import annotations
@@ -88,8 +89,8 @@ class KnowledgeBase(Protocol):
 
     embedder: Embedder
 
-    def search(self, query: str, k: int = 5) -> list[Hit]:
-        """Return the *k* published chunks closest to *query*, best first."""
+    def search(self, query: str, k: int = 5, *, site: str | None = None) -> list[Hit]:
+        """Return the *k* published chunks closest to *query*, best first (of *site* only, if given)."""
 
     def chunks(self) -> Iterator[ChunkRow]:
         """Yield every published chunk, by page key and position."""
@@ -114,6 +115,10 @@ def open_kb(uri: str, *, embedder: Embedder | str | None = None, **embedder_opti
     ``RECRAWLER_EMBEDDER`` spec such as ``"hashing"`` or ``"openai:text-embedding-3-small"``);
     *embedder_options* (``base_url``, ``api_key``, ...) are passed to it.
     """
+    if uri.split("://", 1)[0].lower() in ("postgresql", "postgres"):
+        from recrawler.index.postgres import PostgreSQLKnowledgeBase
+
+        return PostgreSQLKnowledgeBase(uri, embedder=embedder, **embedder_options)
     from recrawler.index.sqlite import SQLiteKnowledgeBase
     from recrawler.state.sqlite import path_from_uri
 

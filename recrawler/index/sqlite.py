@@ -13,19 +13,12 @@ import numpy as np
 from recrawler.embedders import Embedder, embedder_from_spec
 from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
 from recrawler.index import ChunkRow, Hit
+from recrawler.index.visibility import visible_from, visible_where
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from types import TracebackType
 
-#: chunks visible to search: added by a published run, not retired by one (held runs count as
-#: unpublished). ``:p`` is the last published run.
-VISIBLE = """
-    c.added_run <= :p
-    AND c.added_run NOT IN (SELECT id FROM runs WHERE state IN ('held', 'discarded'))
-    AND (c.retired_run IS NULL OR c.retired_run > :p
-         OR c.retired_run IN (SELECT id FROM runs WHERE state IN ('held', 'discarded')))
-"""
 _PUBLISHED = "SELECT COALESCE(MAX(id), 0) FROM runs WHERE state = 'published'"
 
 
@@ -92,6 +85,8 @@ class SQLiteKnowledgeBase:
         self._version: tuple[int, int] | None = None
         self._ids = np.empty(0, dtype=np.int64)
         self._matrix = np.empty((0, 0), dtype=np.float32)
+        #: chunk ids of one site's pages, per site searched (dropped on reload)
+        self._site_ids: dict[str, np.ndarray[Any, np.dtype[np.int64]]] = {}
 
     def __enter__(self) -> Self:
         return self
@@ -118,13 +113,13 @@ class SQLiteKnowledgeBase:
         # one read transaction: the watermark, the count and the rows come from one snapshot
         self._conn.execute("BEGIN")
         try:
-            p = self.published_run()
             # embeddings first: one sequential pass over the embedder's vectors, one indexed
             # lookup per vector (3-4x faster than SQLite's own chunks-first plan; see
             # benchmarks/bench_vector.py)
             source = f"""FROM embeddings e CROSS JOIN chunks c ON c.chunk_hash = e.text_hash
-                         WHERE e.embedder = :emb AND {VISIBLE}"""
-            params = {"p": p, "emb": self.embedder.id}
+                         {visible_from("c")}
+                         WHERE e.embedder = :emb AND {visible_where("c")}"""
+            params = {"emb": self.embedder.id}
             n = self._conn.execute(f"SELECT COUNT(*) {source}", params).fetchone()[0]
             cur = self._conn.execute(f"SELECT c.id, e.vector {source}", params)
             ids = np.empty(n, dtype=np.int64)
@@ -145,12 +140,27 @@ class SQLiteKnowledgeBase:
         else:
             self._matrix = np.empty((0, 0), dtype=np.float32)
             self._ids = np.empty(0, dtype=np.int64)
+        self._site_ids = {}
         self._version = version
 
-    def search(self, query: str, k: int = 5) -> list[Hit]:
-        """Return the *k* published chunks most similar to *query* (cosine), best first."""
+    def _in_site(self, site: str) -> np.ndarray[Any, np.dtype[np.bool_]]:
+        """Which loaded vectors belong to chunks of *site*'s pages."""
+        if site not in self._site_ids:
+            ids = [
+                r[0]
+                for r in self._conn.execute(
+                    "SELECT c.id FROM chunks c JOIN pages p ON p.key = c.key WHERE p.site = ?", (site,)
+                )
+            ]
+            self._site_ids[site] = np.array(ids, dtype=np.int64)
+        return np.isin(self._ids, self._site_ids[site])
+
+    def search(self, query: str, k: int = 5, *, site: str | None = None) -> list[Hit]:
+        """Return the *k* published chunks most similar to *query* (cosine), best first; only
+        chunks of *site*'s pages when given."""
         try:
             self._load()
+            mask = self._in_site(site) if site is not None else None
         except sqlite3.Error as exc:
             raise StateStoreError(f"knowledge base {self.path!r}: {exc}") from exc
         if k <= 0 or not len(self._ids) or not query.strip():
@@ -163,6 +173,11 @@ class SQLiteKnowledgeBase:
             )
             raise StateStoreError(msg)
         scores = self._matrix @ q
+        if mask is not None:
+            scores = np.where(mask, scores, -np.inf)
+            k = min(k, int(mask.sum()))
+            if not k:
+                return []
         k = min(k, len(scores))
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.argsort(-scores[top], kind="stable")]
@@ -197,8 +212,7 @@ class SQLiteKnowledgeBase:
         """Yield every published chunk by page key and position, streaming."""
         cur = self._conn.execute(
             f"""SELECT c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash FROM chunks c
-                WHERE {VISIBLE} ORDER BY c.key, c.chunk_index""",
-            {"p": self.published_run()},
+                {visible_from("c")} WHERE {visible_where("c")} ORDER BY c.key, c.chunk_index"""
         )
         for r in cur:
             yield _chunk(r)

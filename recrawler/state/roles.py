@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         ScheduledPage,
         TrustRecord,
     )
+    from recrawler.state.sql.check import Finding
 
 __all__ = [
     "History",
@@ -380,6 +381,12 @@ class Readers(Protocol):
 
     def iter_immutable(self) -> Iterator[dict[str, Any]]:
         """Yield stored deltafetch keys (CLI)."""
+
+    def check_sync(self, key_maker: Callable[[str], str]) -> list[Finding]:
+        """Every broken invariant of the database, read-only (``recrawler check``)."""
+
+    async def repair(self, findings: Sequence[Finding]) -> dict[str, int]:
+        """Mend what :meth:`check_sync` found, in one transaction; rows touched per check."""
 
 
 class StateStore(Lifecycle, Pages, Runs, KnowledgeBase, History, Schedule, Trust, Readers, Protocol):

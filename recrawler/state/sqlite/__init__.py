@@ -1,8 +1,8 @@
 """SQLite state store: one file, WAL, group commits on one dedicated worker thread.
 
-:class:`SQLiteStateStore` composes one class per role (:mod:`recrawler.state.roles`) over one
-shared :class:`~recrawler.state.sqlite.database.SQLiteDatabase` (connection, worker thread,
-group transaction, outbox).
+:class:`SQLiteStateStore` is the shared role implementations (:mod:`recrawler.state.sql`) over one
+:class:`~recrawler.state.sqlite.database.SQLiteDatabase` (connection, worker thread, group
+transaction, outbox).
 """
 
 from __future__ import annotations
@@ -10,15 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from recrawler.state.records import LIVE
+from recrawler.state.sql import RoleMethods
+from recrawler.state.sql.rows import _at
+from recrawler.state.sql.runs import lease_holder
 from recrawler.state.sqlite.database import SQLiteDatabase
-from recrawler.state.sqlite.history import SQLiteHistory
-from recrawler.state.sqlite.kb import SQLiteKnowledgeBaseWriter
-from recrawler.state.sqlite.pages import SQLitePages
-from recrawler.state.sqlite.readers import SQLiteReaders
-from recrawler.state.sqlite.rows import _at
-from recrawler.state.sqlite.runs import SQLiteRuns, lease_holder
-from recrawler.state.sqlite.schedule import SQLiteSchedule
-from recrawler.state.sqlite.trust import SQLiteTrust
 from recrawler.state.sqlite.versions import SCHEMA_VERSION, path_from_uri
 
 if TYPE_CHECKING:
@@ -27,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["LIVE", "SCHEMA_VERSION", "SQLiteStateStore", "_at", "lease_holder", "path_from_uri"]
 
 
-class SQLiteStateStore(SQLiteDatabase):
+class SQLiteStateStore(SQLiteDatabase, RoleMethods):
     """State in one SQLite file (WAL, ``synchronous=NORMAL``): every role over one connection.
 
     Every call runs on one dedicated worker thread that owns the connection, so the reactor never
@@ -60,66 +55,7 @@ class SQLiteStateStore(SQLiteDatabase):
             dry_run=dry_run,
             deliver_on_commit=deliver_on_commit,
         )
-        self.pages = SQLitePages(self)
-        self.runs = SQLiteRuns(self)
-        self.kb = SQLiteKnowledgeBaseWriter(self)
-        self.history = SQLiteHistory(self)
-        self.schedule = SQLiteSchedule(self)
-        self.signals = SQLiteTrust(self)
-        self.readers = SQLiteReaders(self)
-        self.get = self.pages.get
-        self.record = self.pages.record
-        self.record_error = self.pages.record_error
-        self.record_miss = self.pages.record_miss
-        self.record_moves = self.pages.record_moves
-        self.unseen = self.pages.unseen
-        self.unseen_sync = self.pages.unseen_sync
-        self.begin_run = self.runs.begin_run
-        self.begin_run_sync = self.runs.begin_run_sync
-        self.heartbeat = self.runs.heartbeat
-        self.finish_run = self.runs.finish_run
-        self.removal_plan = self.runs.removal_plan
-        self.reconcile = self.runs.reconcile
-        self.apply_held = self.runs.apply_held
-        self.largest_same_content = self.runs.largest_same_content
-        self.missing_embeddings = self.kb.missing_embeddings
-        self.count_missing = self.kb.count_missing
-        self.missing_for = self.kb.missing_for
-        self.store_embeddings = self.kb.store_embeddings
-        self.run_index_counts = self.kb.run_index_counts
-        self.set_run_state = self.kb.set_run_state
-        self.publish = self.kb.publish
-        self.discard = self.kb.discard
-        self.run_info = self.kb.run_info
-        self.get_fields = self.history.get_fields
-        self.load_regions = self.history.load_regions
-        self.add_regions = self.history.add_regions
-        self.load_boilerplate = self.history.load_boilerplate
-        self.update_boilerplate = self.history.update_boilerplate
-        self.take_back_boilerplate_changes = self.history.take_back_boilerplate_changes
-        self.scheduled = self.schedule.scheduled
-        self.mark_listed = self.schedule.mark_listed
-        self.revisit = self.schedule.revisit
-        self.record_revisit = self.schedule.record_revisit
-        self.update_revisit = self.schedule.update_revisit
-        self.audit_sample = self.schedule.audit_sample
-        self.trust = self.signals.trust
-        self.record_trust = self.signals.record_trust
-        self.reset_trust = self.signals.reset_trust
-        self.immutable_seen = self.signals.immutable_seen
-        self.immutable_add = self.signals.immutable_add
-        self.immutable_reset = self.signals.immutable_reset
-        self.noise_report = self.readers.noise_report
-        self.iter_changes = self.readers.iter_changes
-        self.iter_pages = self.readers.iter_pages
-        self.iter_runs = self.readers.iter_runs
-        self.run_report = self.readers.run_report
-        self.iter_run_pages = self.readers.iter_run_pages
-        self.iter_schedule = self.readers.iter_schedule
-        self.iter_trust = self.readers.iter_trust
-        self.iter_immutable = self.readers.iter_immutable
-        self.check_sync = self.readers.check_sync
-        self.repair = self.readers.repair
+        self._bind_roles(self)
 
 
 if TYPE_CHECKING:

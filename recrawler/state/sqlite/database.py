@@ -5,25 +5,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import sqlite3
 import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
 
-from recrawler.events import EventSink, sink_from_settings
 from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
+from recrawler.state.sql.database import insert_embeddings, insert_outbox, store_options
+from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, SQLITE, drive
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from scrapy.settings import BaseSettings
 
-    from recrawler.state.records import (
-        Event,
-    )
+    from recrawler.events import EventSink
+    from recrawler.state.records import Event
+    from recrawler.state.sql.dialect import Dialect, Op, Work
 
 from recrawler.state.sqlite.versions import (
     SCHEMA_VERSION,
@@ -37,6 +39,41 @@ logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
+
+
+def _execute(conn: sqlite3.Connection, op: Op) -> Any:
+    kind = op.kind
+    if kind is ONE:
+        return conn.execute(op.sql, op.params).fetchone()
+    if kind is COUNT:
+        return conn.execute(op.sql, op.params).rowcount
+    if kind is ALL:
+        return conn.execute(op.sql, op.params).fetchall()
+    if kind is MANY:
+        return conn.executemany(op.sql, op.params).rowcount if op.params else 0
+    raise ValueError(f"unknown statement kind {kind!r}")
+
+
+def _regexp(pattern: str, value: str | None) -> bool:
+    # SQLite's REGEXP operator: Python's re, searched (not anchored)
+    return value is not None and re.search(pattern, value) is not None
+
+
+class SQLiteReader:
+    """A read-only connection of its own, for the synchronous readers."""
+
+    dialect: Dialect = SQLITE
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def run(self, work: Work[_T]) -> _T:
+        """Run *work* on this connection."""
+        return drive(work, lambda op: _execute(self.conn, op))
+
+    def iter(self, sql: str, params: Any = ()) -> Iterator[Any]:
+        """Stream the rows of a query."""
+        return iter(self.conn.execute(sql, params))
 
 
 class SQLiteDatabase:
@@ -60,10 +97,12 @@ class SQLiteDatabase:
         deliver_on_commit: bool = True,
     ) -> None:
         self.uri = uri
+        self.dialect: Dialect = SQLITE
         #: deliver events after each commit; off when the run publishes as a whole, so events go
         #: out with the run (and a change the run takes back is never announced)
         self.deliver_on_commit = deliver_on_commit
         self.path = path_from_uri(uri)
+        self.label = self.path
         self.dry_run = dry_run
         self.batch_size = max(1, batch_size)
         self.commit_secs = commit_secs
@@ -85,19 +124,7 @@ class SQLiteDatabase:
     @classmethod
     def from_settings(cls, uri: str, settings: BaseSettings) -> Self:
         """Build the store from a crawler's settings."""
-        dry_run = settings.getbool("RECRAWLER_DRY_RUN")
-        return cls(
-            uri,
-            batch_size=settings.getint("RECRAWLER_DB_BATCH_SIZE"),
-            commit_secs=settings.getfloat("RECRAWLER_DB_COMMIT_SECS"),
-            timeout_secs=settings.getfloat("RECRAWLER_DB_TIMEOUT_SECS"),
-            # a dry run writes nothing: no events either
-            sink=None if dry_run else sink_from_settings(settings),
-            dry_run=dry_run,
-            deliver_on_commit=not (
-                settings.getbool("RECRAWLER_INDEX_ENABLED") and settings.get("RECRAWLER_PUBLISH") == "run"
-            ),
-        )
+        return cls(uri, **store_options(settings))
 
     async def _call(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         if self._executor is None:
@@ -138,6 +165,7 @@ class SQLiteDatabase:
                 check_same_thread=False,
             )
             conn.row_factory = sqlite3.Row
+            conn.create_function("regexp", 2, _regexp, deterministic=True)
             conn.execute("PRAGMA foreign_keys = ON")
         except sqlite3.DatabaseError as exc:
             raise self._wrap_open_error(exc) from exc
@@ -268,14 +296,18 @@ class SQLiteDatabase:
                 return
             conn.execute("DELETE FROM outbox WHERE id <= ?", (rows[-1]["id"],))
 
-    def _page_txn(self, work: Callable[[sqlite3.Connection], _T], outcome: Sequence[str] = ()) -> _T:
+    def _drive(self, work: Work[_T]) -> _T:
+        conn = self.conn
+        return drive(work, lambda op: _execute(conn, op))
+
+    def _page_txn(self, work: Work[_T], outcome: Sequence[str] = ()) -> _T:
         """Run *work* as one atomic page write inside the group transaction; its *outcome* labels
         count as committed only once the group commits."""
         self._begin()
         conn = self.conn
         conn.execute("SAVEPOINT page")
         try:
-            result = work(conn)
+            result = self._drive(work)
         except sqlite3.Error as exc:
             conn.execute("ROLLBACK TO page")
             conn.execute("RELEASE page")
@@ -293,9 +325,66 @@ class SQLiteDatabase:
         self._maybe_commit()
         return result
 
-    def _outbox(self, conn: sqlite3.Connection, events: Sequence[Event]) -> None:
-        if self.sink is not None and events:
-            conn.executemany("INSERT INTO outbox (payload) VALUES (?)", [(e.to_json(),) for e in events])
+    def _outbox(self, events: Sequence[Event]) -> Work[None]:
+        return insert_outbox(self.sink, events)
+
+    def embeddings_work(self, rows: Sequence[tuple[str, str, bytes]]) -> Work[None]:
+        """Add (embedder, text hash, vector) rows to the embeddings cache."""
+        return insert_embeddings(self.dialect, rows)
+
+    async def run(self, work: Work[_T], *, flush: bool = False) -> _T:
+        """Run *work* on the worker thread, in the open group transaction if any (after committing
+        it: *flush*)."""
+
+        def call() -> _T:
+            if flush:
+                self._commit()
+            return self._drive(work)
+
+        return await self._call(self._guard, call)
+
+    async def page_write(self, work: Work[_T], outcome: Sequence[str] = ()) -> _T:
+        """Run *work* as one page write: a savepoint in the group transaction."""
+        return await self._page_write(work, outcome)
+
+    def _transaction(self, work: Work[_T]) -> _T:
+        conn = self.conn
+        self._commit()
+        self._begin()
+        # a dry run is one transaction: a failed unit rolls back to its savepoint only
+        conn.execute("SAVEPOINT unit")
+        try:
+            result = self._drive(work)
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK TO unit")
+                conn.execute("RELEASE unit")
+                if not self.dry_run and conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            raise
+        conn.execute("RELEASE unit")
+        self._commit()
+        return result
+
+    async def transaction(self, work: Work[_T], *, concurrent: bool = False) -> _T:
+        """Commit the group, run *work* as one transaction of its own and commit it (one
+        connection: *concurrent* work runs in turn too)."""
+        return await self._call(self._guard, self._transaction, work)
+
+    def transaction_sync(self, work: Work[_T]) -> _T:
+        """Blocking :meth:`transaction`."""
+        return self.call_sync(self._guard, self._transaction, work)
+
+    @contextlib.contextmanager
+    def reader(self) -> Iterator[SQLiteReader]:
+        """A read-only connection of its own (refused on a newer schema), closed after use."""
+        conn = self._reader()
+        try:
+            yield SQLiteReader(conn)
+        except sqlite3.Error as exc:
+            raise StateStoreError(f"state database {self.path!r}: {exc}") from exc
+        finally:
+            conn.close()
 
     async def open(self) -> None:
         """Connect, enable WAL and apply migrations; refuse newer or foreign databases."""
@@ -313,7 +402,7 @@ class SQLiteDatabase:
         if self._conn is not None:
             self._commit()
 
-    async def _page_write(self, work: Callable[[sqlite3.Connection], _T], outcome: Sequence[str] = ()) -> _T:
+    async def _page_write(self, work: Work[_T], outcome: Sequence[str] = ()) -> _T:
         result = await self._call(self._page_txn, work, outcome)
         if self._timer is None and self._conn is not None and self._conn.in_transaction:
             # bound the wait of the group's last page: commit within commit_secs even if no
@@ -364,9 +453,9 @@ class SQLiteDatabase:
             if self.sink is not None:
                 self.sink.close()
 
-    def _guard(self, work: Callable[[], _T]) -> _T:
+    def _guard(self, work: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         try:
-            return work()
+            return work(*args, **kwargs)
         except sqlite3.Error as exc:
             text = str(exc)
             if "locked" in text or "busy" in text:

@@ -5,16 +5,21 @@ from __future__ import annotations
 import logging
 import re
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from recrawler.detect.boilerplate import EDGE, block_pairs
 from recrawler.detect.hashing import unpack_blocks
 from recrawler.exceptions import SchemaVersionError
-from recrawler.state.sqlite.rows import _count_pairs, _rehash
+from recrawler.state.sql.dialect import SQLITE, drive
+from recrawler.state.sql.rows import _count_pairs, _rehash
 
 if TYPE_CHECKING:
     import sqlite3
+
+    from recrawler.state.sql.dialect import Work
+
+_T = TypeVar("_T")
 
 
 logger = logging.getLogger(__name__)
@@ -118,7 +123,7 @@ def fill_block_pairs(conn: sqlite3.Connection, path: str, dry_run: bool) -> None
         for site, blob in conn.execute(
             "SELECT p.site, f.blocks FROM page_fields f JOIN pages p ON p.key = f.key"
         ):
-            _count_pairs(conn, site, block_pairs(unpack_blocks(blob)), 1)
+            _run(conn, _count_pairs(SQLITE, site, block_pairs(unpack_blocks(blob)), 1))
             pages += 1
         sites = [r[0] for r in conn.execute("SELECT DISTINCT site FROM site_blocks WHERE boilerplate = 1")]
         for site in sites:
@@ -130,7 +135,7 @@ def fill_block_pairs(conn: sqlite3.Connection, path: str, dry_run: bool) -> None
                           (SELECT block FROM site_blocks WHERE site = :site AND boilerplate = 1))""",
                 {"site": site, "edge": EDGE},
             )
-            _rehash(conn, site)
+            _run(conn, _rehash(SQLITE, site))
         conn.execute("RELEASE migrate" if dry_run else "COMMIT")
     except BaseException:
         conn.execute("ROLLBACK TO migrate" if dry_run else "ROLLBACK")
@@ -139,6 +144,12 @@ def fill_block_pairs(conn: sqlite3.Connection, path: str, dry_run: bool) -> None
         "state database %(path)s: block pairs counted from %(n)d stored pages",
         {"path": path, "n": pages},
     )
+
+
+def _run(conn: sqlite3.Connection, work: Work[_T]) -> _T:
+    from recrawler.state.sqlite.database import _execute
+
+    return drive(work, lambda op: _execute(conn, op))
 
 
 def _split_sql(sql: str) -> list[str]:

@@ -1,16 +1,19 @@
-"""``recrawler check``: the invariants of a SQLite state database, verified in SQL, and their repair."""
+"""``recrawler check``: the invariants of a state database, verified in SQL, and their repair."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from recrawler.index.sqlite import VISIBLE
+from recrawler.index.visibility import visible_from, visible_where
+from recrawler.state.sql.dialect import count, many, one
 from recrawler.urls import UrlPolicy
 
 if TYPE_CHECKING:
-    import sqlite3
     from collections.abc import Callable, Iterator
+
+    from recrawler.state.sql.database import Reader
+    from recrawler.state.sql.dialect import Work
 
 __all__ = ["CHECKS", "Finding", "check", "repair"]
 
@@ -44,14 +47,15 @@ class Finding:
     detail: str
 
 
-def _rows(
-    conn: sqlite3.Connection, sql: str, params: dict[str, object] | None = None
-) -> Iterator[tuple[str, str]]:
-    for row in conn.execute(sql, params or {}):
+def _rows(conn: Reader, sql: str) -> Iterator[tuple[str, str]]:
+    for row in conn.iter(sql):
         yield str(row[0]), str(row[1])
 
 
-def check(conn: sqlite3.Connection, key_maker: Callable[[str], str], *, limit: int = 1000) -> list[Finding]:
+_VISIBLE = f"{visible_from('c')} WHERE {visible_where('c')}"
+
+
+def check(conn: Reader, key_maker: Callable[[str], str], *, limit: int = 1000) -> list[Finding]:
     """Every broken invariant of the database (at most *limit* per check); empty: it is sound."""
     found: list[Finding] = []
 
@@ -61,7 +65,6 @@ def check(conn: sqlite3.Connection, key_maker: Callable[[str], str], *, limit: i
                 break
             found.append(Finding(check=name, key=key, detail=detail))
 
-    p = {"p": conn.execute(_PUBLISHED).fetchone()[0]}
     add(
         "chunk_count",
         _rows(
@@ -87,7 +90,7 @@ def check(conn: sqlite3.Connection, key_maker: Callable[[str], str], *, limit: i
             """SELECT c.key, COUNT(*) || ' current rows, page ' || COALESCE(p.status, 'missing')
                FROM chunks c LEFT JOIN pages p ON p.key = c.key
                WHERE c.retired_run IS NULL AND (p.key IS NULL OR p.status != 'live')
-               GROUP BY c.key""",
+               GROUP BY c.key, p.status""",
         ),
     )
     add(
@@ -95,8 +98,7 @@ def check(conn: sqlite3.Connection, key_maker: Callable[[str], str], *, limit: i
         _rows(
             conn,
             f"""SELECT c.key, 'chunk ' || c.chunk_index || ' visible ' || COUNT(*) || ' times'
-                FROM chunks c WHERE {VISIBLE} GROUP BY c.key, c.chunk_index HAVING COUNT(*) > 1""",
-            p,
+                FROM chunks c {_VISIBLE} GROUP BY c.key, c.chunk_index HAVING COUNT(*) > 1""",
         ),
     )
     add(
@@ -104,9 +106,9 @@ def check(conn: sqlite3.Connection, key_maker: Callable[[str], str], *, limit: i
         _rows(
             conn,
             f"""SELECT c.key, COUNT(*) || ' visible chunks, page ' || COALESCE(p.status, 'missing')
-                FROM chunks c LEFT JOIN pages p ON p.key = c.key
-                WHERE {VISIBLE} AND (p.key IS NULL OR p.status != 'live') GROUP BY c.key""",
-            p,
+                FROM chunks c LEFT JOIN pages p ON p.key = c.key {visible_from("c")}
+                WHERE {visible_where("c")} AND (p.key IS NULL OR p.status != 'live')
+                GROUP BY c.key, p.status""",
         ),
     )
     add(
@@ -114,14 +116,13 @@ def check(conn: sqlite3.Connection, key_maker: Callable[[str], str], *, limit: i
         _rows(
             conn,
             f"""SELECT c.key, 'the bot sees chunks of ' || COUNT(DISTINCT c.added_run) || ' versions'
-                FROM chunks c WHERE {VISIBLE} GROUP BY c.key HAVING COUNT(DISTINCT c.added_run) > 1""",
-            p,
+                FROM chunks c {_VISIBLE} GROUP BY c.key HAVING COUNT(DISTINCT c.added_run) > 1""",
         ),
     )
     policy = UrlPolicy(any_host=True)
     refused = (
         (key, f"{reason}: {url[:120]}")
-        for key, url in conn.execute("SELECT key, url FROM pages WHERE status != 'gone'")
+        for key, url in conn.iter("SELECT key, url FROM pages WHERE status != 'gone'")
         if (reason := policy.refusal(url)) is not None
     )
     add("refused_url", refused)
@@ -148,34 +149,49 @@ def check(conn: sqlite3.Connection, key_maker: Callable[[str], str], *, limit: i
     return found
 
 
-def _duplicate_keys(conn: sqlite3.Connection, key_maker: Callable[[str], str]) -> Iterator[tuple[str, str]]:
+def _duplicate_keys(conn: Reader, key_maker: Callable[[str], str]) -> Iterator[tuple[str, str]]:
     """Stored pages whose URLs are one page under the current key rules (a set operation in SQL:
     the keys are recomputed into a temporary table, batch by batch)."""
-    conn.execute("CREATE TEMP TABLE IF NOT EXISTS check_keys (key TEXT PRIMARY KEY, computed TEXT)")
-    conn.execute("DELETE FROM check_keys")
-    cur = conn.execute("SELECT key, url FROM pages WHERE status IN ('live', 'quarantined')")
-    while batch := cur.fetchmany(5000):
-        rows = []
-        for key, url in batch:
-            try:
-                rows.append((key, key_maker(url)))
-            except ValueError:
-                continue
-        conn.executemany("INSERT OR REPLACE INTO check_keys VALUES (?, ?)", rows)
+    d = conn.dialect
+    conn.run(_ddl("CREATE TEMP TABLE IF NOT EXISTS check_keys (key TEXT PRIMARY KEY, computed TEXT)"))
+    conn.run(_ddl("DELETE FROM check_keys"))
+    batch: list[tuple[str, str]] = []
+    for key, url in conn.iter("SELECT key, url FROM pages WHERE status IN ('live', 'quarantined')"):
+        try:
+            batch.append((key, key_maker(url)))
+        except ValueError:
+            continue
+        if len(batch) >= 5000:
+            conn.run(_insert_keys(batch))
+            batch = []
+    conn.run(_insert_keys(batch))
     try:
         yield from _rows(
             conn,
-            """SELECT k.key, 'one page with ' || (SELECT GROUP_CONCAT(o.key, ', ') FROM check_keys o
+            f"""SELECT k.key, 'one page with ' || (SELECT {d.group_concat}(o.key, ', ') FROM check_keys o
                                                   WHERE o.computed = k.computed AND o.key != k.key)
                FROM check_keys k WHERE k.key != k.computed AND k.computed IN (
                  SELECT computed FROM check_keys GROUP BY computed HAVING COUNT(*) > 1)""",
         )
     finally:
-        conn.execute("DROP TABLE IF EXISTS check_keys")
+        conn.run(_ddl("DROP TABLE IF EXISTS check_keys"))
 
 
-def repair(conn: sqlite3.Connection, findings: list[Finding], *, at: str) -> dict[str, int]:
-    """Mend what *findings* report, in one transaction; returns how many rows each check touched.
+def _ddl(sql: str) -> Work[None]:
+    yield count(sql)
+
+
+def _insert_keys(batch: list[tuple[str, str]]) -> Work[None]:
+    if batch:
+        yield many(
+            """INSERT INTO check_keys (key, computed) VALUES (?, ?)
+               ON CONFLICT (key) DO UPDATE SET computed = excluded.computed""",
+            batch,
+        )
+
+
+def repair(findings: list[Finding], *, at: str) -> Work[dict[str, int]]:
+    """Mend what *findings* report, in the caller's transaction; how many rows each check touched.
 
     Nothing is deleted: pages are re-queued (their next run fetches and indexes them again), chunk
     rows the bot must not see are retired by the last published run, runs left running are
@@ -185,70 +201,55 @@ def repair(conn: sqlite3.Connection, findings: list[Finding], *, at: str) -> dic
     keys: dict[str, list[str]] = {}
     for f in findings:
         keys.setdefault(f.check, []).append(f.key)
-    published = conn.execute(_PUBLISHED).fetchone()[0]
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    published = int((yield one(_PUBLISHED))[0])
 
-        def requeue(name: str) -> None:
-            # the next run fetches the page in full (no validators, no hash to compare) and indexes it
-            done[name] = conn.executemany(
-                """UPDATE pages SET content_hash = NULL, fuzzy_hash = NULL, etag = NULL,
-                     last_modified = NULL, noise_key = NULL, next_check_at = NULL WHERE key = ?""",
-                [(k,) for k in keys.get(name, ())],
-            ).rowcount
+    def each(name: str) -> list[tuple[str]]:
+        return [(k,) for k in keys.get(name, ())]
 
-        def retire(name: str, where: str) -> None:
-            done[name] = conn.executemany(
-                f"UPDATE chunks SET retired_run = ?, retired_why = 2 WHERE key = ? AND {where}",
-                [(published, k) for k in keys.get(name, ())],
-            ).rowcount
-
-        for name in ("missing_chunks", "visible_mixed", "moved_dangling"):
-            requeue(name)
-        if keys.get("moved_dangling"):
-            conn.executemany(
-                "UPDATE pages SET status = 'live', moved_to = NULL WHERE key = ?",
-                [(k,) for k in keys["moved_dangling"]],
-            )
-        visible = VISIBLE.replace(":p", str(int(published)))
-        retire("stray_chunks", "retired_run IS NULL")
-        retire(
-            "visible_not_live", f"id IN (SELECT c.id FROM chunks c WHERE c.key = chunks.key AND {visible})"
+    # the next run fetches these pages in full (no validators, no hash to compare) and indexes them
+    for name in ("missing_chunks", "visible_mixed", "moved_dangling"):
+        done[name] = yield many(
+            """UPDATE pages SET content_hash = NULL, fuzzy_hash = NULL, etag = NULL,
+                 last_modified = NULL, noise_key = NULL, next_check_at = NULL WHERE key = ?""",
+            each(name),
         )
-        # of two visible versions of a page, the newest stays
-        done["visible_duplicates"] = conn.executemany(
-            f"""UPDATE chunks SET retired_run = ?, retired_why = 0
-                WHERE key = ? AND id IN (
-                  SELECT c.id FROM chunks c WHERE c.key = chunks.key AND {visible}
-                    AND c.added_run < (SELECT MAX(d.added_run) FROM chunks d
-                                       WHERE d.key = c.key AND {visible.replace("c.", "d.")}))""",
-            [(published, k) for k in {*keys.get("visible_duplicates", ()), *keys.get("visible_mixed", ())}],
-        ).rowcount
-        for name in ("refused_url", "duplicate_key"):
-            done[name] = conn.executemany(
-                "UPDATE pages SET status = 'gone', last_checked = ? WHERE key = ?",
-                [(at, k) for k in keys.get(name, ())],
-            ).rowcount
-            conn.executemany(
-                "UPDATE chunks SET retired_run = ?, retired_why = 2 WHERE key = ? AND retired_run IS NULL",
-                [(published, k) for k in keys.get(name, ())],
-            )
-        done["stale_run"] = conn.executemany(
-            "UPDATE runs SET state = 'aborted', finish_reason = COALESCE(finish_reason, 'aborted') "
-            "WHERE id = ?",
-            [(int(k),) for k in keys.get("stale_run", ())],
-        ).rowcount
-        conn.executemany(
-            "DELETE FROM run_misses WHERE run_id = ?", [(int(k),) for k in keys.get("stale_run", ())]
+    yield many("UPDATE pages SET status = 'live', moved_to = NULL WHERE key = ?", each("moved_dangling"))
+    retire = "UPDATE chunks SET retired_run = ?, retired_why = 2 WHERE key = ? AND "
+    done["stray_chunks"] = yield many(
+        retire + "retired_run IS NULL", [(published, k) for k in keys.get("stray_chunks", ())]
+    )
+    done["visible_not_live"] = yield many(
+        retire + f"id IN (SELECT c.id FROM chunks c {_VISIBLE} AND c.key = chunks.key)",
+        [(published, k) for k in keys.get("visible_not_live", ())],
+    )
+    # of two visible versions of a page, the newest stays
+    done["visible_duplicates"] = yield many(
+        f"""UPDATE chunks SET retired_run = ?, retired_why = 0
+            WHERE key = ? AND id IN (
+              SELECT c.id FROM chunks c {_VISIBLE} AND c.key = chunks.key
+                AND c.added_run < (SELECT MAX(d.added_run) FROM chunks d {visible_from("d")}
+                                   WHERE d.key = c.key AND {visible_where("d")}))""",
+        [
+            (published, k)
+            for k in sorted({*keys.get("visible_duplicates", ()), *keys.get("visible_mixed", ())})
+        ],
+    )
+    for name in ("refused_url", "duplicate_key"):
+        done[name] = yield many(
+            "UPDATE pages SET status = 'gone', last_checked = ? WHERE key = ?",
+            [(at, k) for k in keys.get(name, ())],
         )
-        # last: every live page's count follows its current rows again
-        done["chunk_count"] = conn.execute(
-            f"""UPDATE pages SET chunks = (SELECT COUNT(*) FROM chunks c
-                                           WHERE c.key = pages.key AND c.retired_run IS NULL)
-                WHERE status = 'live' AND chunks != ({_CURRENT.replace("p.key", "pages.key")})"""
-        ).rowcount
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
+        yield many(retire + "retired_run IS NULL", [(published, k) for k in keys.get(name, ())])
+    stale = [(int(k),) for k in keys.get("stale_run", ())]
+    done["stale_run"] = yield many(
+        "UPDATE runs SET state = 'aborted', finish_reason = COALESCE(finish_reason, 'aborted') WHERE id = ?",
+        stale,
+    )
+    yield many("DELETE FROM run_misses WHERE run_id = ?", stale)
+    # last: every live page's count follows its current rows again
+    done["chunk_count"] = yield count(
+        f"""UPDATE pages SET chunks = (SELECT COUNT(*) FROM chunks c
+                                       WHERE c.key = pages.key AND c.retired_run IS NULL)
+            WHERE status = 'live' AND chunks != ({_CURRENT.replace("p.key", "pages.key")})"""
+    )
     return {k: v for k, v in done.items() if v}

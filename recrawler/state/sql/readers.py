@@ -1,9 +1,8 @@
-"""The readers role on SQLite: read-only connections for the CLI, and ``recrawler check``."""
+"""The readers role: read-only connections for the CLI, and ``recrawler check``."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +16,8 @@ from recrawler.state.records import (
     ScheduledPage,
     TrustRecord,
 )
-from recrawler.state.sqlite.rows import (
+from recrawler.state.sql.check import Finding, check, repair
+from recrawler.state.sql.rows import (
     _PAGE_COLUMNS,
     _SCHEDULE_COLUMNS,
     _TRUST_COLUMNS,
@@ -30,30 +30,27 @@ from recrawler.state.sqlite.rows import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
-    from recrawler.state.sqlite.database import SQLiteDatabase
-
-from recrawler.state.sqlite_check import Finding, check, repair
+    from recrawler.state.sql.database import Database, Reader
 
 
-class SQLiteReaders:
-    """The readers role on SQLite: read-only connections for the CLI, and ``recrawler check``."""
+class SQLReaders:
+    """The readers role: read-only connections for the CLI, and ``recrawler check``."""
 
-    def __init__(self, db: SQLiteDatabase) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
 
     def noise_report(self) -> dict[str, dict[str, list[dict[str, Any]]]]:
         """What is being ignored, per site: boilerplate blocks and learned regions (for the CLI)."""
-        conn = self.db._reader()
-        try:
+        with self.db.reader() as conn:
             out: dict[str, dict[str, list[dict[str, Any]]]] = {}
-            for r in conn.execute(
+            for r in conn.iter(
                 "SELECT site, block, pages, sample FROM site_blocks WHERE boilerplate = 1 "
                 "ORDER BY site, pages DESC"
             ):
                 out.setdefault(r[0], {"boilerplate": [], "regions": []})["boilerplate"].append(
                     {"block": r[1], "pages": r[2], "sample": r[3]}
                 )
-            for r in conn.execute(
+            for r in conn.iter(
                 "SELECT site, selector, source, learned_from, first_seen, hits FROM site_regions "
                 "ORDER BY site, selector"
             ):
@@ -61,8 +58,6 @@ class SQLiteReaders:
                     {"selector": r[1], "source": r[2], "learned_from": r[3], "first_seen": r[4], "hits": r[5]}
                 )
             return out
-        finally:
-            conn.close()
 
     def iter_changes(
         self,
@@ -73,8 +68,7 @@ class SQLiteReaders:
         limit: int | None = None,
     ) -> Iterator[dict[str, Any]]:
         """History rows, newest first, for one page, site or run (for the CLI and reports)."""
-        conn = self.db._reader()
-        try:
+        with self.db.reader() as conn:
             where: list[str] = []
             params: list[Any] = []
             if key is not None:
@@ -92,34 +86,26 @@ class SQLiteReaders:
             sql += " ORDER BY id DESC"
             if limit:
                 sql += f" LIMIT {int(limit)}"
-            for row in conn.execute(sql, params):
+            for row in conn.iter(sql, params):
                 data = dict(row)
                 data["changed_fields"] = json.loads(data["changed_fields"] or "[]")
                 data["critical"] = json.loads(data["critical"] or "[]")
                 yield data
-        finally:
-            conn.close()
 
     def iter_pages(self, status: str | None = None) -> Iterator[PageRecord]:
         """Yield pages ordered by key, streaming (never all in memory)."""
-        conn = self.db._reader()
-        try:
+        with self.db.reader() as conn:
             if status:
-                cur = conn.execute(
-                    f"SELECT {_PAGE_COLUMNS} FROM pages WHERE status = ? ORDER BY key", (status,)
-                )
+                cur = conn.iter(f"SELECT {_PAGE_COLUMNS} FROM pages WHERE status = ? ORDER BY key", (status,))
             else:
-                cur = conn.execute(f"SELECT {_PAGE_COLUMNS} FROM pages ORDER BY key")
+                cur = conn.iter(f"SELECT {_PAGE_COLUMNS} FROM pages ORDER BY key")
             for row in cur:
                 yield _row_to_record(row)
-        finally:
-            conn.close()
 
     def iter_runs(self) -> Iterator[dict[str, Any]]:
         """Yield runs newest first."""
-        conn = self.db._reader()
-        try:
-            for row in conn.execute(
+        with self.db.reader() as conn:
+            for row in conn.iter(
                 "SELECT id, spider, site, started_at, finished_at, finish_reason, state, published_at, "
                 "counts, reasons, listed, exit_code FROM runs ORDER BY id DESC"
             ):
@@ -127,23 +113,21 @@ class SQLiteReaders:
                 data["counts"] = json.loads(data["counts"]) if data["counts"] else None
                 data["reasons"] = json.loads(data["reasons"]) if data["reasons"] else []
                 yield data
-        finally:
-            conn.close()
 
     def run_report(self, run_id: int) -> dict[str, Any] | None:
         """A run's row with its stored JSON ``report`` (None: no such run)."""
-        conn = self.db._reader()
-        try:
-            row = conn.execute(
-                "SELECT id, spider, site, started_at, finished_at, finish_reason, state, published_at, "
-                "counts, reasons, listed, exit_code, report FROM runs WHERE id = ?",
-                (run_id,),
-            ).fetchone()
-        finally:
-            conn.close()
-        if row is None:
+        with self.db.reader() as conn:
+            rows = [
+                dict(row)
+                for row in conn.iter(
+                    "SELECT id, spider, site, started_at, finished_at, finish_reason, state, published_at, "
+                    "counts, reasons, listed, exit_code, report FROM runs WHERE id = ?",
+                    (run_id,),
+                )
+            ]
+        if not rows:
             return None
-        data = dict(row)
+        data = rows[0]
         for name, empty in (("counts", None), ("reasons", []), ("report", None)):
             data[name] = json.loads(data[name]) if data[name] else empty
         return data
@@ -151,11 +135,10 @@ class SQLiteReaders:
     def iter_run_pages(self, run_id: int) -> Iterator[dict[str, Any]]:
         """Pages the run made new, quarantined, gone or moved (their state now), then a held run's
         staged removals. A run's window is its start to its finish (to now while it runs)."""
-        conn = self.db._reader()
-        try:
+        with self.db.reader() as conn:
             yield from (
                 dict(row)
-                for row in conn.execute(
+                for row in conn.iter(
                     """SELECT p.key, p.url, p.title, p.status,
                          CASE WHEN p.first_seen >= r.started_at
                                    AND (r.finished_at IS NULL OR p.first_seen <= r.finished_at)
@@ -175,7 +158,7 @@ class SQLiteReaders:
             )
             yield from (
                 dict(row)
-                for row in conn.execute(
+                for row in conn.iter(
                     """SELECT p.key, p.url, p.title, p.status, 'held' AS event,
                          t.url AS moved_to, m.http_status
                        FROM run_misses m JOIN runs r ON r.id = m.run_id AND r.state = :held
@@ -184,75 +167,51 @@ class SQLiteReaders:
                     {"run": run_id, "held": RUN_HELD},
                 )
             )
-        finally:
-            conn.close()
 
     def iter_schedule(self, site: str | None = None) -> Iterator[ScheduledPage]:
         """Yield the schedule's view of every live or quarantined page, soonest due first."""
-        conn = self.db._reader()
-        try:
+        with self.db.reader() as conn:
             if not self._has_table(conn, "trust"):
                 msg = (
-                    f"state database {self.db.path!r} predates schedules: "
+                    f"state database {self.db.label!r} predates schedules: "
                     "run a crawl with this recrawler first"
                 )
                 raise StateStoreError(msg)
-            for row in conn.execute(
+            for row in conn.iter(
                 f"""SELECT {_SCHEDULE_COLUMNS} FROM pages
-                    WHERE status != ? AND (? IS NULL OR site = ?)
+                    WHERE status != ? AND (CAST(? AS TEXT) IS NULL OR site = ?)
                     ORDER BY next_check_at IS NOT NULL, next_check_at, key""",
                 (GONE, site, site),
             ):
                 yield _row_to_scheduled(row)
-        finally:
-            conn.close()
 
     def iter_trust(self) -> Iterator[TrustRecord]:
         """Yield trust records by host and signal."""
-        conn = self.db._reader()
-        try:
+        with self.db.reader() as conn:
             if not self._has_table(conn, "trust"):
                 return
-            for row in conn.execute(f"SELECT {_TRUST_COLUMNS} FROM trust ORDER BY host, signal"):
+            for row in conn.iter(f"SELECT {_TRUST_COLUMNS} FROM trust ORDER BY host, signal"):
                 yield _row_to_trust(row)
-        finally:
-            conn.close()
 
     def iter_immutable(self) -> Iterator[dict[str, Any]]:
         """Yield stored deltafetch keys (spider, key, url, page_key, stored_at) by URL."""
-        conn = self.db._reader()
-        try:
+        with self.db.reader() as conn:
             if not self._has_table(conn, "deltafetch"):
                 return
-            for row in conn.execute(
+            for row in conn.iter(
                 "SELECT spider, key, url, page_key, stored_at FROM deltafetch ORDER BY spider, url"
             ):
                 yield dict(row)
-        finally:
-            conn.close()
 
     @staticmethod
-    def _has_table(conn: sqlite3.Connection, name: str) -> bool:
-        return (
-            conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
-            is not None
-        )
+    def _has_table(conn: Reader, name: str) -> bool:
+        return any(r[0] == name for r in conn.iter(conn.dialect.tables_sql))
 
     def check_sync(self, key_maker: Callable[[str], str]) -> list[Finding]:
-        """Every broken invariant of the database, read-only (see ``recrawler.state.sqlite_check``)."""
-        conn = self.db._reader()
-        try:
+        """Every broken invariant of the database, read-only (see ``recrawler.state.sql.check``)."""
+        with self.db.reader() as conn:
             return check(conn, key_maker)
-        except sqlite3.Error as exc:
-            raise StateStoreError(f"state database {self.db.path!r}: {exc}") from exc
-        finally:
-            conn.close()
 
     async def repair(self, findings: Sequence[Finding]) -> dict[str, int]:
         """Mend what :meth:`check_sync` found, in one transaction (re-queue, retire, abort)."""
-
-        def work() -> dict[str, int]:
-            self.db._commit()
-            return repair(self.db.conn, list(findings), at=_ts(datetime.now(UTC)) or "")
-
-        return await self.db._call(self.db._guard, work)
+        return await self.db.transaction(repair(list(findings), at=_ts(datetime.now(UTC)) or ""))

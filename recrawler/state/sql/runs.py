@@ -1,4 +1,4 @@
-"""The runs role on SQLite: leases, run rows and the reconciliation of staged misses."""
+"""The runs role: leases, run rows and the reconciliation of staged misses."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from recrawler.state.records import (
     RemovalPlan,
     Run,
 )
-from recrawler.state.sqlite.rows import (
-    _GONE_CASE,
+from recrawler.state.sql.dialect import count, many, one, rows
+from recrawler.state.sql.rows import (
     _REPLACED_DISTANCE,
     _RETIRED_GONE,
     _RETIRED_QUARANTINED,
@@ -35,13 +35,14 @@ from recrawler.state.sqlite.rows import (
     _count_pairs,
     _dt,
     _ts,
+    gone_case,
 )
 
 if TYPE_CHECKING:
-    import sqlite3
     from collections.abc import Sequence
 
-    from recrawler.state.sqlite.database import SQLiteDatabase
+    from recrawler.state.sql.database import Database
+    from recrawler.state.sql.dialect import Work
 
 
 logger = logging.getLogger(__name__)
@@ -67,10 +68,10 @@ def _holder_alive(holder: str) -> bool:
     return True
 
 
-class SQLiteRuns:
-    """The runs role on SQLite: leases, run rows and the reconciliation of staged misses."""
+class SQLRuns:
+    """The runs role: leases, run rows and the reconciliation of staged misses."""
 
-    def __init__(self, db: SQLiteDatabase) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
 
     async def begin_run(
@@ -92,11 +93,8 @@ class SQLiteRuns:
         A lease whose holder stopped beating is taken over: that run is marked aborted and its
         staged misses are dropped.
         """
-        return await self.db._call(
-            self.db._guard,
-            lambda: self._begin_run(
-                spider, site, started_at, embedder, publish_each_page, holder, lease_secs
-            ),
+        return await self.db.transaction(
+            self._begin_run(spider, site, started_at, embedder, publish_each_page, holder, lease_secs)
         )
 
     def _begin_run(
@@ -108,99 +106,93 @@ class SQLiteRuns:
         publish_each_page: bool,
         holder: str,
         lease_secs: float,
-    ) -> Run:
-        conn = self.db.conn
-        self.db._commit()
-        self.db._begin()
-        try:
-            lease_key = site if site is not None else f"spider:{spider}"
-            if not self.db.dry_run:
-                held = conn.execute(
-                    "SELECT id, reasons FROM runs WHERE state = ? AND site IS ? ORDER BY id DESC LIMIT 1",
-                    (RUN_HELD, site),
-                ).fetchone()
-                if held is not None:
-                    why = ", ".join(json.loads(held["reasons"] or "[]")) or "held"
-                    msg = (
-                        f"run {held['id']} of {site or spider} is held ({why}): decide it first with "
-                        f"`recrawler runs approve {held['id']}` or `recrawler runs discard {held['id']}`"
-                    )
-                    raise RunRefused(msg, held=True)
-            lease = conn.execute(
-                "SELECT run_id, holder, heartbeat_at FROM leases WHERE site = ?", (lease_key,)
-            ).fetchone()
-            now = datetime.now(UTC)
-            if lease is not None:
-                beat = _dt(lease["heartbeat_at"])
-                age = (now - beat).total_seconds() if beat else lease_secs + 1
-                if age < lease_secs and _holder_alive(lease["holder"]):
-                    msg = (
-                        f"{site or spider} is being crawled by run {lease['run_id']} ({lease['holder']}, "
-                        f"heartbeat {age:.0f} s ago): one run at a time per site"
-                    )
-                    raise RunRefused(msg)
-                conn.execute(
-                    """UPDATE runs SET state = ?, finish_reason = COALESCE(finish_reason, 'aborted'),
-                         finished_at = COALESCE(finished_at, ?) WHERE id = ? AND state = ?""",
-                    (RUN_ABORTED, _ts(now), lease["run_id"], RUN_RUNNING),
-                )
-                conn.execute("DELETE FROM run_misses WHERE run_id = ?", (lease["run_id"],))
-                logger.warning(
-                    "run %(run)d of %(site)s stopped without finishing (%(holder)s, last heartbeat "
-                    "%(age).0f s ago): marked aborted, its staged misses dropped",
-                    {"run": lease["run_id"], "site": lease_key, "holder": lease["holder"], "age": age},
-                )
-            cur = conn.execute(
-                "INSERT INTO runs (spider, site, started_at, state, published_at, embedder) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    spider,
-                    site,
-                    _ts(started_at),
-                    RUN_PUBLISHED if publish_each_page else RUN_RUNNING,
-                    _ts(started_at) if publish_each_page else None,
-                    embedder,
-                ),
+    ) -> Work[Run]:
+        lease_key = site if site is not None else f"spider:{spider}"
+        if not self.db.dry_run:
+            held = yield one(
+                "SELECT id, reasons FROM runs WHERE state = ? AND site IS NOT DISTINCT FROM ? "
+                "ORDER BY id DESC LIMIT 1",
+                (RUN_HELD, site),
             )
-            run_id = cur.lastrowid
-            assert run_id is not None
-            conn.execute(
-                "INSERT OR REPLACE INTO leases (site, run_id, holder, acquired_at, heartbeat_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (lease_key, run_id, holder or "?", _ts(now), _ts(now)),
+            if held is not None:
+                why = ", ".join(json.loads(held["reasons"] or "[]")) or "held"
+                msg = (
+                    f"run {held['id']} of {site or spider} is held ({why}): decide it first with "
+                    f"`recrawler runs approve {held['id']}` or `recrawler runs discard {held['id']}`"
+                )
+                raise RunRefused(msg, held=True)
+        lock = self.db.dialect.lock_sql
+        if lock:
+            # two processes starting one site take its lease in turn (SQLite's write lock does that)
+            yield one(lock, (lease_key,))
+        lease = yield one("SELECT run_id, holder, heartbeat_at FROM leases WHERE site = ?", (lease_key,))
+        now = datetime.now(UTC)
+        if lease is not None:
+            beat = _dt(lease["heartbeat_at"])
+            age = (now - beat).total_seconds() if beat else lease_secs + 1
+            if age < lease_secs and _holder_alive(lease["holder"]):
+                msg = (
+                    f"{site or spider} is being crawled by run {lease['run_id']} ({lease['holder']}, "
+                    f"heartbeat {age:.0f} s ago): one run at a time per site"
+                )
+                raise RunRefused(msg)
+            yield count(
+                """UPDATE runs SET state = ?, finish_reason = COALESCE(finish_reason, 'aborted'),
+                     finished_at = COALESCE(finished_at, ?) WHERE id = ? AND state = ?""",
+                (RUN_ABORTED, _ts(now), lease["run_id"], RUN_RUNNING),
             )
-            prior = live = 0
-            last_listed = None
-            backfill = False
-            if site is not None:
-                prior, live = conn.execute(
-                    "SELECT COUNT(*), COALESCE(SUM(status = ?), 0) FROM pages "
-                    "WHERE site = ? AND status IN (?, ?)",
-                    (LIVE, site, LIVE, QUARANTINED),
-                ).fetchone()
-                row = conn.execute(
-                    "SELECT listed FROM runs WHERE site = ? AND id < ? AND listed IS NOT NULL "
-                    "AND state != ? ORDER BY id DESC LIMIT 1",
-                    (site, run_id, RUN_ABORTED),
-                ).fetchone()
-                last_listed = row["listed"] if row is not None else None
-                row = conn.execute(
-                    "SELECT state, reasons, finished_at FROM runs "
-                    "WHERE site = ? AND id < ? ORDER BY id DESC LIMIT 1",
-                    (site, run_id),
-                ).fetchone()
-                if row is not None:
-                    reasons = json.loads(row["reasons"] or "[]")
-                    # the last run failed to store its pages (or to record its own end: a full
-                    # disk): the pages it left out come back as new, the knowledge base catching up
-                    backfill = (
-                        row["state"] == RUN_ABORTED or "state_error" in reasons or row["finished_at"] is None
-                    )
-        except BaseException:
-            if conn.in_transaction and not self.db.dry_run:
-                conn.execute("ROLLBACK")
-            raise
-        self.db._commit()
+            yield count("DELETE FROM run_misses WHERE run_id = ?", (lease["run_id"],))
+            logger.warning(
+                "run %(run)d of %(site)s stopped without finishing (%(holder)s, last heartbeat "
+                "%(age).0f s ago): marked aborted, its staged misses dropped",
+                {"run": lease["run_id"], "site": lease_key, "holder": lease["holder"], "age": age},
+            )
+        row = yield one(
+            "INSERT INTO runs (spider, site, started_at, state, published_at, embedder) "
+            "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+            (
+                spider,
+                site,
+                _ts(started_at),
+                RUN_PUBLISHED if publish_each_page else RUN_RUNNING,
+                _ts(started_at) if publish_each_page else None,
+                embedder,
+            ),
+        )
+        run_id = int(row[0])
+        yield count(
+            """INSERT INTO leases (site, run_id, holder, acquired_at, heartbeat_at) VALUES (?, ?, ?, ?, ?)
+               ON CONFLICT (site) DO UPDATE SET run_id = excluded.run_id, holder = excluded.holder,
+                 acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at""",
+            (lease_key, run_id, holder or "?", _ts(now), _ts(now)),
+        )
+        prior = live = 0
+        last_listed = None
+        backfill = False
+        if site is not None:
+            prior, live = yield one(
+                "SELECT COUNT(*), COUNT(*) FILTER (WHERE status = ?) FROM pages "
+                "WHERE site = ? AND status IN (?, ?)",
+                (LIVE, site, LIVE, QUARANTINED),
+            )
+            row = yield one(
+                "SELECT listed FROM runs WHERE site = ? AND id < ? AND listed IS NOT NULL "
+                "AND state != ? ORDER BY id DESC LIMIT 1",
+                (site, run_id, RUN_ABORTED),
+            )
+            last_listed = row["listed"] if row is not None else None
+            row = yield one(
+                "SELECT state, reasons, finished_at FROM runs "
+                "WHERE site = ? AND id < ? ORDER BY id DESC LIMIT 1",
+                (site, run_id),
+            )
+            if row is not None:
+                reasons = json.loads(row["reasons"] or "[]")
+                # the last run failed to store its pages (or to record its own end: a full
+                # disk): the pages it left out come back as new, the knowledge base catching up
+                backfill = (
+                    row["state"] == RUN_ABORTED or "state_error" in reasons or row["finished_at"] is None
+                )
         return Run(
             id=run_id,
             spider=spider,
@@ -224,27 +216,23 @@ class SQLiteRuns:
         lease_secs: float = 60.0,
     ) -> Run:
         """Blocking :meth:`begin_run`, used once at startup (before the crawl's first request)."""
-        return self.db.call_sync(
-            self.db._guard,
-            lambda: self._begin_run(
-                spider, site, started_at, embedder, publish_each_page, holder, lease_secs
-            ),
+        return self.db.transaction_sync(
+            self._begin_run(spider, site, started_at, embedder, publish_each_page, holder, lease_secs)
         )
 
     async def heartbeat(self, run: Run) -> bool:
         """Renew the run's lease; False when another run has taken it over."""
         lease_key = run.site if run.site is not None else f"spider:{run.spider}"
 
-        def work() -> bool:
-            self.db._begin()
-            n = self.db.conn.execute(
+        def work() -> Work[bool]:
+            n = yield count(
                 "UPDATE leases SET heartbeat_at = ? WHERE site = ? AND run_id = ?",
                 (_ts(datetime.now(UTC)), lease_key, run.id),
-            ).rowcount
-            self.db._commit()
+            )
             return bool(n)
 
-        return await self.db._call(self.db._guard, work)
+        # beside the store's own work where the backend can: a renewal never waits behind it
+        return await self.db.transaction(work(), concurrent=True)
 
     async def finish_run(
         self,
@@ -260,10 +248,8 @@ class SQLiteRuns:
         """Store the run's end, counts, report and outcome, and release the site's lease."""
         lease_key = run.site if run.site is not None else f"spider:{run.spider}"
 
-        def work() -> None:
-            self.db._commit()
-            self.db._begin()
-            self.db.conn.execute(
+        def work() -> Work[None]:
+            yield count(
                 """UPDATE runs SET finished_at = ?, finish_reason = ?, counts = ?, report = ?,
                      reasons = ?, listed = ?, exit_code = ?,
                      state = CASE WHEN state = ? THEN ? ELSE state END
@@ -281,25 +267,25 @@ class SQLiteRuns:
                     run.id,
                 ),
             )
-            self.db.conn.execute("DELETE FROM leases WHERE site = ? AND run_id = ?", (lease_key, run.id))
-            self.db._commit()
+            yield count("DELETE FROM leases WHERE site = ? AND run_id = ?", (lease_key, run.id))
 
-        await self.db._call(self.db._guard, work)
+        await self.db.transaction(work())
 
     async def removal_plan(self, run: Run, *, gone_after: int, gone_statuses: Sequence[int]) -> RemovalPlan:
         """What applying the run's staged misses and moves would do (nothing is changed)."""
 
-        def work() -> RemovalPlan:
-            self.db._commit()
-            row = self.db.conn.execute(
+        gone = gone_case(self.db.dialect)
+
+        def work() -> Work[RemovalPlan]:
+            row = yield one(
                 f"""SELECT
-                      COALESCE(SUM(m.moved_to IS NOT NULL AND t.status = :live), 0) AS moved,
-                      COALESCE(SUM(m.moved_to IS NULL AND p.status != :gone
-                                   AND ({_GONE_CASE})), 0) AS gone,
-                      COALESCE(SUM(m.moved_to IS NULL AND p.status = :live
-                                   AND NOT ({_GONE_CASE})), 0) AS quarantine,
-                      COALESCE(SUM(p.status = :live AND (m.moved_to IS NULL
-                                   OR t.status = :live)), 0) AS removals
+                      COUNT(*) FILTER (WHERE m.moved_to IS NOT NULL AND t.status = :live) AS moved,
+                      COUNT(*) FILTER (WHERE m.moved_to IS NULL AND p.status != :gone
+                                       AND {gone}) AS gone,
+                      COUNT(*) FILTER (WHERE m.moved_to IS NULL AND p.status = :live
+                                       AND NOT {gone}) AS quarantine,
+                      COUNT(*) FILTER (WHERE p.status = :live AND (m.moved_to IS NULL
+                                       OR t.status = :live)) AS removals
                     FROM run_misses m JOIN pages p ON p.key = m.key
                     LEFT JOIN pages t ON t.key = m.moved_to
                     WHERE m.run_id = :run AND p.status IN (:live, :quarantined)""",
@@ -308,10 +294,10 @@ class SQLiteRuns:
                     "live": LIVE,
                     "gone": GONE,
                     "quarantined": QUARANTINED,
-                    "codes": json.dumps(list(gone_statuses)),
+                    "codes": self.db.dialect.list_param(gone_statuses),
                     "after": gone_after,
                 },
-            ).fetchone()
+            )
             return RemovalPlan(
                 pages=run.prior_pages,
                 live=run.prior_live,
@@ -321,7 +307,7 @@ class SQLiteRuns:
                 moved=int(row["moved"]),
             )
 
-        return await self.db._call(self.db._guard, work)
+        return await self.db.run(work(), flush=True)
 
     async def reconcile(
         self,
@@ -336,45 +322,32 @@ class SQLiteRuns:
         """Apply the run's staged misses and moves in one transaction; or, when not *apply*, drop
         them (the outage guard), or keep them for ``runs approve`` (*keep*: the run is held)."""
 
-        def work() -> ReconcileResult:
-            conn = self.db.conn
-            self.db._commit()
-            self.db._begin()
-            conn.execute("SAVEPOINT reconcile")
-            try:
-                result = self._reconcile(conn, run, apply, gone_after, list(gone_statuses), at, keep)
-                conn.execute("RELEASE reconcile")
-            except BaseException:
-                conn.execute("ROLLBACK TO reconcile")
-                conn.execute("RELEASE reconcile")
-                raise
-            self.db._commit()
-            return result
-
-        return await self.db._call(self.db._guard, work)
+        return await self.db.transaction(
+            self._reconcile(run, apply, gone_after, list(gone_statuses), at, keep)
+        )
 
     def _reconcile(
         self,
-        conn: sqlite3.Connection,
         run: Run,
         apply: bool,
         gone_after: int,
         gone_statuses: list[int],
         at: datetime,
         keep: bool = False,
-    ) -> ReconcileResult:
+    ) -> Work[ReconcileResult]:
+        d = self.db.dialect
         if not apply:
             if keep:
-                n = conn.execute("SELECT COUNT(*) FROM run_misses WHERE run_id = ?", (run.id,)).fetchone()[0]
-                return ReconcileResult(applied=False, skipped_misses=int(n), kept=True)
-            n = conn.execute("DELETE FROM run_misses WHERE run_id = ?", (run.id,)).rowcount
+                row = yield one("SELECT COUNT(*) FROM run_misses WHERE run_id = ?", (run.id,))
+                return ReconcileResult(applied=False, skipped_misses=int(row[0]), kept=True)
+            n = yield count("DELETE FROM run_misses WHERE run_id = ?", (run.id,))
             return ReconcileResult(applied=False, skipped_misses=n)
         from recrawler.state import Event
 
         batch: list[tuple[str]] = []
         # Moves first: a page moves only to a live page (one key live, never two); a move whose
         # target is not live is dropped and the source stays as it is.
-        moved_rows = conn.execute(
+        moved_rows = yield rows(
             """UPDATE pages SET status = :moved, misses = 0, last_checked = :at,
                  moved_to = (SELECT m.moved_to FROM run_misses m WHERE m.run_id = :run AND m.key = pages.key)
                WHERE status IN (:live, :quarantined) AND key IN (
@@ -383,7 +356,7 @@ class SQLiteRuns:
                RETURNING key, url, content_hash, moved_to,
                  (SELECT t.url FROM pages t WHERE t.key = pages.moved_to) AS moved_url""",
             {"run": run.id, "moved": MOVED, "at": _ts(at), "live": LIVE, "quarantined": QUARANTINED},
-        ).fetchall()
+        )
         for r in moved_rows:
             if self.db.sink is not None:
                 ev = Event(
@@ -398,22 +371,22 @@ class SQLiteRuns:
                     extra={"moved_to": r["moved_url"], "moved_to_key": r["moved_to"]},
                 )
                 batch.append((ev.to_json(),))
-        conn.execute(
+        yield count(
             "DELETE FROM run_misses WHERE run_id = ? AND moved_to IS NOT NULL AND key NOT IN "
             "(SELECT key FROM pages WHERE status = ?)",
             (run.id, MOVED),
         )
-        codes = json.dumps(gone_statuses)
+        codes = d.list_param(gone_statuses)
         # Decide every staged miss in one statement: gone (gone status, or enough consecutive
         # misses) or quarantined. RETURNING gives the counts without loading the rows' state.
-        rows = conn.execute(
-            """UPDATE pages SET
+        decided = yield rows(
+            f"""UPDATE pages SET
                  misses = misses + 1,
                  last_checked = :at,
                  status = CASE
                    WHEN (SELECT m.http_status FROM run_misses m
                          WHERE m.run_id = :run AND m.key = pages.key)
-                        IN (SELECT value FROM json_each(:codes)) THEN :gone
+                        {d.in_list(":codes", sql_type="INTEGER")} THEN :gone
                    WHEN misses + 1 >= :after THEN :gone
                    ELSE :quarantined END
                WHERE status IN (:live, :quarantined)
@@ -430,10 +403,10 @@ class SQLiteRuns:
                 "quarantined": QUARANTINED,
                 "after": gone_after,
             },
-        ).fetchall()
+        )
         quarantined = 0
         gone: dict[str, int] = {}
-        for r in rows:
+        for r in decided:
             action = r["status"]
             reason = f"http_{r['http_status']}"
             if action == GONE:
@@ -454,37 +427,38 @@ class SQLiteRuns:
                 )
                 batch.append((ev.to_json(),))
         if batch:
-            conn.executemany("INSERT INTO outbox (payload) VALUES (?)", batch)
+            yield many("INSERT INTO outbox (payload) VALUES (?)", batch)
         # The knowledge base follows in the same transaction: quarantined pages' chunks are
         # retired but kept (restored without re-embedding), gone and moved pages' chunks are
         # retired for good (a moved page's text lives on under its new key).
         for statuses, why in (((QUARANTINED,), _RETIRED_QUARANTINED), ((GONE, MOVED), _RETIRED_GONE)):
-            conn.execute(
-                """UPDATE chunks SET retired_run = :run, retired_why = :why
+            yield count(
+                f"""UPDATE chunks SET retired_run = :run, retired_why = :why
                    WHERE retired_run IS NULL
                      AND key IN (SELECT m.key FROM run_misses m JOIN pages p ON p.key = m.key
-                                 WHERE m.run_id = :run
-                                   AND p.status IN (SELECT value FROM json_each(:statuses)))""",
-                {"run": run.id, "why": why, "statuses": json.dumps(statuses)},
+                                 WHERE m.run_id = :run AND p.status {d.in_list(":statuses")})""",
+                {"run": run.id, "why": why, "statuses": d.list_param(statuses)},
             )
-        conn.execute(
+        yield count(
             "UPDATE pages SET chunks = 0 WHERE key IN (SELECT key FROM run_misses WHERE run_id = ?)",
             (run.id,),
         )
         # a gone page no longer counts towards its site's boilerplate statistics
-        for key, site, blob in conn.execute(
+        removed = yield rows(
             """SELECT p.key, p.site, f.blocks FROM run_misses m JOIN pages p ON p.key = m.key
                JOIN page_fields f ON f.key = p.key WHERE m.run_id = ? AND p.status IN (?, ?)""",
             (run.id, GONE, MOVED),
-        ).fetchall():
+        )
+        for key, site, blob in removed:
             blocks = unpack_blocks(blob)
-            conn.executemany(
-                "UPDATE site_blocks SET pages = MAX(pages - 1, 0) WHERE site = ? AND block = ?",
-                [(site, b) for b in set(blocks)],
-            )
-            _count_pairs(conn, site, block_pairs(blocks), -1)
-            conn.execute("DELETE FROM page_fields WHERE key = ?", (key,))
-        conn.execute("DELETE FROM run_misses WHERE run_id = ?", (run.id,))
+            if blocks:
+                yield many(
+                    f"UPDATE site_blocks SET pages = {d.greatest}(pages - 1, 0) WHERE site = ? AND block = ?",
+                    [(site, b) for b in sorted(set(blocks))],
+                )
+            yield from _count_pairs(d, site, block_pairs(blocks), -1)
+            yield count("DELETE FROM page_fields WHERE key = ?", (key,))
+        yield count("DELETE FROM run_misses WHERE run_id = ?", (run.id,))
         return ReconcileResult(applied=True, quarantined=quarantined, gone=gone, moved=len(moved_rows))
 
     async def largest_same_content(self, run: Run) -> tuple[int, str] | None:
@@ -493,26 +467,26 @@ class SQLiteRuns:
         than edited, TLSH distance over 100) texts within TLSH distance 30 of each other.
         Returns (size, a sample URL), or None."""
 
-        def work() -> tuple[int, str] | None:
-            conn = self.db.conn
-            self.db._commit()
-            row = conn.execute(
+        def work() -> Work[tuple[int, str] | None]:
+            row = yield one(
                 """SELECT COUNT(*) AS n, MIN(url) AS url FROM pages
-                   WHERE changed_run = ? AND site IS ? AND status = ? AND content_hash IS NOT NULL
+                   WHERE changed_run = ? AND site IS NOT DISTINCT FROM ? AND status = ?
+                     AND content_hash IS NOT NULL
                    GROUP BY content_hash ORDER BY n DESC LIMIT 1""",
                 (run.id, run.site, LIVE),
-            ).fetchone()
+            )
             best = (int(row["n"]), str(row["url"])) if row is not None else None
             # near-identical replacements (a maintenance page that names each page): greedy
             # clusters around representatives, over at most a few thousand pages
             reps: list[tuple[str, list[str]]] = []
-            for url, digest in conn.execute(
+            replaced = yield rows(
                 """SELECT p.url, p.fuzzy_hash FROM page_changes c JOIN pages p ON p.key = c.key
                    WHERE c.run_id = ? AND c.verdict = 'changed' AND c.distance > ?
-                     AND p.site IS ? AND p.status = ? AND p.fuzzy_hash IS NOT NULL
+                     AND p.site IS NOT DISTINCT FROM ? AND p.status = ? AND p.fuzzy_hash IS NOT NULL
                    ORDER BY p.key LIMIT 5000""",
                 (run.id, _REPLACED_DISTANCE, run.site, LIVE),
-            ):
+            )
+            for url, digest in replaced:
                 for rep, members in reps:
                     if fuzzy_distance(rep, digest) <= _SAME_CONTENT_DISTANCE:
                         members.append(url)
@@ -525,26 +499,19 @@ class SQLiteRuns:
                     best = (len(members), members[0])
             return best
 
-        return await self.db._call(self.db._guard, work)
+        return await self.db.run(work(), flush=True)
 
     async def apply_held(
         self, run_id: int, *, gone_after: int, gone_statuses: Sequence[int], at: datetime
     ) -> ReconcileResult:
         """Apply the misses and moves a held run kept (``runs approve`` of a mass removal)."""
 
-        def work() -> ReconcileResult:
-            conn = self.db.conn
-            row = conn.execute(
-                "SELECT id, spider, site, started_at FROM runs WHERE id = ?", (run_id,)
-            ).fetchone()
+        def work() -> Work[ReconcileResult]:
+            row = yield one("SELECT id, spider, site, started_at FROM runs WHERE id = ?", (run_id,))
             if row is None:
-                raise StateStoreError(f"no run {run_id} in {self.db.path!r}")
+                raise StateStoreError(f"no run {run_id} in {self.db.label!r}")
             started = _dt(row["started_at"]) or at
             run = Run(id=run_id, spider=row["spider"], site=row["site"], started_at=started)
-            self.db._commit()
-            self.db._begin()
-            result = self._reconcile(conn, run, True, gone_after, list(gone_statuses), at)
-            self.db._commit()
-            return result
+            return (yield from self._reconcile(run, True, gone_after, list(gone_statuses), at))
 
-        return await self.db._call(self.db._guard, work)
+        return await self.db.transaction(work())

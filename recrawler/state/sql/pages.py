@@ -1,4 +1,4 @@
-"""The pages role on SQLite: page writes (one savepoint each) and the run's unseen pages."""
+"""The pages role: page writes (one atomic unit each) and the run's unseen pages."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from recrawler.state.records import (
     PageRecord,
     Run,
 )
-from recrawler.state.sqlite.rows import (
+from recrawler.state.sql.dialect import count, many, one, rows
+from recrawler.state.sql.rows import (
     _PAGE_COLUMNS,
     _RETIRED_QUARANTINED,
     _RETIRED_REPLACED,
@@ -29,26 +30,27 @@ from recrawler.state.sqlite.rows import (
 )
 
 if TYPE_CHECKING:
-    import sqlite3
     from collections.abc import Sequence
     from datetime import datetime
 
     from recrawler.kb.chunking import Chunk
-    from recrawler.state.sqlite.database import SQLiteDatabase
+    from recrawler.state.sql.database import Database
+    from recrawler.state.sql.dialect import Dialect, Work
 
 
-class SQLitePages:
-    """The pages role on SQLite: page writes (one savepoint each) and the run's unseen pages."""
+class SQLPages:
+    """The pages role: page writes (one atomic unit each) and the run's unseen pages."""
 
-    def __init__(self, db: SQLiteDatabase) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
 
     async def get(self, key: str) -> PageRecord | None:
         """Return the stored record of *key*."""
-        return await self.db._call(self.db._guard, lambda: self._get(key))
+        return await self.db.run(self._get(key))
 
-    def _get(self, key: str) -> PageRecord | None:
-        row = self.db.conn.execute(f"SELECT {_PAGE_COLUMNS} FROM pages WHERE key = ?", (key,)).fetchone()
+    @staticmethod
+    def _get(key: str) -> Work[PageRecord | None]:
+        row = yield one(f"SELECT {_PAGE_COLUMNS} FROM pages WHERE key = ?", (key,))
         return _row_to_record(row) if row is not None else None
 
     async def record(
@@ -77,8 +79,10 @@ class SQLitePages:
         Any staged miss of the page is lifted.
         """
 
-        def work(conn: sqlite3.Connection) -> None:
-            conn.execute(
+        d = self.db.dialect
+
+        def work() -> Work[None]:
+            yield count(
                 f"""INSERT INTO pages ({_PAGE_COLUMNS})
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT (key) DO UPDATE SET noise_key = excluded.noise_key,
@@ -112,44 +116,44 @@ class SQLitePages:
                     rec.changed_run,
                 ),
             )
-            conn.execute("DELETE FROM run_misses WHERE run_id = ? AND key = ?", (run.id, rec.key))
+            yield count("DELETE FROM run_misses WHERE run_id = ? AND key = ?", (run.id, rec.key))
             if chunks is not None:
-                self._replace_chunks(conn, run, rec.key, chunks)
+                yield from self._replace_chunks(run, rec.key, chunks)
             elif restore:
-                self._restore_chunks(conn, run, rec.key)
+                yield from self._restore_chunks(run, rec.key)
             if embeddings:
-                conn.executemany(
-                    "INSERT OR IGNORE INTO embeddings (embedder, text_hash, vector) VALUES (?, ?, ?)",
-                    embeddings,
-                )
+                yield from self.db.embeddings_work(embeddings)
             if fields is not None:
-                self._write_fields(conn, rec.key, rec.site, fields)
+                yield from self._write_fields(d, rec.key, rec.site, fields)
             if change is not None:
-                self._write_change(conn, run, change)
-            self.db._outbox(conn, events)
+                yield from self._write_change(run, change)
+            yield from self.db._outbox(events)
 
-        await self.db._page_write(work, outcome)
+        await self.db.page_write(work(), outcome)
 
     @staticmethod
-    def _write_fields(conn: sqlite3.Connection, key: str, site: str, fields: FieldsRow) -> None:
-        row = conn.execute("SELECT blocks FROM page_fields WHERE key = ?", (key,)).fetchone()
+    def _write_fields(d: Dialect, key: str, site: str, fields: FieldsRow) -> Work[None]:
+        row = yield one("SELECT blocks FROM page_fields WHERE key = ?", (key,))
         old_blocks = unpack_blocks(row[0]) if row is not None else []
         new_blocks = unpack_blocks(fields.blocks)
         old, new = set(old_blocks), set(new_blocks)
-        # the site's block statistics follow the page's block set, in the page's transaction
-        conn.executemany(
-            "UPDATE site_blocks SET pages = MAX(pages - 1, 0) WHERE site = ? AND block = ?",
-            [(site, b) for b in old - new],
-        )
-        conn.executemany(
-            """INSERT INTO site_blocks (site, block, pages, sample) VALUES (?, ?, 1, ?)
-               ON CONFLICT (site, block) DO UPDATE SET pages = pages + 1""",
-            [(site, b, fields.samples.get(b, "")[:200]) for b in new - old],
-        )
+        # the site's block statistics follow the page's block set, in the page's transaction (in
+        # block order: concurrent writers of one site lock its counters in one order)
+        if old - new:
+            yield many(
+                f"UPDATE site_blocks SET pages = {d.greatest}(pages - 1, 0) WHERE site = ? AND block = ?",
+                [(site, b) for b in sorted(old - new)],
+            )
+        if new - old:
+            yield many(
+                """INSERT INTO site_blocks (site, block, pages, sample) VALUES (?, ?, 1, ?)
+                   ON CONFLICT (site, block) DO UPDATE SET pages = site_blocks.pages + 1""",
+                [(site, b, fields.samples.get(b, "")[:200]) for b in sorted(new - old)],
+            )
         old_pairs, new_pairs = block_pairs(old_blocks), block_pairs(new_blocks)
-        _count_pairs(conn, site, old_pairs - new_pairs, -1)
-        _count_pairs(conn, site, new_pairs - old_pairs, 1)
-        conn.execute(
+        yield from _count_pairs(d, site, old_pairs - new_pairs, -1)
+        yield from _count_pairs(d, site, new_pairs - old_pairs, 1)
+        yield count(
             """INSERT INTO page_fields (key, title, headings, code, links, text, blocks)
                VALUES (?, ?, ?, ?, ?, ?, ?)
                ON CONFLICT (key) DO UPDATE SET title = excluded.title, headings = excluded.headings,
@@ -167,8 +171,8 @@ class SQLitePages:
         )
 
     @staticmethod
-    def _write_change(conn: sqlite3.Connection, run: Run, change: ChangeRow) -> None:
-        conn.execute(
+    def _write_change(run: Run, change: ChangeRow) -> Work[None]:
+        yield count(
             """INSERT INTO page_changes (key, url, run_id, at, verdict, old_hash, new_hash,
                  changed_fields, distance, critical, diff, old_blocks)
                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
@@ -189,44 +193,45 @@ class SQLitePages:
         )
 
     @staticmethod
-    def _replace_chunks(conn: sqlite3.Connection, run: Run, key: str, chunks: Sequence[Chunk]) -> None:
+    def _replace_chunks(run: Run, key: str, chunks: Sequence[Chunk]) -> Work[None]:
         # the current version is superseded by this run's version. A row already retired keeps
         # the run that retired it: moving that to this run would make it visible again while this
         # run is held. Rows a quarantine kept are collected when the run publishes.
-        conn.execute(
+        yield count(
             "UPDATE chunks SET retired_run = ?, retired_why = ? WHERE key = ? AND retired_run IS NULL",
             (run.id, _RETIRED_REPLACED, key),
         )
-        conn.executemany(
-            """INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run)
-               VALUES (?, ?, ?, ?, ?, ?, ?)""",
-            [(key, c.chunk_index, c.chunk_hash, c.url, c.heading, c.text, run.id) for c in chunks],
-        )
-        conn.execute("UPDATE pages SET chunks = ? WHERE key = ?", (len(chunks), key))
+        if chunks:
+            yield many(
+                """INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run)
+                   VALUES (?, ?, ?, ?, ?, ?, ?)""",
+                [(key, c.chunk_index, c.chunk_hash, c.url, c.heading, c.text, run.id) for c in chunks],
+            )
+        yield count("UPDATE pages SET chunks = ? WHERE key = ?", (len(chunks), key))
 
     @staticmethod
-    def _restore_chunks(conn: sqlite3.Connection, run: Run, key: str) -> None:
+    def _restore_chunks(run: Run, key: str) -> Work[None]:
         # copies of the rows the last quarantine kept become current in this run; same texts, so
         # same embeddings. The kept rows stay as they are (collected when the run publishes).
-        n = conn.execute(
+        n = yield count(
             """INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run)
-               SELECT key, chunk_index, chunk_hash, url, heading, text, ?1 FROM chunks
-               WHERE key = ?2 AND retired_why = ?3 AND retired_run = (
-                 SELECT MAX(retired_run) FROM chunks WHERE key = ?2 AND retired_why = ?3)
+               SELECT key, chunk_index, chunk_hash, url, heading, text, :run FROM chunks
+               WHERE key = :key AND retired_why = :why AND retired_run = (
+                 SELECT MAX(retired_run) FROM chunks WHERE key = :key AND retired_why = :why)
                ORDER BY chunk_index""",
-            (run.id, key, _RETIRED_QUARANTINED),
-        ).rowcount
-        conn.execute("UPDATE pages SET chunks = ? WHERE key = ?", (n, key))
+            {"run": run.id, "key": key, "why": _RETIRED_QUARANTINED},
+        )
+        yield count("UPDATE pages SET chunks = ? WHERE key = ?", (n, key))
 
     async def record_error(self, run: Run, key: str | None, events: Sequence[Event]) -> None:
         """Mark a stored page as reached this run (state untouched) and write its error events."""
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work() -> Work[None]:
             if key is not None:
-                conn.execute("UPDATE pages SET last_seen_run = ? WHERE key = ?", (run.id, key))
-            self.db._outbox(conn, events)
+                yield count("UPDATE pages SET last_seen_run = ? WHERE key = ?", (run.id, key))
+            yield from self.db._outbox(events)
 
-        await self.db._page_write(work)
+        await self.db.page_write(work())
 
     async def record_miss(self, run: Run, key: str, http_status: int) -> str:
         """Stage a 404/410 of a stored page for the reconciliation.
@@ -235,28 +240,29 @@ class SQLitePages:
         ``"unknown"`` (no record).
         """
 
-        def work(conn: sqlite3.Connection) -> str:
-            row = conn.execute("SELECT status FROM pages WHERE key = ?", (key,)).fetchone()
+        def work() -> Work[str]:
+            row = yield one("SELECT status FROM pages WHERE key = ?", (key,))
             if row is None:
                 return "unknown"
-            conn.execute("UPDATE pages SET last_seen_run = ? WHERE key = ?", (run.id, key))
+            yield count("UPDATE pages SET last_seen_run = ? WHERE key = ?", (run.id, key))
             if row["status"] == GONE:
                 return "tombstone"
-            conn.execute(
-                "INSERT OR REPLACE INTO run_misses (run_id, key, http_status) VALUES (?, ?, ?)",
+            # replaces whatever the run staged for the page before (a move included)
+            yield count(
+                """INSERT INTO run_misses (run_id, key, http_status) VALUES (?, ?, ?)
+                   ON CONFLICT (run_id, key) DO UPDATE SET http_status = excluded.http_status,
+                     moved_to = NULL""",
                 (run.id, key, http_status),
             )
             return "staged"
 
-        return await self.db._page_write(work)
+        return await self.db.page_write(work())
 
-    def _unseen(self, run: Run, limit: int, due_at: datetime | None = None) -> list[tuple[str, str, int]]:
-        if run.site is None:
-            return []
-        self.db._begin()
+    @staticmethod
+    def _unseen(run: Run, limit: int, due_at: datetime | None) -> Work[list[tuple[str, str, int]]]:
         # Pages the run's listing decided (requested, or skipped by the schedule, lastmod or
         # deltafetch) are not unseen; with *due_at*, neither are pages not due by then.
-        rows = self.db.conn.execute(
+        found = yield rows(
             """UPDATE pages SET verify_run = :run
                WHERE key IN (
                  SELECT key FROM pages
@@ -264,7 +270,7 @@ class SQLitePages:
                    AND (last_seen_run IS NULL OR last_seen_run != :run)
                    AND (verify_run IS NULL OR verify_run != :run)
                    AND (listed_run IS NULL OR listed_run != :run)
-                   AND (:due IS NULL OR status = :quarantined OR audit_run = :run
+                   AND (CAST(:due AS TEXT) IS NULL OR status = :quarantined OR audit_run = :run
                         OR next_check_at IS NULL OR next_check_at <= :due)
                  ORDER BY key LIMIT :limit)
                RETURNING key, url, found_depth""",
@@ -276,9 +282,8 @@ class SQLitePages:
                 "due": _at(due_at),
                 "limit": limit,
             },
-        ).fetchall()
-        self.db._commit()
-        return sorted((r["key"], r["url"], r["found_depth"] or 0) for r in rows)
+        )
+        return sorted((r["key"], r["url"], r["found_depth"] or 0) for r in found)
 
     def unseen_sync(
         self, run: Run, limit: int, *, due_at: datetime | None = None
@@ -289,13 +294,17 @@ class SQLitePages:
         is later (quarantined and audited pages always count). Blocking: for ``spider_idle``
         handlers, which run when nothing else is in flight.
         """
-        return self.db.call_sync(self.db._guard, lambda: self._unseen(run, limit, due_at))
+        if run.site is None:
+            return []
+        return self.db.transaction_sync(self._unseen(run, limit, due_at))
 
     async def unseen(
         self, run: Run, limit: int, *, due_at: datetime | None = None
     ) -> list[tuple[str, str, int]]:
         """Async form of :meth:`unseen_sync`."""
-        return await self.db._call(self.db._guard, lambda: self._unseen(run, limit, due_at))
+        if run.site is None:
+            return []
+        return await self.db.transaction(self._unseen(run, limit, due_at))
 
     async def record_moves(self, run: Run, keys: Sequence[str], target: str, *, http_status: int) -> int:
         """Stage a permanent redirect of stored pages *keys* to page *target*; returns how many.
@@ -303,15 +312,17 @@ class SQLitePages:
         The moves apply when the run reconciles, and only if *target* is a live page by then.
         """
 
-        def work(conn: sqlite3.Connection) -> int:
+        def work() -> Work[int]:
             n = 0
             for key in keys:
-                n += conn.execute(
-                    """INSERT OR REPLACE INTO run_misses (run_id, key, http_status, moved_to)
-                       SELECT ?, key, ?, ? FROM pages WHERE key = ? AND status IN (?, ?)""",
+                n += yield count(
+                    """INSERT INTO run_misses (run_id, key, http_status, moved_to)
+                       SELECT ?, key, ?, ? FROM pages WHERE key = ? AND status IN (?, ?)
+                       ON CONFLICT (run_id, key) DO UPDATE SET http_status = excluded.http_status,
+                         moved_to = excluded.moved_to""",
                     (run.id, http_status, target, key, LIVE, QUARANTINED),
-                ).rowcount
-                conn.execute("UPDATE pages SET last_seen_run = ? WHERE key = ?", (run.id, key))
+                )
+                yield count("UPDATE pages SET last_seen_run = ? WHERE key = ?", (run.id, key))
             return n
 
-        return await self.db._page_write(work)
+        return await self.db.page_write(work())

@@ -1,4 +1,4 @@
-"""SQLite rows to records and back, column lists, and the block-pair statistics' helpers."""
+"""Rows to records and back, column lists, and the block-pair statistics' helpers (every dialect)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from recrawler.state.records import (
     ScheduledPage,
     TrustRecord,
 )
+from recrawler.state.sql.dialect import many, rows
 
 if TYPE_CHECKING:
-    import sqlite3
+    from typing import Any
 
-    pass
+    from recrawler.state.sql.dialect import Dialect, Work
 
 
 # why a chunk row was retired
@@ -40,8 +41,11 @@ _PAGE_COLUMNS = (
 # TLSH distance within which two pages changed in one run count as the same text, and beyond
 # which a page's change replaced its content rather than edited it
 _SAME_CONTENT_DISTANCE, _REPLACED_DISTANCE = 30, 100
-# the staged miss of row ``m`` makes page ``p`` gone: a "gone" status, or enough consecutive misses
-_GONE_CASE = "(m.http_status IN (SELECT value FROM json_each(:codes)) OR p.misses + 1 >= :after)"
+
+
+def gone_case(d: Dialect) -> str:
+    """The staged miss of row ``m`` makes page ``p`` gone: a "gone" status, or enough misses."""
+    return f"(m.http_status {d.in_list(':codes', sql_type='INTEGER')} OR p.misses + 1 >= :after)"
 
 
 def _ts(value: datetime | None) -> str | None:
@@ -57,7 +61,7 @@ def _at(value: datetime | None) -> str | None:
     return value.astimezone(UTC).isoformat(timespec="microseconds") if value is not None else None
 
 
-def _row_to_revisit(row: sqlite3.Row) -> Revisit:
+def _row_to_revisit(row: Any) -> Revisit:
     return Revisit(
         last_check_at=_dt(row["last_check_at"]),
         next_check_at=_dt(row["next_check_at"]),
@@ -69,7 +73,7 @@ def _row_to_revisit(row: sqlite3.Row) -> Revisit:
     )
 
 
-def _row_to_scheduled(row: sqlite3.Row) -> ScheduledPage:
+def _row_to_scheduled(row: Any) -> ScheduledPage:
     return ScheduledPage(
         key=row["key"],
         url=row["url"],
@@ -82,7 +86,7 @@ def _row_to_scheduled(row: sqlite3.Row) -> ScheduledPage:
     )
 
 
-def _row_to_trust(row: sqlite3.Row) -> TrustRecord:
+def _row_to_trust(row: Any) -> TrustRecord:
     return TrustRecord(
         host=row["host"],
         signal=row["signal"],
@@ -94,7 +98,7 @@ def _row_to_trust(row: sqlite3.Row) -> TrustRecord:
     )
 
 
-def _row_to_record(row: sqlite3.Row) -> PageRecord:
+def _row_to_record(row: Any) -> PageRecord:
     first_seen = _dt(row["first_seen"])
     assert first_seen is not None  # NOT NULL column
     return PageRecord(
@@ -121,50 +125,60 @@ def _row_to_record(row: sqlite3.Row) -> PageRecord:
     )
 
 
-def _count_pairs(conn: sqlite3.Connection, site: str, pairs: set[tuple[int, int]], delta: int) -> None:
+def _count_pairs(d: Dialect, site: str, pairs: set[tuple[int, int]], delta: int) -> Work[None]:
     """Add *delta* (1 or -1) to the page counts of a site's block pairs."""
+    # in key order: concurrent writers of one site's counters lock rows in one order (no deadlock)
+    params = [(site, prev, block) for prev, block in sorted(pairs)]
+    if not params:
+        return
     if delta > 0:
-        conn.executemany(
+        yield many(
             """INSERT INTO site_pairs (site, prev, block, pages) VALUES (?, ?, ?, 1)
-               ON CONFLICT (site, prev, block) DO UPDATE SET pages = pages + 1""",
-            [(site, prev, block) for prev, block in pairs],
+               ON CONFLICT (site, prev, block) DO UPDATE SET pages = site_pairs.pages + 1""",
+            params,
         )
     else:
-        conn.executemany(
-            "UPDATE site_pairs SET pages = MAX(pages - 1, 0) WHERE site = ? AND prev = ? AND block = ?",
-            [(site, prev, block) for prev, block in pairs],
+        yield many(
+            f"UPDATE site_pairs SET pages = {d.greatest}(pages - 1, 0) "
+            "WHERE site = ? AND prev = ? AND block = ?",
+            params,
         )
 
 
-def _boilerplate_pairs(conn: sqlite3.Connection, site: str) -> set[tuple[int, int]]:
-    return {
-        (r[0], r[1])
-        for r in conn.execute(
-            "SELECT prev, block FROM site_pairs WHERE site = ? AND boilerplate = 1", (site,)
-        )
-    }
+def _boilerplate_pairs(site: str) -> Work[set[tuple[int, int]]]:
+    found = yield rows("SELECT prev, block FROM site_pairs WHERE site = ? AND boilerplate = 1", (site,))
+    return {(r[0], r[1]) for r in found}
 
 
-def _rehash(conn: sqlite3.Connection, site: str) -> int:
+def _rehash(d: Dialect, site: str) -> Work[int]:
     """Re-hash the site's pages from their stored blocks under its boilerplate pairs, and mark the
     blocks of those pairs in ``site_blocks`` (what ``recrawler noise`` lists); returns how many
-    page hashes moved."""
-    boiler = _boilerplate_pairs(conn, site)
-    conn.execute("UPDATE site_blocks SET boilerplate = 0 WHERE site = ? AND boilerplate = 1", (site,))
-    conn.executemany(
-        "UPDATE site_blocks SET boilerplate = 1 WHERE site = ? AND block = ?",
-        [(site, b) for b in {b for pair in boiler for b in pair} - {EDGE}],
-    )
-    cur = conn.execute(
-        """SELECT p.key, p.content_hash, f.blocks FROM pages p
-           JOIN page_fields f ON f.key = p.key
-           WHERE p.site = ? AND p.noise_key IS NOT NULL""",
-        (site,),
-    )
-    updates = []
-    for key, old_hash, blob in cur:
-        new_hash = page_hash(kept_blocks(unpack_blocks(blob), boiler))
-        if new_hash != old_hash:
-            updates.append((new_hash, key))
-    conn.executemany("UPDATE pages SET content_hash = ? WHERE key = ?", updates)
-    return len(updates)
+    page hashes moved. Pages are read in key order, a page of keys at a time."""
+    boiler = yield from _boilerplate_pairs(site)
+    yield many("UPDATE site_blocks SET boilerplate = 0 WHERE site = ? AND boilerplate = 1", [(site,)])
+    marked = sorted({b for pair in boiler for b in pair} - {EDGE})
+    if marked:
+        yield many(
+            "UPDATE site_blocks SET boilerplate = 1 WHERE site = ? AND block = ?", [(site, b) for b in marked]
+        )
+    moved = 0
+    after = ""
+    while True:
+        batch = yield rows(
+            """SELECT p.key, p.content_hash, f.blocks FROM pages p
+               JOIN page_fields f ON f.key = p.key
+               WHERE p.site = ? AND p.noise_key IS NOT NULL AND p.key > ?
+               ORDER BY p.key LIMIT 2000""",
+            (site, after),
+        )
+        if not batch:
+            return moved
+        updates = []
+        for key, old_hash, blob in batch:
+            new_hash = page_hash(kept_blocks(unpack_blocks(blob), boiler))
+            if new_hash != old_hash:
+                updates.append((new_hash, key))
+        if updates:
+            yield many("UPDATE pages SET content_hash = ? WHERE key = ?", updates)
+        moved += len(updates)
+        after = batch[-1][0]

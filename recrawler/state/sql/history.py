@@ -1,4 +1,4 @@
-"""The history role on SQLite: field records, learned regions and boilerplate block pairs."""
+"""The history role: field records, learned regions and boilerplate block pairs."""
 
 from __future__ import annotations
 
@@ -13,19 +13,21 @@ from recrawler.state.records import (
     FieldsRow,
     Run,
 )
-from recrawler.state.sqlite.rows import _RETIRED_REPLACED, _boilerplate_pairs, _rehash, _ts
+from recrawler.state.sql.dialect import count, one, rows
+from recrawler.state.sql.rows import _RETIRED_REPLACED, _boilerplate_pairs, _rehash, _ts
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
-    from recrawler.state.sqlite.database import SQLiteDatabase
+    from recrawler.state.sql.database import Database
+    from recrawler.state.sql.dialect import Work
 
 
-class SQLiteHistory:
-    """The history role on SQLite: field records, learned regions and boilerplate block pairs."""
+class SQLHistory:
+    """The history role: field records, learned regions and boilerplate block pairs."""
 
-    def __init__(self, db: SQLiteDatabase) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
         #: pairs a boilerplate update switched off, per site (changes they explain are taken back)
         self._flipped_off: dict[str, set[tuple[int, int]]] = {}
@@ -33,10 +35,10 @@ class SQLiteHistory:
     async def get_fields(self, key: str) -> FieldsRow | None:
         """The page's stored field-level record, or None."""
 
-        def work() -> FieldsRow | None:
-            row = self.db.conn.execute(
+        def work() -> Work[FieldsRow | None]:
+            row = yield one(
                 "SELECT title, headings, code, links, text, blocks FROM page_fields WHERE key = ?", (key,)
-            ).fetchone()
+            )
             if row is None:
                 return None
             return FieldsRow(
@@ -45,55 +47,53 @@ class SQLiteHistory:
                 code=json.loads(row["code"] or "[]"),
                 links=json.loads(row["links"] or "[]"),
                 text=zlib.decompress(row["text"]).decode("utf-8") if row["text"] else "",
-                blocks=row["blocks"] or b"",
+                blocks=bytes(row["blocks"] or b""),
             )
 
-        return await self.db._call(self.db._guard, work)
+        return await self.db.run(work())
 
     async def load_regions(self) -> dict[str, list[str]]:
         """Every site's learned volatile regions (CSS selectors); a small table."""
 
-        def work() -> dict[str, list[str]]:
+        def work() -> Work[dict[str, list[str]]]:
             out: dict[str, list[str]] = {}
-            for r in self.db.conn.execute("SELECT site, selector FROM site_regions ORDER BY site, selector"):
+            for r in (yield rows("SELECT site, selector FROM site_regions ORDER BY site, selector")):
                 out.setdefault(r[0], []).append(r[1])
             return out
 
-        return await self.db._call(self.db._guard, work)
+        return await self.db.run(work())
 
     async def add_regions(
         self, site: str, selectors: Sequence[str], *, source: str, learned_from: str, at: datetime
     ) -> int:
         """Learn volatile regions for *site*; returns how many are new."""
 
-        def work() -> int:
-            conn = self.db.conn
-            self.db._begin()
-            before = conn.total_changes
+        d = self.db.dialect
+
+        def work() -> Work[int]:
+            known = yield rows(
+                f"SELECT selector FROM site_regions WHERE site = ? AND selector {d.in_list('?')}",
+                (site, d.list_param(selectors)),
+            )
+            new = set(selectors) - {r[0] for r in known}
             for sel in selectors:
-                conn.execute(
+                yield count(
                     """INSERT INTO site_regions (site, selector, source, learned_from, first_seen)
                        VALUES (?, ?, ?, ?, ?)
-                       ON CONFLICT (site, selector) DO UPDATE SET hits = hits + 1""",
+                       ON CONFLICT (site, selector) DO UPDATE SET hits = site_regions.hits + 1""",
                     (site, sel, source, learned_from, _ts(at)),
                 )
-            new = conn.execute(
-                "SELECT COUNT(*) FROM site_regions WHERE site = ? AND hits = 1 AND selector IN "
-                "(SELECT value FROM json_each(?))",
-                (site, json.dumps(list(selectors))),
-            ).fetchone()[0]
-            self.db._commit()
-            return int(new) if conn.total_changes > before else 0
+            return len(new)
 
-        return await self.db._call(self.db._guard, work)
+        return await self.db.transaction(work())
 
     async def load_boilerplate(self, site: str) -> frozenset[tuple[int, int]]:
         """The site's boilerplate block pairs."""
 
-        def work() -> frozenset[tuple[int, int]]:
-            return frozenset(_boilerplate_pairs(self.db.conn, site))
+        def work() -> Work[frozenset[tuple[int, int]]]:
+            return frozenset((yield from _boilerplate_pairs(site)))
 
-        return await self.db._call(self.db._guard, work)
+        return await self.db.run(work())
 
     async def update_boilerplate(
         self, site: str, *, enter_share: float, exit_share: float, min_pages: int
@@ -108,44 +108,39 @@ class SQLiteHistory:
         with like (no false "changed").
         """
 
-        def work() -> dict[str, int]:
-            conn = self.db.conn
-            self.db._commit()
-            self.db._begin()
-            live = conn.execute(
-                "SELECT COUNT(*) FROM pages WHERE site = ? AND status = ?", (site, LIVE)
-            ).fetchone()[0]
+        d = self.db.dialect
+
+        def work() -> Work[dict[str, int]]:
+            row = yield one("SELECT COUNT(*) FROM pages WHERE site = ? AND status = ?", (site, LIVE))
+            live = int(row[0])
             # pairs that stop being boilerplate this run (kept for taking back changes below)
-            self._flipped_off[site] = {
-                (r[0], r[1])
-                for r in conn.execute(
-                    "SELECT prev, block FROM site_pairs WHERE site = ? AND boilerplate = 1 AND pages < ? * ?",
-                    (site, exit_share if live >= min_pages else 2.0, max(live, 1)),
-                )
-            }
+            flipped = yield rows(
+                "SELECT prev, block FROM site_pairs WHERE site = ? AND boilerplate = 1 AND pages < ? * ?",
+                (site, exit_share if live >= min_pages else 2.0, max(live, 1)),
+            )
+            self._flipped_off[site] = {(r[0], r[1]) for r in flipped}
             if live < min_pages:
                 on = 0
-                off = conn.execute(
+                off = yield count(
                     "UPDATE site_pairs SET boilerplate = 0 WHERE site = ? AND boilerplate = 1", (site,)
-                ).rowcount
+                )
             else:
-                on = conn.execute(
+                on = yield count(
                     "UPDATE site_pairs SET boilerplate = 1 WHERE site = ? AND boilerplate = 0 "
                     "AND pages >= ? * ?",
                     (site, enter_share, live),
-                ).rowcount
-                off = conn.execute(
+                )
+                off = yield count(
                     "UPDATE site_pairs SET boilerplate = 0 WHERE site = ? AND boilerplate = 1 "
                     "AND pages < ? * ?",
                     (site, exit_share, live),
-                ).rowcount
-            conn.execute("DELETE FROM site_pairs WHERE site = ? AND pages <= 0", (site,))
-            conn.execute("DELETE FROM site_blocks WHERE site = ? AND pages <= 0", (site,))
-            rehashed = _rehash(conn, site) if on or off else 0
-            self.db._commit()
+                )
+            yield count("DELETE FROM site_pairs WHERE site = ? AND pages <= 0", (site,))
+            yield count("DELETE FROM site_blocks WHERE site = ? AND pages <= 0", (site,))
+            rehashed = (yield from _rehash(d, site)) if on or off else 0
             return {"boilerplate_on": on, "boilerplate_off": off, "rehashed": rehashed}
 
-        return await self.db._call(self.db._guard, work)
+        return await self.db.transaction(work())
 
     async def take_back_boilerplate_changes(self, run: Run, site: str) -> list[str]:
         """Pages this run called changed whose only difference is now boilerplate: call them
@@ -154,48 +149,46 @@ class SQLiteHistory:
         Returns the page keys taken back.
         """
 
-        def work() -> list[str]:
-            conn = self.db.conn
-            self.db._commit()
-            self.db._begin()
+        d = self.db.dialect
+
+        def work() -> Work[list[str]]:
             # a pair that was boilerplate when the run started still counts as noise here
-            boiler = self._flipped_off.get(site, set()) | _boilerplate_pairs(conn, site)
-            rows = conn.execute(
+            boiler = self._flipped_off.get(site, set()) | (yield from _boilerplate_pairs(site))
+            changes = yield rows(
                 """SELECT c.id, c.key, c.old_blocks, f.blocks FROM page_changes c
                    JOIN page_fields f ON f.key = c.key JOIN pages p ON p.key = c.key
                    WHERE c.run_id = ? AND c.verdict = 'changed' AND p.site = ?
                      AND c.old_blocks IS NOT NULL""",
                 (run.id, site),
-            ).fetchall()
+            )
             taken: list[str] = []
-            for change_id, key, old_blob, new_blob in rows:
+            for change_id, key, old_blob, new_blob in changes:
                 old = kept_blocks(unpack_blocks(old_blob), boiler)
                 new = kept_blocks(unpack_blocks(new_blob), boiler)
                 if old != new:
                     continue
                 taken.append(key)
-                conn.execute(
+                yield count(
                     "UPDATE page_changes SET verdict = 'unchanged_boilerplate' WHERE id = ?", (change_id,)
                 )
-                conn.execute("UPDATE pages SET changed_run = NULL WHERE key = ?", (key,))
-                conn.execute("DELETE FROM chunks WHERE key = ? AND added_run = ?", (key, run.id))
-                conn.execute(
+                yield count("UPDATE pages SET changed_run = NULL WHERE key = ?", (key,))
+                yield count("DELETE FROM chunks WHERE key = ? AND added_run = ?", (key, run.id))
+                yield count(
                     "UPDATE chunks SET retired_run = NULL "
                     "WHERE key = ? AND retired_run = ? AND retired_why = ?",
                     (key, run.id, _RETIRED_REPLACED),
                 )
-                conn.execute(
-                    "UPDATE pages SET chunks = "
-                    "(SELECT COUNT(*) FROM chunks WHERE key = ?1 AND retired_run IS NULL) WHERE key = ?1",
+                yield count(
+                    "UPDATE pages SET chunks = (SELECT COUNT(*) FROM chunks c "
+                    "WHERE c.key = pages.key AND c.retired_run IS NULL) WHERE key = ?",
                     (key,),
                 )
-                conn.execute(
-                    """DELETE FROM outbox WHERE json_extract(payload, '$.key') = ?
-                         AND json_extract(payload, '$.run_id') = ?
-                         AND json_extract(payload, '$.action') = 'changed'""",
+                yield count(
+                    f"""DELETE FROM outbox WHERE {d.json_text("payload", "key")} = ?
+                         AND {d.json_int("payload", "run_id")} = ?
+                         AND {d.json_text("payload", "action")} = 'changed'""",
                     (key, run.id),
                 )
-            self.db._commit()
             return taken
 
-        return await self.db._call(self.db._guard, work)
+        return await self.db.transaction(work())

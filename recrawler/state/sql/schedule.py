@@ -1,8 +1,7 @@
-"""The schedule role on SQLite: revisit state, what a run's listing decided, audit samples."""
+"""The schedule role: revisit state, what a run's listing decided, audit samples."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from recrawler.schedule import Revisit, audit_count
@@ -11,49 +10,51 @@ from recrawler.state.records import (
     Run,
     ScheduledPage,
 )
-from recrawler.state.sqlite.rows import _SCHEDULE_COLUMNS, _at, _row_to_revisit, _row_to_scheduled
+from recrawler.state.sql.dialect import count, many, one, rows
+from recrawler.state.sql.rows import _SCHEDULE_COLUMNS, _at, _row_to_revisit, _row_to_scheduled
 
 if TYPE_CHECKING:
-    import sqlite3
     from collections.abc import Callable, Sequence
 
-    from recrawler.state.sqlite.database import SQLiteDatabase
+    from recrawler.state.sql.database import Database
+    from recrawler.state.sql.dialect import Work
 
 
-class SQLiteSchedule:
-    """The schedule role on SQLite: revisit state, what a run's listing decided, audit samples."""
+class SQLSchedule:
+    """The schedule role: revisit state, what a run's listing decided, audit samples."""
 
-    def __init__(self, db: SQLiteDatabase) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
 
     async def scheduled(self, keys: Sequence[str]) -> dict[str, ScheduledPage]:
         """The schedule's view of the stored pages among *keys* (one query for the batch)."""
 
-        def work() -> dict[str, ScheduledPage]:
-            rows = self.db.conn.execute(
-                f"SELECT {_SCHEDULE_COLUMNS} FROM pages WHERE key IN (SELECT value FROM json_each(?))",
-                (json.dumps(list(keys)),),
-            ).fetchall()
-            return {r["key"]: _row_to_scheduled(r) for r in rows}
+        d = self.db.dialect
 
-        return await self.db._call(self.db._guard, work)
+        def work() -> Work[dict[str, ScheduledPage]]:
+            found = yield rows(
+                f"SELECT {_SCHEDULE_COLUMNS} FROM pages WHERE key {d.in_list('?')}", (d.list_param(keys),)
+            )
+            return {r["key"]: _row_to_scheduled(r) for r in found}
+
+        return await self.db.run(work())
 
     async def mark_listed(self, run: Run, decided: Sequence[tuple[str, str | None]]) -> None:
         """Note that this run's listing decided these (key, skipping layer or None: requested)."""
 
-        def work(conn: sqlite3.Connection) -> None:
-            conn.executemany(
+        def work() -> Work[None]:
+            yield many(
                 "UPDATE pages SET listed_run = ?, listed_skip = ? WHERE key = ?",
                 [(run.id, skip, key) for key, skip in decided],
             )
 
         if decided:
-            await self.db._page_write(work)
+            await self.db.page_write(work())
 
     async def revisit(self, key: str) -> Revisit | None:
         """The revisit state of *key*, or None for an unknown page."""
 
-        return await self.db._call(self.db._guard, lambda: self._revisit(key))
+        return await self.db.run(self._revisit(key))
 
     async def update_revisit(
         self,
@@ -68,21 +69,22 @@ class SQLiteSchedule:
         Returns (before, after). *update* runs on the worker thread: it must be quick and pure.
         """
 
-        def work(conn: sqlite3.Connection) -> tuple[Revisit | None, Revisit]:
-            before = self._revisit(key)
+        def work() -> Work[tuple[Revisit | None, Revisit]]:
+            before = yield from self._revisit(key)
             after = update(before)
-            self._write_revisit(conn, key, after, found_via, found_from)
+            yield from self._write_revisit(key, after, found_via, found_from)
             return before, after
 
-        return await self.db._page_write(work)
+        return await self.db.page_write(work())
 
-    def _revisit(self, key: str) -> Revisit | None:
+    @staticmethod
+    def _revisit(key: str) -> Work[Revisit | None]:
         # the schedule's own clock only: a page checked before schema 4 starts a fresh history
-        row = self.db.conn.execute(
+        row = yield one(
             "SELECT last_check_at, next_check_at, check_interval, check_count, change_count, "
             "checked_secs, change_rate FROM pages WHERE key = ?",
             (key,),
-        ).fetchone()
+        )
         return _row_to_revisit(row) if row is not None else None
 
     async def record_revisit(
@@ -90,33 +92,31 @@ class SQLiteSchedule:
     ) -> None:
         """Store a page's revisit state after a check (and how it was found, if not known yet)."""
 
-        def work(conn: sqlite3.Connection) -> None:
-            self._write_revisit(conn, key, revisit, found_via, found_from)
-
-        await self.db._page_write(work)
+        await self.db.page_write(self._write_revisit(key, revisit, found_via, found_from))
 
     @staticmethod
     def _write_revisit(
-        conn: sqlite3.Connection, key: str, revisit: Revisit, found_via: str | None, found_from: str | None
-    ) -> None:
-        conn.execute(
-            """UPDATE pages SET last_check_at = ?3, next_check_at = ?4, check_interval = ?5,
-                 check_count = ?6, change_count = ?7, checked_secs = ?8, change_rate = ?9,
-                 found_via = COALESCE(found_via, ?1),
-                 found_from = CASE WHEN found_via IS NULL AND ?1 IS NOT NULL THEN ?2 ELSE found_from END
-               WHERE key = ?10""",
-            (
-                found_via,
-                found_from,
-                _at(revisit.last_check_at),
-                _at(revisit.next_check_at),
-                revisit.interval,
-                revisit.checks,
-                revisit.changes,
-                revisit.checked_secs,
-                revisit.rate,
-                key,
-            ),
+        key: str, revisit: Revisit, found_via: str | None, found_from: str | None
+    ) -> Work[None]:
+        yield count(
+            """UPDATE pages SET last_check_at = :last, next_check_at = :next, check_interval = :interval,
+                 check_count = :checks, change_count = :changes, checked_secs = :secs,
+                 change_rate = :rate, found_via = COALESCE(found_via, CAST(:via AS TEXT)),
+                 found_from = CASE WHEN found_via IS NULL AND CAST(:via AS TEXT) IS NOT NULL
+                              THEN CAST(:src AS TEXT) ELSE found_from END
+               WHERE key = :key""",
+            {
+                "via": found_via,
+                "src": found_from,
+                "last": _at(revisit.last_check_at),
+                "next": _at(revisit.next_check_at),
+                "interval": revisit.interval,
+                "checks": revisit.checks,
+                "changes": revisit.changes,
+                "secs": revisit.checked_secs,
+                "rate": revisit.rate,
+                "key": key,
+            },
         )
 
     async def audit_sample(self, run: Run, sample: float) -> list[str]:
@@ -125,25 +125,22 @@ class SQLiteSchedule:
         A ``float`` ``sample`` is a share, an ``int`` a count. Immutable pages are left out.
         """
 
-        def work() -> list[str]:
-            conn = self.db.conn
+        def work() -> Work[list[str]]:
             where = """site = :site AND status = :live AND content_hash IS NOT NULL
                        AND key NOT IN (SELECT page_key FROM deltafetch WHERE page_key IS NOT NULL)"""
             params = {"site": run.site, "live": LIVE, "run": run.id}
-            population = conn.execute(f"SELECT COUNT(*) FROM pages WHERE {where}", params).fetchone()[0]
-            n = audit_count(sample, int(population))
+            population = yield one(f"SELECT COUNT(*) FROM pages WHERE {where}", params)
+            n = audit_count(sample, int(population[0]))
             if not n:
                 return []
-            self.db._begin()
-            rows = conn.execute(
+            drawn = yield rows(
                 f"""UPDATE pages SET audit_run = :run WHERE key IN (
                       SELECT key FROM pages WHERE {where} ORDER BY random() LIMIT :n)
                     RETURNING key""",
                 {**params, "n": n},
-            ).fetchall()
-            self.db._commit()
-            return sorted(r[0] for r in rows)
+            )
+            return sorted(r[0] for r in drawn)
 
         if run.site is None or sample <= 0:
             return []
-        return await self.db._call(self.db._guard, work)
+        return await self.db.transaction(work())

@@ -1,0 +1,490 @@
+"""The PostgreSQL connection every role shares: psycopg's async pool, group commits, the outbox."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Self, TypeVar
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from recrawler.exceptions import StateStoreError, StateStoreUnavailable
+from recrawler.redact import redact_text, redact_url
+from recrawler.state.postgres.versions import check_schema, migrate
+from recrawler.state.sql.database import insert_embeddings, insert_outbox, store_options
+from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, POSTGRES, Row, count, drive
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    from scrapy.settings import BaseSettings
+
+    from recrawler.events import EventSink
+    from recrawler.state.records import Event
+    from recrawler.state.sql.dialect import Dialect, Op, Work
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+# pgvector's HNSW index takes vectors of up to 2,000 dimensions; larger ones are searched exactly
+_HNSW_MAX_DIMS = 2000
+
+
+def pg_row(cursor: Any) -> Any:
+    """psycopg row factory: rows readable by position and by name, as ``sqlite3.Row``."""
+    desc = cursor.description
+    index = {c.name: i for i, c in enumerate(desc or ())}
+    return lambda values: Row(values, index)
+
+
+async def _execute(conn: psycopg.AsyncConnection[Any], op: Op) -> Any:
+    sql = POSTGRES.sql(op.sql)
+    if op.kind is MANY:
+        if not op.params:
+            return 0
+        async with conn.cursor() as cur:
+            await cur.executemany(sql, op.params)
+            return cur.rowcount
+    cur = await conn.execute(sql, op.params)
+    if op.kind is ONE:
+        return await cur.fetchone()
+    if op.kind is ALL:
+        return await cur.fetchall()
+    if op.kind is COUNT:
+        return cur.rowcount
+    raise ValueError(f"unknown statement kind {op.kind!r}")
+
+
+def _execute_sync(conn: psycopg.Connection[Any], op: Op) -> Any:
+    sql = POSTGRES.sql(op.sql)
+    if op.kind is MANY:
+        if not op.params:
+            return 0
+        with conn.cursor() as cur:
+            cur.executemany(sql, op.params)
+            return cur.rowcount
+    cur = conn.execute(sql, op.params)
+    if op.kind is ONE:
+        return cur.fetchone()
+    if op.kind is ALL:
+        return cur.fetchall()
+    return cur.rowcount
+
+
+async def _drive(conn: psycopg.AsyncConnection[Any], work: Work[_T]) -> _T:
+    try:
+        op = next(work)
+        while True:
+            op = work.send(await _execute(conn, op))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]  # the generator's declared return type
+
+
+def hnsw_index(dims: int) -> str:
+    """The HNSW (cosine) index over the stored vectors of *dims* dimensions."""
+    return (
+        f"CREATE INDEX IF NOT EXISTS embeddings_hnsw_{dims} ON embeddings "
+        f"USING hnsw ((CAST(embedding AS vector({dims}))) vector_cosine_ops) "
+        f"WHERE vector_dims(embedding) = {dims}"
+    )
+
+
+class PostgreSQLReader:
+    """A connection of its own for the synchronous readers: never commits (rolled back at close)."""
+
+    dialect: Dialect = POSTGRES
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def run(self, work: Work[_T]) -> _T:
+        """Run *work* on this connection."""
+        return drive(work, lambda op: _execute_sync(self.conn, op))
+
+    def iter(self, sql: str, params: Any = ()) -> Iterator[Any]:
+        """Stream the rows of a query through a server-side cursor."""
+        with self.conn.cursor(name="recrawler_reader") as cur:
+            cur.execute(POSTGRES.sql(sql), params)
+            yield from cur
+
+
+class PostgreSQLDatabase:
+    """State in PostgreSQL through psycopg's async pool: the reactor never waits on the database.
+
+    One pooled connection carries the store's work in turn (as SQLite's worker thread does), so
+    page writes are savepoints inside a group transaction committed every
+    ``RECRAWLER_DB_BATCH_SIZE`` pages or ``RECRAWLER_DB_COMMIT_SECS`` seconds; a lease heartbeat
+    takes another pooled connection, so it never waits behind a long transaction.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        batch_size: int = 200,
+        commit_secs: float = 2.0,
+        timeout_secs: float = 10.0,
+        sink: EventSink | None = None,
+        dry_run: bool = False,
+        deliver_on_commit: bool = True,
+    ) -> None:
+        self.uri = uri
+        #: the URI as messages show it: never its password
+        self.label = redact_url(uri)
+        self.dialect: Dialect = POSTGRES
+        self.deliver_on_commit = deliver_on_commit
+        self.dry_run = dry_run
+        self.batch_size = max(1, batch_size)
+        self.commit_secs = commit_secs
+        self.timeout_secs = timeout_secs
+        self.sink = sink
+        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._lock = asyncio.Lock()
+        self._in_txn = False
+        self._pending = 0
+        self._txn_since = 0.0
+        self._group: list[str] = []
+        self.outcomes: Counter[str] = Counter()
+        self.lost: Counter[str] = Counter()
+        self._timer: asyncio.TimerHandle | None = None
+        self._background: set[asyncio.Future[None]] = set()
+        #: vector sizes whose HNSW index this store made sure of
+        self._indexed: set[int] = set()
+
+    @classmethod
+    def from_settings(cls, uri: str, settings: BaseSettings) -> Self:
+        """Build the store from a crawler's settings."""
+        return cls(uri, **store_options(settings))
+
+    # -- errors ---------------------------------------------------------------------------------
+
+    def _error(self, exc: BaseException, what: str = "") -> StateStoreError:
+        text = redact_text(str(exc).strip())
+        if isinstance(exc, psycopg.OperationalError | PoolTimeout):
+            return StateStoreUnavailable(f"cannot reach state database {self.label!r}{what}: {text}")
+        return StateStoreError(f"state database {self.label!r}{what}: {text}")
+
+    # -- opening and closing --------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect, apply migrations (creating pgvector's extension); refuse newer or foreign databases."""
+        async with self._lock:
+            if self._conn is not None:
+                return
+            pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+                self.uri,
+                min_size=1,
+                max_size=2,
+                open=False,
+                timeout=self.timeout_secs,
+                kwargs={"autocommit": True, "row_factory": pg_row},
+                name="recrawler",
+            )
+            try:
+                await pool.open(wait=True, timeout=self.timeout_secs)
+                conn = await pool.getconn()
+            except PoolTimeout:
+                await pool.close()
+                # the pool only says it timed out: one direct attempt says why
+                try:
+                    probe = await psycopg.AsyncConnection.connect(self.uri, connect_timeout=5)
+                except psycopg.Error as exc:
+                    raise self._error(exc) from None
+                await probe.close()
+                raise StateStoreUnavailable(f"cannot reach state database {self.label!r}") from None
+            try:
+                async with conn.transaction():
+                    applied = await _drive(conn, migrate(self.label))
+                if self.dry_run:
+                    # one transaction for the whole run, rolled back at close: nothing is written
+                    await conn.execute("BEGIN")
+                    self._in_txn = True
+            except psycopg.Error as exc:
+                await pool.putconn(conn)
+                await pool.close()
+                raise self._error(exc) from exc
+            except BaseException:
+                await pool.putconn(conn)
+                await pool.close()
+                raise
+            for number in applied:
+                logger.info(
+                    "state database %(uri)s migrated to schema %(v)d", {"uri": self.label, "v": number}
+                )
+            self._pool, self._conn = pool, conn
+            await self._deliver()
+
+    def open_sync(self) -> None:
+        """Blocking :meth:`open`'s checks and migrations, for startup before the crawl begins."""
+        with self._sync_conn() as conn, conn.transaction():
+            drive(migrate(self.label), lambda op: _execute_sync(conn, op))
+
+    async def close(self) -> None:
+        """Commit, deliver events, return the connection and close the pool."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        async with self._lock:
+            conn, pool = self._conn, self._pool
+            if conn is None or pool is None:
+                return
+            try:
+                if self.dry_run:
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.execute("ROLLBACK")
+                    self._in_txn = False
+                else:
+                    await self._commit()
+                    await self._deliver()
+            finally:
+                self._conn = self._pool = None
+                await pool.putconn(conn)
+                await pool.close()
+                if self.sink is not None:
+                    self.sink.close()
+
+    @contextlib.contextmanager
+    def _sync_conn(self) -> Iterator[psycopg.Connection[Any]]:
+        try:
+            conn = psycopg.connect(
+                self.uri, row_factory=pg_row, connect_timeout=max(1, int(self.timeout_secs))
+            )
+        except psycopg.Error as exc:
+            raise self._error(exc) from None
+        try:
+            yield conn
+        except psycopg.Error as exc:
+            raise self._error(exc) from exc
+        finally:
+            conn.close()
+
+    @contextlib.contextmanager
+    def reader(self) -> Iterator[PostgreSQLReader]:
+        """A connection of its own (refused on a newer schema), rolled back and closed after use."""
+        with self._sync_conn() as conn:
+            reader = PostgreSQLReader(conn)
+            if not reader.run(check_schema(self.label)):
+                msg = f"no recrawler state in {self.label!r} (run a crawl first, or pass --db)"
+                raise StateStoreUnavailable(msg)
+            try:
+                yield reader
+            finally:
+                conn.rollback()
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    def _writer(self) -> psycopg.AsyncConnection[Any]:
+        if self._conn is None:
+            raise StateStoreError(f"state store {self.label!r} is not open")
+        return self._conn
+
+    async def _begin(self) -> None:
+        if not self._in_txn:
+            await self._writer().execute("BEGIN")
+            self._in_txn = True
+            self._txn_since = time.monotonic()
+            self._pending = 0
+
+    async def _maybe_commit(self) -> None:
+        self._pending += 1
+        if self._pending >= self.batch_size or time.monotonic() - self._txn_since >= self.commit_secs:
+            await self._commit()
+
+    async def _commit(self) -> None:
+        if self.dry_run:
+            return
+        if self._in_txn:
+            try:
+                await self._writer().execute("COMMIT")
+            except psycopg.Error as exc:
+                # the whole group is lost: undo it for sure, and count it as lost
+                with contextlib.suppress(psycopg.Error):
+                    await self._writer().execute("ROLLBACK")
+                self._in_txn = False
+                self.lost.update(self._group)
+                self._group.clear()
+                self._pending = 0
+                raise self._error(exc, ": commit failed") from exc
+            self._in_txn = False
+        self.outcomes.update(self._group)
+        self._group.clear()
+        self._pending = 0
+        if self.deliver_on_commit:
+            await self._deliver()
+
+    async def _rollback_group(self) -> None:
+        """A statement failed in the group transaction (PostgreSQL aborts all of it): undo it."""
+        if self._in_txn and not self.dry_run:
+            with contextlib.suppress(psycopg.Error):
+                await self._writer().execute("ROLLBACK")
+            self._in_txn = False
+            self.lost.update(self._group)
+            self._group.clear()
+            self._pending = 0
+
+    async def run(self, work: Work[_T], *, flush: bool = False) -> _T:
+        """Run *work* on the store's connection, in the open group transaction if any (after
+        committing it: *flush*)."""
+        async with self._lock:
+            if flush:
+                await self._commit()
+            try:
+                return await _drive(self._writer(), work)
+            except psycopg.Error as exc:
+                await self._rollback_group()
+                raise self._error(exc) from exc
+
+    async def page_write(self, work: Work[_T], outcome: Sequence[str] = ()) -> _T:
+        """Run *work* as one page write: a savepoint in the group transaction."""
+        async with self._lock:
+            conn = self._writer()
+            try:
+                await self._begin()
+                await conn.execute("SAVEPOINT page")
+            except psycopg.Error as exc:
+                await self._rollback_group()
+                raise self._error(exc, ": page write failed") from exc
+            try:
+                result = await _drive(conn, work)
+            except BaseException as exc:
+                try:
+                    await conn.execute("ROLLBACK TO SAVEPOINT page")
+                    await conn.execute("RELEASE SAVEPOINT page")
+                except psycopg.Error:
+                    await self._rollback_group()
+                if isinstance(exc, psycopg.Error):
+                    raise self._error(exc, ": page write failed") from exc
+                raise
+            await conn.execute("RELEASE SAVEPOINT page")
+            if self.dry_run:
+                self.outcomes.update(outcome)
+            else:
+                self._group.extend(outcome)
+            await self._maybe_commit()
+            pending = self._in_txn and not self.dry_run
+        if self._timer is None and pending:
+            # bound the wait of the group's last page: commit within commit_secs
+            self._timer = asyncio.get_running_loop().call_later(self.commit_secs, self._timed_flush)
+        return result
+
+    async def transaction(self, work: Work[_T], *, concurrent: bool = False) -> _T:
+        """Commit the group, run *work* as one transaction of its own and commit it.
+
+        *concurrent* work (a lease heartbeat) takes a pooled connection of its own instead of
+        waiting for the store's connection.
+        """
+        if concurrent and self._pool is not None and not self.dry_run:
+            try:
+                async with self._pool.connection() as conn, conn.transaction():
+                    return await _drive(conn, work)
+            except (psycopg.Error, PoolTimeout) as exc:
+                raise self._error(exc) from exc
+        async with self._lock:
+            await self._commit()
+            conn = self._writer()
+            try:
+                await self._begin()
+                await conn.execute("SAVEPOINT unit")
+                result = await _drive(conn, work)
+                await conn.execute("RELEASE SAVEPOINT unit")
+            except BaseException as exc:
+                if self.dry_run:
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.execute("ROLLBACK TO SAVEPOINT unit")
+                else:
+                    await self._rollback_group()
+                if isinstance(exc, psycopg.Error):
+                    raise self._error(exc) from exc
+                raise
+            await self._commit()
+            return result
+
+    def transaction_sync(self, work: Work[_T]) -> _T:
+        """Blocking :meth:`transaction` on a connection of its own (it sees committed state only)."""
+        with self._sync_conn() as conn, conn.transaction():
+            return drive(work, lambda op: _execute_sync(conn, op))
+
+    async def flush(self) -> None:
+        """Commit pending writes and deliver their events."""
+        async with self._lock:
+            if self._conn is not None:
+                await self._commit()
+
+    def _timed_flush(self) -> None:
+        self._timer = None
+        task = asyncio.ensure_future(self.flush())
+        self._background.add(task)
+        task.add_done_callback(self._flush_done)
+
+    def _flush_done(self, task: asyncio.Future[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error(
+                "timed commit to %(uri)s failed: %(exc)s", {"uri": self.label, "exc": task.exception()}
+            )
+
+    # -- the outbox and the embeddings cache ----------------------------------------------------
+
+    async def deliver(self) -> None:
+        """Commit and deliver every committed event now (the end of a run published as a whole)."""
+        async with self._lock:
+            await self._commit()
+            await self._deliver(asked=True)
+
+    async def pending_events(self) -> int:
+        """How many committed events wait in the outbox for delivery."""
+        async with self._lock:
+            await self._commit()
+            try:
+                cur = await self._writer().execute("SELECT COUNT(*) FROM outbox")
+                row = await cur.fetchone()
+            except psycopg.Error as exc:
+                raise self._error(exc, ": counting the outbox failed") from exc
+            return int(row[0]) if row else 0
+
+    async def _deliver(self, *, asked: bool = False) -> None:
+        """Send committed outbox events to the sink, a batch at a time, then delete them
+        (at-least-once). Rows are claimed with ``SKIP LOCKED``: two crawls on one database never
+        send one event twice. A sink that is not ``immediate`` (a webhook) is only called when a
+        delivery is *asked* for."""
+        if self.sink is None or self._in_txn or not (asked or self.sink.immediate):
+            return
+        conn = self._writer()
+        while True:
+            try:
+                async with conn.transaction():
+                    cur = await conn.execute(
+                        "SELECT id, payload FROM outbox ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED",
+                        (self.sink.batch_size,),
+                    )
+                    found = await cur.fetchall()
+                    if not found:
+                        return
+                    try:
+                        await asyncio.to_thread(self.sink.deliver, [r[1] for r in found])
+                    except OSError as exc:
+                        logger.error(
+                            "event delivery to %(sink)s failed, kept in the outbox: %(exc)s",
+                            {"sink": getattr(self.sink, "path", self.sink), "exc": exc},
+                        )
+                        return
+                    await conn.execute("DELETE FROM outbox WHERE id = ANY(%s)", ([r[0] for r in found],))
+            except psycopg.Error as exc:
+                raise self._error(exc, ": event delivery failed") from exc
+
+    def _outbox(self, events: Sequence[Event]) -> Work[None]:
+        return insert_outbox(self.sink, events)
+
+    def embeddings_work(self, rows: Sequence[tuple[str, str, bytes]]) -> Work[None]:
+        """Add (embedder, text hash, vector) rows to the cache, with an HNSW index per vector size."""
+        for dims in sorted({len(v) // 4 for _, _, v in rows} - self._indexed):
+            if 0 < dims <= _HNSW_MAX_DIMS:
+                yield count(hnsw_index(dims))
+            self._indexed.add(dims)
+        yield from insert_embeddings(self.dialect, rows)

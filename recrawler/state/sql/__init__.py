@@ -1,0 +1,91 @@
+"""The role implementations every SQL backend shares, over a thin dialect layer.
+
+Each role (:mod:`recrawler.state.roles`) is one class whose database work is written once, as
+generators of statements (:mod:`recrawler.state.sql.dialect`); a backend supplies the connection
+(:class:`~recrawler.state.sql.database.Database`): SQLite's worker thread, psycopg's async pool.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from recrawler.state.sql.history import SQLHistory
+from recrawler.state.sql.kb import SQLKnowledgeBaseWriter
+from recrawler.state.sql.pages import SQLPages
+from recrawler.state.sql.readers import SQLReaders
+from recrawler.state.sql.runs import SQLRuns
+from recrawler.state.sql.schedule import SQLSchedule
+from recrawler.state.sql.trust import SQLTrust
+
+if TYPE_CHECKING:
+    from recrawler.state.sql.database import Database
+
+__all__ = ["RoleMethods"]
+
+
+class RoleMethods:
+    """Every role over one database, as attributes (``pages``, ``runs``, ``kb``, ``history``,
+    ``schedule``, ``signals`` for trust, ``readers``) and as the store's own methods, bound once,
+    so callers may type a store by :class:`~recrawler.state.roles.StateStore` or by one role."""
+
+    def _bind_roles(self, db: Database) -> None:
+        self.pages = SQLPages(db)
+        self.runs = SQLRuns(db)
+        self.kb = SQLKnowledgeBaseWriter(db)
+        self.history = SQLHistory(db)
+        self.schedule = SQLSchedule(db)
+        self.signals = SQLTrust(db)
+        self.readers = SQLReaders(db)
+        self.get = self.pages.get
+        self.record = self.pages.record
+        self.record_error = self.pages.record_error
+        self.record_miss = self.pages.record_miss
+        self.record_moves = self.pages.record_moves
+        self.unseen = self.pages.unseen
+        self.unseen_sync = self.pages.unseen_sync
+        self.begin_run = self.runs.begin_run
+        self.begin_run_sync = self.runs.begin_run_sync
+        self.heartbeat = self.runs.heartbeat
+        self.finish_run = self.runs.finish_run
+        self.removal_plan = self.runs.removal_plan
+        self.reconcile = self.runs.reconcile
+        self.apply_held = self.runs.apply_held
+        self.largest_same_content = self.runs.largest_same_content
+        self.missing_embeddings = self.kb.missing_embeddings
+        self.count_missing = self.kb.count_missing
+        self.missing_for = self.kb.missing_for
+        self.store_embeddings = self.kb.store_embeddings
+        self.run_index_counts = self.kb.run_index_counts
+        self.set_run_state = self.kb.set_run_state
+        self.publish = self.kb.publish
+        self.discard = self.kb.discard
+        self.run_info = self.kb.run_info
+        self.get_fields = self.history.get_fields
+        self.load_regions = self.history.load_regions
+        self.add_regions = self.history.add_regions
+        self.load_boilerplate = self.history.load_boilerplate
+        self.update_boilerplate = self.history.update_boilerplate
+        self.take_back_boilerplate_changes = self.history.take_back_boilerplate_changes
+        self.scheduled = self.schedule.scheduled
+        self.mark_listed = self.schedule.mark_listed
+        self.revisit = self.schedule.revisit
+        self.record_revisit = self.schedule.record_revisit
+        self.update_revisit = self.schedule.update_revisit
+        self.audit_sample = self.schedule.audit_sample
+        self.trust = self.signals.trust
+        self.record_trust = self.signals.record_trust
+        self.reset_trust = self.signals.reset_trust
+        self.immutable_seen = self.signals.immutable_seen
+        self.immutable_add = self.signals.immutable_add
+        self.immutable_reset = self.signals.immutable_reset
+        self.noise_report = self.readers.noise_report
+        self.iter_changes = self.readers.iter_changes
+        self.iter_pages = self.readers.iter_pages
+        self.iter_runs = self.readers.iter_runs
+        self.run_report = self.readers.run_report
+        self.iter_run_pages = self.readers.iter_run_pages
+        self.iter_schedule = self.readers.iter_schedule
+        self.iter_trust = self.readers.iter_trust
+        self.iter_immutable = self.readers.iter_immutable
+        self.check_sync = self.readers.check_sync
+        self.repair = self.readers.repair

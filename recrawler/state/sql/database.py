@@ -1,0 +1,110 @@
+"""What the shared role implementations need from a backend's connection, and the store they make."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from recrawler.events import sink_from_settings
+from recrawler.state.sql.dialect import many
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from contextlib import AbstractContextManager
+
+    from scrapy.settings import BaseSettings
+
+    from recrawler.events import EventSink
+    from recrawler.state.records import Event
+    from recrawler.state.sql.dialect import Dialect, Work
+
+_T = TypeVar("_T")
+
+__all__ = ["Database", "Reader", "insert_embeddings", "insert_outbox", "outbox_rows", "store_options"]
+
+
+class Reader(Protocol):
+    """A read-only connection for the CLI's synchronous readers."""
+
+    dialect: Dialect
+
+    def run(self, work: Work[_T]) -> _T:
+        """Run *work* on this connection."""
+
+    def iter(self, sql: str, params: Any = ()) -> Iterator[Any]:
+        """Stream the rows of a query (never all in memory)."""
+
+
+class Database(Protocol):
+    """One backend's connection as the roles use it (SQLite's worker thread, psycopg's pool).
+
+    Page writes are atomic units inside a group transaction committed every
+    ``RECRAWLER_DB_BATCH_SIZE`` writes or ``RECRAWLER_DB_COMMIT_SECS`` seconds; every other write is
+    its own transaction, after the group's pending writes committed.
+    """
+
+    dialect: Dialect
+    sink: EventSink | None
+    dry_run: bool
+    #: the database named in messages (a path, or a URI without its password)
+    label: str
+
+    async def run(self, work: Work[_T], *, flush: bool = False) -> _T:
+        """Run *work* where the store's own writes are visible (after committing them: *flush*)."""
+
+    async def page_write(self, work: Work[_T], outcome: Sequence[str] = ()) -> _T:
+        """Run *work* as one atomic page write in the group transaction."""
+
+    async def transaction(self, work: Work[_T], *, concurrent: bool = False) -> _T:
+        """Commit pending writes, then run *work* as one transaction of its own (*concurrent*:
+        beside the store's other work, on a connection of its own, where the backend has one)."""
+
+    def transaction_sync(self, work: Work[_T]) -> _T:
+        """Blocking :meth:`transaction` (startup and ``spider_idle``)."""
+
+    def reader(self) -> AbstractContextManager[Reader]:
+        """A read-only connection of its own, refused on a newer schema."""
+
+    def embeddings_work(self, rows: Sequence[tuple[str, str, bytes]]) -> Work[None]:
+        """Add (embedder, text hash, vector) rows to the embeddings cache."""
+
+    def _outbox(self, events: Sequence[Event]) -> Work[None]:
+        """Write *events* to the outbox (in the caller's transaction)."""
+
+
+def outbox_rows(events: Sequence[Event]) -> list[tuple[str]]:
+    """The outbox rows of *events*."""
+    return [(e.to_json(),) for e in events]
+
+
+def insert_outbox(sink: EventSink | None, events: Sequence[Event]) -> Work[None]:
+    """Write *events* to the outbox when a sink will deliver them."""
+    if sink is not None and events:
+        yield many("INSERT INTO outbox (payload) VALUES (?)", outbox_rows(events))
+
+
+def insert_embeddings(d: Dialect, rows: Sequence[tuple[str, str, bytes]]) -> Work[None]:
+    """Add (embedder, text hash, vector) rows to the cache; a row already there is kept."""
+    if rows:
+        yield many(
+            f"INSERT INTO embeddings ({d.embedding_columns}) VALUES ({d.embedding_values}) "
+            "ON CONFLICT DO NOTHING",
+            d.embedding_rows(rows),
+        )
+
+
+def store_options(settings: BaseSettings) -> dict[str, Any]:
+    """A store's keyword arguments from a crawler's settings (every backend takes the same)."""
+    dry_run = settings.getbool("RECRAWLER_DRY_RUN")
+    return {
+        "batch_size": settings.getint("RECRAWLER_DB_BATCH_SIZE"),
+        "commit_secs": settings.getfloat("RECRAWLER_DB_COMMIT_SECS"),
+        "timeout_secs": settings.getfloat("RECRAWLER_DB_TIMEOUT_SECS"),
+        # a dry run writes nothing: no events either
+        "sink": None if dry_run else sink_from_settings(settings),
+        "dry_run": dry_run,
+        # events go out with the run when it publishes as a whole (a change it takes back is
+        # never announced), else after each commit
+        "deliver_on_commit": not (
+            settings.getbool("RECRAWLER_INDEX_ENABLED") and settings.get("RECRAWLER_PUBLISH") == "run"
+        ),
+    }

@@ -1,0 +1,228 @@
+"""One set of queries for SQLite and PostgreSQL: statements as values, and the few words that differ.
+
+A role's database work is a generator that yields :class:`Op` statements and receives their
+results, so the same code runs on SQLite's worker thread (a plain loop) and on psycopg's async
+connection (an ``await`` per statement). Queries are written once, in SQLite's spelling of
+parameters (``?`` and ``:name``); :meth:`Dialect.sql` rewrites them for psycopg (``%s``,
+``%(name)s``). What no spelling shares is a :class:`Dialect` attribute or method.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Generator, Iterator, Sequence
+
+__all__ = [
+    "POSTGRES",
+    "SQLITE",
+    "Dialect",
+    "Op",
+    "Row",
+    "Work",
+    "count",
+    "drive",
+    "many",
+    "one",
+    "rows",
+]
+
+_T = TypeVar("_T")
+
+ONE, ALL, COUNT, MANY = "one", "all", "count", "many"
+
+
+class Op(NamedTuple):
+    """One statement of a unit of work, and what its result is: a row, all rows or a row count."""
+
+    kind: str
+    sql: str
+    params: Any = ()
+
+
+#: a unit of database work: yields statements, receives their results, returns its value
+Work: TypeAlias = "Generator[Op, Any, _T]"
+
+
+def one(sql: str, params: Any = ()) -> Op:
+    """The first row (or None)."""
+    return Op(ONE, sql, params)
+
+
+def rows(sql: str, params: Any = ()) -> Op:
+    """Every row, as a list."""
+    return Op(ALL, sql, params)
+
+
+def count(sql: str, params: Any = ()) -> Op:
+    """Run a statement; the number of rows it changed."""
+    return Op(COUNT, sql, params)
+
+
+def many(sql: str, seq: Sequence[Any]) -> Op:
+    """Run a statement once per parameter set; the number of rows changed in all."""
+    return Op(MANY, sql, seq)
+
+
+def drive(work: Work[_T], execute: Callable[[Op], Any]) -> _T:
+    """Run *work* synchronously, each statement through *execute*."""
+    try:
+        op = next(work)
+        while True:
+            op = work.send(execute(op))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]  # the generator's declared return type
+
+
+class Row:
+    """A result row readable by position and by column name, like ``sqlite3.Row``."""
+
+    __slots__ = ("_index", "_values")
+
+    def __init__(self, values: Sequence[Any], index: dict[str, int]) -> None:
+        self._values = values
+        self._index = index
+
+    def __getitem__(self, key: int | str) -> Any:
+        if isinstance(key, str):
+            return self._values[self._index[key]]
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def keys(self) -> list[str]:
+        """Column names, in order (so ``dict(row)`` works)."""
+        return list(self._index)
+
+    def __repr__(self) -> str:
+        return f"Row({dict(zip(self._index, self._values, strict=True))!r})"
+
+
+class Dialect:
+    """What SQLite's spelling says differently; the base class is SQLite (no rewriting)."""
+
+    name = "sqlite"
+    #: the larger of two values
+    greatest = "MAX"
+    #: list the tables of the database
+    tables_sql = "SELECT name FROM sqlite_master WHERE type = 'table'"
+    #: concatenate a group's values with a separator
+    group_concat = "GROUP_CONCAT"
+    #: columns of the embeddings cache written with a vector
+    embedding_columns = "embedder, text_hash, vector"
+    embedding_values = "?, ?, ?"
+    #: a transaction-long lock on a key (``?``), where writers do not already exclude each other
+    lock_sql: str | None = None
+
+    def sql(self, text: str) -> str:
+        """The statement in this dialect's parameter style."""
+        return text
+
+    def indexed_by(self, index: str) -> str:
+        """A planner hint naming the index to use (SQLite only)."""
+        return f" INDEXED BY {index}"
+
+    def in_list(self, param: str, *, negate: bool = False, sql_type: str = "TEXT") -> str:
+        """``IN`` a list passed as one parameter (see :meth:`list_param`)."""
+        return f"{'NOT ' if negate else ''}IN (SELECT value FROM json_each({param}))"
+
+    def list_param(self, values: Sequence[Any]) -> Any:
+        """The value of a list parameter."""
+        return json.dumps(list(values))
+
+    def json_text(self, column: str, field: str) -> str:
+        """A top-level field of a JSON text column."""
+        return f"json_extract({column}, '$.{field}')"
+
+    def json_int(self, column: str, field: str) -> str:
+        """A top-level integer field of a JSON text column."""
+        return f"json_extract({column}, '$.{field}')"
+
+    def regex(self, column: str, param: str) -> str:
+        """*column* matches the regular expression *param* (searched, not anchored)."""
+        return f"{column} REGEXP {param}"
+
+    def embedding_rows(self, rows: Sequence[tuple[str, str, bytes]]) -> list[tuple[Any, ...]]:
+        """Parameters of the embeddings insert for (embedder, text hash, vector) rows."""
+        return list(rows)
+
+
+_PG_TOKEN = re.compile(r"'(?:[^']|'')*'|::|:(\w+)|\?|%")
+
+
+@lru_cache(maxsize=1024)
+def _to_psycopg(text: str) -> str:
+    def sub(m: re.Match[str]) -> str:
+        found = m.group(0)
+        if found.startswith("'"):
+            return found.replace("%", "%%")
+        if found == "::":
+            return found
+        if m.group(1):
+            return f"%({m.group(1)})s"
+        return "%s" if found == "?" else "%%"
+
+    return _PG_TOKEN.sub(sub, text)
+
+
+def vector_literal(blob: bytes) -> str:
+    """pgvector's text form of a little-endian float32 vector."""
+    import numpy as np
+
+    return "[" + ",".join(repr(float(x)) for x in np.frombuffer(blob, dtype="<f4")) + "]"
+
+
+class PostgreSQLDialect(Dialect):
+    """PostgreSQL (psycopg 3): ``%s`` parameters, arrays for lists, ``jsonb``, ``~`` and pgvector."""
+
+    name = "postgresql"
+    greatest = "GREATEST"
+    tables_sql = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+    group_concat = "string_agg"
+    embedding_columns = "embedder, text_hash, vector, embedding"
+    embedding_values = "?, ?, ?, CAST(? AS vector)"
+    lock_sql = "SELECT pg_advisory_xact_lock(hashtext(?))"
+
+    def sql(self, text: str) -> str:
+        """Rewrite ``?``/``:name`` parameters as psycopg's, and ``%`` in literals as ``%%``."""
+        return _to_psycopg(text)
+
+    def indexed_by(self, index: str) -> str:
+        """PostgreSQL's planner takes no hints."""
+        return ""
+
+    def in_list(self, param: str, *, negate: bool = False, sql_type: str = "TEXT") -> str:
+        """``= ANY`` (or ``<> ALL``) of an array parameter of *sql_type*."""
+        return f"{'<> ALL' if negate else '= ANY'}(CAST({param} AS {sql_type}[]))"
+
+    def list_param(self, values: Sequence[Any]) -> Any:
+        """A Python list (psycopg sends an array)."""
+        return list(values)
+
+    def json_text(self, column: str, field: str) -> str:
+        """A top-level field of a JSON text column."""
+        return f"(CAST({column} AS jsonb) ->> '{field}')"
+
+    def json_int(self, column: str, field: str) -> str:
+        """A top-level integer field of a JSON text column."""
+        return f"CAST(CAST({column} AS jsonb) ->> '{field}' AS BIGINT)"
+
+    def regex(self, column: str, param: str) -> str:
+        """POSIX regular expression match (PostgreSQL's ``~``)."""
+        return f"{column} ~ {param}"
+
+    def embedding_rows(self, rows: Sequence[tuple[str, str, bytes]]) -> list[tuple[Any, ...]]:
+        """Each row with its vector also in pgvector's form (searched with an HNSW index)."""
+        return [(e, h, v, vector_literal(v)) for e, h, v in rows]
+
+
+SQLITE = Dialect()
+POSTGRES = PostgreSQLDialect()

@@ -1,0 +1,223 @@
+"""The knowledge-base role: embeddings, held runs and publication."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from recrawler.exceptions import StateStoreError
+from recrawler.index.visibility import WATERMARKS
+from recrawler.state.records import (
+    RUN_DISCARDED,
+    RUN_HELD,
+    RUN_PUBLISHED,
+)
+from recrawler.state.sql.dialect import count, many, one, rows
+from recrawler.state.sql.rows import _RETIRED_QUARANTINED, _ts
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+
+    from recrawler.state.sql.database import Database
+    from recrawler.state.sql.dialect import Work
+
+
+class SQLKnowledgeBaseWriter:
+    """The knowledge-base role: embeddings, held runs and publication."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @staticmethod
+    def _held_ids() -> Work[list[int]]:
+        found = yield rows("SELECT id FROM runs WHERE state IN (?, ?)", (RUN_HELD, RUN_DISCARDED))
+        return [r[0] for r in found]
+
+    async def missing_embeddings(
+        self, embedder: str, limit: int, *, include_run: int | None = None, after: str = ""
+    ) -> list[tuple[str, str]]:
+        """Return up to *limit* distinct (text hash, text) of current chunks with no embedding,
+        in text-hash order from *after* on (keyset pages: each call costs its page, not the table).
+
+        Chunks of held runs are left out (nothing is paid for a held run) unless
+        *include_run* names the held run being approved.
+        """
+
+        d = self.db.dialect
+
+        def work() -> Work[list[tuple[str, str]]]:
+            excluded = [r for r in (yield from self._held_ids()) if r != include_run]
+            found = yield rows(
+                f"""SELECT c.chunk_hash, MIN(c.text) AS text FROM chunks c{d.indexed_by("chunks_hash")}
+                   WHERE c.chunk_hash > ? AND c.retired_run IS NULL
+                     AND c.added_run {d.in_list("?", negate=True, sql_type="INTEGER")}
+                     AND NOT EXISTS (SELECT 1 FROM embeddings e
+                                     WHERE e.embedder = ? AND e.text_hash = c.chunk_hash)
+                   GROUP BY c.chunk_hash ORDER BY c.chunk_hash LIMIT ?""",
+                (after, d.list_param(excluded), embedder, limit),
+            )
+            return [(r[0], r[1]) for r in found]
+
+        return await self.db.run(work())
+
+    async def count_missing(self, embedder: str) -> int:
+        """How many distinct current chunk texts (held runs aside) have no embedding."""
+
+        d = self.db.dialect
+
+        def work() -> Work[int]:
+            held = yield from self._held_ids()
+            row = yield one(
+                f"""SELECT COUNT(DISTINCT c.chunk_hash) FROM chunks c
+                   WHERE c.retired_run IS NULL
+                     AND c.added_run {d.in_list("?", negate=True, sql_type="INTEGER")}
+                     AND NOT EXISTS (SELECT 1 FROM embeddings e
+                                     WHERE e.embedder = ? AND e.text_hash = c.chunk_hash)""",
+                (d.list_param(held), embedder),
+            )
+            return int(row[0])
+
+        return await self.db.run(work())
+
+    async def missing_for(self, embedder: str, hashes: Sequence[str]) -> list[str]:
+        """Those of *hashes* with no embedding for *embedder*, in the given order."""
+
+        d = self.db.dialect
+
+        def work() -> Work[list[str]]:
+            found = yield rows(
+                f"SELECT text_hash FROM embeddings WHERE embedder = ? AND text_hash {d.in_list('?')}",
+                (embedder, d.list_param(hashes)),
+            )
+            have = {r[0] for r in found}
+            return [h for h in hashes if h not in have]
+
+        return await self.db.run(work())
+
+    async def store_embeddings(self, rows: Sequence[tuple[str, str, bytes]]) -> None:
+        """Add (embedder, text hash, vector) rows to the cache and commit them (a paid cache)."""
+
+        await self.db.transaction(self.db.embeddings_work(rows))
+
+    async def run_index_counts(self, run_id: int, embedder: str) -> dict[str, int]:
+        """Chunks a run added and retired, and how many of its texts are already embedded."""
+
+        def work() -> Work[dict[str, int]]:
+            added = yield one("SELECT COUNT(*) FROM chunks WHERE added_run = ?", (run_id,))
+            retired = yield one("SELECT COUNT(*) FROM chunks WHERE retired_run = ?", (run_id,))
+            texts = yield one("SELECT COUNT(DISTINCT chunk_hash) FROM chunks WHERE added_run = ?", (run_id,))
+            cached = yield one(
+                """SELECT COUNT(DISTINCT c.chunk_hash) FROM chunks c
+                   JOIN embeddings e ON e.embedder = ? AND e.text_hash = c.chunk_hash
+                   WHERE c.added_run = ?""",
+                (embedder, run_id),
+            )
+            return {
+                "chunks_added": int(added[0]),
+                "chunks_retired": int(retired[0]),
+                "texts": int(texts[0]),
+                "texts_cached": int(cached[0]),
+            }
+
+        return await self.db.run(work())
+
+    async def set_run_state(self, run_id: int, state: str) -> None:
+        """Mark a run running / finished / held (held runs stay invisible to search)."""
+
+        await self.db.transaction(self._set_state(run_id, state))
+
+    @staticmethod
+    def _set_state(run_id: int, state: str) -> Work[None]:
+        yield count("UPDATE runs SET state = ? WHERE id = ?", (state, run_id))
+
+    async def publish(self, run_id: int, at: datetime) -> dict[str, int]:
+        """Make a run's changes visible to search in one statement, then drop what no one can see.
+
+        Returns counts of chunk rows and embeddings garbage-collected.
+        """
+
+        def work() -> Work[dict[str, int]]:
+            yield count(
+                "UPDATE runs SET state = ?, published_at = COALESCE(published_at, ?) WHERE id = ?",
+                (RUN_PUBLISHED, _ts(at), run_id),
+            )
+            return (yield from self._gc())
+
+        return await self.db.transaction(work())
+
+    @staticmethod
+    def _gc() -> Work[dict[str, int]]:
+        # rows retired by a run at or before its site's last published run are invisible for good
+        # (another site's publication leaves them alone); quarantine-kept rows stay
+        n = yield count(
+            f"""DELETE FROM chunks
+               WHERE retired_run IN (
+                 SELECT r.id FROM runs r JOIN ({WATERMARKS}) w ON w.site = COALESCE(r.site, '')
+                 WHERE r.id <= w.p AND r.state NOT IN ('held', 'discarded'))
+                 AND (retired_why != :why
+                      -- rows a quarantine kept, once their page is no longer quarantined
+                      OR key NOT IN (SELECT key FROM pages WHERE status = 'quarantined'))""",
+            {"why": _RETIRED_QUARANTINED},
+        )
+        # Embeddings stay in the cache (keyed by text hash; they hold no text): a replaced version
+        # that comes back, a moved page's text under its new key and a removed page that returns
+        # with the content it had cost no embedding.
+        return {"chunks_deleted": n}
+
+    async def discard(self, run_id: int) -> dict[str, int]:
+        """Drop a held run's knowledge-base changes; its pages are checked again next run."""
+
+        def work() -> Work[dict[str, int]]:
+            row = yield one("SELECT state FROM runs WHERE id = ?", (run_id,))
+            if row is None:
+                raise StateStoreError(f"no run {run_id} in {self.db.label!r}")
+            if row[0] != RUN_HELD:
+                raise StateStoreError(f"run {run_id} is {row[0]}, not held: only held runs can be discarded")
+            later = "NOT EXISTS (SELECT 1 FROM chunks c2 WHERE c2.key = chunks.key AND c2.added_run > :run)"
+            found = yield rows(
+                f"""SELECT DISTINCT key FROM chunks
+                    WHERE (added_run = :run OR retired_run = :run) AND {later} ORDER BY key""",
+                {"run": run_id},
+            )
+            touched = [(r[0],) for r in found]
+            dropped = yield count("DELETE FROM chunks WHERE added_run = ?", (run_id,))
+            yield count(
+                f"UPDATE chunks SET retired_run = NULL, retired_why = 0 WHERE retired_run = :run AND {later}",
+                {"run": run_id},
+            )
+            if touched:
+                # pages the run saw first have no rows left: forget them, so the next run finds them
+                # new; the others lose hash and validators, so the next run fetches and re-indexes them
+                yield many(
+                    "DELETE FROM pages WHERE key = ? "
+                    "AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.key = pages.key)",
+                    touched,
+                )
+                # checked again next run: due now, whatever their schedule said
+                yield many(
+                    """UPDATE pages SET content_hash = NULL, fuzzy_hash = NULL, etag = NULL,
+                         last_modified = NULL, status = 'live', misses = 0, next_check_at = NULL,
+                         chunks = (SELECT COUNT(*) FROM chunks c
+                                   WHERE c.key = pages.key AND c.retired_run IS NULL)
+                       WHERE key = ?""",
+                    touched,
+                )
+            # removals a mass-removal hold kept for approval are dropped with the run
+            yield count("DELETE FROM run_misses WHERE run_id = ?", (run_id,))
+            yield count("UPDATE runs SET state = ? WHERE id = ?", (RUN_DISCARDED, run_id))
+            return {"pages": len(touched), "chunks_dropped": dropped}
+
+        return await self.db.transaction(work())
+
+    async def run_info(self, run_id: int) -> dict[str, Any] | None:
+        """Return a run's row (id, state, embedder, site, counts) or None."""
+
+        def work() -> Work[dict[str, Any] | None]:
+            row = yield one(
+                "SELECT id, spider, site, state, embedder, started_at, finished_at, published_at, counts "
+                "FROM runs WHERE id = ?",
+                (run_id,),
+            )
+            return dict(row) if row is not None else None
+
+        return await self.db.run(work())

