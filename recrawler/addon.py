@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, Self
 
 from scrapy.exceptions import NotConfigured
 from scrapy.settings import SETTINGS_PRIORITIES
-from scrapy.utils.misc import load_object
 from scrapy.utils.project import data_path
 
 from recrawler import default_settings
@@ -23,6 +22,7 @@ from recrawler.runtime import Runtime
 from recrawler.spidermiddlewares.deltafetch import DeltaFetchMiddleware
 from recrawler.spidermiddlewares.listing import ListingMiddleware
 from recrawler.spidermiddlewares.schedule import ScheduleMiddleware
+from recrawler.spidermiddlewares.workers import WorkerStartMiddleware
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -171,6 +171,4 @@ class RecrawlerAddon:
         ):
             settings.set(name, value, priority="addon")
         # any order: it only withholds a joining worker's start requests
-        settings.setdefault_in_component_priority_dict(
-            "SPIDER_MIDDLEWARES", load_object("recrawler.workers.WorkerStartMiddleware"), 120
-        )
+        settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", WorkerStartMiddleware, 120)

@@ -18,13 +18,10 @@ from recrawler.exceptions import ConfigurationError
 from recrawler.state import Run
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
     from scrapy.crawler import Crawler
     from scrapy.http import Request
     from scrapy.settings import BaseSettings
 
-    from recrawler.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
@@ -239,29 +236,4 @@ class SharedRun:
         self.server.delete(self._key("leader"), self._key("run"), self._key("workers"), self._key("counts"))
 
 
-class WorkerStartMiddleware:
-    """A joining worker yields no start requests: the leader reads the listing once."""
-
-    def __init__(self, crawler: Crawler) -> None:
-        self.crawler = crawler
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        """Only with ``RECRAWLER_WORKERS_ENABLED``."""
-        if not crawler.settings.getbool("RECRAWLER_WORKERS_ENABLED"):
-            raise NotConfigured
-        return cls(crawler)
-
-    async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        """Pass the spider's start requests through for the leader only."""
-        from recrawler.runtime import runtime_of
-
-        runtime: Runtime = runtime_of(self.crawler)
-        workers = runtime.workers
-        if workers is not None and not workers.leader:
-            return
-        async for item in start:
-            yield item
-
-
-__all__ = ["PageKeyDupeFilter", "SharedRun", "WorkerStartMiddleware", "frontier_keys"]
+__all__ = ["PageKeyDupeFilter", "SharedRun", "frontier_keys"]

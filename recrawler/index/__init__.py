@@ -12,100 +12,14 @@ Search reads only each site's last published run: never half of one run and half
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+from recrawler.index.records import ChunkRow, Hit, KnowledgeBase
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-    from datetime import datetime
-    from types import TracebackType
-
     from recrawler.embedders import Embedder
 
 __all__ = ["ChunkRow", "Hit", "KnowledgeBase", "open_kb"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ChunkRow:
-    """A published chunk: ``key, url, chunk_index, heading, text, chunk_hash``."""
-
-    key: str
-    url: str
-    chunk_index: int
-    heading: str
-    text: str
-    chunk_hash: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON shape of ``recrawler chunks --json``."""
-        return {
-            "key": self.key,
-            "url": self.url,
-            "chunk_index": self.chunk_index,
-            "heading": self.heading,
-            "text": self.text,
-            "chunk_hash": self.chunk_hash,
-        }
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Hit:
-    """A search result: the chunk, its cosine score, and how fresh its page is."""
-
-    score: float
-    chunk: ChunkRow
-    title: str | None
-    last_checked: datetime | None
-    last_changed: datetime | None
-
-    @property
-    def url(self) -> str:
-        """The page URL with the nearest heading's anchor."""
-        return self.chunk.url
-
-    @property
-    def heading(self) -> str:
-        """The heading path (breadcrumb) of the chunk."""
-        return self.chunk.heading
-
-    @property
-    def text(self) -> str:
-        """The chunk's text."""
-        return self.chunk.text
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON shape of ``recrawler search --json``."""
-        return {
-            "score": round(self.score, 6),
-            **self.chunk.to_dict(),
-            "title": self.title,
-            "last_checked": self.last_checked.isoformat() if self.last_checked else None,
-            "last_changed": self.last_changed.isoformat() if self.last_changed else None,
-        }
-
-
-class KnowledgeBase(Protocol):
-    """Read side of the knowledge base (thread-safe per instance is not promised: one per thread)."""
-
-    embedder: Embedder
-
-    def search(self, query: str, k: int = 5, *, site: str | None = None) -> list[Hit]:
-        """Return the *k* published chunks closest to *query*, best first (of *site* only, if given)."""
-
-    def chunks(self) -> Iterator[ChunkRow]:
-        """Yield every published chunk, by page key and position."""
-
-    def published_run(self) -> int:
-        """Return the id of the last published run (0: none yet)."""
-
-    def close(self) -> None:
-        """Release the connection and the in-memory vectors."""
-
-    def __enter__(self) -> KnowledgeBase: ...
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None: ...
 
 
 def open_kb(uri: str, *, embedder: Embedder | str | None = None, **embedder_options: Any) -> KnowledgeBase:

@@ -9,7 +9,7 @@ import numpy as np
 
 from recrawler.embedders import Embedder, embedder_from_spec
 from recrawler.exceptions import StateStoreError, StateStoreUnavailable
-from recrawler.index import ChunkRow, Hit
+from recrawler.index.records import ChunkRow, Hit
 from recrawler.index.visibility import visible_from, visible_where
 from recrawler.redact import redact_text, redact_url
 

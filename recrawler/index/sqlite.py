@@ -12,7 +12,7 @@ import numpy as np
 
 from recrawler.embedders import Embedder, embedder_from_spec
 from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
-from recrawler.index import ChunkRow, Hit
+from recrawler.index.records import ChunkRow, Hit
 from recrawler.index.visibility import visible_from, visible_where
 
 if TYPE_CHECKING:

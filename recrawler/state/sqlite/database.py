@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
 
 from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
 from recrawler.state.sql.database import insert_embeddings, insert_outbox, store_options
-from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, SQLITE, drive
+from recrawler.state.sql.dialect import SQLITE, drive
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -25,10 +25,11 @@ if TYPE_CHECKING:
 
     from recrawler.events import EventSink
     from recrawler.state.records import Event
-    from recrawler.state.sql.dialect import Dialect, Op, Work
+    from recrawler.state.sql.dialect import Dialect, Work
 
 from recrawler.state.sqlite.versions import (
     SCHEMA_VERSION,
+    _execute,
     check_schema,
     migrate,
     path_from_uri,
@@ -39,19 +40,6 @@ logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
-
-
-def _execute(conn: sqlite3.Connection, op: Op) -> Any:
-    kind = op.kind
-    if kind is ONE:
-        return conn.execute(op.sql, op.params).fetchone()
-    if kind is COUNT:
-        return conn.execute(op.sql, op.params).rowcount
-    if kind is ALL:
-        return conn.execute(op.sql, op.params).fetchall()
-    if kind is MANY:
-        return conn.executemany(op.sql, op.params).rowcount if op.params else 0
-    raise ValueError(f"unknown statement kind {kind!r}")
 
 
 def _regexp(pattern: str, value: str | None) -> bool:

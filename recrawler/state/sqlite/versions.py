@@ -5,19 +5,19 @@ from __future__ import annotations
 import logging
 import re
 from importlib import resources
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from recrawler.detect.boilerplate import EDGE, block_pairs
 from recrawler.detect.hashing import unpack_blocks
 from recrawler.exceptions import SchemaVersionError
-from recrawler.state.sql.dialect import SQLITE, drive
+from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, SQLITE, drive
 from recrawler.state.sql.rows import _count_pairs, _rehash
 
 if TYPE_CHECKING:
     import sqlite3
 
-    from recrawler.state.sql.dialect import Work
+    from recrawler.state.sql.dialect import Op, Work
 
 _T = TypeVar("_T")
 
@@ -146,9 +146,20 @@ def fill_block_pairs(conn: sqlite3.Connection, path: str, dry_run: bool) -> None
     )
 
 
-def _run(conn: sqlite3.Connection, work: Work[_T]) -> _T:
-    from recrawler.state.sqlite.database import _execute
+def _execute(conn: sqlite3.Connection, op: Op) -> Any:
+    kind = op.kind
+    if kind is ONE:
+        return conn.execute(op.sql, op.params).fetchone()
+    if kind is COUNT:
+        return conn.execute(op.sql, op.params).rowcount
+    if kind is ALL:
+        return conn.execute(op.sql, op.params).fetchall()
+    if kind is MANY:
+        return conn.executemany(op.sql, op.params).rowcount if op.params else 0
+    raise ValueError(f"unknown statement kind {kind!r}")
 
+
+def _run(conn: sqlite3.Connection, work: Work[_T]) -> _T:
     return drive(work, lambda op: _execute(conn, op))
 
 
