@@ -112,7 +112,7 @@ def build(
     schedule: dict[str, Any],
     audit: dict[str, Any],
 ) -> dict[str, Any]:
-    """The run report (JSON): what the README's "Run report" section documents."""
+    """The run report (JSON): what docs/reference.md's "Run report" section documents."""
     return {
         "run_id": run.id,
         "spider": run.spider,
