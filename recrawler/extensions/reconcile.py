@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import signals
-from scrapy.exceptions import NotConfigured
+from scrapy.exceptions import DontCloseSpider, NotConfigured
 from scrapy.spiders import SitemapSpider
 
 from recrawler import meta, outcome, report
@@ -145,8 +145,12 @@ class Reconciler:
     # -- verifying unseen pages ------------------------------------------------------------------
 
     def spider_idle(self) -> None:
-        """Request stored pages this run has not reached yet (read off the reactor, in batches)."""
+        """Feed the frontier's next batch; once it is empty, request stored pages this run has not
+        reached yet (read off the reactor, in batches)."""
         rt = self.runtime
+        if rt.frontier is not None and not rt.lease_lost and rt.frontier.idle():
+            # the listing's own requests first: a page still in the frontier is not unseen
+            raise DontCloseSpider
         if not self.verify_unseen or rt.lease_lost or rt.run is None or rt.run.site is None:
             return
         if self._verifier is None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from recrawler.state.records import LIVE
 from recrawler.state.sqlite.database import SQLiteDatabase
+from recrawler.state.sqlite.frontier import SQLiteFrontier
 from recrawler.state.sqlite.history import SQLiteHistory
 from recrawler.state.sqlite.kb import SQLiteKnowledgeBaseWriter
 from recrawler.state.sqlite.pages import SQLitePages
@@ -67,6 +68,7 @@ class SQLiteStateStore(SQLiteDatabase):
         self.schedule = SQLiteSchedule(self)
         self.signals = SQLiteTrust(self)
         self.readers = SQLiteReaders(self)
+        self.frontier = SQLiteFrontier(self)
         self.get = self.pages.get
         self.record = self.pages.record
         self.record_error = self.pages.record_error
@@ -103,6 +105,14 @@ class SQLiteStateStore(SQLiteDatabase):
         self.record_revisit = self.schedule.record_revisit
         self.update_revisit = self.schedule.update_revisit
         self.audit_sample = self.schedule.audit_sample
+        self.sitemap_file = self.frontier.sitemap_file
+        self.add_listing = self.frontier.add_listing
+        self.listing_read = self.frontier.listing_read
+        self.listing = self.frontier.listing
+        self.frontier_add = self.frontier.frontier_add
+        self.frontier_next = self.frontier.frontier_next
+        self.frontier_claim = self.frontier.frontier_claim
+        self.frontier_next_sync = self.frontier.frontier_next_sync
         self.trust = self.signals.trust
         self.record_trust = self.signals.record_trust
         self.reset_trust = self.signals.reset_trust

@@ -42,6 +42,9 @@ class SQLitePages:
 
     def __init__(self, db: SQLiteDatabase) -> None:
         self.db = db
+        #: per run, the last key the unseen check returned: the next batch starts after it, so
+        #: draining a site costs one pass over its pages, not one per batch
+        self._unseen_after: dict[int, str] = {}
 
     async def get(self, key: str) -> PageRecord | None:
         """Return the stored record of *key*."""
@@ -260,7 +263,7 @@ class SQLitePages:
             """UPDATE pages SET verify_run = :run
                WHERE key IN (
                  SELECT key FROM pages
-                 WHERE site = :site AND status IN (:live, :quarantined)
+                 WHERE site = :site AND key > :after AND status IN (:live, :quarantined)
                    AND (last_seen_run IS NULL OR last_seen_run != :run)
                    AND (verify_run IS NULL OR verify_run != :run)
                    AND (listed_run IS NULL OR listed_run != :run)
@@ -275,9 +278,14 @@ class SQLitePages:
                 "quarantined": QUARANTINED,
                 "due": _at(due_at),
                 "limit": limit,
+                "after": self._unseen_after.get(run.id, ""),
             },
         ).fetchall()
         self.db._commit()
+        if rows:
+            # a page the scan passed never becomes unseen later in the run: seen, listed and
+            # verified marks are only ever set
+            self._unseen_after[run.id] = max(r["key"] for r in rows)
         return sorted((r["key"], r["url"], r["found_depth"] or 0) for r in rows)
 
     def unseen_sync(
