@@ -16,6 +16,8 @@ RECRAWLER_DB_TIMEOUT_SECS = 10.0
 # One run at a time per site: a run's lease lapses when its holder misses heartbeats this long
 # (heartbeats come every quarter of it); a later run then takes over and marks it aborted.
 RECRAWLER_LEASE_SECS = 60.0
+# Threads for per-page CPU work (extraction, fingerprints, chunking) off the reactor; 0: inline.
+RECRAWLER_CPU_THREADS = 2
 # URI scheme -> import path of the StateStore backend (like FEED_STORAGES).
 RECRAWLER_STATE_BACKENDS = {
     "sqlite": "recrawler.state.sqlite.SQLiteStateStore",
@@ -56,6 +58,10 @@ RECRAWLER_SITEMAP_MAX_DEPTH = 3
 RECRAWLER_SITEMAP_MAX_FILES = 1000
 # Pages a run's listing may name, at most; beyond it the listing counts as incomplete.
 RECRAWLER_LISTING_MAX_URLS = 5_000_000
+# Keep the run's page requests in the database and feed Scrapy a batch at a time (flat memory).
+RECRAWLER_FRONTIER_ENABLED = True
+# Requests per frontier batch, and entries per write of a sitemap file's stored listing.
+RECRAWLER_FRONTIER_BATCH_SIZE = 500
 # A listing naming fewer pages than this share of the last run's is a failed listing, not proof.
 RECRAWLER_LISTING_MIN_RATIO = 0.5
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import threading
 import unicodedata
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -74,10 +75,19 @@ _BLOCKS = frozenset(
 _WS = re.compile(r"\s+")
 # deeper element nesting than this is flattened to its text (no recursion limit on odd pages)
 _MAX_DEPTH = 200
-# plain etree parsers (no lxml.html element-class lookup per node), one per encoding
-_PARSERS: dict[str | None, lxml.etree.HTMLParser] = {
-    None: lxml.etree.HTMLParser(remove_comments=True, remove_pis=True, huge_tree=True),
-}
+# plain etree parsers (no lxml.html element-class lookup per node), one per encoding and thread:
+# a parser's error log (read for the depth limit) belongs to the thread that parsed
+_LOCAL = threading.local()
+
+
+def _parsers() -> dict[str | None, lxml.etree.HTMLParser]:
+    parsers: dict[str | None, lxml.etree.HTMLParser] | None = getattr(_LOCAL, "parsers", None)
+    if parsers is None:
+        parsers = {None: lxml.etree.HTMLParser(remove_comments=True, remove_pis=True, huge_tree=True)}
+        _LOCAL.parsers = parsers
+    return parsers
+
+
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>", re.IGNORECASE)
 # terminal escape sequences (ECMA-48 CSI and OSC, 7- and 8-bit) and C0/C1 controls: never stored,
 # hashed or shown. An OSC must end within 256 characters, or only its introducer goes.
@@ -191,16 +201,16 @@ class ContentExtractor:
             if isinstance(body, str):
                 # lxml refuses str input that still carries an XML encoding declaration.
                 body = _XML_DECL.sub("", body)
-                parser = _PARSERS[None]
+                parser = _parsers()[None]
             else:
-                parser = _PARSERS.get(encoding)
+                parser = _parsers().get(encoding)
                 if parser is None:
                     # huge_tree: libxml2 otherwise stops at depth 256 or at 10 MB text nodes,
                     # silently dropping the rest of the page
                     parser = lxml.etree.HTMLParser(
                         encoding=encoding, remove_comments=True, remove_pis=True, huge_tree=True
                     )
-                    _PARSERS[encoding] = parser
+                    _parsers()[encoding] = parser
             root = lxml.etree.fromstring(body, parser)
         except (lxml.etree.ParserError, ValueError, LookupError):
             return None

@@ -54,6 +54,8 @@ MOVED_FROM = "_recrawler_moved_from"
 CANONICAL_URL = "_recrawler_canonical_url"
 #: how many sitemap files deep this sitemap request is (0: a start URL)
 SITEMAP_DEPTH = "_recrawler_sitemap_depth"
+#: set by recrawler: the request came out of the run's frontier (FrontierMiddleware)
+FED = "_recrawler_fed"
 #: the body of a first fetch, on the immediate re-fetch that learns volatile regions
 FIRST_BODY = "_recrawler_first_body"
 #: the signal whose 304 an audit re-fetch checks

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Self
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
 
 from scrapy import signals
 from scrapy.exceptions import CloseSpider, DontCloseSpider, NotConfigured
@@ -20,17 +21,21 @@ from recrawler.schedule import SchedulePolicy, parse_audit_sample
 from recrawler.state import RecordHints, store_from_uri, utcnow
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
 
     from recrawler.embedders import Embedder
     from recrawler.pipelines import PendingUpdates
+    from recrawler.spidermiddlewares.frontier import FrontierMiddleware
     from recrawler.state import Run, StateStore
     from recrawler.workers import SharedRun
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 #: close reasons of a run refused when the spider opens
 CLOSE_BUSY, CLOSE_HELD, CLOSE_STATE = "recrawler_busy", "recrawler_held", "recrawler_state_error"
@@ -59,6 +64,13 @@ class RunCounters:
         self._values[key] = value
         if self._stats is not None:
             self._stats.set_value(key, value)
+
+    def max(self, key: str, value: int | float) -> None:
+        """Keep the largest *value* seen for *key* (a high-water mark)."""
+        if value > self._values.get(key, value - 1):
+            self._values[key] = value
+            if self._stats is not None:
+                self._stats.max_value(key, value)
 
     def __getitem__(self, key: str) -> int:
         return int(self._values.get(key, 0))
@@ -110,9 +122,15 @@ class Runtime:
         audit_sample: float = 0.0,
         distrust_after: int = 1,
         lease_secs: float = 60.0,
+        cpu_threads: int = 0,
     ) -> None:
         if lease_secs <= 0:
             raise ConfigurationError(f"RECRAWLER_LEASE_SECS: bad value {lease_secs!r}")
+        if cpu_threads < 0:
+            raise ConfigurationError(f"RECRAWLER_CPU_THREADS: bad value {cpu_threads!r}")
+        #: threads for per-page CPU work (extraction, fingerprints, chunking); 0: on the reactor
+        self.cpu_threads = cpu_threads
+        self._cpu: ThreadPoolExecutor | None = None
         self.crawler = crawler
         self.store = store
         self.counters = RunCounters(crawler.stats)
@@ -120,6 +138,8 @@ class Runtime:
         self.hints = RecordHints()
         #: the hand-over from ClassifyPipeline to IndexPipeline (set when IndexPipeline is enabled)
         self.handover: PendingUpdates | None = None
+        #: the run's frontier on disk (set when FrontierMiddleware is enabled)
+        self.frontier: FrontierMiddleware | None = None
         self.schedule = schedule
         self.noise = noise
         self.auditor = Auditor(store, self.counters, sample=audit_sample, distrust_after=distrust_after)
@@ -159,6 +179,7 @@ class Runtime:
             audit_sample=parse_audit_sample(s.get("RECRAWLER_AUDIT_SAMPLE")),
             distrust_after=s.getint("RECRAWLER_AUDIT_DISTRUST_AFTER"),
             lease_secs=s.getfloat("RECRAWLER_LEASE_SECS"),
+            cpu_threads=s.getint("RECRAWLER_CPU_THREADS"),
         )
         if s.getbool("RECRAWLER_INDEX_ENABLED"):
             runtime.embedder  # noqa: B018  # a bad RECRAWLER_EMBEDDER stops the crawl before it starts
@@ -180,6 +201,18 @@ class Runtime:
 
             self._embedder = embedder_from_settings(self.crawler.settings)
         return self._embedder
+
+    async def offload(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """Run pure per-page CPU work on the CPU threads (``RECRAWLER_CPU_THREADS``), or inline.
+
+        lxml's parser and hashlib release the GIL while they work, so the reactor keeps
+        downloading meanwhile; the functions given must not touch the reactor or the store.
+        """
+        if not self.cpu_threads:
+            return func(*args, **kwargs)
+        if self._cpu is None:
+            self._cpu = ThreadPoolExecutor(max_workers=self.cpu_threads, thread_name_prefix="recrawler-cpu")
+        return await asyncio.wrap_future(self._cpu.submit(func, *args, **kwargs))
 
     async def spider_opened(self) -> None:
         """Open the store, begin the run (taking the site's lease), load what the policies need."""
@@ -337,6 +370,9 @@ class Runtime:
     async def engine_stopped(self) -> None:
         """Close the store: every close handler has run by now."""
         self.stop_heartbeat()
+        if self._cpu is not None:
+            self._cpu.shutdown(wait=False)
+            self._cpu = None
         await self._close_store()
 
     async def _close_store(self) -> None:

@@ -19,7 +19,7 @@ from recrawler.detect.verdict import REBASELINED, Verdict, decide
 from recrawler.items import Page, PageStatus
 from recrawler.learning import NoiseRegistry
 from recrawler.state import FieldsRow
-from recrawler.state.sqlite import SQLiteStateStore
+from recrawler.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
 from tests.test_state_sqlite import SITE, T0, opened, query, rec
 
 if TYPE_CHECKING:
@@ -314,7 +314,7 @@ async def test_a_database_from_before_pairs_migrates_forward(site: Site, crawls:
     assert query(crawls.db_path, PAIRS) == learned
     async with opened(crawls.db_path):
         pass
-    assert query(crawls.db_path, "SELECT MAX(version) FROM schema_version") == [(6,)]
+    assert query(crawls.db_path, "SELECT MAX(version) FROM schema_version") == [(SCHEMA_VERSION,)]
     r2 = await crawls.crawl(sitemap)
     assert r2.stats["recrawler/page/unchanged/hash"] == 20
     assert r2.report["noise"]["boilerplate_on"] == 0

@@ -50,6 +50,8 @@ def crawler(tmp_path: Path) -> Crawler:
         "RECRAWLER_DB_URI": f"sqlite:///{tmp_path / 'state.db'}",
         # no crawl happens here: without the Reconciler nothing opens the database
         "EXTENSIONS": {"recrawler.extensions.reconcile.Reconciler": None},
+        # extraction inline: parse() is then a plain generator these tests iterate
+        "RECRAWLER_CPU_THREADS": 0,
     }
     return get_crawler(DocsSpider, settings)
 

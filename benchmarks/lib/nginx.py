@@ -83,6 +83,7 @@ http {{
         server_name localhost;
         root {root};
         index index.html;
+{locations}
     }}
 }}
 """
@@ -168,6 +169,7 @@ class NginxServer:
         port: int | None = None,
         nginx_bin: str = NGINX_BIN,
         startup_timeout: float = 10.0,
+        locations: str = "",
     ) -> None:
         self.root: Path = Path(root).resolve()
         self._own_prefix: bool = prefix is None
@@ -177,6 +179,8 @@ class NginxServer:
         self.port: int | None = port
         self.nginx_bin: str = nginx_bin
         self.startup_timeout: float = startup_timeout
+        #: extra ``location`` blocks for the server (e.g. one file answering a million URLs)
+        self.locations: str = locations
         self.access_log: Path = self.prefix / "logs" / "access.log"
         self.error_log: Path = self.prefix / "logs" / "error.log"
         self.conf_path: Path = self.prefix / "nginx.conf"
@@ -210,6 +214,7 @@ class NginxServer:
                 access_log=self.access_log,
                 port=port,
                 root=self.root,
+                locations=self.locations,
             ),
             encoding="utf-8",
         )

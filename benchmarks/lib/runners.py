@@ -27,6 +27,7 @@ THROUGHPUT_KEYS = (
     "CONCURRENT_REQUESTS",
     "CONCURRENT_REQUESTS_PER_DOMAIN",
     "CONCURRENT_REQUESTS_PER_IP",
+    "CONCURRENT_ITEMS",
     "DOWNLOAD_DELAY",
     "RANDOMIZE_DOWNLOAD_DELAY",
     "AUTOTHROTTLE_ENABLED",
@@ -50,6 +51,8 @@ class RunResult:
     timed_out: bool = False
     wall_s: float = 0.0
     peak_rss_mib: float = 0.0
+    #: user + system CPU seconds of the crawl process (all its threads)
+    cpu_s: float = 0.0
     requests: int = 0
     pages: int = 0
     status_200: int = 0
@@ -103,7 +106,12 @@ def run_process(
         wall = time.monotonic() - start
         # Reaped by wait4: tell Popen so it neither waits again nor warns.
         proc.returncode = os.waitstatus_to_exitcode(status)
+    _LAST_CPU[0] = usage.ru_utime + usage.ru_stime
     return proc.returncode, timed_out.is_set(), wall, usage.ru_maxrss
+
+
+#: CPU seconds (user + system) of the last process run_process reaped
+_LAST_CPU = [0.0]
 
 
 _STAT_FINISH = re.compile(r"'finish_reason': '([^']*)'")
@@ -166,6 +174,7 @@ def crawl(
     rc, timed_out, wall, maxrss_kib = run_process(cmd, cwd=cwd, env=env, log_path=log_path, timeout=timeout)
     result.returncode, result.timed_out, result.wall_s = rc, timed_out, wall
     result.peak_rss_mib = maxrss_kib / 1024
+    result.cpu_s = _LAST_CPU[0]
     count_requests(server.read_access_log(), page_paths, result)
     parse_log(log_path.read_text(encoding="utf-8", errors="replace"), result)
     if not result.ok:
@@ -187,6 +196,7 @@ def format_table(runs: Sequence[RunResult]) -> str:
         "body bytes",
         "wall s",
         "crawl s",
+        "cpu s",
         "pages/s",
         "peak RSS MiB",
         "exit",
@@ -203,6 +213,7 @@ def format_table(runs: Sequence[RunResult]) -> str:
             f"{r.body_bytes:,}",
             f"{r.wall_s:.2f}",
             "-" if r.elapsed_time_seconds is None else f"{r.elapsed_time_seconds:.2f}",
+            f"{r.cpu_s:.2f}",
             f"{r.pages_per_s:.0f}",
             f"{r.peak_rss_mib:.1f}",
             "timeout" if r.timed_out else str(r.returncode),

@@ -268,19 +268,81 @@ def _label_then_value(lower: str) -> bool:
 # What a default pattern cannot match without, tested on the lowercased text with single spaces:
 # each group needs one of its words or regexes, or the pattern's regex is skipped. Keyed by regex,
 # so that only the exact default regexes use them.
+# hex digits become "x", "-" stays, anything else is a space: a run of hex digits is then a plain
+# substring search (str.translate and ``in`` run in C; a leading character class makes re slow)
+_HEX_SHAPE = dict.fromkeys(range(128), " ") | {ord(c): "x" for c in "0123456789abcdef"} | {ord("-"): "-"}
+
+
+class _Shape:
+    """``[0-9a-f]{8}-[0-9a-f]{4}-``-style hints as substrings of the text's hex shape (exact)."""
+
+    __slots__ = ("needle",)
+
+    def __init__(self, needle: str) -> None:
+        self.needle = needle
+
+    def __call__(self, lower: str) -> bool:
+        # non-ASCII characters are never hex digits: they map to themselves, never to "x"
+        return self.needle in lower.translate(_HEX_SHAPE)
+
+
+class _Guarded:
+    """A regex hint behind literals its every match contains: the regex runs only if one occurs."""
+
+    __slots__ = ("literals", "regex")
+
+    def __init__(self, literals: tuple[str, ...], regex: str) -> None:
+        self.literals = literals
+        self.regex = re.compile(regex)
+
+    def __call__(self, lower: str) -> bool:
+        return any(lit in lower for lit in self.literals) and self.regex.search(lower) is not None
+
+
+class _Starts:
+    """``(?:a|b|c)rest`` as one regex per word that occurs (``arest``, ...): a literal prefix lets
+    re skip ahead with a fast search, which an alternation of words does not."""
+
+    __slots__ = ("alternatives",)
+
+    def __init__(self, words: tuple[str, ...], rest: str) -> None:
+        self.alternatives = tuple((w, re.compile(re.escape(w) + rest)) for w in words)
+
+    def __call__(self, lower: str) -> bool:
+        return any(w in lower and r.search(lower) is not None for w, r in self.alternatives)
+
+
+_COUNT_STEMS = tuple(_STEMS.split("|"))
+# digits 0-5 become "a", 6-9 "b", ":" stays: ``\d:[0-5]\d`` is then one of four substrings
+_CLOCK_SHAPE = dict.fromkeys(range(128), " ") | dict.fromkeys(map(ord, "012345"), "a")
+_CLOCK_SHAPE |= dict.fromkeys(map(ord, "6789"), "b") | {ord(":"): ":"}
+_CLOCK = re.compile(r"\d:[0-5]\d")
+
+
+def _clock(lower: str) -> bool:
+    """Whether a clock time (a digit, a colon, two digits) occurs: substring search on ASCII text."""
+    if ":" not in lower:
+        return False
+    if not lower.isascii():
+        # \d also matches other scripts' digits
+        return _CLOCK.search(lower) is not None
+    shape = lower.translate(_CLOCK_SHAPE)
+    return any(n in shape for n in ("a:aa", "a:ab", "b:aa", "b:ab"))
+
+
 _HINTS: dict[str, tuple[tuple[Any, ...], ...]] = {
     p.regex: hints
     for p, hints in zip(
         DEFAULT_PATTERNS,
         [
-            ((re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-"),),),
-            ((re.compile(r"[0-9a-f]{16}"),),),
-            ((re.compile(r"(?:commit|build|rev)[a-z]*[\s:#@]*[0-9a-f]*\d"),),),
-            ((re.compile(r"build(?:[ _-]?(?:id|number|no)|\s*[:#])"),),),
-            ((re.compile(r"build\s+#?\d"),),),
-            ((re.compile(r"(?:request|trace|correlation|span|ray)[ _-]?id\b"),),),
+            ((_Shape("xxxxxxxx-xxxx-"),),),
+            ((_Shape("x" * 16),),),
+            ((_Starts(("commit", "build", "rev"), r"[a-z]*[\s:#@]*[0-9a-f]*\d"),),),
+            ((_Starts(("build",), r"(?:[ _-]?(?:id|number|no)|\s*[:#])"),),),
+            ((_Starts(("build",), r"\s+#?\d"),),),
+            ((_Starts(("request", "trace", "correlation", "span", "ray"), r"[ _-]?id\b"),),),
             ((_label_then_value,),),
-            (_CONTEXT_HINTS, (re.compile(r"\d:[0-5]\d"),)),
+            (_CONTEXT_HINTS, (_clock,)),
             (("ago", "just now", "yesterday"),),
             (
                 tuple(
@@ -295,15 +357,22 @@ _HINTS: dict[str, tuple[tuple[Any, ...], ...]] = {
             (("generated in", "rendered in", "served in"),),
             (
                 (
-                    re.compile(rf"\d[\d,.]*\s?[km]?\s+(?:{_STEMS})"),
-                    re.compile(rf"(?:{_STEMS})[a-z]*\s*[:(|]\s*\d"),
+                    _Guarded(_COUNT_STEMS, rf"\d[\d,.]*\s?[km]?\s+(?:{_STEMS})"),
+                    _Starts(_COUNT_STEMS, r"[a-z]*\s*[:(|]\s*\d"),
                 ),
             ),
-            ((re.compile(r"(?:viewed|downloaded|visited|watched|played|starred|forked)\s+\d"),),),
+            (
+                (
+                    _Starts(
+                        ("viewed", "downloaded", "visited", "watched", "played", "starred", "forked"),
+                        r"\s+\d",
+                    ),
+                ),
+            ),
             (("found this",),),
             (tuple(_COUNT_ICONS), (_DIGIT,)),
             (("\u00a9", "(c)", "copyright"), (re.compile(r"(?:19|20)\d\d"),)),
-            ((re.compile(r"at 0x[0-9a-f]{6}"),),),
+            ((_Starts(("at 0x",), r"[0-9a-f]{6}"),),),
         ],
         strict=True,
     )

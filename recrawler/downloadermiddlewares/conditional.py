@@ -56,16 +56,17 @@ class ConditionalRequestMiddleware:
     request's final outcome.
 
     Every request of the spider passes the spider's URL policy first (``http``/``https`` on the
-    site's hosts, no credentials): anything else is never downloaded. Sends the stored ``ETag``
-    byte for byte as ``If-None-Match`` and the stored ``Last-Modified`` as ``If-Modified-Since``
-    (RFC 9110 §13.1) and lets the 304 reach the callback. Redirects of page requests are followed
+    site's hosts, no credentials): anything else is never downloaded. Sends the stored ``ETag`` byte
+    for byte as ``If-None-Match`` and the stored ``Last-Modified`` as ``If-Modified-Since`` (RFC
+    9110 §13.1) and lets the 304 reach the callback; sitemap files get their stored validators too,
+    and an unchanged one (304) is listed from the database. Redirects of page requests are followed
     here, not by Scrapy's RedirectMiddleware: a permanent one (301, 308) within the site moves the
-    page to the target's own key (the source becomes ``moved`` when the run reconciles); a
-    temporary one (302, 303, 307) keeps the source's key and URL and indexes the target's content;
-    one to a refused URL is never followed and counts as a miss of the source (as a 404 does); a
-    loop or a chain longer than ``REDIRECT_MAX_TIMES`` is an error that changes nothing. Final
-    404/410 answers of stored pages are staged as misses for the Reconciler; 5xx, other error
-    statuses and download exceptions are counted as errors and change nothing else.
+    page to the target's own key (the source becomes ``moved`` when the run reconciles); a temporary
+    one (302, 303, 307) keeps the source's key and URL and indexes the target's content; one to a
+    refused URL is never followed and counts as a miss of the source (as a 404 does); a loop or a
+    chain longer than ``REDIRECT_MAX_TIMES`` is an error that changes nothing. Final 404/410 answers
+    of stored pages are staged as misses for the Reconciler; 5xx, other error statuses and download
+    exceptions are counted as errors and change nothing else.
 
     Settings: ``RECRAWLER_CONDITIONAL_ENABLED``, ``RECRAWLER_DB_URI``, ``RECRAWLER_URL_*_PARAMS``,
     ``RECRAWLER_GONE_STATUSES``, ``RECRAWLER_MISSING_STATUSES``, ``REDIRECT_ENABLED``,
@@ -73,7 +74,7 @@ class ConditionalRequestMiddleware:
     Stats: ``recrawler/conditional/{sent,not_modified}`` (and per host below each),
     ``recrawler/request/{count,failed}``, ``recrawler/page/missing/http_<code>``,
     ``recrawler/page/error/<reason>``, ``recrawler/redirect/{permanent,temporary,refused}``,
-    ``recrawler/url/refused/<reason>``, ``recrawler/sitemap/{fetched,error}``,
+    ``recrawler/url/refused/<reason>``, ``recrawler/sitemap/{fetched,error,conditional,not_modified}``,
     ``recrawler/state/error/<Exception>``.
     Meta: ``recrawler_enabled=False`` skips a request, ``recrawler_key`` overrides its page key,
     ``recrawler_conditional=False`` sends no validators, ``dont_redirect`` leaves redirects to Scrapy.
@@ -178,6 +179,10 @@ class ConditionalRequestMiddleware:
             if reason is not None:
                 self._refused(request.url, reason, meta.role(request))
                 raise IgnoreRequest(f"recrawler refused the URL ({reason})")
+        if is_sitemap_request(request):
+            if self.conditional and request.meta.get(meta.CONDITIONAL) is not False:
+                await self._attach_sitemap(request)
+            return
         if not is_page_request(request):
             return
         key = request_key(request, self.key_maker)
@@ -210,15 +215,43 @@ class ConditionalRequestMiddleware:
             host = key_host(key)
             self._inc("recrawler/conditional/sent")
             self._inc(f"recrawler/conditional/sent/{host}")
+            self._allow_304(request)
+
+    def _allow_304(self, request: Request) -> None:
+        allowed = request.meta.get("handle_httpstatus_list")
+        if allowed is None:
             spider = self.crawler.spider if self.crawler else None
-            allowed = request.meta.get("handle_httpstatus_list")
-            if allowed is None:
-                allowed = [
-                    *getattr(spider, "handle_httpstatus_list", ()),
-                    *(self.crawler.settings.getlist("HTTPERROR_ALLOWED_CODES") if self.crawler else ()),
-                ]
-            if 304 not in allowed:
-                request.meta["handle_httpstatus_list"] = [*allowed, 304]
+            allowed = [
+                *getattr(spider, "handle_httpstatus_list", ()),
+                *(self.crawler.settings.getlist("HTTPERROR_ALLOWED_CODES") if self.crawler else ()),
+            ]
+        if 304 not in allowed:
+            request.meta["handle_httpstatus_list"] = [*allowed, 304]
+
+    async def _attach_sitemap(self, request: Request) -> None:
+        """Send a sitemap file's stored validators: an unchanged file answers 304 and its listing
+        is taken from the database (robots.txt is always read)."""
+        if request.url.endswith("/robots.txt"):
+            return
+        try:
+            file = await self.store.sitemap_file(request.url)
+        except StateStoreError as exc:
+            # without them the file is simply read again
+            self._state_error(exc)
+            return
+        if file is None:
+            return
+        sent = False
+        if file.etag:
+            request.headers[b"If-None-Match"] = file.etag
+            sent = True
+        if file.last_modified:
+            request.headers[b"If-Modified-Since"] = file.last_modified
+            sent = True
+        if sent:
+            request.meta[meta.SENT] = True
+            self._inc("recrawler/sitemap/conditional")
+            self._allow_304(request)
 
     @staticmethod
     def _attach(request: Request, rec: PageRecord) -> bool:
@@ -236,7 +269,11 @@ class ConditionalRequestMiddleware:
     async def process_response(self, request: Request, response: Response) -> Request | Response:
         """Count 304s; follow page redirects; stage 404/410 of stored pages; count other errors."""
         if is_sitemap_request(request):
-            if response.status == 200:
+            if response.status == 304 and request.meta.get(meta.SENT):
+                # RFC 9110 §15.4.5: the file is as it was; ListingMiddleware lists it from the database
+                self._inc("recrawler/sitemap/fetched")
+                self._inc("recrawler/sitemap/not_modified")
+            elif response.status == 200:
                 if not response.url.endswith("/robots.txt"):
                     self._inc("recrawler/sitemap/fetched")
             else:
@@ -338,6 +375,9 @@ class ConditionalRequestMiddleware:
             # staged now: the listing may fetch the new address itself (the duplicate filter then
             # drops this hop); the move applies only if the new address is a live page by the end
             await self._stage_moves(moved_from, target_key)
+            if not await self._claim(target_key):
+                # the listing has the new address in the run's frontier: fetched once, from there
+                raise IgnoreRequest("the new address is fetched from the frontier")
         else:
             self._inc("recrawler/redirect/temporary")
             new_meta[meta.CANONICAL_URL] = request.meta.get(meta.CANONICAL_URL) or request.url
@@ -355,6 +395,18 @@ class ConditionalRequestMiddleware:
             if header in _VALIDATOR_HEADERS or url_host(target) != url_host(request.url):
                 follow.headers.pop(header, None)
         return follow
+
+    async def _claim(self, key: str) -> bool:
+        """Whether to follow a move to page *key*: not when the run's frontier holds it (Scrapy's
+        duplicate filter never sees what the frontier feeds)."""
+        run = self.runtime.run if self.runtime is not None else None
+        if run is None or self.runtime is None or self.runtime.frontier is None:
+            return True
+        try:
+            return await self.store.frontier_claim(run, key)
+        except StateStoreError as exc:
+            self._state_error(exc)
+            return True
 
     async def _stage_moves(self, sources: list[str], target: str) -> None:
         """Stage the move of each stored page among *sources* to page *target*."""

@@ -148,8 +148,12 @@ class Reconciler:
     # -- verifying unseen pages ------------------------------------------------------------------
 
     def spider_idle(self) -> None:
-        """Request stored pages this run has not reached yet (read off the reactor, in batches)."""
+        """Feed the frontier's next batch; once it is empty, request stored pages this run has not
+        reached yet (read off the reactor, in batches)."""
         rt = self.runtime
+        if rt.frontier is not None and not rt.lease_lost and rt.frontier.idle():
+            # the listing's own requests first: a page still in the frontier is not unseen
+            raise DontCloseSpider
         if not rt.leads or not self.verify_unseen or rt.lease_lost or rt.run is None or rt.run.site is None:
             return
         workers = rt.workers

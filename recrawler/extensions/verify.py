@@ -68,6 +68,10 @@ class UnseenVerifier:
                 batch = []
             if not batch:
                 self.done = True
+                frontier = self.runtime.frontier
+                if frontier is not None and frontier.idle():
+                    # links found on the pages checked meanwhile: fed, the spider is busy again
+                    return
                 if engine.spider_is_idle():
                     # nothing wakes an idle engine before its next heartbeat: close now, as it would
                     await engine.close_spider_async(reason="finished")

@@ -242,7 +242,7 @@ class ClassifyPipeline:
                 self._inc("recrawler/volatile/learned", new)
                 noise = self.noise.site(site)
             assert item.text is not None
-            fp = fingerprint(item.text, noise)
+            fp = await self.runtime.offload(fingerprint, item.text, noise)
             if rec is not None and rec.status not in _REMOVED and fp.content_hash != rec.content_hash:
                 old = await self._old_fields(item)
                 if self._recheck(item, rec, old):

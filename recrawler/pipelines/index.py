@@ -111,7 +111,9 @@ class IndexPipeline:
         chunks: list[Chunk] | None = None
         restore = False
         if item.text and (update.status in (PageStatus.NEW, PageStatus.CHANGED) or update.backfill):
-            chunks = self.chunker.chunk(item.text, key=item.key, url=item.url, headings=item.headings)
+            chunks = await self.runtime.offload(
+                self.chunker.chunk, item.text, key=item.key, url=item.url, headings=item.headings
+            )
         elif update.restored:
             restore = True
             self.runtime.counters.inc("recrawler/index/restored")

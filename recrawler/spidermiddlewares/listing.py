@@ -9,14 +9,18 @@ from scrapy import Request
 from scrapy.exceptions import NotConfigured
 
 from recrawler import meta
-from recrawler.exceptions import ConfigurationError
+from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.runtime import runtime_of
+from recrawler.state import ListedEntry, SitemapFile, utcnow
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from scrapy.crawler import Crawler
     from scrapy.http import Response
+
+    from recrawler.runtime import RunCounters, Runtime
+    from recrawler.state import Run
 
 logger = logging.getLogger(__name__)
 
@@ -30,12 +34,19 @@ class ListingMiddleware:
     lists at most ``RECRAWLER_LISTING_MAX_URLS`` pages: what lies beyond is not fetched, and the
     listing counts as incomplete, so the outage guard removes nothing this run.
 
+    What each sitemap file lists is stored as it is read, in batches, with the file's validators
+    once it is read to the end; a file that answers 304 (see ConditionalRequestMiddleware) is not
+    parsed again: its stored entries are listed instead, in batches, through the same bounds.
+
     Settings: ``RECRAWLER_SITEMAP_MAX_DEPTH``, ``RECRAWLER_SITEMAP_MAX_FILES``,
-    ``RECRAWLER_LISTING_MAX_URLS``.
-    Stats: ``recrawler/sitemap/refused``, ``recrawler/sitemap/refused/{depth,files,urls}``.
+    ``RECRAWLER_LISTING_MAX_URLS``, ``RECRAWLER_FRONTIER_BATCH_SIZE``.
+    Stats: ``recrawler/sitemap/refused``, ``recrawler/sitemap/refused/{depth,files,urls}``,
+    ``recrawler/sitemap/parsed`` (for an unchanged file), ``recrawler/state/error/<Exception>``.
     """
 
-    def __init__(self, crawler: Crawler, *, max_depth: int, max_files: int, max_urls: int) -> None:
+    def __init__(
+        self, crawler: Crawler, *, max_depth: int, max_files: int, max_urls: int, batch_size: int = 500
+    ) -> None:
         for name, value in (
             ("RECRAWLER_SITEMAP_MAX_DEPTH", max_depth),
             ("RECRAWLER_SITEMAP_MAX_FILES", max_files),
@@ -47,6 +58,7 @@ class ListingMiddleware:
         self.max_depth = max_depth
         self.max_files = max_files
         self.max_urls = max_urls
+        self.batch_size = max(1, batch_size)
         self.files = 0
         self.urls = 0
         self._logged: set[str] = set()
@@ -62,6 +74,7 @@ class ListingMiddleware:
             max_depth=s.getint("RECRAWLER_SITEMAP_MAX_DEPTH"),
             max_files=s.getint("RECRAWLER_SITEMAP_MAX_FILES"),
             max_urls=s.getint("RECRAWLER_LISTING_MAX_URLS"),
+            batch_size=s.getint("RECRAWLER_FRONTIER_BATCH_SIZE"),
         )
 
     async def process_spider_output(
@@ -69,12 +82,19 @@ class ListingMiddleware:
     ) -> AsyncIterator[Any]:
         """Tag and bound what a sitemap yields; everything else passes through."""
         request = response.request
-        role_of = getattr(self.crawler.spider, "recrawler_role_of", None)
+        spider = self.crawler.spider
+        role_of = getattr(spider, "recrawler_role_of", None)
         if request is None or role_of is None or not meta.is_sitemap_request(request):
             async for r in result:
                 yield r
             return
         depth = int(request.meta.get(meta.SITEMAP_DEPTH) or 0) + 1
+        listed = _Listing.of(self.crawler, response, self.batch_size)
+        if listed is not None and response.status == 304:
+            # unchanged since it was last read: its entries, as reading it again would yield them
+            self._counters.inc("recrawler/sitemap/parsed")
+            result = listed.stored()
+        parse_listing = getattr(spider, "recrawler_parse_listing", None)
         async for r in result:
             if not isinstance(r, Request):
                 yield r
@@ -82,6 +102,11 @@ class ListingMiddleware:
             role = role_of(r)
             r.meta[meta.ROLE] = role
             if role == meta.ROLE_SITEMAP:
+                if parse_listing is not None:
+                    # the next file is asked conditionally too
+                    r.callback = parse_listing
+                if listed is not None:
+                    await listed.add(r.url, role, None)
                 r.meta[meta.SITEMAP_DEPTH] = depth
                 if depth > self.max_depth:
                     self._refuse("depth", r.url, f"more than {self.max_depth} sitemap files deep")
@@ -91,14 +116,25 @@ class ListingMiddleware:
                     self._refuse("files", r.url, f"more than {self.max_files} sitemap files")
                     continue
             else:
+                if listed is not None:
+                    lastmod = r.meta.get(meta.LASTMOD) or listed.lastmod(r.url)
+                    if lastmod:
+                        r.meta[meta.LASTMOD] = lastmod
+                    await listed.add(r.url, role, lastmod)
                 self.urls += 1
                 if self.urls > self.max_urls:
                     self._refuse("urls", r.url, f"more than {self.max_urls} listed pages")
                     continue
             yield r
+        if listed is not None:
+            await listed.done()
+
+    @property
+    def _counters(self) -> RunCounters:
+        return runtime_of(self.crawler).counters
 
     def _refuse(self, why: str, url: str, what: str) -> None:
-        counters = runtime_of(self.crawler).counters
+        counters = self._counters
         counters.inc("recrawler/sitemap/refused")
         counters.inc(f"recrawler/sitemap/refused/{why}")
         if why not in self._logged:
@@ -108,3 +144,114 @@ class ListingMiddleware:
                 {"what": what, "url": url[:300]},
                 extra={"spider": self.crawler.spider},
             )
+
+
+class _Listing:
+    """One sitemap file's listing, written to the database in batches as it is read (or read
+    back from it when the file is unchanged)."""
+
+    def __init__(
+        self,
+        crawler: Crawler,
+        runtime: Runtime,
+        run: Run,
+        url: str,
+        batch: int,
+        *,
+        validators: tuple[str | None, str | None] | None,
+    ) -> None:
+        self.crawler = crawler
+        #: the 200's ETag and Last-Modified; None: the file was unchanged (304), nothing to store
+        self.validators = validators
+        self.runtime = runtime
+        self.run = run
+        self.url = url
+        self.batch = batch
+        self.entries: list[ListedEntry] = []
+        self.urls = 0
+        self.pos = 0
+        self.failed = False
+
+    @classmethod
+    def of(cls, crawler: Crawler, response: Response, batch: int) -> _Listing | None:
+        """The listing of a sitemap response, when the spider can list stored entries again."""
+        runtime = runtime_of(crawler)
+        spider = crawler.spider
+        if (
+            runtime.run is None
+            or not hasattr(spider, "recrawler_listed_request")
+            or response.url.endswith("/robots.txt")
+            or response.status not in (200, 304)
+        ):
+            return None
+        validators = None
+        if response.status == 200:
+            etag, modified = response.headers.get(b"ETag"), response.headers.get(b"Last-Modified")
+            validators = (
+                etag.decode("latin-1") if etag else None,
+                modified.decode("latin-1") if modified else None,
+            )
+        return cls(crawler, runtime, runtime.run, response.url, batch, validators=validators)
+
+    def lastmod(self, url: str) -> str | None:
+        take = getattr(self.crawler.spider, "recrawler_listed_lastmod", None)
+        return take(url) if take is not None else None
+
+    async def add(self, url: str, kind: str, lastmod: str | None) -> None:
+        if self.validators is None:
+            return
+        if kind == meta.ROLE_PAGE:
+            self.urls += 1
+        self.pos += 1
+        self.entries.append(ListedEntry(url=url, kind=kind, lastmod=lastmod, pos=self.pos))
+        if len(self.entries) >= self.batch:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        entries, self.entries = self.entries, []
+        if self.failed or not entries:
+            return
+        try:
+            await self.runtime.store.add_listing(self.run, self.url, entries)
+        except StateStoreError as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: StateStoreError) -> None:
+        # the file is read again next run (its validators are not stored): nothing is lost
+        self.failed = True
+        self.runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+        logger.error("could not store the listing of %(url)s: %(exc)s", {"url": self.url, "exc": exc})
+
+    async def done(self) -> None:
+        """The file was read to its end: store the rest and its validators."""
+        await self._flush()
+        if self.failed or self.validators is None:
+            return
+        etag, last_modified = self.validators
+        try:
+            await self.runtime.store.listing_read(
+                self.run,
+                SitemapFile(url=self.url, etag=etag, last_modified=last_modified, urls=self.urls),
+                utcnow(),
+            )
+        except StateStoreError as exc:
+            self._failed(exc)
+
+    async def stored(self) -> AsyncIterator[Request]:
+        """The requests the file's stored entries make (an unchanged file's listing)."""
+        spider = self.crawler.spider
+        after = 0
+        while True:
+            try:
+                entries = await self.runtime.store.listing(self.url, after=after, limit=self.batch)
+            except StateStoreError as exc:
+                self._failed(exc)
+                self.runtime.counters.inc("recrawler/sitemap/error")
+                return
+            if not entries:
+                return
+            for entry in entries:
+                request = spider.recrawler_listed_request(entry.url, entry.kind, entry.lastmod)  # type: ignore[union-attr]
+                if request is not None:
+                    yield request
+            after = entries[-1].pos

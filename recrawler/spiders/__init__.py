@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urljoin, urlsplit
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
     from recrawler.detect.noise import SiteNoise
     from recrawler.learning import NoiseRegistry
+    from recrawler.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
@@ -169,6 +171,9 @@ class RecrawlerSpiderMixin:
 
     def recrawler_page(self, response: Response, lastmod: str | None = None) -> Page:
         """Return the Page item for *response* (304s are not parsed)."""
+        return self._recrawler_page_builder().page(response, lastmod)
+
+    def _recrawler_page_builder(self) -> PageBuilder:
         if self._recrawler_builder is None:
             crawler = getattr(self, "crawler", None)
             if crawler is None:
@@ -177,7 +182,7 @@ class RecrawlerSpiderMixin:
             runtime = find_runtime(crawler)
             if runtime is not None:
                 self._recrawler_builder.noise = runtime.noise
-        return self._recrawler_builder.page(response, lastmod)
+        return self._recrawler_builder
 
 
 def _flag(value: Any) -> bool:
@@ -250,6 +255,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             # by default, the folder of the first sitemap: /docs/sitemap.xml -> /docs/
             self.follow_prefixes = (urlsplit(self.sitemap_urls[0]).path.rsplit("/", 1)[0] + "/",)
         self._link_extractor: LinkExtractor | None = None
+        self._rules: list[tuple[re.Pattern[str], Any]] | None = None
         self._follow_requests = 0
         self._refusals_logged: set[str] = set()
 
@@ -259,6 +265,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             if isinstance(request, Request):
                 request.meta[meta.ROLE] = meta.ROLE_SITEMAP
                 request.meta[meta.SITEMAP_DEPTH] = 0
+                request.callback = self.recrawler_parse_listing
             yield request
         for url in self.feed_urls:
             # not a page: no validators, no page state, no error accounting
@@ -274,6 +281,38 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         """What a request yielded while reading a sitemap fetches: a listed page or another sitemap."""
         page_callbacks = [getattr(self, c) if isinstance(c, str) else c for _, c in self.sitemap_rules]
         return meta.ROLE_PAGE if request.callback in page_callbacks else meta.ROLE_SITEMAP
+
+    def recrawler_parse_listing(self, response: Response, **kwargs: Any) -> Iterable[Any]:
+        """Read a sitemap file (SitemapSpider's own parsing); an unchanged one (304) yields nothing
+        here: ListingMiddleware lists it from the database."""
+        if response.status == 304:
+            return ()
+        return self._parse_sitemap(response)
+
+    def recrawler_listed_lastmod(self, url: str) -> str | None:
+        """Hand over (and forget) the lastmod the sitemap gave for *url*."""
+        return self._lastmods.pop(self._key_maker(url), None)
+
+    def recrawler_listed_request(self, url: str, kind: str, lastmod: str | None) -> Request | None:
+        """The request reading a stored sitemap entry makes, as if the file had been parsed again:
+        another sitemap file, or a page (through ``sitemap_rules``, the URL policy and its lastmod)."""
+        if kind == meta.ROLE_SITEMAP:
+            return Request(url, callback=self.recrawler_parse_listing)
+        if not self._allowed(url, "sitemap"):
+            return None
+        if self._rules is None:
+            self._rules = [
+                (re.compile(r) if isinstance(r, str) else r, getattr(self, c) if isinstance(c, str) else c)
+                for r, c in self.sitemap_rules
+            ]
+        for rule, callback in self._rules:
+            if rule.search(url):
+                self._inc("recrawler/sitemap/urls")
+                request = Request(url, callback=callback)
+                if lastmod:
+                    request.meta[meta.LASTMOD] = lastmod
+                return request
+        return None
 
     def recrawler_take_lastmod(self, key: str) -> str | None:
         """Hand over (and forget) the listed lastmod of page *key* (ScheduleMiddleware asks)."""
@@ -400,9 +439,24 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                 checked["alternate"] = [u for u in entry["alternate"] if self._allowed(str(u), "sitemap")]
             yield checked
 
-    def parse(self, response: Response, **kwargs: Any) -> Iterable[Page | Request]:
-        """Yield the Page of a listed (or verified) URL, then its links when following them."""
-        page = self.recrawler_page(response)
+    def parse(
+        self, response: Response, **kwargs: Any
+    ) -> Iterable[Page | Request] | AsyncIterator[Page | Request]:
+        """Yield the Page of a listed (or verified) URL, then its links when following them.
+
+        With ``RECRAWLER_CPU_THREADS`` the page is extracted on a CPU thread, off the reactor.
+        """
+        runtime = find_runtime(getattr(self, "crawler", None))
+        if runtime is not None and runtime.cpu_threads and meta.FIRST_BODY not in response.meta:
+            return self._parse_offloaded(response, runtime)
+        return self._parse_page(response, self.recrawler_page(response))
+
+    async def _parse_offloaded(self, response: Response, runtime: Runtime) -> AsyncIterator[Page | Request]:
+        page = await runtime.offload(self._recrawler_page_builder().page, response)
+        for out in self._parse_page(response, page):
+            yield out
+
+    def _parse_page(self, response: Response, page: Page) -> Iterable[Page | Request]:
         taken = self._lastmods.pop(page.key, None)
         page.lastmod = response.meta.get(meta.LASTMOD) or taken
         # a direct check of an unlisted stored page says nothing about how it was found

@@ -220,3 +220,24 @@ class ReconcileResult:
     skipped_misses: int = 0
     #: the misses were kept for ``runs approve`` (the run is held)
     kept: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SitemapFile:
+    """A sitemap file as last read: the validators to send back and how many pages it listed."""
+
+    url: str
+    etag: str | None = None
+    last_modified: str | None = None
+    urls: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListedEntry:
+    """One entry of a sitemap file's stored listing: a page (with its lastmod) or a sitemap file."""
+
+    url: str
+    kind: str
+    lastmod: str | None = None
+    #: where in the file it stands (the listing comes back in the file's order)
+    pos: int = 0

@@ -20,16 +20,19 @@ if TYPE_CHECKING:
         ChangeRow,
         Event,
         FieldsRow,
+        ListedEntry,
         PageRecord,
         ReconcileResult,
         RemovalPlan,
         Run,
         ScheduledPage,
+        SitemapFile,
         TrustRecord,
     )
     from recrawler.state.sql.check import Finding
 
 __all__ = [
+    "Frontier",
     "History",
     "KnowledgeBase",
     "Lifecycle",
@@ -308,6 +311,41 @@ class Schedule(Protocol):
         """Draw the run's random self-audit sample (a share below 1, else a count); return keys."""
 
 
+class Frontier(Protocol):
+    """What sitemap files listed (asked conditionally next run) and a run's page requests on disk.
+
+    Guarantees: a file's validators are stored only with its complete listing, so a 304 always
+    has the listing it stands for; a run's frontier holds a page key once, its requests come out
+    by priority then arrival, each once, and a later run never sees an earlier run's rows.
+    """
+
+    async def sitemap_file(self, url: str) -> SitemapFile | None:
+        """The sitemap file as last read (validators, page count), or None."""
+
+    async def add_listing(self, run: Run, sitemap: str, entries: Sequence[ListedEntry]) -> None:
+        """Store entries of *sitemap* read this run (a batch; the file's read goes on)."""
+
+    async def listing_read(self, run: Run, file: SitemapFile, at: datetime) -> None:
+        """The read of *file* is complete: store its validators, drop entries it no longer lists."""
+
+    async def listing(self, sitemap: str, *, after: int, limit: int) -> list[ListedEntry]:
+        """Up to *limit* stored entries of *sitemap* in the file's order, after position *after*."""
+
+    async def frontier_add(self, run: Run, requests: Sequence[tuple[str, int, bytes]]) -> int:
+        """Queue (key, priority, serialised request) rows; a key already queued this run is
+        ignored. Returns how many were new."""
+
+    async def frontier_claim(self, run: Run, key: str) -> bool:
+        """Mark page *key* as fetched this run outside the frontier (a redirect reached it); False
+        when the frontier already holds it (it is fetched from there)."""
+
+    async def frontier_next(self, run: Run, limit: int) -> list[bytes]:
+        """Take up to *limit* queued requests of the run: highest priority first, then oldest."""
+
+    def frontier_next_sync(self, run: Run, limit: int) -> list[bytes]:
+        """Blocking :meth:`frontier_next`, for ``spider_idle`` handlers."""
+
+
 class Trust(Protocol):
     """How far each host's signals are trusted, and immutable (deltafetch) pages.
 
@@ -389,7 +427,9 @@ class Readers(Protocol):
         """Mend what :meth:`check_sync` found, in one transaction; rows touched per check."""
 
 
-class StateStore(Lifecycle, Pages, Runs, KnowledgeBase, History, Schedule, Trust, Readers, Protocol):
+class StateStore(
+    Lifecycle, Pages, Runs, KnowledgeBase, History, Schedule, Frontier, Trust, Readers, Protocol
+):
     """Every role on one object: what ``RECRAWLER_STATE_BACKENDS`` classes implement.
 
     All methods are coroutines except the ``*_sync`` forms and the readers. Stores are never

@@ -81,6 +81,7 @@ pages = Table(
     Index("pages_site_seen", "site", "last_seen_run"),
     Index("pages_site_due", "site", "next_check_at"),
     Index("pages_changed_run", "changed_run"),
+    Index("pages_site_status", "site", "status", "key"),
 )
 
 # 404/410 answers and permanent redirects of a run, applied only when the run is trustworthy
@@ -241,6 +242,47 @@ site_pairs = Table(
         sqlite_where=text("boilerplate = 1"),
         postgresql_where=text("boilerplate = 1"),
     ),
+    sqlite_with_rowid=False,
+)
+
+# each sitemap file's validators and page count when last read (schema 7)
+sitemap_files = Table(
+    "sitemap_files",
+    metadata,
+    Column("url", Text, primary_key=True),
+    Column("etag", Text),
+    Column("last_modified", Text),
+    Column("urls", Integer, nullable=False, server_default=text("0")),
+    Column("parsed_run", Integer, nullable=False),
+    Column("fetched_at", Text, nullable=False),
+    sqlite_with_rowid=False,
+)
+
+# what each sitemap file listed when last read: the listing of an unchanged file
+sitemap_entries = Table(
+    "sitemap_entries",
+    metadata,
+    Column("sitemap", Text, primary_key=True),
+    Column("url", Text, primary_key=True),
+    Column("kind", Text, CheckConstraint("kind IN ('page', 'sitemap')"), nullable=False),
+    Column("lastmod", Text),
+    Column("run_id", Integer, nullable=False),
+    Column("pos", Integer, nullable=False),
+    Index("sitemap_entries_pos", "sitemap", "pos"),
+    sqlite_with_rowid=False,
+)
+
+# a run's page requests, fed to Scrapy in bounded batches (one row per page key and run)
+frontier = Table(
+    "frontier",
+    metadata,
+    Column("run_id", Integer, primary_key=True),
+    Column("key", Text, primary_key=True),
+    Column("rank", Integer, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("request", LargeBinary, nullable=False),
+    Column("fed", Integer, nullable=False, server_default=text("0")),
+    Index("frontier_next", "run_id", "fed", "rank", "seq"),
     sqlite_with_rowid=False,
 )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from recrawler.state.sql.frontier import SQLFrontier
 from recrawler.state.sql.history import SQLHistory
 from recrawler.state.sql.kb import SQLKnowledgeBaseWriter
 from recrawler.state.sql.pages import SQLPages
@@ -36,6 +37,7 @@ class RoleMethods:
         self.schedule = SQLSchedule(db)
         self.signals = SQLTrust(db)
         self.readers = SQLReaders(db)
+        self.frontier = SQLFrontier(db)
         self.get = self.pages.get
         self.record = self.pages.record
         self.record_error = self.pages.record_error
@@ -72,6 +74,14 @@ class RoleMethods:
         self.record_revisit = self.schedule.record_revisit
         self.update_revisit = self.schedule.update_revisit
         self.audit_sample = self.schedule.audit_sample
+        self.sitemap_file = self.frontier.sitemap_file
+        self.add_listing = self.frontier.add_listing
+        self.listing_read = self.frontier.listing_read
+        self.listing = self.frontier.listing
+        self.frontier_add = self.frontier.frontier_add
+        self.frontier_next = self.frontier.frontier_next
+        self.frontier_claim = self.frontier.frontier_claim
+        self.frontier_next_sync = self.frontier.frontier_next_sync
         self.trust = self.signals.trust
         self.record_trust = self.signals.record_trust
         self.reset_trust = self.signals.reset_trust

@@ -43,6 +43,9 @@ class SQLPages:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        #: per run, the last key the unseen check returned: the next batch starts after it, so
+        #: draining a site costs one pass over its pages, not one per batch
+        self._unseen_after: dict[int, str] = {}
 
     async def get(self, key: str) -> PageRecord | None:
         """Return the stored record of *key*."""
@@ -258,15 +261,14 @@ class SQLPages:
 
         return await self.db.page_write(work())
 
-    @staticmethod
-    def _unseen(run: Run, limit: int, due_at: datetime | None) -> Work[list[tuple[str, str, int]]]:
+    def _unseen(self, run: Run, limit: int, due_at: datetime | None) -> Work[list[tuple[str, str, int]]]:
         # Pages the run's listing decided (requested, or skipped by the schedule, lastmod or
         # deltafetch) are not unseen; with *due_at*, neither are pages not due by then.
         found = yield rows(
             """UPDATE pages SET verify_run = :run
                WHERE key IN (
                  SELECT key FROM pages
-                 WHERE site = :site AND status IN (:live, :quarantined)
+                 WHERE site = :site AND key > :after AND status IN (:live, :quarantined)
                    AND (last_seen_run IS NULL OR last_seen_run != :run)
                    AND (verify_run IS NULL OR verify_run != :run)
                    AND (listed_run IS NULL OR listed_run != :run)
@@ -281,8 +283,13 @@ class SQLPages:
                 "quarantined": QUARANTINED,
                 "due": _at(due_at),
                 "limit": limit,
+                "after": self._unseen_after.get(run.id, ""),
             },
         )
+        if found:
+            # a page the scan passed never becomes unseen later in the run: seen, listed and
+            # verified marks are only ever set
+            self._unseen_after[run.id] = max(r["key"] for r in found)
         return sorted((r["key"], r["url"], r["found_depth"] or 0) for r in found)
 
     def unseen_sync(

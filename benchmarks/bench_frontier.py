@@ -1,0 +1,168 @@
+"""Peak RSS against the size of the listing: 10k, 100k and 1M listed URLs, frontier on and off.
+
+Usage: ``python -m benchmarks.bench_frontier [--sizes 10000,100000,1000000] [--json PATH]``.
+Each size is a sitemap index of files of ``--per-file`` URLs served by nginx (every page URL
+answers with one real docs page). A crawl reads the whole listing and then ``--batches`` more
+batches of pages, and stops (``bench_listed``): its peak RSS covers the listing's ingest and the
+first batches. ``--off-up-to`` also runs sizes up to that with RECRAWLER_FRONTIER_ENABLED=False
+(every listed URL waits in Scrapy's in-memory scheduler) for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if not __package__:  # run as a script: python benchmarks/bench_frontier.py
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.lib.nginx import NginxServer
+from benchmarks.lib.results import add_json_option, fmt, write_json
+from benchmarks.lib.runners import RunResult, crawl
+from benchmarks.lib.sites import plan_site, render_page
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+# every /p/... URL answers with the one page (a listing of a million URLs without a million files)
+LOCATIONS = "        location /p/ { try_files /page.html =404; }"
+
+
+def write_listing(root: Path, base_url: str, urls: int, per_file: int) -> int:
+    """The page, sitemap files of *per_file* URLs each and their index; returns the file count."""
+    specs = plan_site(1, 1)
+    (root / "page.html").write_text(render_page(specs[0], specs, base_url, 1), encoding="utf-8")
+    rng = random.Random(urls)
+    files = []
+    for n, start in enumerate(range(0, urls, per_file)):
+        name = f"sitemap-{n}.xml"
+        with (root / name).open("w", encoding="utf-8") as out:
+            out.write('<?xml version="1.0" encoding="UTF-8"?>\n')
+            out.write('<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n')
+            for i in range(start, min(start + per_file, urls)):
+                day = rng.randint(1, 28)
+                out.write(
+                    f"<url><loc>{base_url}/p/{i}.html</loc><lastmod>2026-01-{day:02d}</lastmod></url>\n"
+                )
+            out.write("</urlset>\n")
+        files.append(name)
+    index = "".join(f"<sitemap><loc>{base_url}/{name}</loc></sitemap>\n" for name in files)
+    (root / "sitemap.xml").write_text(
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f'<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n{index}</sitemapindex>\n',
+        encoding="utf-8",
+    )
+    return len(files)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Command-line options."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--sizes", default="10000,100000,1000000", help="listed URLs per run, comma-separated")
+    p.add_argument("--per-file", type=int, default=20_000, help="URLs per sitemap file (default 20000)")
+    p.add_argument("--batch", type=int, default=500, help="RECRAWLER_FRONTIER_BATCH_SIZE (default 500)")
+    p.add_argument("--batches", type=int, default=4, help="batches of pages after the listing (default 4)")
+    p.add_argument(
+        "--off-up-to", type=int, default=100_000, help="also run without the frontier up to this size"
+    )
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per crawl (default 3600)")
+    p.add_argument("--keep", action="store_true", help="keep the temp dirs")
+    add_json_option(p, "bench_frontier")
+    args = p.parse_args(argv)
+    args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    return args
+
+
+def run_size(args: argparse.Namespace, urls: int, frontier: bool) -> tuple[RunResult, dict[str, Any]]:
+    """One crawl of a listing of *urls* URLs; (its measures, the listing's figures)."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-frontier-{urls}-"))
+    site = workdir / "site"
+    site.mkdir()
+    server = NginxServer(site, prefix=workdir / "nginx", locations=LOCATIONS)
+    try:
+        server.start()
+        t0 = time.monotonic()
+        files = write_listing(site, server.url, urls, args.per_file)
+        print(f"{urls:,} URLs in {files} sitemap files, {time.monotonic() - t0:.1f}s", file=sys.stderr)
+        cmd = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={server.url}/sitemap.xml"]
+        for setting in (
+            f"RECRAWLER_DB_URI=sqlite:///{workdir / 'state.db'}",
+            "LOG_LEVEL=INFO",
+            "RECRAWLER_SCHEDULE=all",
+            "RECRAWLER_AUDIT_SAMPLE=0",
+            f"RECRAWLER_LISTING_MAX_URLS={max(urls, 5_000_000)}",
+            f"RECRAWLER_FRONTIER_ENABLED={frontier}",
+            f"RECRAWLER_FRONTIER_BATCH_SIZE={args.batch}",
+            f"BENCH_SITEMAP_FILES={files + 1}",
+            f"BENCH_BATCHES_AFTER={args.batches}",
+            "EXTENSIONS=" + json.dumps({"benchmarks.lib.stop.StopAfterListing": 0}),
+        ):
+            cmd += ["-s", setting]
+        env = {k: v for k, v in os.environ.items() if k not in ("SCRAPY_SETTINGS_MODULE", "SCRAPY_PROJECT")}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_DIR), env.get("PYTHONPATH")]))
+        name = f"{urls}-{'on' if frontier else 'off'}"
+        result = crawl(
+            name,
+            f"{urls:,} listed, frontier {'on' if frontier else 'off'}",
+            cmd,
+            cwd=PROJECT_DIR,
+            env=env,
+            workdir=workdir,
+            server=server,
+            page_paths=set(),
+            timeout=args.timeout,
+        )
+        listed = answered = None
+        for line in Path(result.log_file).read_text(encoding="utf-8", errors="replace").splitlines():
+            if "bench: listing in" in line:
+                listed = line.split("bench: ", 1)[1]
+            if "'recrawler/request/count'" in line:
+                answered = int(line.split(":")[-1].strip(" ,}"))
+        return result, {"files": files, "at_listing": listed, "pages_answered": answered}
+    finally:
+        server.stop()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run each size (frontier on, and off up to ``--off-up-to``); print RSS side by side."""
+    args = parse_args(argv)
+    rows: list[dict[str, Any]] = []
+    for urls in args.sizes:
+        for frontier in (True, False):
+            if not frontier and urls > args.off_up_to:
+                continue
+            result, extra = run_size(args, urls, frontier)
+            rows.append(
+                {"urls": urls, "frontier": frontier, **extra}
+                | asdict(result)
+                | {"ok": result.ok or result.finish_reason == "bench_listed"}
+            )
+    print()
+    print(f"{'listed URLs':>12} {'frontier':>8} {'peak RSS MiB':>13} {'wall s':>8} {'pages':>8}  stop")
+    for r in rows:
+        print(
+            f"{r['urls']:>12,} {'on' if r['frontier'] else 'off':>8} {fmt(r['peak_rss_mib'], '.1f'):>13}"
+            f" {fmt(r['wall_s'], '.1f'):>8} {r['pages_answered'] or 0:>8}  {r['finish_reason']}"
+        )
+    on = {r["urls"]: r["peak_rss_mib"] for r in rows if r["frontier"]}
+    if len(on) > 1:
+        lo, hi = min(on), max(on)
+        print(f"\npeak RSS {hi:,} / {lo:,} listed URLs (frontier on): {on[hi] / on[lo]:.2f}x")
+    write_json(args.json, {"batch": args.batch, "batches_after": args.batches, "runs": rows})
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

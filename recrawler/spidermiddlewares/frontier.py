@@ -1,0 +1,192 @@
+"""FrontierMiddleware: a run's page requests wait in the database and reach Scrapy in bounded batches."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pickle
+from typing import TYPE_CHECKING, Any, Self
+
+from scrapy import Request, signals
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.request import request_from_dict
+
+from recrawler import meta
+from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.meta import is_page_request, request_key
+from recrawler.runtime import runtime_of
+from recrawler.urls import KeyMaker
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+    from recrawler.runtime import Runtime
+    from recrawler.state import Run
+
+logger = logging.getLogger(__name__)
+
+
+class FrontierMiddleware:
+    """Keeps the run's frontier on disk: page requests that callbacks yield (a sitemap's listing,
+    feed entries, links), once the schedule let them through, go to the database in batches
+    instead of Scrapy's in-memory scheduler, once per page key and run. They come back
+    ``RECRAWLER_FRONTIER_BATCH_SIZE`` at a time, highest priority first: whenever fewer than half
+    a batch of them wait in the scheduler, and when the spider goes idle (the Reconciler asks
+    first, then checks unseen pages). Memory stays flat however long the listing is.
+
+    Settings: ``RECRAWLER_FRONTIER_ENABLED``, ``RECRAWLER_FRONTIER_BATCH_SIZE``.
+    Stats: ``recrawler/frontier/{queued,fed}``, ``recrawler/frontier/waiting_max``,
+    ``recrawler/state/error/<Exception>``.
+    Signals: listens to ``request_reached_downloader`` and ``request_dropped``.
+    """
+
+    def __init__(
+        self, crawler: Crawler, runtime: Runtime, *, batch_size: int, key_maker: KeyMaker | None = None
+    ) -> None:
+        if batch_size < 1:
+            raise ConfigurationError(f"RECRAWLER_FRONTIER_BATCH_SIZE: bad value {batch_size!r}")
+        self.crawler = crawler
+        self.runtime = runtime
+        self.batch_size = batch_size
+        self.key_maker = key_maker or KeyMaker()
+        #: fed requests not yet in the downloader (waiting in Scrapy's scheduler)
+        self.waiting = 0
+        self._reading: asyncio.Future[None] | None = None
+        self._queued = 0
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """Enabled by ``RECRAWLER_FRONTIER_ENABLED``; registers itself as the run's frontier."""
+        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
+            raise NotConfigured
+        s = crawler.settings
+        if not s.getbool("RECRAWLER_FRONTIER_ENABLED"):
+            raise NotConfigured("RECRAWLER_FRONTIER_ENABLED is off")
+        if s.getbool("RECRAWLER_WORKERS_ENABLED"):
+            # several workers share scrapy-redis's frontier instead
+            raise NotConfigured("RECRAWLER_WORKERS_ENABLED: scrapy-redis holds the frontier")
+        runtime = runtime_of(crawler)
+        mw = cls(
+            crawler,
+            runtime,
+            batch_size=s.getint("RECRAWLER_FRONTIER_BATCH_SIZE"),
+            key_maker=KeyMaker(
+                s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS")
+            ),
+        )
+        runtime.frontier = mw
+        crawler.signals.connect(mw.request_left_scheduler, signal=signals.request_reached_downloader)
+        crawler.signals.connect(mw.request_left_scheduler, signal=signals.request_dropped)
+        return mw
+
+    async def process_spider_output(
+        self, response: Response, result: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        """Page requests go to the database; items and other requests pass through."""
+        batch: list[Request] = []
+        async for r in result:
+            if isinstance(r, Request) and is_page_request(r) and not r.meta.get(meta.FED):
+                batch.append(r)
+                if len(batch) >= self.batch_size:
+                    for kept in await self._queue(batch):
+                        yield kept
+                    batch = []
+                continue
+            yield r
+        if batch:
+            for kept in await self._queue(batch):
+                yield kept
+
+    async def _queue(self, batch: list[Request]) -> list[Request]:
+        """Write *batch* to the frontier; what cannot be written is returned to go out at once."""
+        run = self.runtime.run
+        if run is None:
+            return batch
+        rows: list[tuple[str, int, bytes]] = []
+        kept: list[Request] = []
+        spider = self.crawler.spider
+        for r in batch:
+            try:
+                blob = pickle.dumps(r.to_dict(spider=spider), protocol=pickle.HIGHEST_PROTOCOL)
+            except (ValueError, TypeError, AttributeError, pickle.PicklingError):
+                # a callback that is not a spider method, meta that does not serialise
+                kept.append(r)
+                continue
+            rows.append((r.meta.get(meta.KEY) or request_key(r, self.key_maker), r.priority, blob))
+        try:
+            added = await self.runtime.store.frontier_add(run, rows)
+        except StateStoreError as exc:
+            # never lose a page: the batch goes to Scrapy's scheduler as it would have
+            self.runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+            logger.error("could not queue requests in the frontier: %(exc)s", {"exc": exc})
+            return batch
+        self._queued += added
+        self.runtime.counters.inc("recrawler/frontier/queued", added)
+        self._top_up()
+        return kept
+
+    def request_left_scheduler(self, request: Request) -> None:
+        """A fed request reached the downloader (or was dropped): top up below half a batch."""
+        if request.meta.pop(meta.FED, False):
+            self.waiting -= 1
+            self._top_up()
+
+    def _top_up(self) -> None:
+        if (
+            self.waiting * 2 < self.batch_size
+            and self._queued
+            and (self._reading is None or self._reading.done())
+        ):
+            run = self.runtime.run
+            if run is not None:
+                self._reading = asyncio.ensure_future(self._feed(run))
+
+    async def _feed(self, run: Run) -> None:
+        try:
+            blobs = await self.runtime.store.frontier_next(run, self.batch_size)
+        except StateStoreError as exc:
+            self.runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+            logger.error("could not read the frontier: %(exc)s", {"exc": exc})
+            return
+        self._crawl(blobs)
+
+    def _crawl(self, blobs: list[bytes]) -> None:
+        engine, spider = self.crawler.engine, self.crawler.spider
+        if engine is None or spider is None or not blobs:
+            if not blobs:
+                # nothing queued now: wait for the next write
+                self._queued = 0
+            return
+        self._queued = max(self._queued - len(blobs), 0) or 1
+        for blob in blobs:
+            request = request_from_dict(pickle.loads(blob), spider=spider)  # noqa: S301  # our own rows
+            request.meta[meta.FED] = True
+            # the frontier holds a page key once per run: Scrapy's duplicate filter need not remember it
+            request.dont_filter = True
+            self.waiting += 1
+            engine.crawl(request)
+        self.runtime.counters.inc("recrawler/frontier/fed", len(blobs))
+        self.runtime.counters.max("recrawler/frontier/waiting_max", self.waiting)
+
+    def idle(self) -> bool:
+        """On ``spider_idle``: feed the next batch; False when the frontier is empty (read blocking:
+        nothing else is in flight)."""
+        run = self.runtime.run
+        if run is None:
+            return False
+        if self._reading is not None and not self._reading.done():
+            return True
+        try:
+            blobs = self.runtime.store.frontier_next_sync(run, self.batch_size)
+        except StateStoreError as exc:
+            self.runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+            logger.error("could not read the frontier: %(exc)s", {"exc": exc})
+            return False
+        self._crawl(blobs)
+        return bool(blobs)
+
+
+__all__ = ["FrontierMiddleware"]

@@ -1,0 +1,150 @@
+"""The frontier role: what sitemap files listed (asked conditionally), and a run's page requests on disk."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from recrawler.state.records import ListedEntry, SitemapFile
+from recrawler.state.sql.dialect import count, many, one, rows
+from recrawler.state.sql.rows import _ts
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+
+    from recrawler.state.records import Run
+    from recrawler.state.sql.database import Database
+    from recrawler.state.sql.dialect import Work
+
+
+class SQLFrontier:
+    """The frontier role: sitemap files' validators and listings, a run's frontier."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        #: the arrival counter of each run's frontier (one store, one run at a time)
+        self._seq: dict[int, int] = {}
+
+    async def sitemap_file(self, url: str) -> SitemapFile | None:
+        """The sitemap file as last read (validators, page count), or None."""
+
+        def work() -> Work[SitemapFile | None]:
+            row = yield one("SELECT url, etag, last_modified, urls FROM sitemap_files WHERE url = ?", (url,))
+            if row is None:
+                return None
+            return SitemapFile(
+                url=row["url"], etag=row["etag"], last_modified=row["last_modified"], urls=row["urls"]
+            )
+
+        return await self.db.run(work())
+
+    async def add_listing(self, run: Run, sitemap: str, entries: Sequence[ListedEntry]) -> None:
+        """Store entries of *sitemap* read this run (a batch; the file's read goes on)."""
+
+        def work() -> Work[None]:
+            yield many(
+                """INSERT INTO sitemap_entries (sitemap, url, kind, lastmod, run_id, pos)
+                   VALUES (?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (sitemap, url) DO UPDATE SET kind = excluded.kind,
+                     lastmod = excluded.lastmod, run_id = excluded.run_id, pos = excluded.pos""",
+                [(sitemap, e.url, e.kind, e.lastmod, run.id, e.pos) for e in entries],
+            )
+
+        if entries:
+            await self.db.page_write(work())
+
+    async def listing_read(self, run: Run, file: SitemapFile, at: datetime) -> None:
+        """The read of *file* is complete: store its validators, drop entries it no longer lists."""
+
+        def work() -> Work[None]:
+            yield count("DELETE FROM sitemap_entries WHERE sitemap = ? AND run_id != ?", (file.url, run.id))
+            yield count(
+                """INSERT INTO sitemap_files (url, etag, last_modified, urls, parsed_run, fetched_at)
+                   VALUES (?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (url) DO UPDATE SET etag = excluded.etag,
+                     last_modified = excluded.last_modified, urls = excluded.urls,
+                     parsed_run = excluded.parsed_run, fetched_at = excluded.fetched_at""",
+                (file.url, file.etag, file.last_modified, file.urls, run.id, _ts(at)),
+            )
+
+        await self.db.page_write(work())
+
+    async def listing(self, sitemap: str, *, after: int, limit: int) -> list[ListedEntry]:
+        """Up to *limit* stored entries of *sitemap* in the file's order, after position *after*."""
+
+        def work() -> Work[list[ListedEntry]]:
+            found = yield rows(
+                """SELECT url, kind, lastmod, pos FROM sitemap_entries
+                   WHERE sitemap = ? AND pos > ? ORDER BY pos LIMIT ?""",
+                (sitemap, after, limit),
+            )
+            return [
+                ListedEntry(url=r["url"], kind=r["kind"], lastmod=r["lastmod"], pos=r["pos"]) for r in found
+            ]
+
+        return await self.db.run(work())
+
+    def _last_seq(self, run: Run) -> Work[int]:
+        seq = self._seq.get(run.id)
+        if seq is None:
+            # a new run: earlier runs' rows are stale (a killed run leaves its frontier behind)
+            yield count("DELETE FROM frontier WHERE run_id != ?", (run.id,))
+            row = yield one("SELECT COALESCE(MAX(seq), 0) AS seq FROM frontier WHERE run_id = ?", (run.id,))
+            seq = int(row["seq"])
+            self._seq[run.id] = seq
+        return seq
+
+    async def frontier_add(self, run: Run, requests: Sequence[tuple[str, int, bytes]]) -> int:
+        """Queue (key, priority, serialised request) rows; a key already queued this run is
+        ignored. Returns how many were new."""
+
+        def work() -> Work[int]:
+            seq = yield from self._last_seq(run)
+            self._seq[run.id] = seq + len(requests)
+            added = yield many(
+                "INSERT INTO frontier (run_id, key, rank, seq, request) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (run_id, key) DO NOTHING",
+                [(run.id, key, -prio, seq + i, blob) for i, (key, prio, blob) in enumerate(requests, 1)],
+            )
+            return int(added)
+
+        if not requests:
+            return 0
+        return await self.db.page_write(work())
+
+    async def frontier_claim(self, run: Run, key: str) -> bool:
+        """Mark page *key* as fetched this run outside the frontier (a redirect reached it); False
+        when the frontier already holds it (queued or fed): it is fetched from there."""
+
+        def work() -> Work[bool]:
+            seq = (yield from self._last_seq(run)) + 1
+            self._seq[run.id] = seq
+            n = yield count(
+                "INSERT INTO frontier (run_id, key, rank, seq, request, fed) VALUES (?, ?, 0, ?, ?, 1) "
+                "ON CONFLICT (run_id, key) DO NOTHING",
+                (run.id, key, seq, b""),
+            )
+            return bool(n == 1)
+
+        return await self.db.page_write(work())
+
+    def _next(self, run: Run, limit: int) -> Work[list[bytes]]:
+        taken = yield rows(
+            """UPDATE frontier SET fed = 1 WHERE run_id = :run AND key IN (
+                 SELECT key FROM frontier WHERE run_id = :run AND fed = 0 ORDER BY rank, seq LIMIT :n)
+               RETURNING rank, seq, request""",
+            {"run": run.id, "n": limit},
+        )
+        return [bytes(r["request"]) for r in sorted(taken, key=lambda r: (r["rank"], r["seq"]))]
+
+    async def frontier_next(self, run: Run, limit: int) -> list[bytes]:
+        """Take up to *limit* queued requests of the run: highest priority first, then oldest."""
+        # in the group transaction: a kill re-feeds at most the uncommitted batch
+        return await self.db.page_write(self._next(run, limit))
+
+    def frontier_next_sync(self, run: Run, limit: int) -> list[bytes]:
+        """Blocking :meth:`frontier_next`, for ``spider_idle`` handlers."""
+        return self.db.transaction_sync(self._next(run, limit))
+
+
+__all__ = ["SQLFrontier"]
