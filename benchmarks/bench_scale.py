@@ -861,6 +861,11 @@ def part_workers(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     equal = {
         label: (s == base if s is not None and base is not None else None) for label, s in states.items()
     }
+    for label, same in equal.items():
+        if same is False and base is not None:
+            # say where: which of pages, chunks and run states differ
+            state = states[label]
+            log(f"workers: {label} differs in {[k for k in base if base[k] != state[k]]}: {state['runs']}")
     return {"pages_in_site": n, "runs": rows, "final_state_equal_to_single_process": equal}
 
 

@@ -159,6 +159,8 @@ class Runtime:
         #: with RECRAWLER_WORKERS_ENABLED: this process's part in a run shared with other workers
         self.workers: SharedRun | None = None
         self._idle_report: asyncio.Future[None] | None = None
+        #: requests that reached this worker's downloader (an idle report older than one is stale)
+        self._busy_gen = 0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -276,23 +278,28 @@ class Runtime:
         workers = self.workers
         if workers is None or workers.leader or self.run is None:
             return
-        self._idle_report = asyncio.ensure_future(self._report_idle())
+        self._idle_report = asyncio.ensure_future(self._report_idle(self._busy_gen))
         if workers.leader_alive() and not (workers.closing() and workers.frontier_empty()):
             raise DontCloseSpider
 
-    async def _report_idle(self) -> None:
+    async def _report_idle(self, gen: int) -> None:
         assert self.workers is not None
         try:
             # the leader's unseen checks must see every page this worker fetched
             await self.store.flush()
         except StateStoreError as exc:
             self.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
-        await asyncio.to_thread(self.workers.set_state, self.workers.IDLE)
+        engine = self.crawler.engine
+        # a request that reached this worker meanwhile makes it busy: never report idle over it
+        if gen == self._busy_gen and (engine is None or engine.spider_is_idle()):
+            await asyncio.to_thread(self.workers.set_state, self.workers.IDLE)
 
     def worker_busy(self) -> None:
         """A request of the shared frontier reached this worker's downloader."""
-        if self.workers is not None and self.workers.state != self.workers.BUSY:
-            self.workers.set_state(self.workers.BUSY)
+        if self.workers is not None:
+            self._busy_gen += 1
+            if self.workers.state != self.workers.BUSY:
+                self.workers.set_state(self.workers.BUSY)
 
     @staticmethod
     def _close_reason(exc: BaseException) -> str:
