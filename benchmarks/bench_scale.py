@@ -47,7 +47,6 @@ from benchmarks.lib.runners import (
     RunResult,
     count_requests,
     proc_status_mib,
-    run_process,
     scrapy_env,
     workdir,
 )
@@ -267,22 +266,66 @@ def page_tally(server: NginxServer, page_paths: set[str]) -> dict[str, int]:
     }
 
 
+def vm_hwm_kib(pid: int) -> int | None:
+    """``VmHWM`` of a live process (KiB), or None once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def run_watched(
+    cmds: Sequence[list[str]], *, log_paths: Sequence[Path], timeout: float
+) -> tuple[list[int | str], float, list[float]]:
+    """Start every command at once; return their exits, the wall time until the last one ended,
+    and each one's peak RSS in MiB.
+
+    The peak is ``VmHWM`` polled from /proc every 0.1 s (exec starts it afresh), not wait4's
+    ``ru_maxrss``, which on Linux never drops below the parent's RSS at fork time.
+    """
+    env = scrapy_env(keep_recrawler=False)
+    start = time.monotonic()
+    procs = []
+    for cmd, path in zip(cmds, log_paths, strict=True):
+        with path.open("wb") as out:
+            procs.append(
+                subprocess.Popen(
+                    cmd, cwd=PROJECT_DIR, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
+                )
+            )
+    hwm = [0] * len(procs)
+    exits: list[int | str | None] = [None] * len(procs)
+    while None in exits:
+        for i, proc in enumerate(procs):
+            if exits[i] is not None:
+                continue
+            hwm[i] = max(hwm[i], vm_hwm_kib(proc.pid) or 0)
+            pid, status, _ = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                exits[i] = proc.returncode if exits[i] is None else exits[i]
+            elif time.monotonic() - start > timeout:
+                proc.kill()
+                exits[i] = "timeout"
+                proc.wait()
+        time.sleep(0.1)
+    return [e for e in exits if e is not None], time.monotonic() - start, [k / 1024 for k in hwm]
+
+
 def one_crawl(
     cmd: list[str], *, log_path: Path, server: NginxServer, page_paths: set[str], timeout: float
 ) -> dict[str, Any]:
-    """Run one crawl process; its wall time, peak RSS (its own, by wait4) and what nginx served."""
+    """Run one crawl process; its wall time, peak RSS and what nginx served."""
     server.truncate_access_log()
-    rc, timed_out, wall, maxrss_kib = run_process(
-        cmd, cwd=PROJECT_DIR, env=scrapy_env(keep_recrawler=False), log_path=log_path, timeout=timeout
-    )
-    out: dict[str, Any] = {
-        "exit": "timeout" if timed_out else rc,
-        "wall_s": wall,
-        "peak_rss_mib": maxrss_kib / 1024,
-    }
+    exits, wall, rss = run_watched([cmd], log_paths=[log_path], timeout=timeout)
+    rc = exits[0]
+    out: dict[str, Any] = {"exit": rc, "wall_s": wall, "peak_rss_mib": rss[0]}
     out |= page_tally(server, page_paths)
     out["pages_per_s"] = out["pages"] / wall if wall else None
-    if rc != 0 or timed_out:
+    if rc != 0:
         tail = "\n".join(log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-20:])
         log(f"crawl failed ({out['exit']}); last log lines of {log_path}:\n{tail}")
     return out
@@ -821,30 +864,8 @@ def part_workers(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             cmds = [crawl_cmd(f"{server.url}/sitemap.xml", f"sqlite:///{db}", rep, *extra) for rep in reports]
             log(f"workers: {label} ...")
             server.truncate_access_log()
-            env = scrapy_env(keep_recrawler=False)
-            start = time.monotonic()
-            procs = []
-            for i, cmd in enumerate(cmds):
-                with (tmp / f"workers-{workers}-{i}.log").open("wb") as out:
-                    procs.append(
-                        subprocess.Popen(
-                            cmd, cwd=PROJECT_DIR, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
-                        )
-                    )
-            exits, rss = [], []
-            deadline = start + args.timeout
-            for proc in procs:
-                while True:
-                    pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-                    if pid:
-                        break
-                    if time.monotonic() > deadline:
-                        proc.kill()
-                    time.sleep(0.05)
-                proc.returncode = os.waitstatus_to_exitcode(status)
-                exits.append(proc.returncode)
-                rss.append(usage.ru_maxrss / 1024)
-            wall = time.monotonic() - start
+            logs = [tmp / f"workers-{workers}-{i}.log" for i in range(len(cmds))]
+            exits, wall, rss = run_watched(cmds, log_paths=logs, timeout=args.timeout)
             row: dict[str, Any] = {"config": label, "processes": len(cmds), "wall_s": wall, "exits": exits}
             row |= page_tally(server, page_paths)
             row["pages_per_s"] = row["pages"] / wall if wall else None
