@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
-from recrawler.state.records import ListedEntry, Run, SitemapFile
-from recrawler.state.sqlite.rows import _ts
+from recrawler.state.records import ListedEntry, PageRecord, Run, SitemapFile
+from recrawler.state.sqlite.rows import _PAGE_COLUMNS, _row_to_record, _ts
 
 if TYPE_CHECKING:
     import sqlite3
@@ -130,6 +131,18 @@ class SQLiteFrontier:
             return cur.rowcount == 1
 
         return await self.db._page_write(work)
+
+    async def records(self, keys: Sequence[str]) -> dict[str, PageRecord]:
+        """The stored records of the pages among *keys* (a fed batch's, in one round trip)."""
+
+        def work() -> dict[str, PageRecord]:
+            rows = self.db.conn.execute(
+                f"SELECT {_PAGE_COLUMNS} FROM pages WHERE key IN (SELECT value FROM json_each(?))",
+                (json.dumps(list(keys)),),
+            ).fetchall()
+            return {r["key"]: _row_to_record(r) for r in rows}
+
+        return await self.db._call(self.db._guard, work)
 
     def _next(self, run: Run, limit: int) -> list[bytes]:
         self.db._begin()
