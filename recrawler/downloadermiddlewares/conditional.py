@@ -17,7 +17,7 @@ from recrawler.items import PageStatus
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
 from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
-from recrawler.state import GONE, LIVE, MOVED, Event, PageRecord, utcnow
+from recrawler.state import GONE, LIVE, MOVED, Event, PageRecord, RecordHints, utcnow
 from recrawler.urls import KeyMaker, UrlPolicy, key_host, url_host
 
 if TYPE_CHECKING:
@@ -193,14 +193,19 @@ class ConditionalRequestMiddleware:
             request.meta[meta.REDIRECTS] = True
         if not self.conditional or request.meta.get(meta.CONDITIONAL) is False:
             return
-        try:
-            rec = await self.store.get(key)
-        except StateStoreError as exc:
-            # A read failure is treated as "no record" (as httpcache does): the page is fetched.
-            self._state_error(exc)
-            return
-        if self.runtime is not None:
-            self.runtime.hints.put(key, rec)
+        hint = self.runtime.hints.peek(key) if self.runtime is not None else RecordHints.MISSING
+        if hint is not RecordHints.MISSING:
+            # read with its frontier batch, a moment ago
+            rec = hint
+        else:
+            try:
+                rec = await self.store.get(key)
+            except StateStoreError as exc:
+                # A read failure is treated as "no record" (as httpcache does): the page is fetched.
+                self._state_error(exc)
+                return
+            if self.runtime is not None:
+                self.runtime.hints.put(key, rec)
         if rec is None or rec.status in (GONE, MOVED):
             return
         if rec.status == LIVE and rec.chunks == 0 and self._indexing():

@@ -145,30 +145,42 @@ class FrontierMiddleware:
                 self._reading = asyncio.ensure_future(self._feed(run))
 
     async def _feed(self, run: Run) -> None:
+        store = self.runtime.store
         try:
-            blobs = await self.runtime.store.frontier_next(run, self.batch_size)
+            requests = self._decode(await store.frontier_next(run, self.batch_size))
+            keys = [str(r.meta[meta.KEY]) for r in requests if r.meta.get(meta.KEY)]
+            # the batch's stored records in one round trip: ConditionalRequestMiddleware takes
+            # them from the hints instead of reading each page on its own
+            records = await store.records(keys) if keys else {}
         except StateStoreError as exc:
             self.runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
             logger.error("could not read the frontier: %(exc)s", {"exc": exc})
             return
-        self._crawl(blobs)
+        for key in keys:
+            self.runtime.hints.put(key, records.get(key))
+        self._crawl(requests)
 
-    def _crawl(self, blobs: list[bytes]) -> None:
-        engine, spider = self.crawler.engine, self.crawler.spider
-        if engine is None or spider is None or not blobs:
-            if not blobs:
-                # nothing queued now: wait for the next write
-                self._queued = 0
+    def _decode(self, blobs: list[bytes]) -> list[Request]:
+        spider = self.crawler.spider
+        # our own rows, written by _queue from Request.to_dict (as Scrapy's disk queues do)
+        return [request_from_dict(pickle.loads(blob), spider=spider) for blob in blobs]  # noqa: S301
+
+    def _crawl(self, requests: list[Request]) -> None:
+        engine = self.crawler.engine
+        if not requests:
+            # nothing queued now: wait for the next write
+            self._queued = 0
             return
-        self._queued = max(self._queued - len(blobs), 0) or 1
-        for blob in blobs:
-            request = request_from_dict(pickle.loads(blob), spider=spider)  # noqa: S301  # our own rows
+        if engine is None:
+            return
+        self._queued = max(self._queued - len(requests), 0) or 1
+        for request in requests:
             request.meta[meta.FED] = True
             # the frontier holds a page key once per run: Scrapy's duplicate filter need not remember it
             request.dont_filter = True
             self.waiting += 1
             engine.crawl(request)
-        self.runtime.counters.inc("recrawler/frontier/fed", len(blobs))
+        self.runtime.counters.inc("recrawler/frontier/fed", len(requests))
         self.runtime.counters.max("recrawler/frontier/waiting_max", self.waiting)
 
     def idle(self) -> bool:
@@ -180,13 +192,13 @@ class FrontierMiddleware:
         if self._reading is not None and not self._reading.done():
             return True
         try:
-            blobs = self.runtime.store.frontier_next_sync(run, self.batch_size)
+            requests = self._decode(self.runtime.store.frontier_next_sync(run, self.batch_size))
         except StateStoreError as exc:
             self.runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
             logger.error("could not read the frontier: %(exc)s", {"exc": exc})
             return False
-        self._crawl(blobs)
-        return bool(blobs)
+        self._crawl(requests)
+        return bool(requests)
 
 
 __all__ = ["FrontierMiddleware"]

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: added to a further sitemap file's request priority (page requests carry 0 or 1)
+_SITEMAP_PRIORITY = 100
+
 
 class ListingMiddleware:
     """Reads a site's listing defensively.
@@ -105,6 +108,8 @@ class ListingMiddleware:
                 if parse_listing is not None:
                     # the next file is asked conditionally too
                     r.callback = parse_listing
+                # the listing is read before the pages it names: fed page requests never starve it
+                r.priority = max(r.priority, request.priority) + _SITEMAP_PRIORITY
                 if listed is not None:
                     await listed.add(r.url, role, None)
                 r.meta[meta.SITEMAP_DEPTH] = depth

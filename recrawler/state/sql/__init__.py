@@ -81,6 +81,7 @@ class RoleMethods:
         self.frontier_add = self.frontier.frontier_add
         self.frontier_next = self.frontier.frontier_next
         self.frontier_claim = self.frontier.frontier_claim
+        self.records = self.frontier.records
         self.frontier_next_sync = self.frontier.frontier_next_sync
         self.trust = self.signals.trust
         self.record_trust = self.signals.record_trust

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from recrawler.state.records import ListedEntry, SitemapFile
+from recrawler.state.records import ListedEntry, PageRecord, SitemapFile
 from recrawler.state.sql.dialect import count, many, one, rows
-from recrawler.state.sql.rows import _ts
+from recrawler.state.sql.rows import _PAGE_COLUMNS, _row_to_record, _ts
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -127,6 +127,20 @@ class SQLFrontier:
             return bool(n == 1)
 
         return await self.db.page_write(work())
+
+    async def records(self, keys: Sequence[str]) -> dict[str, PageRecord]:
+        """The stored records of the pages among *keys* (a fed batch's, in one round trip)."""
+
+        def work() -> Work[dict[str, PageRecord]]:
+            d = self.db.dialect
+            found = yield rows(
+                f"SELECT {_PAGE_COLUMNS} FROM pages WHERE key {d.in_list('?')}", (d.list_param(keys),)
+            )
+            return {r["key"]: _row_to_record(r) for r in found}
+
+        if not keys:
+            return {}
+        return await self.db.run(work())
 
     def _next(self, run: Run, limit: int) -> Work[list[bytes]]:
         taken = yield rows(
