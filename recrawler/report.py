@@ -56,6 +56,7 @@ def counts(c: RunCounters, v: Verdicts, result: ReconcileResult | None) -> dict[
         "write_failed": v.write_failed,
         "not_modified": v.unchanged_by_304,
         "validators_sent": c["recrawler/conditional/sent"],
+        "bytes_received": c["recrawler/bytes/received"],
         "unchanged_by_hash": v.unchanged_by_hash,
         "restored": v.restored,
         "missing_held": result.skipped_misses if result else c.total("recrawler/page/missing"),

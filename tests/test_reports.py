@@ -86,7 +86,10 @@ async def test_report_after_each_run_shows_changes_pages_and_trends(site: Site, 
     assert f"New {INJECTED}" in doc.cssselect("#pages-new td")[1].text_content()
     assert [a.text for a in doc.cssselect("#pages-quarantined td a")] == [site.url("old.html")]
     # the charts: inline SVG, one bar group per run, nothing fetched when the page opens
-    assert len(doc.cssselect("#trends svg")) == 3
+    assert len(doc.cssselect("#trends svg")) == 4
+    # bytes downloaded per run: the first run fetched every body, a 304 fetches none
+    assert r1.counts["bytes_received"] > 0
+    assert "Bytes downloaded" in doc.cssselect("#trends")[0].text_content()
     assert {t.text for t in doc.cssselect("#trends svg text.tick")} >= {str(r1.report["run_id"]), "1"}
     assert not doc.cssselect("[src]")
     assert not doc.cssselect("link")

@@ -91,6 +91,8 @@ async def test_a_removed_page_is_reconciled_under_the_dummy_stats_collector(
     assert second.report["reconcile"] == {"applied": True, "skipped": []}
     assert (second.counts["crawled"], second.counts["gone"], second.counts["unchanged"]) == (30, 1, 29)
     assert second.exit_code == 0
+    # 304s download no body: the quiet week costs a small share of the first run's bytes
+    assert 0 < second.counts["bytes_received"] < first.counts["bytes_received"] / 3
     assert [e["action"] for e in second.events] == ["gone"]
 
 

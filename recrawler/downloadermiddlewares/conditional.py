@@ -273,6 +273,9 @@ class ConditionalRequestMiddleware:
 
     async def process_response(self, request: Request, response: Response) -> Request | Response:
         """Count 304s; follow page redirects; stage 404/410 of stored pages; count other errors."""
+        if is_sitemap_request(request) or is_page_request(request):
+            # what the run downloaded (bodies, after decompression): a 304 costs none
+            self._inc("recrawler/bytes/received", len(response.body))
         if is_sitemap_request(request):
             if response.status == 304 and request.meta.get(meta.SENT):
                 # RFC 9110 §15.4.5: the file is as it was; ListingMiddleware lists it from the database

@@ -103,7 +103,12 @@ def _charts(history: list[dict[str, Any]]) -> list[Chart]:
             labels,
             {k: column(k) for k in SAVED},
             stacked=True,
-            note="Bytes saved are not measured: no layer counts the bodies it did not download.",
+        ),
+        bar_chart(
+            "Bytes downloaded (pages and sitemaps)",
+            labels,
+            {"bytes received": column("bytes_received")},
+            note="A 304 or a skipped page downloads no body: the drop from a full fetch is what was saved.",
         ),
         bar_chart(
             "Texts embedded", labels, {"texts embedded": [float(r["texts_embedded"]) for r in history]}
