@@ -12,7 +12,7 @@ from recrawler.state import TRUST_SIGNALS, utcnow
 from recrawler.urls import key_host
 
 if TYPE_CHECKING:
-    from recrawler.runtime import RunCounters
+    from recrawler.counters import RunCounters
     from recrawler.state import PageRecord, Run, StateStore
 
 logger = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ from recrawler.redact import redact_url
 from recrawler.state import utcnow
 
 if TYPE_CHECKING:
+    from recrawler.counters import RunCounters
     from recrawler.outcome import Verdicts
-    from recrawler.runtime import RunCounters
     from recrawler.state import ReconcileResult, Run
 
 _SUMMARY_HEAD = ("crawled", "new", "changed", "unchanged", "gone", "errors")

@@ -6,13 +6,14 @@ import asyncio
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, Self, TypeVar
 
 from scrapy import signals
 from scrapy.exceptions import CloseSpider, DontCloseSpider, NotConfigured
 
 from recrawler import meta
 from recrawler.audit import Auditor
+from recrawler.counters import RunCounters
 from recrawler.exceptions import ConfigurationError, RunRefused, SchemaVersionError, StateStoreError
 from recrawler.learning import NoiseRegistry
 from recrawler.outcome import EXIT_BUSY, EXIT_CONFIG, EXIT_HELD, EXIT_STATE
@@ -21,14 +22,12 @@ from recrawler.schedule import SchedulePolicy, parse_audit_sample
 from recrawler.state import RecordHints, store_from_uri, utcnow
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
     from scrapy.crawler import Crawler
-    from scrapy.statscollectors import StatsCollector
 
     from recrawler.embedders import Embedder
-    from recrawler.pipelines import PendingUpdates
-    from recrawler.spidermiddlewares.frontier import FrontierMiddleware
+    from recrawler.pipelines.handover import PendingUpdates
     from recrawler.state import Run, StateStore
     from recrawler.workers import SharedRun
 
@@ -41,59 +40,11 @@ _P = ParamSpec("_P")
 CLOSE_BUSY, CLOSE_HELD, CLOSE_STATE = "recrawler_busy", "recrawler_held", "recrawler_state_error"
 
 
-class RunCounters:
-    """The run's own counts, keyed by their stat names (``recrawler/page/new``, ...).
+class Frontier(Protocol):
+    """The run's frontier on disk, as the closing work sees it (FrontierMiddleware registers it)."""
 
-    Guards, breakers and the report read these; every write is mirrored to Scrapy's stats
-    collector for monitoring, and nothing reads the stats back, so a ``DummyStatsCollector``
-    changes no decision.
-    """
-
-    def __init__(self, stats: StatsCollector | None = None) -> None:
-        self._values: dict[str, int | float] = {}
-        self._stats = stats
-
-    def inc(self, key: str, count: int = 1) -> None:
-        """Add *count* to *key*."""
-        self._values[key] = self._values.get(key, 0) + count
-        if self._stats is not None:
-            self._stats.inc_value(key, count)
-
-    def set(self, key: str, value: int | float) -> None:
-        """Set *key* to *value* (a one-off: a total decided at the end, a duration)."""
-        self._values[key] = value
-        if self._stats is not None:
-            self._stats.set_value(key, value)
-
-    def max(self, key: str, value: int | float) -> None:
-        """Keep the largest *value* seen for *key* (a high-water mark)."""
-        if value > self._values.get(key, value - 1):
-            self._values[key] = value
-            if self._stats is not None:
-                self._stats.max_value(key, value)
-
-    def __getitem__(self, key: str) -> int:
-        return int(self._values.get(key, 0))
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._values
-
-    def family(self, prefix: str) -> dict[str, int | float]:
-        """``{suffix: value}`` for every key under ``prefix/``, sorted by key."""
-        start = prefix.rstrip("/") + "/"
-        return {k[len(start) :]: v for k, v in sorted(self._values.items()) if k.startswith(start)}
-
-    def total(self, prefix: str) -> int:
-        """The sum of the direct members of the ``prefix/`` family (one level, no nested totals)."""
-        return int(sum(v for k, v in self.family(prefix).items() if "/" not in k))
-
-    def items(self) -> Iterator[tuple[str, int | float]]:
-        """Every count, sorted by key."""
-        return iter(sorted(self._values.items()))
-
-    def as_dict(self) -> dict[str, int | float]:
-        """A copy of every count, as the stats collector should hold it."""
-        return dict(self._values)
+    def idle(self) -> bool:
+        """On ``spider_idle``: feed the next batch; False when the frontier is empty."""
 
 
 class Runtime:
@@ -139,7 +90,7 @@ class Runtime:
         #: the hand-over from ClassifyPipeline to IndexPipeline (set when IndexPipeline is enabled)
         self.handover: PendingUpdates | None = None
         #: the run's frontier on disk (set when FrontierMiddleware is enabled)
-        self.frontier: FrontierMiddleware | None = None
+        self.frontier: Frontier | None = None
         self.schedule = schedule
         self.noise = noise
         self.auditor = Auditor(store, self.counters, sample=audit_sample, distrust_after=distrust_after)
@@ -418,4 +369,4 @@ def find_runtime(crawler: Crawler | None) -> Runtime | None:
     return crawler.get_extension(Runtime)
 
 
-__all__ = ["CLOSE_BUSY", "CLOSE_HELD", "CLOSE_STATE", "RunCounters", "Runtime", "find_runtime", "runtime_of"]
+__all__ = ["CLOSE_BUSY", "CLOSE_HELD", "CLOSE_STATE", "Frontier", "Runtime", "find_runtime", "runtime_of"]

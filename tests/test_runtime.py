@@ -12,7 +12,7 @@ import pytest
 from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.runtime import RunCounters
+from recrawler.counters import RunCounters
 from tests import docsite
 
 if TYPE_CHECKING:

@@ -15,8 +15,8 @@ from recrawler.terminal import Progress
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from recrawler.counters import RunCounters
     from recrawler.embedders import Embedder
-    from recrawler.runtime import RunCounters
     from recrawler.state import Run, StateStore
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from recrawler.runtime import RunCounters, Runtime
+    from recrawler.counters import RunCounters
+    from recrawler.runtime import Runtime
     from recrawler.state import Run
 
 logger = logging.getLogger(__name__)

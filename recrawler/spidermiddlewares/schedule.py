@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
     from recrawler.audit import Auditor
+    from recrawler.counters import RunCounters
     from recrawler.items import Page
-    from recrawler.runtime import RunCounters
     from recrawler.schedule import SchedulePolicy
     from recrawler.state import Run, ScheduledPage, StateStore
 

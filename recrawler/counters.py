@@ -1,0 +1,68 @@
+"""The run's own counts: what decides; Scrapy's stats only mirror them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from scrapy.statscollectors import StatsCollector
+
+
+class RunCounters:
+    """The run's own counts, keyed by their stat names (``recrawler/page/new``, ...).
+
+    Guards, breakers and the report read these; every write is mirrored to Scrapy's stats
+    collector for monitoring, and nothing reads the stats back, so a ``DummyStatsCollector``
+    changes no decision.
+    """
+
+    def __init__(self, stats: StatsCollector | None = None) -> None:
+        self._values: dict[str, int | float] = {}
+        self._stats = stats
+
+    def inc(self, key: str, count: int = 1) -> None:
+        """Add *count* to *key*."""
+        self._values[key] = self._values.get(key, 0) + count
+        if self._stats is not None:
+            self._stats.inc_value(key, count)
+
+    def set(self, key: str, value: int | float) -> None:
+        """Set *key* to *value* (a one-off: a total decided at the end, a duration)."""
+        self._values[key] = value
+        if self._stats is not None:
+            self._stats.set_value(key, value)
+
+    def max(self, key: str, value: int | float) -> None:
+        """Keep the largest *value* seen for *key* (a high-water mark)."""
+        if value > self._values.get(key, value - 1):
+            self._values[key] = value
+            if self._stats is not None:
+                self._stats.max_value(key, value)
+
+    def __getitem__(self, key: str) -> int:
+        return int(self._values.get(key, 0))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
+
+    def family(self, prefix: str) -> dict[str, int | float]:
+        """``{suffix: value}`` for every key under ``prefix/``, sorted by key."""
+        start = prefix.rstrip("/") + "/"
+        return {k[len(start) :]: v for k, v in sorted(self._values.items()) if k.startswith(start)}
+
+    def total(self, prefix: str) -> int:
+        """The sum of the direct members of the ``prefix/`` family (one level, no nested totals)."""
+        return int(sum(v for k, v in self.family(prefix).items() if "/" not in k))
+
+    def items(self) -> Iterator[tuple[str, int | float]]:
+        """Every count, sorted by key."""
+        return iter(sorted(self._values.items()))
+
+    def as_dict(self) -> dict[str, int | float]:
+        """A copy of every count, as the stats collector should hold it."""
+        return dict(self._values)
+
+
+__all__ = ["RunCounters"]
