@@ -107,6 +107,8 @@ class Runtime:
         self._opened = asyncio.Event()
         self._heartbeat: asyncio.Task[None] | None = None
         self._closed = False
+        #: refusal reasons already logged this run (each is logged once, then only counted)
+        self._refusals_logged: set[str] = set()
         #: with RECRAWLER_WORKERS_ENABLED: this process's part in a run shared with other workers
         self.workers: SharedRun | None = None
         self._idle_report: asyncio.Future[None] | None = None
@@ -145,6 +147,19 @@ class Runtime:
             crawler.signals.connect(runtime.worker_idle, signal=signals.spider_idle)
             crawler.signals.connect(runtime.worker_busy, signal=signals.request_reached_downloader)
         return runtime
+
+    def refused(self, url: str, reason: str, source: str) -> None:
+        """Count a URL the policy refused, from any source; the first of each reason this run is
+        logged (credentials never)."""
+        self.counters.inc("recrawler/url/refused")
+        self.counters.inc(f"recrawler/url/refused/{reason}")
+        if reason not in self._refusals_logged:
+            self._refusals_logged.add(reason)
+            logger.warning(
+                "refused %(source)s URL (%(reason)s): %(url)s; further %(reason)s URLs are only counted",
+                {"source": source, "reason": reason, "url": redact_url(url)[:300]},
+                extra={"spider": self.crawler.spider},
+            )
 
     @property
     def embedder(self) -> Embedder:

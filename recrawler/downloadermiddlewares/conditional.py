@@ -15,7 +15,6 @@ from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
-from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
 from recrawler.state import GONE, LIVE, MOVED, Event, PageRecord, RecordHints, utcnow
 from recrawler.urls import KeyMaker, UrlPolicy, key_host, url_host
@@ -107,7 +106,6 @@ class ConditionalRequestMiddleware:
         self.follow_redirects = follow_redirects
         self.max_redirects = max_redirects
         self.crawler = crawler
-        self._refusals_logged: set[str] = set()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -156,14 +154,8 @@ class ConditionalRequestMiddleware:
         logger.error("state store read failed: %(exc)s", {"exc": exc})
 
     def _refused(self, url: str, reason: str, source: str) -> None:
-        self._inc("recrawler/url/refused")
-        self._inc(f"recrawler/url/refused/{reason}")
-        if reason not in self._refusals_logged:
-            self._refusals_logged.add(reason)
-            logger.warning(
-                "refused %(source)s URL (%(reason)s): %(url)s; further %(reason)s URLs are only counted",
-                {"source": source, "reason": reason, "url": redact_url(url)[:300]},
-            )
+        if self.runtime is not None:
+            self.runtime.refused(url, reason, source)
 
     async def process_request(self, request: Request) -> None:
         """Refuse URLs the policy does not allow; attach the stored validators of the request's page."""

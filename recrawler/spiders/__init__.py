@@ -257,7 +257,6 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         self._link_extractor: LinkExtractor | None = None
         self._rules: list[tuple[re.Pattern[str], Any]] | None = None
         self._follow_requests = 0
-        self._refusals_logged: set[str] = set()
 
     async def start(self) -> AsyncIterator[Any]:
         """Start from the sitemaps (SitemapSpider's own start), then the feeds."""
@@ -319,16 +318,10 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         return self._lastmods.pop(key, None)
 
     def recrawler_refused(self, url: str, reason: str, source: str) -> None:
-        """Count a URL the policy refused; the first of each reason is logged (credentials never)."""
-        self._inc("recrawler/url/refused")
-        self._inc(f"recrawler/url/refused/{reason}")
-        if reason not in self._refusals_logged:
-            self._refusals_logged.add(reason)
-            logger.warning(
-                "refused %(source)s URL (%(reason)s): %(url)s; further %(reason)s URLs are only counted",
-                {"source": source, "reason": reason, "url": redact_url(url)[:300]},
-                extra={"spider": self},
-            )
+        """Count a URL the policy refused (the run's Runtime logs the first of each reason)."""
+        runtime = find_runtime(getattr(self, "crawler", None))
+        if runtime is not None:
+            runtime.refused(url, reason, source)
 
     def _allowed(self, url: str, source: str) -> bool:
         reason = self.recrawler_url_policy.refusal(url)
