@@ -56,6 +56,8 @@ RECRAWLER_URL_KEEP_PARAMS: list[str] = []
 RECRAWLER_SITEMAP_MAX_DEPTH = 3
 # Sitemap files fetched per run, at most (50,000 URLs each by the protocol).
 RECRAWLER_SITEMAP_MAX_FILES = 1000
+# Sitemap files downloaded and read at once, at most: memory stays flat however big each file is.
+RECRAWLER_SITEMAP_CONCURRENCY = 2
 # Pages a run's listing may name, at most; beyond it the listing counts as incomplete.
 RECRAWLER_LISTING_MAX_URLS = 5_000_000
 # Keep the run's page requests in the database and feed Scrapy a batch at a time (flat memory).

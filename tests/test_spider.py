@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import gzip
+import logging
 import sqlite3
 from contextlib import closing
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 import pytest
 from scrapy import Request
-from scrapy.http import HtmlResponse
+from scrapy.http import HtmlResponse, Response, XmlResponse
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.sitemap import Sitemap
 from scrapy.utils.test import get_crawler
 
+from recrawler.exceptions import ConfigurationError
 from recrawler.items import Page
 from recrawler.spiders.docs import DocsSpider
 from tests import docsite
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
     from scrapy.crawler import Crawler
@@ -127,24 +131,31 @@ def test_site_is_the_first_sitemaps_host_unless_given(crawler: Crawler) -> None:
     )
 
 
+def listing(spider: DocsSpider, body: str | bytes, url: str = SITEMAP) -> Iterator[Request]:
+    """The requests the spider's listing reader yields for a sitemap file (lazily)."""
+    data = body.encode() if isinstance(body, str) else body
+    return iter(spider.recrawler_parse_listing(XmlResponse(url, body=data, request=Request(url))))
+
+
 def test_parse_attaches_the_listed_lastmod_once(crawler: Crawler) -> None:
     spider = spider_for(crawler, sitemap_url=SITEMAP)
     a, b = "https://docs.example.com/a", "https://docs.example.com/b"
-    list(spider.sitemap_filter(urlset((a, " 2026-01-01T10:00:00+00:00 "), (b, None))))
-    page = next(iter(spider.parse(response(a))))
+    ra, rb = listing(spider, docsite.sitemap([(a, " 2026-01-01T10:00:00+00:00 "), (b, None)]))
+    page = next(iter(spider.parse(response(a, ra))))
     assert isinstance(page, Page)
     assert (page.url, page.key, page.lastmod) == (a, "docs.example.com/a", "2026-01-01T10:00:00+00:00")
     assert page.text == "Text."
-    assert next(iter(spider.parse(response(b)))).lastmod is None
-    # remembered for one response only: a second visit (a verify request) has none
+    assert next(iter(spider.parse(response(b, rb)))).lastmod is None
+    # carried by the listed request only: a second visit (a verify request) has none
     assert next(iter(spider.parse(response(a)))).lastmod is None
 
 
 def test_parse_uses_the_listed_url_of_a_redirect(crawler: Crawler) -> None:
     spider = spider_for(crawler, sitemap_url=SITEMAP)
     listed, moved = "https://docs.example.com/old", "https://docs.example.com/new"
-    list(spider.sitemap_filter(urlset((listed, "2026-02-03"))))
-    request = Request(moved, meta={"redirect_urls": [listed]})
+    (first,) = listing(spider, docsite.sitemap([(listed, "2026-02-03")]))
+    # RedirectMiddleware carries the meta over to the next hop
+    request = Request(moved, meta={**first.meta, "redirect_urls": [listed]})
     page = next(iter(spider.parse(response(moved, request))))
     assert (page.url, page.key, page.lastmod) == (moved, "docs.example.com/old", "2026-02-03")
 
@@ -152,9 +163,87 @@ def test_parse_uses_the_listed_url_of_a_redirect(crawler: Crawler) -> None:
 def test_parse_of_a_304_is_not_parsed(crawler: Crawler) -> None:
     spider = spider_for(crawler, sitemap_url=SITEMAP)
     url = "https://docs.example.com/a"
-    list(spider.sitemap_filter(urlset((url, "2026-01-01"))))
-    page = next(iter(spider.parse(HtmlResponse(url, status=304, body=b"", request=Request(url)))))
+    (listed,) = listing(spider, docsite.sitemap([(url, "2026-01-01")]))
+    page = next(iter(spider.parse(HtmlResponse(url, status=304, body=b"", request=listed))))
     assert (page.http_status, page.text, page.lastmod, page.error) == (304, None, "2026-01-01", None)
+
+
+def test_a_sitemap_is_read_as_its_requests_are_taken(crawler: Crawler) -> None:
+    """A file's URLs are never all held at once: each entry is read when its request is taken."""
+    spider = spider_for(crawler, sitemap_url=SITEMAP)
+    urls = [f"https://docs.example.com/p{i}" for i in range(5000)]
+    reader = listing(spider, docsite.sitemap([(u, "2026-01-01") for u in urls]))
+    assert crawler.stats is not None
+    assert next(reader).url == urls[0]
+    assert crawler.stats.get_value("recrawler/sitemap/urls") == 1
+    assert next(reader).url == urls[1]
+    assert crawler.stats.get_value("recrawler/sitemap/urls") == 2
+    assert [r.url for r in reader] == urls[2:]
+    assert crawler.stats.get_value("recrawler/sitemap/urls") == 5000
+
+
+def test_an_index_follows_sitemap_follow_and_alternates_follow_the_setting(crawler: Crawler) -> None:
+    spider = spider_for(crawler, sitemap_url=SITEMAP)
+    spider.sitemap_follow = [r"/docs-"]
+    index = docsite.sitemap_index(
+        ["https://docs.example.com/docs-1.xml", "https://docs.example.com/blog.xml"]
+    )
+    followed = list(listing(spider, index))
+    assert [r.url for r in followed] == ["https://docs.example.com/docs-1.xml"]
+    assert spider.recrawler_role_of(followed[0]) == "sitemap"
+    with_alternates = (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
+        ' xmlns:xhtml="http://www.w3.org/1999/xhtml"><url>'
+        "<loc>https://docs.example.com/en/a</loc><lastmod>2026-03-01</lastmod>"
+        '<xhtml:link rel="alternate" hreflang="de" href="https://docs.example.com/de/a"/>'
+        '<xhtml:link rel="alternate" hreflang="x" href="https://elsewhere.example.org/a"/>'
+        "</url></urlset>"
+    )
+    assert [r.url for r in listing(spider, with_alternates)] == ["https://docs.example.com/en/a"]
+    spider.sitemap_alternate_links = True
+    requests = list(listing(spider, with_alternates))
+    # the entry's lastmod is its own URL's; an offsite alternate is refused like any entry
+    assert [(r.url, r.meta.get("recrawler_lastmod")) for r in requests] == [
+        ("https://docs.example.com/en/a", "2026-03-01"),
+        ("https://docs.example.com/de/a", None),
+    ]
+    assert all(spider.recrawler_role_of(r) == "page" for r in requests)
+
+
+def test_a_gzipped_sitemap_is_read_within_the_size_limit(crawler: Crawler) -> None:
+    spider = spider_for(crawler, sitemap_url=SITEMAP)
+    body = docsite.sitemap([f"https://docs.example.com/p{i}" for i in range(200)]).encode()
+    packed = gzip.compress(body)
+    gz = "https://docs.example.com/pages.xml.gz"
+    requests = list(spider.recrawler_parse_listing(Response(gz, body=packed, request=Request(gz))))
+    assert len(requests) == 200
+    assert crawler.stats is not None
+    assert crawler.stats.get_value("recrawler/sitemap/error") is None
+    # a gzip bomb: more than download_maxsize once decompressed is no sitemap
+    bomb = Request(gz, meta={"download_maxsize": len(body) // 2})
+    assert list(spider.recrawler_parse_listing(Response(gz, body=packed, request=bomb))) == []
+    assert crawler.stats.get_value("recrawler/sitemap/error") == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b"garbage", "not XML"),
+        (b"", "not XML"),
+        (b"<html><body>moved</body></html>", "neither a urlset nor a sitemap index ('html')"),
+    ],
+)
+def test_a_file_that_is_no_sitemap_is_one_counted_error(
+    crawler: Crawler, body: bytes, why: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    spider = spider_for(crawler, sitemap_url=SITEMAP)
+    with caplog.at_level(logging.ERROR):
+        assert list(listing(spider, body)) == []
+    assert crawler.stats is not None
+    assert crawler.stats.get_value("recrawler/sitemap/error") == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [f"sitemap {SITEMAP} is not a sitemap: {why}; nothing is removed this run"]
 
 
 # --- end to end ----------------------------------------------------------------------------------
@@ -256,3 +345,68 @@ async def test_hanging_page_is_an_error_and_never_quarantines(site: Site, crawls
     assert statuses[site.url("p0.html")] == "live:0"
     assert statuses[site.url("gone.html")] == "gone:1"
     assert r2.counts["quarantined"] == 0
+
+
+class ReadingProbe:
+    """Closest to the spider: sees each sitemap file's output as it is read, and counts the files
+    being read at once (class attributes: one crawl per test)."""
+
+    reading = 0
+    most = 0
+    slots: ClassVar[set[str]] = set()
+
+    async def process_spider_output(self, response: Any, result: Any) -> Any:
+        if response.meta.get("recrawler_role") != "sitemap":
+            async for r in result:
+                yield r
+            return
+        cls = type(self)
+        cls.slots.add(response.meta.get("download_slot"))
+        cls.reading += 1
+        cls.most = max(cls.most, cls.reading)
+        try:
+            async for r in result:
+                yield r
+        finally:
+            cls.reading -= 1
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+@deferred_f_from_coro_f
+async def test_at_most_the_set_number_of_sitemap_files_are_read_at_once(
+    site: Site, crawls: Crawls, concurrency: int
+) -> None:
+    """Each file read holds its requests in flight: many files read at once held the whole listing."""
+    ReadingProbe.reading, ReadingProbe.most, ReadingProbe.slots = 0, 0, set()
+    files = [f"part{n}.xml" for n in range(8)]
+    for n, name in enumerate(files):
+        site.write(name, docsite.sitemap([site.url(f"p{n}-{i}.html") for i in range(20)]))
+    site.write("sitemap.xml", docsite.sitemap_index([site.url(name) for name in files]))
+    r = await crawls.crawl(
+        site.url("sitemap.xml"),
+        RECRAWLER_SITEMAP_CONCURRENCY=concurrency,
+        # small batches: a file's reading spans many database writes, where other files could start
+        RECRAWLER_FRONTIER_BATCH_SIZE=5,
+        SPIDER_MIDDLEWARES={"tests.test_spider.ReadingProbe": 115},
+    )
+    assert r.stats["recrawler/sitemap/parsed"] == 9
+    assert r.stats["recrawler/sitemap/urls"] == 160
+    assert ReadingProbe.reading == 0
+    assert ReadingProbe.most == concurrency
+    assert ReadingProbe.slots == {"recrawler:sitemaps"}
+
+
+def test_sitemap_concurrency_is_a_download_slot_and_a_bad_value_is_one_line(tmp_path: Path) -> None:
+    base = {
+        "ADDONS": {"recrawler.addon.RecrawlerAddon": 0},
+        "RECRAWLER_DB_URI": f"sqlite:///{tmp_path / 'state.db'}",
+    }
+    crawler = get_crawler(DocsSpider, {**base, "RECRAWLER_SITEMAP_CONCURRENCY": 3})
+    assert crawler.settings.getdict("DOWNLOAD_SLOTS")["recrawler:sitemaps"] == {"concurrency": 3}
+    # a project's own entry for the slot wins; its other slots stay
+    own = {"recrawler:sitemaps": {"concurrency": 1, "delay": 2.0}, "cdn": {"concurrency": 4}}
+    crawler = get_crawler(DocsSpider, {**base, "DOWNLOAD_SLOTS": own})
+    assert crawler.settings.getdict("DOWNLOAD_SLOTS") == own
+    for bad in (0, "two"):
+        with pytest.raises(ConfigurationError, match=r"^RECRAWLER_SITEMAP_CONCURRENCY: must be a whole"):
+            get_crawler(DocsSpider, {**base, "RECRAWLER_SITEMAP_CONCURRENCY": bad})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Self
 
@@ -14,7 +15,7 @@ from recrawler.runtime import runtime_of
 from recrawler.state import ListedEntry, SitemapFile, utcnow
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
     from scrapy.crawler import Crawler
     from scrapy.http import Response
@@ -42,16 +43,28 @@ class ListingMiddleware:
     once it is read to the end; a file that answers 304 (see ConditionalRequestMiddleware) is not
     parsed again: its stored entries are listed instead, in batches, through the same bounds.
 
-    Settings: ``RECRAWLER_SITEMAP_MAX_DEPTH``, ``RECRAWLER_SITEMAP_MAX_FILES``,
-    ``RECRAWLER_LISTING_MAX_URLS``, ``RECRAWLER_FRONTIER_BATCH_SIZE``.
+    At most ``RECRAWLER_SITEMAP_CONCURRENCY`` sitemap files are read at once (and downloaded at
+    once: sitemap requests share the download slot ``recrawler:sitemaps``), so memory does not
+    grow with the number or the size of the files.
+
+    Settings: ``RECRAWLER_SITEMAP_CONCURRENCY``, ``RECRAWLER_SITEMAP_MAX_DEPTH``,
+    ``RECRAWLER_SITEMAP_MAX_FILES``, ``RECRAWLER_LISTING_MAX_URLS``, ``RECRAWLER_FRONTIER_BATCH_SIZE``.
     Stats: ``recrawler/sitemap/refused``, ``recrawler/sitemap/refused/{depth,files,urls}``,
     ``recrawler/sitemap/parsed`` (for an unchanged file), ``recrawler/state/error/<Exception>``.
     """
 
     def __init__(
-        self, crawler: Crawler, *, max_depth: int, max_files: int, max_urls: int, batch_size: int = 500
+        self,
+        crawler: Crawler,
+        *,
+        max_depth: int,
+        max_files: int,
+        max_urls: int,
+        batch_size: int = 500,
+        concurrency: int = 2,
     ) -> None:
         for name, value in (
+            ("RECRAWLER_SITEMAP_CONCURRENCY", concurrency),
             ("RECRAWLER_SITEMAP_MAX_DEPTH", max_depth),
             ("RECRAWLER_SITEMAP_MAX_FILES", max_files),
             ("RECRAWLER_LISTING_MAX_URLS", max_urls),
@@ -66,6 +79,8 @@ class ListingMiddleware:
         self.files = 0
         self.urls = 0
         self._logged: set[str] = set()
+        #: sitemap files being read (a waiting file is not parsed yet: only its body is held)
+        self._reading = asyncio.Semaphore(concurrency)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -79,6 +94,7 @@ class ListingMiddleware:
             max_files=s.getint("RECRAWLER_SITEMAP_MAX_FILES"),
             max_urls=s.getint("RECRAWLER_LISTING_MAX_URLS"),
             batch_size=s.getint("RECRAWLER_FRONTIER_BATCH_SIZE"),
+            concurrency=s.getint("RECRAWLER_SITEMAP_CONCURRENCY"),
         )
 
     async def process_spider_output(
@@ -92,6 +108,19 @@ class ListingMiddleware:
             async for r in result:
                 yield r
             return
+        async with self._reading:
+            async for r in self._read(response, request, result, role_of):
+                yield r
+
+    async def _read(
+        self,
+        response: Response,
+        request: Request,
+        result: AsyncIterator[Any],
+        role_of: Callable[[Request], str],
+    ) -> AsyncIterator[Any]:
+        """Tag and bound one sitemap file's output (stored or parsed), storing what it lists."""
+        spider = self.crawler.spider
         depth = int(request.meta.get(meta.SITEMAP_DEPTH) or 0) + 1
         listed = _Listing.of(self.crawler, response, self.batch_size)
         if listed is not None and response.status == 304:
@@ -109,6 +138,7 @@ class ListingMiddleware:
                 if parse_listing is not None:
                     # the next file is asked conditionally too
                     r.callback = parse_listing
+                r.meta.setdefault("download_slot", meta.SITEMAP_SLOT)
                 # the listing is read before the pages it names: fed page requests never starve it
                 r.priority = max(r.priority, request.priority) + _SITEMAP_PRIORITY
                 if listed is not None:
@@ -123,10 +153,7 @@ class ListingMiddleware:
                     continue
             else:
                 if listed is not None:
-                    lastmod = r.meta.get(meta.LASTMOD) or listed.lastmod(r.url)
-                    if lastmod:
-                        r.meta[meta.LASTMOD] = lastmod
-                    await listed.add(r.url, role, lastmod)
+                    await listed.add(r.url, role, r.meta.get(meta.LASTMOD))
                 self.urls += 1
                 if self.urls > self.max_urls:
                     self._refuse("urls", r.url, f"more than {self.max_urls} listed pages")
@@ -198,10 +225,6 @@ class _Listing:
                 modified.decode("latin-1") if modified else None,
             )
         return cls(crawler, runtime, runtime.run, response.url, batch, validators=validators)
-
-    def lastmod(self, url: str) -> str | None:
-        take = getattr(self.crawler.spider, "recrawler_listed_lastmod", None)
-        return take(url) if take is not None else None
 
     async def add(self, url: str, kind: str, lastmod: str | None) -> None:
         if self.validators is None:

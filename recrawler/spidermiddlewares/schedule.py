@@ -159,7 +159,7 @@ class ScheduleMiddleware:
         passed: list[Request] = []
         for request, key in zip(batch, keys, strict=True):
             request.meta[meta.KEY] = key
-            lastmod = self._lastmod(request, key)
+            lastmod = str(request.meta.get(meta.LASTMOD) or "") or None
             info = known.get(key)
             decision = decided.get(key) or self._decision(request, key, info, lastmod)
             # an earlier listing of the page in this run (a sitemap variant, a feed, a link), and
@@ -204,13 +204,6 @@ class ScheduleMiddleware:
             self._inc(f"recrawler/state/error/{type(exc).__name__}")
             logger.error("could not mark listed pages: %(exc)s", {"exc": exc})
         return passed
-
-    def _lastmod(self, request: Request, key: str) -> str | None:
-        lastmod = request.meta.get(meta.LASTMOD)
-        # RecrawlSitemapSpider keeps each URL's lastmod by page key: take it (skipped pages free it)
-        take = getattr(self.crawler.spider, "recrawler_take_lastmod", None)
-        taken = take(key) if take is not None else None
-        return str(lastmod) if lastmod else taken
 
     def _decision(
         self, request: Request, key: str, info: ScheduledPage | None, lastmod: str | None

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import logging
 import re
+import struct
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urljoin, urlsplit
 
 import feedparser
+from lxml import etree
 from scrapy import Request
-from scrapy.http import TextResponse
+from scrapy.http import TextResponse, XmlResponse
 from scrapy.linkextractors import LinkExtractor
 from scrapy.spiders import SitemapSpider
+from scrapy.utils.gz import gunzip, gzip_magic_number
+from scrapy.utils.sitemap import Sitemap, sitemap_urls_from_robots
 
 from recrawler import meta
 from recrawler.detect.hashing import content_hash
@@ -245,8 +249,6 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         self._recrawler_policy = UrlPolicy.for_urls(
             self.sitemap_urls, extra, any_host=(allowed_hosts or "").strip() == "*"
         )
-        self._lastmods: dict[str, str] = {}
-        self._key_maker = km
         self.feed_urls = _http_urls(feed_url, "feed_url")
         self.follow_links = _flag(follow_links) if follow_links is not None else False
         if follow_prefix:
@@ -256,6 +258,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             self.follow_prefixes = (urlsplit(self.sitemap_urls[0]).path.rsplit("/", 1)[0] + "/",)
         self._link_extractor: LinkExtractor | None = None
         self._rules: list[tuple[re.Pattern[str], Any]] | None = None
+        self._follow_patterns: list[re.Pattern[str]] | None = None
         self._follow_requests = 0
 
     async def start(self) -> AsyncIterator[Any]:
@@ -264,6 +267,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             if isinstance(request, Request):
                 request.meta[meta.ROLE] = meta.ROLE_SITEMAP
                 request.meta[meta.SITEMAP_DEPTH] = 0
+                request.meta.setdefault("download_slot", meta.SITEMAP_SLOT)
                 request.callback = self.recrawler_parse_listing
             yield request
         for url in self.feed_urls:
@@ -281,16 +285,92 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         page_callbacks = [getattr(self, c) if isinstance(c, str) else c for _, c in self.sitemap_rules]
         return meta.ROLE_PAGE if request.callback in page_callbacks else meta.ROLE_SITEMAP
 
-    def recrawler_parse_listing(self, response: Response, **kwargs: Any) -> Iterable[Any]:
-        """Read a sitemap file (SitemapSpider's own parsing); an unchanged one (304) yields nothing
-        here: ListingMiddleware lists it from the database."""
-        if response.status == 304:
-            return ()
-        return self._parse_sitemap(response)
+    def recrawler_parse_listing(self, response: Response, **kwargs: Any) -> Iterable[Request]:
+        """Read a sitemap file, robots.txt or sitemap index entry by entry, as the requests are
+        taken (SitemapSpider's own parsing holds a whole file's URLs at once); an unchanged one
+        (304) yields nothing here: ListingMiddleware lists it from the database.
 
-    def recrawler_listed_lastmod(self, url: str) -> str | None:
-        """Hand over (and forget) the lastmod the sitemap gave for *url*."""
-        return self._lastmods.pop(self._key_maker(url), None)
+        Follows ``sitemap_rules``, ``sitemap_follow``, ``sitemap_alternate_links`` and
+        ``sitemap_filter`` as SitemapSpider does; a page request carries its entry's lastmod.
+        """
+        if response.status == 304:
+            return
+        if response.url.endswith("/robots.txt"):
+            for url in sitemap_urls_from_robots(response.body, base_url=response.url):
+                yield Request(url, callback=self.recrawler_parse_listing)
+            return
+        sitemap = self._open_sitemap(response)
+        if sitemap is None:
+            return
+        index = sitemap.type == "sitemapindex"
+        for entry in self.sitemap_filter(sitemap):
+            locs = [entry["loc"]]
+            if self.sitemap_alternate_links:
+                locs += entry.get("alternate") or []
+            if index:
+                for loc in locs:
+                    if any(rule.search(loc) for rule in self._follow_rules()):
+                        yield Request(loc, callback=self.recrawler_parse_listing)
+                continue
+            # the entry's lastmod is its own URL's, not its alternates'
+            lastmod: str | None = str(entry.get("lastmod") or "").strip() or None
+            for loc in locs:
+                request = self._page_request(loc, lastmod)
+                if request is not None:
+                    yield request
+                lastmod = None
+
+    def _open_sitemap(self, response: Response) -> Sitemap | None:
+        """The sitemap in *response* (gzip or not), or None, counted and logged, when it is none."""
+        body: bytes | None = None
+        why = "not XML"
+        if isinstance(response, XmlResponse):
+            body = response.body
+        elif gzip_magic_number(response):
+            default = getattr(self, "download_maxsize", self.settings.getint("DOWNLOAD_MAXSIZE"))
+            limit = response.meta.get("download_maxsize", default)
+            try:
+                body = gunzip(response.body, max_size=limit)
+            except (ValueError, OSError, EOFError, struct.error) as exc:
+                why = f"could not be decompressed ({exc})"
+        elif response.url.endswith((".xml", ".xml.gz")):
+            body = response.body
+        sitemap = None
+        if body:
+            try:
+                sitemap = Sitemap(body)
+            except (StopIteration, etree.XMLSyntaxError):
+                sitemap = None
+            else:
+                why = f"neither a urlset nor a sitemap index ({sitemap.type!r})"
+        if sitemap is not None and sitemap.type in ("urlset", "sitemapindex"):
+            return sitemap
+        self._inc("recrawler/sitemap/error")
+        logger.error(
+            "sitemap %(url)s is not a sitemap: %(why)s; nothing is removed this run",
+            {"url": redact_url(response.url), "why": why},
+        )
+        return None
+
+    def _follow_rules(self) -> list[re.Pattern[str]]:
+        if self._follow_patterns is None:
+            self._follow_patterns = [re.compile(r) if isinstance(r, str) else r for r in self.sitemap_follow]
+        return self._follow_patterns
+
+    def _page_request(self, url: str, lastmod: str | None) -> Request | None:
+        """The request for a listed page URL (its ``sitemap_rules`` callback), or None."""
+        if self._rules is None:
+            self._rules = [
+                (re.compile(r) if isinstance(r, str) else r, getattr(self, c) if isinstance(c, str) else c)
+                for r, c in self.sitemap_rules
+            ]
+        for rule, callback in self._rules:
+            if rule.search(url):
+                request = Request(url, callback=callback)
+                if lastmod:
+                    request.meta[meta.LASTMOD] = lastmod
+                return request
+        return None
 
     def recrawler_listed_request(self, url: str, kind: str, lastmod: str | None) -> Request | None:
         """The request reading a stored sitemap entry makes, as if the file had been parsed again:
@@ -299,23 +379,10 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             return Request(url, callback=self.recrawler_parse_listing)
         if not self._allowed(url, "sitemap"):
             return None
-        if self._rules is None:
-            self._rules = [
-                (re.compile(r) if isinstance(r, str) else r, getattr(self, c) if isinstance(c, str) else c)
-                for r, c in self.sitemap_rules
-            ]
-        for rule, callback in self._rules:
-            if rule.search(url):
-                self._inc("recrawler/sitemap/urls")
-                request = Request(url, callback=callback)
-                if lastmod:
-                    request.meta[meta.LASTMOD] = lastmod
-                return request
-        return None
-
-    def recrawler_take_lastmod(self, key: str) -> str | None:
-        """Hand over (and forget) the listed lastmod of page *key* (ScheduleMiddleware asks)."""
-        return self._lastmods.pop(key, None)
+        request = self._page_request(url, lastmod)
+        if request is not None:
+            self._inc("recrawler/sitemap/urls")
+        return request
 
     def recrawler_refused(self, url: str, reason: str, source: str) -> None:
         """Count a URL the policy refused (the run's Runtime logs the first of each reason)."""
@@ -409,7 +476,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             runtime.counters.inc(name, count)
 
     def sitemap_filter(self, entries: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
-        """Keep entries the URL policy allows and remember each page URL's ``lastmod``.
+        """Keep the entries the URL policy allows.
 
         A malformed, foreign-scheme, credentialed or off-site ``<loc>`` costs that entry only:
         it is refused and counted, and the rest of the listing goes on.
@@ -424,9 +491,6 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                 continue
             if kind == "urlset":
                 self._inc("recrawler/sitemap/urls")
-                if entry.get("lastmod"):
-                    # keyed by page key: Scrapy percent-encodes the URL it actually requests
-                    self._lastmods[self._key_maker(loc)] = str(entry["lastmod"]).strip()
             checked = {**entry, "loc": loc}
             if entry.get("alternate"):
                 checked["alternate"] = [u for u in entry["alternate"] if self._allowed(str(u), "sitemap")]
@@ -450,8 +514,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             yield out
 
     def _parse_page(self, response: Response, page: Page) -> Iterable[Page | Request]:
-        taken = self._lastmods.pop(page.key, None)
-        page.lastmod = response.meta.get(meta.LASTMOD) or taken
+        page.lastmod = response.meta.get(meta.LASTMOD)
         # a direct check of an unlisted stored page says nothing about how it was found
         page.found_via = page.found_via or (None if response.meta.get(meta.VERIFY) else "sitemap")
         yield page
