@@ -4,8 +4,12 @@ Usage: ``python -m benchmarks.bench_frontier [--sizes 10000,100000,1000000] [--j
 Each size is a sitemap index of files of ``--per-file`` URLs served by nginx (every page URL
 answers with one real docs page). A crawl reads the whole listing and then ``--batches`` more
 batches of pages, and stops (``bench_listed``): its peak RSS covers the listing's ingest and the
-first batches. ``--off-up-to`` also runs sizes up to that with RECRAWLER_FRONTIER_ENABLED=False
-(every listed URL waits in Scrapy's in-memory scheduler) for comparison.
+first batches. Pages are crawled while the listing is read (they are fed from the database as it
+comes in); ``--delay`` (DOWNLOAD_DELAY) slows page downloads so that a run reaches the end of a
+million-URL listing without crawling the whole site first (a page in flight costs the same memory
+however long the listing is). ``--off-up-to`` also runs sizes up to that with
+RECRAWLER_FRONTIER_ENABLED=False (every listed URL waits in Scrapy's in-memory scheduler) for
+comparison.
 """
 
 from __future__ import annotations
@@ -71,7 +75,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--sizes", default="10000,100000,1000000", help="listed URLs per run, comma-separated")
     p.add_argument("--per-file", type=int, default=20_000, help="URLs per sitemap file (default 20000)")
     p.add_argument("--batch", type=int, default=500, help="RECRAWLER_FRONTIER_BATCH_SIZE (default 500)")
-    p.add_argument("--batches", type=int, default=4, help="batches of pages after the listing (default 4)")
+    p.add_argument("--batches", type=int, default=1, help="batches of pages after the listing (default 1)")
+    p.add_argument(
+        "--delay", type=float, default=0.05, help="DOWNLOAD_DELAY, seconds (default 0.05: about 20 pages/s)"
+    )
     p.add_argument(
         "--off-up-to", type=int, default=100_000, help="also run without the frontier up to this size"
     )
@@ -103,6 +110,7 @@ def run_size(args: argparse.Namespace, urls: int, frontier: bool) -> tuple[RunRe
             f"RECRAWLER_LISTING_MAX_URLS={max(urls, 5_000_000)}",
             f"RECRAWLER_FRONTIER_ENABLED={frontier}",
             f"RECRAWLER_FRONTIER_BATCH_SIZE={args.batch}",
+            f"DOWNLOAD_DELAY={args.delay}",
             f"BENCH_SITEMAP_FILES={files + 1}",
             f"BENCH_BATCHES_AFTER={args.batches}",
             "EXTENSIONS=" + json.dumps({"benchmarks.lib.stop.StopAfterListing": 0}),
@@ -160,7 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(on) > 1:
         lo, hi = min(on), max(on)
         print(f"\npeak RSS {hi:,} / {lo:,} listed URLs (frontier on): {on[hi] / on[lo]:.2f}x")
-    write_json(args.json, {"batch": args.batch, "batches_after": args.batches, "runs": rows})
+    write_json(
+        args.json, {"batch": args.batch, "batches_after": args.batches, "delay": args.delay, "runs": rows}
+    )
     return 0 if all(r["ok"] for r in rows) else 1
 
 

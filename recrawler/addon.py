@@ -15,7 +15,7 @@ from recrawler.downloadermiddlewares.audit import AuditMiddleware
 from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddleware
 from recrawler.exceptions import ConfigurationError
 from recrawler.extensions.reconcile import Reconciler
-from recrawler.meta import SITEMAP_SLOT, spider_opted_in
+from recrawler.meta import spider_opted_in
 from recrawler.pipelines.classify import ClassifyPipeline
 from recrawler.pipelines.index import IndexPipeline
 from recrawler.runtime import Runtime
@@ -129,7 +129,6 @@ class RecrawlerAddon:
             settings.set(name, value, priority="addon")
         if settings.getbool("RECRAWLER_WORKERS_ENABLED"):
             self._shared_frontier(settings)
-        self._sitemap_slot(settings)
         # Only replace Scrapy's own fingerprinter, never a user's.
         if (settings.getpriority("REQUEST_FINGERPRINTER_CLASS") or 0) <= 0:
             settings.set(
@@ -161,24 +160,6 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ScheduleMiddleware, 90)
         # 80: after the schedule, so only due page requests wait in the frontier (on disk)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", FrontierMiddleware, 80)
-
-    @staticmethod
-    def _sitemap_slot(settings: BaseSettings) -> None:
-        """Sitemap requests share one download slot of ``RECRAWLER_SITEMAP_CONCURRENCY`` (a
-        ``DOWNLOAD_SLOTS`` entry of the project's own wins)."""
-        raw = settings.get("RECRAWLER_SITEMAP_CONCURRENCY")
-        try:
-            concurrency = int(raw)
-        except (TypeError, ValueError):
-            concurrency = 0
-        if concurrency < 1:
-            msg = f"RECRAWLER_SITEMAP_CONCURRENCY: must be a whole number of at least 1, got {raw!r}"
-            raise ConfigurationError(msg)
-        slots = settings.getdict("DOWNLOAD_SLOTS")
-        if SITEMAP_SLOT not in slots:
-            slots[SITEMAP_SLOT] = {"concurrency": concurrency}
-            priority = max(settings.getpriority("DOWNLOAD_SLOTS") or 0, SETTINGS_PRIORITIES["addon"])
-            settings.set("DOWNLOAD_SLOTS", slots, priority=priority)
 
     def _shared_frontier(self, settings: BaseSettings) -> None:
         """scrapy-redis as scheduler and frontier, its keys per spider and site; the seen-set is

@@ -25,9 +25,6 @@ CONDITIONAL = "recrawler_conditional"
 #: what the request fetches: ``page`` (default), ``sitemap`` or ``feed``
 ROLE = "recrawler_role"
 ROLE_PAGE, ROLE_SITEMAP, ROLE_FEED = "page", "sitemap", "feed"
-#: the download slot (Scrapy's ``download_slot`` meta) of sitemap requests: its concurrency is
-#: ``RECRAWLER_SITEMAP_CONCURRENCY`` (a ``DOWNLOAD_SLOTS`` entry the add-on sets)
-SITEMAP_SLOT = "recrawler:sitemaps"
 #: the listing's lastmod of the page (W3C datetime)
 LASTMOD = "recrawler_lastmod"
 #: when a feed entry says the page was updated (ISO 8601)

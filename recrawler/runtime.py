@@ -41,10 +41,12 @@ CLOSE_BUSY, CLOSE_HELD, CLOSE_STATE = "recrawler_busy", "recrawler_held", "recra
 
 
 class Frontier(Protocol):
-    """The run's frontier on disk, as the closing work sees it (FrontierMiddleware registers it)."""
+    """Requests waiting outside Scrapy's scheduler, as the closing work sees them: the run's
+    frontier on disk (FrontierMiddleware) and the sitemap files not requested yet
+    (ListingMiddleware) register themselves."""
 
     def idle(self) -> bool:
-        """On ``spider_idle``: feed the next batch; False when the frontier is empty."""
+        """On ``spider_idle``: send the next requests; False when none wait."""
 
 
 class Runtime:
@@ -91,6 +93,8 @@ class Runtime:
         self.handover: PendingUpdates | None = None
         #: the run's frontier on disk (set when FrontierMiddleware is enabled)
         self.frontier: Frontier | None = None
+        #: the sitemap files waiting to be requested (set by ListingMiddleware)
+        self.listing: Frontier | None = None
         self.schedule = schedule
         self.noise = noise
         self.auditor = Auditor(store, self.counters, sample=audit_sample, distrust_after=distrust_after)

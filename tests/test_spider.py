@@ -6,11 +6,11 @@ import gzip
 import logging
 import sqlite3
 from contextlib import closing
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pytest
-from scrapy import Request
+from scrapy import Request, signals
 from scrapy.http import HtmlResponse, Response, XmlResponse
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.sitemap import Sitemap
@@ -18,6 +18,7 @@ from scrapy.utils.test import get_crawler
 
 from recrawler.exceptions import ConfigurationError
 from recrawler.items import Page
+from recrawler.spidermiddlewares.listing import ListingMiddleware
 from recrawler.spiders.docs import DocsSpider
 from tests import docsite
 
@@ -348,12 +349,21 @@ async def test_hanging_page_is_an_error_and_never_quarantines(site: Site, crawls
 
 
 class ReadingProbe:
-    """Closest to the spider: sees each sitemap file's output as it is read, and counts the files
-    being read at once (class attributes: one crawl per test)."""
+    """Closest to the spider: counts the sitemap files downloaded and not yet read to their end
+    (held), and those being read, at once (class attributes: one crawl per test)."""
 
-    reading = 0
-    most = 0
-    slots: ClassVar[set[str]] = set()
+    held = reading = most_held = most_reading = 0
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> ReadingProbe:
+        crawler.signals.connect(cls.response_received, signal=signals.response_received)
+        return cls()
+
+    @classmethod
+    def response_received(cls, response: Any, request: Any) -> None:
+        if request.meta.get("recrawler_role") == "sitemap" and response.status == 200:
+            cls.held += 1
+            cls.most_held = max(cls.most_held, cls.held)
 
     async def process_spider_output(self, response: Any, result: Any) -> Any:
         if response.meta.get("recrawler_role") != "sitemap":
@@ -361,27 +371,29 @@ class ReadingProbe:
                 yield r
             return
         cls = type(self)
-        cls.slots.add(response.meta.get("download_slot"))
         cls.reading += 1
-        cls.most = max(cls.most, cls.reading)
+        cls.most_reading = max(cls.most_reading, cls.reading)
         try:
             async for r in result:
                 yield r
         finally:
             cls.reading -= 1
+            cls.held -= 1
 
 
 @pytest.mark.parametrize("concurrency", [1, 2])
 @deferred_f_from_coro_f
-async def test_at_most_the_set_number_of_sitemap_files_are_read_at_once(
+async def test_at_most_the_set_number_of_sitemap_files_are_held_and_read_at_once(
     site: Site, crawls: Crawls, concurrency: int
 ) -> None:
-    """Each file read holds its requests in flight: many files read at once held the whole listing."""
-    ReadingProbe.reading, ReadingProbe.most, ReadingProbe.slots = 0, 0, set()
+    """Each file downloaded holds its body, each file read its requests in flight: when every file
+    of an index went out at once, the whole listing was in memory."""
+    ReadingProbe.held = ReadingProbe.reading = ReadingProbe.most_held = ReadingProbe.most_reading = 0
     files = [f"part{n}.xml" for n in range(8)]
     for n, name in enumerate(files):
         site.write(name, docsite.sitemap([site.url(f"p{n}-{i}.html") for i in range(20)]))
-    site.write("sitemap.xml", docsite.sitemap_index([site.url(name) for name in files]))
+    # one file is missing: its failed request frees its place for the next
+    site.write("sitemap.xml", docsite.sitemap_index([site.url(name) for name in [*files, "gone.xml"]]))
     r = await crawls.crawl(
         site.url("sitemap.xml"),
         RECRAWLER_SITEMAP_CONCURRENCY=concurrency,
@@ -390,23 +402,25 @@ async def test_at_most_the_set_number_of_sitemap_files_are_read_at_once(
         SPIDER_MIDDLEWARES={"tests.test_spider.ReadingProbe": 115},
     )
     assert r.stats["recrawler/sitemap/parsed"] == 9
+    assert r.stats["recrawler/sitemap/error"] == 1
     assert r.stats["recrawler/sitemap/urls"] == 160
-    assert ReadingProbe.reading == 0
-    assert ReadingProbe.most == concurrency
-    assert ReadingProbe.slots == {"recrawler:sitemaps"}
+    assert ReadingProbe.reading == ReadingProbe.held == 0
+    assert ReadingProbe.most_reading == concurrency
+    # the index itself (a start request) and the files it let out
+    assert ReadingProbe.most_held <= concurrency + 1
 
 
-def test_sitemap_concurrency_is_a_download_slot_and_a_bad_value_is_one_line(tmp_path: Path) -> None:
+def test_a_bad_sitemap_setting_is_one_line(tmp_path: Path) -> None:
     base = {
         "ADDONS": {"recrawler.addon.RecrawlerAddon": 0},
         "RECRAWLER_DB_URI": f"sqlite:///{tmp_path / 'state.db'}",
     }
-    crawler = get_crawler(DocsSpider, {**base, "RECRAWLER_SITEMAP_CONCURRENCY": 3})
-    assert crawler.settings.getdict("DOWNLOAD_SLOTS")["recrawler:sitemaps"] == {"concurrency": 3}
-    # a project's own entry for the slot wins; its other slots stay
-    own = {"recrawler:sitemaps": {"concurrency": 1, "delay": 2.0}, "cdn": {"concurrency": 4}}
-    crawler = get_crawler(DocsSpider, {**base, "DOWNLOAD_SLOTS": own})
-    assert crawler.settings.getdict("DOWNLOAD_SLOTS") == own
-    for bad in (0, "two"):
-        with pytest.raises(ConfigurationError, match=r"^RECRAWLER_SITEMAP_CONCURRENCY: must be a whole"):
-            get_crawler(DocsSpider, {**base, "RECRAWLER_SITEMAP_CONCURRENCY": bad})
+    for name, bad, why in (
+        ("RECRAWLER_SITEMAP_CONCURRENCY", 0, "must be at least 1, got 0"),
+        ("RECRAWLER_SITEMAP_CONCURRENCY", "two", "must be a whole number, got 'two'"),
+        ("RECRAWLER_SITEMAP_MAX_FILES", "1e3", "must be a whole number, got '1e3'"),
+    ):
+        crawler = get_crawler(DocsSpider, {**base, name: bad})
+        with pytest.raises(ConfigurationError) as caught:
+            ListingMiddleware.from_crawler(crawler)
+        assert str(caught.value) == f"{name}: {why}"

@@ -151,6 +151,9 @@ class Reconciler:
         """Feed the frontier's next batch; once it is empty, request stored pages this run has not
         reached yet (read off the reactor, in batches)."""
         rt = self.runtime
+        if rt.listing is not None and not rt.lease_lost and rt.listing.idle():
+            # the rest of the listing first: a page it names is not unseen
+            raise DontCloseSpider
         if rt.frontier is not None and not rt.lease_lost and rt.frontier.idle():
             # the listing's own requests first: a page still in the frontier is not unseen
             raise DontCloseSpider

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
+from collections import deque
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import Request
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
 
     from scrapy.crawler import Crawler
     from scrapy.http import Response
+    from scrapy.settings import BaseSettings
 
     from recrawler.counters import RunCounters
     from recrawler.runtime import Runtime
@@ -43,9 +46,11 @@ class ListingMiddleware:
     once it is read to the end; a file that answers 304 (see ConditionalRequestMiddleware) is not
     parsed again: its stored entries are listed instead, in batches, through the same bounds.
 
-    At most ``RECRAWLER_SITEMAP_CONCURRENCY`` sitemap files are read at once (and downloaded at
-    once: sitemap requests share the download slot ``recrawler:sitemaps``), so memory does not
-    grow with the number or the size of the files.
+    Further sitemap files wait here, not in Scrapy's scheduler: at most
+    ``RECRAWLER_SITEMAP_CONCURRENCY`` of them are requested and not yet read to their end at
+    once (the next goes out as one is read, or fails), and at most that many are read at once, so
+    memory does not grow with the number or the size of the files. They go out through the
+    engine, past the spider middlewares below this one (page requests do not).
 
     Settings: ``RECRAWLER_SITEMAP_CONCURRENCY``, ``RECRAWLER_SITEMAP_MAX_DEPTH``,
     ``RECRAWLER_SITEMAP_MAX_FILES``, ``RECRAWLER_LISTING_MAX_URLS``, ``RECRAWLER_FRONTIER_BATCH_SIZE``.
@@ -72,6 +77,7 @@ class ListingMiddleware:
             if value < 1:
                 raise ConfigurationError(f"{name}: must be at least 1, got {value!r}")
         self.crawler = crawler
+        self.concurrency = concurrency
         self.max_depth = max_depth
         self.max_files = max_files
         self.max_urls = max_urls
@@ -81,6 +87,10 @@ class ListingMiddleware:
         self._logged: set[str] = set()
         #: sitemap files being read (a waiting file is not parsed yet: only its body is held)
         self._reading = asyncio.Semaphore(concurrency)
+        #: further sitemap files not requested yet (at most RECRAWLER_SITEMAP_MAX_FILES)
+        self._waiting: deque[Request] = deque()
+        #: requested and not read to their end; one that failed leaves once Scrapy lets go of it
+        self._open: weakref.WeakSet[Request] = weakref.WeakSet()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -88,14 +98,33 @@ class ListingMiddleware:
         if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
             raise NotConfigured
         s = crawler.settings
-        return cls(
+        mw = cls(
             crawler,
-            max_depth=s.getint("RECRAWLER_SITEMAP_MAX_DEPTH"),
-            max_files=s.getint("RECRAWLER_SITEMAP_MAX_FILES"),
-            max_urls=s.getint("RECRAWLER_LISTING_MAX_URLS"),
-            batch_size=s.getint("RECRAWLER_FRONTIER_BATCH_SIZE"),
-            concurrency=s.getint("RECRAWLER_SITEMAP_CONCURRENCY"),
+            max_depth=_count(s, "RECRAWLER_SITEMAP_MAX_DEPTH"),
+            max_files=_count(s, "RECRAWLER_SITEMAP_MAX_FILES"),
+            max_urls=_count(s, "RECRAWLER_LISTING_MAX_URLS"),
+            batch_size=_count(s, "RECRAWLER_FRONTIER_BATCH_SIZE"),
+            concurrency=_count(s, "RECRAWLER_SITEMAP_CONCURRENCY"),
         )
+        runtime_of(crawler).listing = mw
+        return mw
+
+    def idle(self) -> bool:
+        """On ``spider_idle`` (the Reconciler asks first): request the next waiting sitemap files;
+        False when none wait."""
+        if not self._waiting:
+            return False
+        # nothing is in flight when the spider is idle: what is still open failed unread
+        self._open = weakref.WeakSet()
+        self._release()
+        return True
+
+    def _release(self) -> None:
+        engine = self.crawler.engine
+        while self._waiting and engine is not None and len(self._open) < self.concurrency:
+            request = self._waiting.popleft()
+            self._open.add(request)
+            engine.crawl(request)
 
     async def process_spider_output(
         self, response: Response, result: AsyncIterator[Any]
@@ -104,13 +133,20 @@ class ListingMiddleware:
         request = response.request
         spider = self.crawler.spider
         role_of = getattr(spider, "recrawler_role_of", None)
+        if self._waiting:
+            # a failed sitemap request leaves the open set unseen: look again with each response
+            self._release()
         if request is None or role_of is None or not meta.is_sitemap_request(request):
             async for r in result:
                 yield r
             return
-        async with self._reading:
-            async for r in self._read(response, request, result, role_of):
-                yield r
+        try:
+            async with self._reading:
+                async for r in self._read(response, request, result, role_of):
+                    yield r
+        finally:
+            self._open.discard(request)
+            self._release()
 
     async def _read(
         self,
@@ -138,7 +174,6 @@ class ListingMiddleware:
                 if parse_listing is not None:
                     # the next file is asked conditionally too
                     r.callback = parse_listing
-                r.meta.setdefault("download_slot", meta.SITEMAP_SLOT)
                 # the listing is read before the pages it names: fed page requests never starve it
                 r.priority = max(r.priority, request.priority) + _SITEMAP_PRIORITY
                 if listed is not None:
@@ -151,6 +186,9 @@ class ListingMiddleware:
                 if self.files > self.max_files:
                     self._refuse("files", r.url, f"more than {self.max_files} sitemap files")
                     continue
+                self._waiting.append(r)
+                self._release()
+                continue
             else:
                 if listed is not None:
                     await listed.add(r.url, role, r.meta.get(meta.LASTMOD))
@@ -177,6 +215,15 @@ class ListingMiddleware:
                 {"what": what, "url": url[:300]},
                 extra={"spider": self.crawler.spider},
             )
+
+
+def _count(settings: BaseSettings, name: str) -> int:
+    """An integer setting, or one ConfigurationError line naming it."""
+    raw = settings.get(name)
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{name}: must be a whole number, got {raw!r}") from None
 
 
 class _Listing:

@@ -267,7 +267,6 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             if isinstance(request, Request):
                 request.meta[meta.ROLE] = meta.ROLE_SITEMAP
                 request.meta[meta.SITEMAP_DEPTH] = 0
-                request.meta.setdefault("download_slot", meta.SITEMAP_SLOT)
                 request.callback = self.recrawler_parse_listing
             yield request
         for url in self.feed_urls:
