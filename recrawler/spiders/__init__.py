@@ -500,10 +500,17 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
     ) -> Iterable[Page | Request] | AsyncIterator[Page | Request]:
         """Yield the Page of a listed (or verified) URL, then its links when following them.
 
-        With ``RECRAWLER_CPU_THREADS`` the page is extracted on a CPU thread, off the reactor.
+        With ``RECRAWLER_CPU_THREADS`` a page to extract is extracted on a CPU thread, off the
+        reactor (a 304 or an empty body has nothing to extract: handing it over would cost more).
         """
         runtime = find_runtime(getattr(self, "crawler", None))
-        if runtime is not None and runtime.cpu_threads and meta.FIRST_BODY not in response.meta:
+        if (
+            runtime is not None
+            and runtime.cpu_threads
+            and response.status != 304
+            and response.body
+            and meta.FIRST_BODY not in response.meta
+        ):
             return self._parse_offloaded(response, runtime)
         return self._parse_page(response, self.recrawler_page(response))
 
