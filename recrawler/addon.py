@@ -83,6 +83,30 @@ def project_db_uri(*, create: bool = False) -> str:
     return f"sqlite:///{path}"
 
 
+#: numeric settings read by a parser of their own (``RECRAWLER_AUDIT_SAMPLE``: ``20``, ``1%``, ``0.01``)
+_OWN_PARSER = frozenset({"RECRAWLER_AUDIT_SAMPLE"})
+
+
+def _check_numbers(settings: BaseSettings) -> None:
+    """Every numeric recrawler setting reads as the number its default is, or one
+    ConfigurationError line names it (components read them with ``getint`` / ``getfloat``)."""
+    for name in dir(default_settings):
+        default = getattr(default_settings, name)
+        if (
+            not name.startswith("RECRAWLER_")
+            or name in _OWN_PARSER
+            or isinstance(default, bool)
+            or not isinstance(default, int | float)
+        ):
+            continue
+        raw = settings.get(name)
+        try:
+            int(raw) if isinstance(default, int) else float(raw)
+        except (TypeError, ValueError):
+            kind = "a whole number" if isinstance(default, int) else "a number"
+            raise ConfigurationError(f"{name}: must be {kind}, got {raw!r}") from None
+
+
 class RecrawlerAddon:
     """Enable with ``ADDONS = {"recrawler.addon.RecrawlerAddon": 0}``.
 
@@ -127,6 +151,7 @@ class RecrawlerAddon:
             raise ConfigurationError(msg)
         for name, value in PROFILES[profile].items():
             settings.set(name, value, priority="addon")
+        _check_numbers(settings)
         if settings.getbool("RECRAWLER_WORKERS_ENABLED"):
             self._shared_frontier(settings)
         # Only replace Scrapy's own fingerprinter, never a user's.

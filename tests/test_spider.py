@@ -410,17 +410,25 @@ async def test_at_most_the_set_number_of_sitemap_files_are_held_and_read_at_once
     assert ReadingProbe.most_held <= concurrency + 1
 
 
-def test_a_bad_sitemap_setting_is_one_line(tmp_path: Path) -> None:
+def test_a_bad_numeric_setting_is_one_line(tmp_path: Path) -> None:
+    """A value that is no number stopped the crawl without a word (exit 1); now it is named."""
     base = {
         "ADDONS": {"recrawler.addon.RecrawlerAddon": 0},
         "RECRAWLER_DB_URI": f"sqlite:///{tmp_path / 'state.db'}",
     }
+    crawler = get_crawler(DocsSpider, {**base, "RECRAWLER_SITEMAP_CONCURRENCY": 0})
+    with pytest.raises(ConfigurationError) as caught:
+        ListingMiddleware.from_crawler(crawler)
+    assert str(caught.value) == "RECRAWLER_SITEMAP_CONCURRENCY: must be at least 1, got 0"
     for name, bad, why in (
-        ("RECRAWLER_SITEMAP_CONCURRENCY", 0, "must be at least 1, got 0"),
         ("RECRAWLER_SITEMAP_CONCURRENCY", "two", "must be a whole number, got 'two'"),
         ("RECRAWLER_SITEMAP_MAX_FILES", "1e3", "must be a whole number, got '1e3'"),
+        ("RECRAWLER_VERIFY_BATCH_SIZE", "abc", "must be a whole number, got 'abc'"),
+        ("RECRAWLER_LEASE_SECS", "a minute", "must be a number, got 'a minute'"),
     ):
-        crawler = get_crawler(DocsSpider, {**base, name: bad})
         with pytest.raises(ConfigurationError) as caught:
-            ListingMiddleware.from_crawler(crawler)
+            get_crawler(DocsSpider, {**base, name: bad})
         assert str(caught.value) == f"{name}: {why}"
+    # a setting with its own parser keeps it
+    sampled = get_crawler(DocsSpider, {**base, "RECRAWLER_AUDIT_SAMPLE": "5%"})
+    assert sampled.settings["RECRAWLER_AUDIT_SAMPLE"] == "5%"

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 
     from scrapy.crawler import Crawler
     from scrapy.http import Response
-    from scrapy.settings import BaseSettings
 
     from recrawler.counters import RunCounters
     from recrawler.runtime import Runtime
@@ -100,11 +99,11 @@ class ListingMiddleware:
         s = crawler.settings
         mw = cls(
             crawler,
-            max_depth=_count(s, "RECRAWLER_SITEMAP_MAX_DEPTH"),
-            max_files=_count(s, "RECRAWLER_SITEMAP_MAX_FILES"),
-            max_urls=_count(s, "RECRAWLER_LISTING_MAX_URLS"),
-            batch_size=_count(s, "RECRAWLER_FRONTIER_BATCH_SIZE"),
-            concurrency=_count(s, "RECRAWLER_SITEMAP_CONCURRENCY"),
+            max_depth=s.getint("RECRAWLER_SITEMAP_MAX_DEPTH"),
+            max_files=s.getint("RECRAWLER_SITEMAP_MAX_FILES"),
+            max_urls=s.getint("RECRAWLER_LISTING_MAX_URLS"),
+            batch_size=s.getint("RECRAWLER_FRONTIER_BATCH_SIZE"),
+            concurrency=s.getint("RECRAWLER_SITEMAP_CONCURRENCY"),
         )
         runtime_of(crawler).listing = mw
         return mw
@@ -215,15 +214,6 @@ class ListingMiddleware:
                 {"what": what, "url": url[:300]},
                 extra={"spider": self.crawler.spider},
             )
-
-
-def _count(settings: BaseSettings, name: str) -> int:
-    """An integer setting, or one ConfigurationError line naming it."""
-    raw = settings.get(name)
-    try:
-        return int(raw)
-    except (TypeError, ValueError):
-        raise ConfigurationError(f"{name}: must be a whole number, got {raw!r}") from None
 
 
 class _Listing:
