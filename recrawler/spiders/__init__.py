@@ -281,8 +281,8 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
 
     def recrawler_role_of(self, request: Request) -> str:
         """What a request yielded while reading a sitemap fetches: a listed page or another sitemap."""
-        page_callbacks = [getattr(self, c) if isinstance(c, str) else c for _, c in self.sitemap_rules]
-        return meta.ROLE_PAGE if request.callback in page_callbacks else meta.ROLE_SITEMAP
+        page = any(request.callback == callback for _, callback in self._page_rules())
+        return meta.ROLE_PAGE if page else meta.ROLE_SITEMAP
 
     def recrawler_parse_listing(self, response: Response, **kwargs: Any) -> Iterable[Request]:
         """Read a sitemap file, robots.txt or sitemap index entry by entry, as the requests are
@@ -356,14 +356,18 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             self._follow_patterns = [re.compile(r) if isinstance(r, str) else r for r in self.sitemap_follow]
         return self._follow_patterns
 
-    def _page_request(self, url: str, lastmod: str | None) -> Request | None:
-        """The request for a listed page URL (its ``sitemap_rules`` callback), or None."""
+    def _page_rules(self) -> list[tuple[re.Pattern[str], Any]]:
+        """``sitemap_rules`` compiled once: (URL pattern, page callback)."""
         if self._rules is None:
             self._rules = [
                 (re.compile(r) if isinstance(r, str) else r, getattr(self, c) if isinstance(c, str) else c)
                 for r, c in self.sitemap_rules
             ]
-        for rule, callback in self._rules:
+        return self._rules
+
+    def _page_request(self, url: str, lastmod: str | None) -> Request | None:
+        """The request for a listed page URL (its ``sitemap_rules`` callback), or None."""
+        for rule, callback in self._page_rules():
             if rule.search(url):
                 request = Request(url, callback=callback)
                 if lastmod:
