@@ -109,6 +109,39 @@ async def test_open_creates_schema_in_wal_mode(db: Path) -> None:
         assert query(db, "PRAGMA journal_mode") == [("wal",)]
 
 
+def test_processes_opening_one_new_database_at_once_all_open_it(tmp_path: Path) -> None:
+    """Two workers starting together on a new file: the second one to take the write lock used to
+    find the first one's schema_version table and call the database corrupt."""
+    import threading
+
+    for n in range(10):
+        path = tmp_path / f"new{n}.db"
+        barrier = threading.Barrier(4)
+        failures: list[BaseException] = []
+
+        def open_it(
+            path: Path = path, barrier: threading.Barrier = barrier, failures: list[BaseException] = failures
+        ) -> None:
+            store = SQLiteStateStore(str(path))
+            barrier.wait()
+            try:
+                store.open_sync()
+            except BaseException as exc:
+                failures.append(exc)
+            finally:
+                asyncio.run(store.close())
+
+        threads = [threading.Thread(target=open_it) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert failures == []
+        assert query(path, "SELECT COUNT(*), MAX(version) FROM schema_version") == [
+            (SCHEMA_VERSION, SCHEMA_VERSION)
+        ]
+
+
 @deferred_f_from_coro_f
 async def test_reopen_is_idempotent_and_keeps_data(db: Path) -> None:
     async with opened(db) as store:

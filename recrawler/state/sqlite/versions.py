@@ -90,6 +90,10 @@ def migrate(conn: sqlite3.Connection, path: str, dry_run: bool) -> None:
             conn.execute("SAVEPOINT migrate")
         else:
             conn.execute("BEGIN IMMEDIATE")
+            if _applied_meanwhile(conn, number):
+                # another process opening the same new database took the write lock first
+                conn.execute("COMMIT")
+                continue
         try:
             if number == 1:
                 conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
@@ -102,6 +106,14 @@ def migrate(conn: sqlite3.Connection, path: str, dry_run: bool) -> None:
             raise
         logger.info("state database %(path)s migrated to schema %(v)d", {"path": path, "v": number})
     fill_block_pairs(conn, path, dry_run)
+
+
+def _applied_meanwhile(conn: sqlite3.Connection, number: int) -> bool:
+    """Whether migration *number* is applied now (read under the write lock)."""
+    table = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+    if conn.execute(table).fetchone() is None:
+        return False
+    return conn.execute("SELECT 1 FROM schema_version WHERE version = ?", (number,)).fetchone() is not None
 
 
 def fill_block_pairs(conn: sqlite3.Connection, path: str, dry_run: bool) -> None:
