@@ -111,10 +111,11 @@ async def test_open_creates_schema_in_wal_mode(db: Path) -> None:
 
 def test_processes_opening_one_new_database_at_once_all_open_it(tmp_path: Path) -> None:
     """Two workers starting together on a new file: the second one to take the write lock used to
-    find the first one's schema_version table and call the database corrupt."""
+    find the first one's schema_version table and call the database corrupt; and one switching
+    the file to WAL while another read it got "database is locked" at once (about 1 round in 50)."""
     import threading
 
-    for n in range(10):
+    for n in range(150):
         path = tmp_path / f"new{n}.db"
         barrier = threading.Barrier(4)
         failures: list[BaseException] = []

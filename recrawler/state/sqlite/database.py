@@ -188,7 +188,7 @@ class SQLiteDatabase:
                     # one transaction for the whole run, rolled back at close: nothing is written
                     conn.execute("BEGIN IMMEDIATE")
                 else:
-                    conn.execute("PRAGMA journal_mode = WAL")
+                    self._enable_wal(conn)
                     # WAL + NORMAL: a commit is atomic and consistent; only the last commits
                     # before a power loss may roll back, which the next run re-checks.
                     conn.execute("PRAGMA synchronous = NORMAL")
@@ -201,6 +201,23 @@ class SQLiteDatabase:
                 raise
             self._conn = conn
         self._deliver()
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch the file to WAL, waiting like any other lock for up to ``timeout_secs``.
+
+        The switch needs the file to itself and SQLite does not call the busy handler for it:
+        a second process opening the same new file at that moment got "database is locked" at
+        once. WAL is kept in the file, so a later open finds it set and takes no lock.
+        """
+        deadline = time.monotonic() + self.timeout_secs
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
 
     def _begin(self) -> None:
         conn = self.conn
