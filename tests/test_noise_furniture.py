@@ -276,7 +276,9 @@ async def test_a_gone_page_no_longer_counts(tmp_path: Path) -> None:
         # the noise report lists the blocks of boilerplate pairs
         await store.update_boilerplate(SITE, enter_share=0.5, exit_share=0.35, min_pages=1)
     report = SQLiteStateStore(str(db)).noise_report()
-    assert sorted(b["sample"] for b in report[SITE]["boilerplate"]) == ["F1", "F2", "T", "a"]
+    # a block's sample is kept from its second page on ("a" was only ever on one page)
+    samples = {b["sample"] for b in report[SITE]["boilerplate"]}
+    assert samples == {"F1", "F2", "T", None}
 
 
 PAIRS = "SELECT site, prev, block, pages, boilerplate FROM site_pairs ORDER BY site, prev, block"

@@ -148,9 +148,13 @@ class SQLPages:
                 [(site, b) for b in sorted(old - new)],
             )
         if new - old:
+            # a block's sample is kept from its second page on: the furniture ``recrawler noise``
+            # shows is on many pages, and most blocks are on one page only (their samples made
+            # the table several times larger, and every insert slower)
             yield many(
-                """INSERT INTO site_blocks (site, block, pages, sample) VALUES (?, ?, 1, ?)
-                   ON CONFLICT (site, block) DO UPDATE SET pages = site_blocks.pages + 1""",
+                """INSERT INTO site_blocks (site, block, pages, sample) VALUES (?, ?, 1, NULL)
+                   ON CONFLICT (site, block) DO UPDATE SET pages = site_blocks.pages + 1,
+                     sample = COALESCE(site_blocks.sample, ?)""",
                 [(site, b, fields.samples.get(b, "")[:200]) for b in sorted(new - old)],
             )
         old_pairs, new_pairs = block_pairs(old_blocks), block_pairs(new_blocks)
