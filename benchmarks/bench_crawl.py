@@ -42,7 +42,7 @@ TARGET_RERUN_RATIO = 1.0  # (e) run C (all 304) wall time / run A wall time
 
 def compute_ratios(by_name: dict[str, RunResult]) -> dict[str, Any]:
     """The four headline numbers, each None when its runs are missing or failed."""
-    a, b, c = (by_name.get(k) for k in "ABC")
+    a, b, c, x = (by_name.get(k) for k in "ABCX")
     b_ok = b is not None and b.ok
     c_ok = c is not None and c.ok
     return {
@@ -65,6 +65,9 @@ def compute_ratios(by_name: dict[str, RunResult]) -> dict[str, Any]:
         "cpu_B_over_A": ratio(b.cpu_s, a.cpu_s) if a and b and a.ok and b_ok else None,
         "cpu_C_over_A": ratio(c.cpu_s, a.cpu_s) if a and c and a.ok and c_ok else None,
         "bytes_C": c.body_bytes if c and c_ok else None,
+        "wall_X_over_A": ratio(x.wall_s, a.wall_s) if a and x and a.ok and x.ok else None,
+        "wall_B_over_X": ratio(b.wall_s, x.wall_s) if b and x and b_ok and x.ok else None,
+        "cpu_B_over_X": ratio(b.cpu_s, x.cpu_s) if b and x and b_ok and x.ok else None,
         "peak_rss_B_mib": b.peak_rss_mib if b and b_ok else None,
         "pages_per_s_B": b.pages_per_s if b and b_ok else None,
         "pages_per_s_C": c.pages_per_s if c and c_ok else None,
@@ -125,6 +128,12 @@ def print_report(
         f"(d) pages/s B, C              {fmt(ratios['pages_per_s_B'], '.0f'):>8}"
         f", {fmt(ratios['pages_per_s_C'], '.0f')}"
     )
+    if any(r.name == "X" for r in runs):
+        print(
+            f"(x) wall time X / A           {fmt(ratios['wall_X_over_A'], '.3f'):>8}"
+            f"   B / X: wall {fmt(ratios['wall_B_over_X'], '.3f')}, CPU {fmt(ratios['cpu_B_over_X'], '.3f')}"
+            "   (X: the first run with --compare settings)"
+        )
     by_name = {r.name: r for r in runs}
     a, b = by_name.get("A"), by_name.get("B")
     if a and b and (a.settings or b.settings):
@@ -194,6 +203,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=3,
         help="rounds of A, B, C, interleaved; ratios use each run's median (default 3)",
     )
+    p.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="add run X each round: a first run (own database) with this setting too, side by side "
+        "with B, e.g. --compare RECRAWLER_CPU_PROCESSES=0",
+    )
     p.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help="recrawler project (scrapy.cfg)")
     p.add_argument(
         "-s",
@@ -251,13 +268,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 timeout=args.timeout,
             )
 
-        def recrawl(name: str, label: str, report: str, db: str = "state.db") -> RunResult:
+        def recrawl(
+            name: str, label: str, report: str, db: str = "state.db", extra: Sequence[str] = ()
+        ) -> RunResult:
             cmd = [py, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap_url}"]
             cmd += ["-s", f"RECRAWLER_DB_URI=sqlite:///{workdir / db}"]
             cmd += ["-s", f"RECRAWLER_REPORT_FILE={workdir / report}", "-s", "LOG_LEVEL=INFO"]
             # every page each run, no audit: C measures a full conditional recrawl, not the schedule
             cmd += ["-s", "RECRAWLER_SCHEDULE=all", "-s", "RECRAWLER_AUDIT_SAMPLE=0"]
-            for setting in args.settings:
+            for setting in [*args.settings, *extra]:
                 cmd += ["-s", setting]
             return run(name, label, cmd, args.project_dir)
 
@@ -275,6 +294,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "C" in args.runs:
                 runs.append(recrawl("C", "recrawler 2nd", "report2.json", db))
                 reports["report2.json"] = _read_report(workdir / "report2.json")
+            if args.compare:
+                label = "1st " + " ".join(args.compare)
+                runs.append(recrawl("X", label[:40], "reportX.json", f"stateX{round_no}.db", args.compare))
     finally:
         server.stop()
         if not args.keep:

@@ -16,7 +16,10 @@ RECRAWLER_DB_TIMEOUT_SECS = 10.0
 # One run at a time per site: a run's lease lapses when its holder misses heartbeats this long
 # (heartbeats come every quarter of it); a later run then takes over and marks it aborted.
 RECRAWLER_LEASE_SECS = 60.0
-# Threads for per-page CPU work (extraction, fingerprints, chunking) off the reactor; 0: inline.
+# Worker processes for per-page CPU work (extraction, fingerprints, chunks), off the crawl's
+# interpreter lock; 0: none (RECRAWLER_CPU_THREADS then do it).
+RECRAWLER_CPU_PROCESSES = 1
+# Threads for per-page CPU work the workers do not take (or all of it without them); 0: inline.
 RECRAWLER_CPU_THREADS = 2
 # URI scheme -> import path of the StateStore backend (like FEED_STORAGES).
 RECRAWLER_STATE_BACKENDS = {

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from recrawler.cpu import Worked
 
 
 class PageStatus(StrEnum):
@@ -59,3 +63,5 @@ class Page:
     found_depth: int = 0
     #: keys of stored pages a permanent redirect moved to this page
     moved_from: tuple[str, ...] = ()
+    #: the fingerprint and chunks a CPU worker process made, until the pipelines take them
+    worked: Worked | None = field(default=None, repr=False, compare=False)

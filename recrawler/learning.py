@@ -89,6 +89,12 @@ class NoiseRegistry:
             self._models.pop(site, None)
         return self.site(site)
 
+    def ready(self, site: str) -> SiteNoise | None:
+        """The site's model once ``ensure`` has loaded it, else None (no database access)."""
+        if self.boilerplate and site not in self._boiler:
+            return None
+        return self.site(site)
+
     def site(self, site: str) -> SiteNoise:
         """The site's model from what is loaded (no database access)."""
         model = self._models.get(site)

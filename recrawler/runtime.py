@@ -14,6 +14,7 @@ from scrapy.exceptions import CloseSpider, DontCloseSpider, NotConfigured
 from recrawler import meta
 from recrawler.audit import Auditor
 from recrawler.counters import RunCounters
+from recrawler.cpu import CpuPool
 from recrawler.exceptions import ConfigurationError, RunRefused, SchemaVersionError, StateStoreError
 from recrawler.learning import NoiseRegistry
 from recrawler.outcome import EXIT_BUSY, EXIT_CONFIG, EXIT_HELD, EXIT_STATE
@@ -76,6 +77,7 @@ class Runtime:
         distrust_after: int = 1,
         lease_secs: float = 60.0,
         cpu_threads: int = 0,
+        cpu_pool: CpuPool | None = None,
     ) -> None:
         if lease_secs <= 0:
             raise ConfigurationError(f"RECRAWLER_LEASE_SECS: bad value {lease_secs!r}")
@@ -84,9 +86,12 @@ class Runtime:
         #: threads for per-page CPU work (extraction, fingerprints, chunking); 0: on the reactor
         self.cpu_threads = cpu_threads
         self._cpu: ThreadPoolExecutor | None = None
+        #: worker processes for per-page CPU work (``RECRAWLER_CPU_PROCESSES``; 0: none)
+        self.cpu_pool = cpu_pool or CpuPool(0, selectors=[], noise_selectors=[], chunking=None)
         self.crawler = crawler
         self.store = store
         self.counters = RunCounters(crawler.stats)
+        self.cpu_pool.counters = self.counters
         #: records the request side read, handed to the item side (bounded)
         self.hints = RecordHints()
         #: the hand-over from ClassifyPipeline to IndexPipeline (set when IndexPipeline is enabled)
@@ -139,6 +144,7 @@ class Runtime:
             distrust_after=s.getint("RECRAWLER_AUDIT_DISTRUST_AFTER"),
             lease_secs=s.getfloat("RECRAWLER_LEASE_SECS"),
             cpu_threads=s.getint("RECRAWLER_CPU_THREADS"),
+            cpu_pool=CpuPool.from_settings(s),
         )
         if s.getbool("RECRAWLER_INDEX_ENABLED"):
             runtime.embedder  # noqa: B018  # a bad RECRAWLER_EMBEDDER stops the crawl before it starts
@@ -188,6 +194,8 @@ class Runtime:
 
     async def spider_opened(self) -> None:
         """Open the store, begin the run (taking the site's lease), load what the policies need."""
+        # forked before the store's thread (or any other of the run's) starts
+        self.cpu_pool.start()
         try:
             await self.store.open()
             if self.workers is not None and not await asyncio.to_thread(self.workers.elect):
@@ -350,6 +358,7 @@ class Runtime:
         if self._cpu is not None:
             self._cpu.shutdown(wait=False)
             self._cpu = None
+        self.cpu_pool.shutdown()
         await self._close_store()
 
     async def _close_store(self) -> None:

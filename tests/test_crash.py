@@ -30,6 +30,28 @@ def _state(db: Path) -> list[tuple[object, ...]]:
         return conn.execute(f"SELECT {COLUMNS} FROM pages ORDER BY key").fetchall()
 
 
+def _children(pid: int) -> list[int]:
+    """The live child processes of *pid* (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running or sleeping: a zombie waiting for its new parent to reap it is over."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def _wait_for(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -92,9 +114,13 @@ async def test_sigkill_midway_then_rerun_matches_uninterrupted(
                     return 0
 
         _wait_for(lambda: committed() >= 4)
+        workers = _children(proc.pid)
+        assert workers  # its CPU worker processes
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
+    # no worker outlives its crawl process
+    _wait_for(lambda: not any(_alive(pid) for pid in workers), timeout=10)
     partial = _state(db)
     assert 0 < len(partial) < N  # killed half way: some pages committed, not all
     with sqlite3.connect(db) as conn:

@@ -57,6 +57,7 @@ def crawler(tmp_path: Path) -> Crawler:
         "EXTENSIONS": {"recrawler.extensions.reconcile.Reconciler": None},
         # extraction inline: parse() is then a plain generator these tests iterate
         "RECRAWLER_CPU_THREADS": 0,
+        "RECRAWLER_CPU_PROCESSES": 0,
     }
     return get_crawler(DocsSpider, settings)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lxml.cssselect import CSSSelector
 
@@ -58,6 +58,27 @@ class SiteNoise:
             boilerplate=boilerplate,
             key=hashlib.sha256(key_src.encode()).hexdigest()[:16],
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # for the CPU worker processes: the compiled region selector is compiled again there
+        return (_rebuilt, (self.site, self.normalizer, self.regions, self.boilerplate, self.key))
+
+
+def _rebuilt(
+    site: str,
+    normalizer: Normalizer,
+    regions: tuple[str, ...],
+    boilerplate: frozenset[tuple[int, int]],
+    key: str,
+) -> SiteNoise:
+    return SiteNoise(
+        site=site,
+        normalizer=normalizer,
+        regions=regions,
+        regions_css=CSSSelector(", ".join(regions), translator="html") if regions else None,
+        boilerplate=boilerplate,
+        key=key,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -466,6 +466,10 @@ class Normalizer:
         self.patterns: tuple[VolatilePattern, ...] = tuple(_as_pattern(p) for p in patterns)
         self._compiled: tuple[_Compiled, ...] = tuple(_Compiled(p) for p in self.patterns)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # rebuilt from its patterns where it is unpickled (a CPU worker process)
+        return (Normalizer, (self.patterns,))
+
     def _applicable(self, text: str) -> list[_Compiled]:
         lower = " ".join(text.split()).lower()
         return [c for c in self._compiled if _holds(c.hints, lower)]

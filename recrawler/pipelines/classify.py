@@ -242,10 +242,16 @@ class ClassifyPipeline:
                 self._inc("recrawler/volatile/learned", new)
                 noise = self.noise.site(site)
             assert item.text is not None
-            fp = await self.runtime.offload(fingerprint, item.text, noise)
+            worked = item.worked
+            if worked is not None and worked.noise is noise and worked.fingerprint is not None:
+                # made by a CPU worker under this very model
+                fp = worked.fingerprint
+            else:
+                fp = await self.runtime.offload(fingerprint, item.text, noise)
             if rec is not None and rec.status not in _REMOVED and fp.content_hash != rec.content_hash:
                 old = await self._old_fields(item)
                 if self._recheck(item, rec, old):
+                    item.worked = None
                     return item
         threshold = self.thresholds.get(site, self.threshold)
         verdict = decide(item, rec, fp, noise, old, threshold=threshold)
@@ -362,10 +368,12 @@ class ClassifyPipeline:
         assert self.runtime is not None
         pending = self.runtime.handover
         if pending is not None:
-            # IndexPipeline adds the page's chunks and writes everything in one transaction
+            # IndexPipeline adds the page's chunks (the worker's, if made) and writes everything
+            # in one transaction
             pending.put(update)
             item.status = status
             return item
+        item.worked = None
         return await commit(self.runtime, run, update)
 
     @staticmethod
@@ -405,5 +413,5 @@ class ClassifyPipeline:
             self._inc(f"recrawler/state/error/{type(exc).__name__}")
             logger.error("state write failed for %(url)s: %(exc)s", {"url": item.url, "exc": exc})
         item.status = PageStatus.ERROR
-        item.raw_body = None
+        item.raw_body = item.worked = None
         return item

@@ -102,6 +102,7 @@ class IndexPipeline:
         """Add the page's chunks to its pending update and write both."""
         if not isinstance(item, Page):
             return item
+        worked, item.worked = item.worked, None
         update = self.pending.pop(item.key)
         if update is None:
             return item  # an error page, or one ClassifyPipeline already wrote
@@ -111,9 +112,12 @@ class IndexPipeline:
         chunks: list[Chunk] | None = None
         restore = False
         if item.text and (update.status in (PageStatus.NEW, PageStatus.CHANGED) or update.backfill):
-            chunks = await self.runtime.offload(
-                self.chunker.chunk, item.text, key=item.key, url=item.url, headings=item.headings
-            )
+            if worked is not None and worked.chunks is not None:
+                chunks = worked.chunks  # a CPU worker chunked the same text with the same settings
+            else:
+                chunks = await self.runtime.offload(
+                    self.chunker.chunk, item.text, key=item.key, url=item.url, headings=item.headings
+                )
         elif update.restored:
             restore = True
             self.runtime.counters.inc("recrawler/index/restored")

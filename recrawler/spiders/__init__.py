@@ -19,13 +19,15 @@ from scrapy.utils.gz import gunzip, gzip_magic_number
 from scrapy.utils.sitemap import Sitemap, sitemap_urls_from_robots
 
 from recrawler import meta
+from recrawler.cpu import PageJob, Worked
 from recrawler.detect.hashing import content_hash
 from recrawler.detect.regions import volatile_regions
 from recrawler.exceptions import ConfigurationError
-from recrawler.extract import ContentExtractor, ExtractionError, looks_binary
+from recrawler.extract import Content, ContentExtractor, ExtractionError, looks_binary
 from recrawler.items import Page
 from recrawler.redact import redact_url
 from recrawler.runtime import find_runtime
+from recrawler.state.records import LIVE, PageRecord
 from recrawler.urls import KeyMaker, UrlPolicy, key_host
 
 if TYPE_CHECKING:
@@ -35,9 +37,10 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
     from twisted.python.failure import Failure
 
+    from recrawler.cpu import CpuPool
     from recrawler.detect.noise import SiteNoise
     from recrawler.learning import NoiseRegistry
-    from recrawler.runtime import Runtime
+    from recrawler.state import RecordHints
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +78,75 @@ class PageBuilder:
 
     def page(self, response: Response, lastmod: str | None = None) -> Page:
         """Return the Page for *response* (call it from any spider callback)."""
+        page, body = self.head(response, lastmod)
+        if not body:
+            return page
+        assert isinstance(response, TextResponse)
+        regions = None
+        if self.noise is not None:
+            site = self.noise.site(key_host(page.key))
+            first = response.meta.get(meta.FIRST_BODY)
+            if first is not None:
+                # a second fetch moments after the first: what differs between them is volatile
+                page.rechecked = True
+                learned = self._learn(first, response, site)
+                if learned:
+                    page.learned_regions = tuple(learned)
+                    self.noise.learned(site.site, learned)
+                    site = self.noise.site(site.site)
+            regions = site.regions_css
+        try:
+            content = self.extractor.extract(response.body, response.encoding, regions=regions)
+        except ExtractionError as exc:
+            # a page the parser would truncate (too_deep): stored state stays as it was
+            page.error = exc.reason
+            return page
+        return self.fill(page, response, content)
+
+    async def page_in_worker(
+        self, response: Response, lastmod: str | None, pool: CpuPool, hints: RecordHints
+    ) -> Page | None:
+        """:meth:`page` with its CPU work done by a worker process, in one hand-over: the
+        content, the fingerprint under the site's noise model (once loaded) and, unless the page
+        still hashes to what is indexed, the chunks. None when the workers are gone."""
+        page, body = self.head(response, lastmod)
+        if not body:
+            return page
+        assert isinstance(response, TextResponse)
+        model = None
+        regions: tuple[str, ...] = ()
+        if self.noise is not None:
+            site = key_host(page.key)
+            model = self.noise.ready(site)
+            regions = (model or self.noise.site(site)).regions
+        rec = hints.peek(page.key)
+        indexed = None
+        if isinstance(rec, PageRecord) and rec.chunks and rec.status == LIVE:
+            indexed = rec.content_hash
+        work = await pool.work(
+            PageJob(
+                key=page.key,
+                url=page.url,
+                body=response.body,
+                encoding=response.encoding,
+                regions=regions,
+                noise=pool.packed(model) if model is not None else None,
+                indexed_hash=indexed,
+            )
+        )
+        if work is None:
+            return None
+        if work.error is not None:
+            page.error = work.error
+            return page
+        assert work.content is not None
+        if work.fingerprint is not None or work.chunks is not None:
+            page.worked = Worked(noise=model, fingerprint=work.fingerprint, chunks=work.chunks)
+        return self.fill(page, response, work.content, work.content_hash)
+
+    def head(self, response: Response, lastmod: str | None = None) -> tuple[Page, bool]:
+        """The Page's URL, key, validators and origin; False when there is no body to extract
+        (a 304, or a body that is no HTML: an error)."""
         key = response.meta.get(meta.KEY) or self.key_maker(
             (response.meta.get("redirect_urls") or [response.url])[0]
         )
@@ -92,7 +164,7 @@ class PageBuilder:
             moved_from=tuple(response.meta.get(meta.MOVED_FROM, ())),
         )
         if response.status == 304:
-            return page
+            return page, False
         ctype = (response.headers.get(b"Content-Type") or b"").split(b";")[0].strip().lower()
         if (
             not isinstance(response, TextResponse)
@@ -101,26 +173,11 @@ class PageBuilder:
             or looks_binary(response.body, response.encoding)
         ):
             page.error = "not_html"
-            return page
-        regions = None
-        if self.noise is not None:
-            site = self.noise.site(key_host(key))
-            first = response.meta.get(meta.FIRST_BODY)
-            if first is not None:
-                # a second fetch moments after the first: what differs between them is volatile
-                page.rechecked = True
-                learned = self._learn(first, response, site)
-                if learned:
-                    page.learned_regions = tuple(learned)
-                    self.noise.learned(site.site, learned)
-                    site = self.noise.site(site.site)
-            regions = site.regions_css
-        try:
-            content = self.extractor.extract(response.body, response.encoding, regions=regions)
-        except ExtractionError as exc:
-            # a page the parser would truncate (too_deep): stored state stays as it was
-            page.error = exc.reason
-            return page
+            return page, False
+        return page, True
+
+    def fill(self, page: Page, response: Response, content: Content, text_hash: str | None = None) -> Page:
+        """Complete *page* with its extracted *content* (*text_hash*: its text's hash, if known)."""
         page.title = content.title
         page.region_hits = content.region_hits
         if not content.text.strip():
@@ -133,7 +190,7 @@ class PageBuilder:
         page.headings = content.headings
         page.code = content.code
         page.links = content.links
-        page.content_hash = content_hash(content.text)
+        page.content_hash = text_hash or content_hash(content.text)
         return page
 
     def _learn(self, first: bytes, response: TextResponse, site: SiteNoise) -> list[str]:
@@ -176,6 +233,24 @@ class RecrawlerSpiderMixin:
     def recrawler_page(self, response: Response, lastmod: str | None = None) -> Page:
         """Return the Page item for *response* (304s are not parsed)."""
         return self._recrawler_page_builder().page(response, lastmod)
+
+    async def recrawler_page_async(self, response: Response, lastmod: str | None = None) -> Page:
+        """:meth:`recrawler_page` off the reactor: its CPU work in a worker process
+        (``RECRAWLER_CPU_PROCESSES``) or else on a CPU thread (``RECRAWLER_CPU_THREADS``).
+
+        A 304 or an empty body has nothing to extract and is not handed over.
+        """
+        builder = self._recrawler_page_builder()
+        runtime = find_runtime(getattr(self, "crawler", None))
+        if runtime is None or response.status == 304 or not response.body or meta.FIRST_BODY in response.meta:
+            return builder.page(response, lastmod)
+        if runtime.cpu_pool.active:
+            page = await builder.page_in_worker(response, lastmod, runtime.cpu_pool, runtime.hints)
+            if page is not None:
+                return page
+        if runtime.cpu_threads:
+            return await runtime.offload(builder.page, response, lastmod)
+        return builder.page(response, lastmod)
 
     def _recrawler_page_builder(self) -> PageBuilder:
         if self._recrawler_builder is None:
@@ -504,22 +579,22 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
     ) -> Iterable[Page | Request] | AsyncIterator[Page | Request]:
         """Yield the Page of a listed (or verified) URL, then its links when following them.
 
-        With ``RECRAWLER_CPU_THREADS`` a page to extract is extracted on a CPU thread, off the
-        reactor (a 304 or an empty body has nothing to extract: handing it over would cost more).
+        A page to extract is extracted off the reactor (see :meth:`recrawler_page_async`); a 304
+        or an empty body has nothing to extract: handing it over would cost more.
         """
         runtime = find_runtime(getattr(self, "crawler", None))
         if (
             runtime is not None
-            and runtime.cpu_threads
+            and (runtime.cpu_pool.active or runtime.cpu_threads)
             and response.status != 304
             and response.body
             and meta.FIRST_BODY not in response.meta
         ):
-            return self._parse_offloaded(response, runtime)
+            return self._parse_offloaded(response)
         return self._parse_page(response, self.recrawler_page(response))
 
-    async def _parse_offloaded(self, response: Response, runtime: Runtime) -> AsyncIterator[Page | Request]:
-        page = await runtime.offload(self._recrawler_page_builder().page, response)
+    async def _parse_offloaded(self, response: Response) -> AsyncIterator[Page | Request]:
+        page = await self.recrawler_page_async(response)
         for out in self._parse_page(response, page):
             yield out
 

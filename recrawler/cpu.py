@@ -1,0 +1,268 @@
+"""Per-page CPU work in worker processes: extraction, fingerprints and chunks, off the crawl's GIL.
+
+Scrapy's downloads, recrawler's middlewares and pipelines and the database writes share one
+interpreter lock, so per-page CPU work done in the crawl's process (parsing, rendering, token
+normalising, hashing, chunking) waits its turn behind them however many cores the machine has,
+threads or not. With ``RECRAWLER_CPU_PROCESSES`` worker processes, a page is handed over once:
+its body goes out, its content, fingerprints and (when the page needs them) chunks come back.
+
+The workers are forked when the spider opens, before the run's own threads start: a fork never
+runs the user's script again, as a spawned worker would without an ``if __name__ ==
+"__main__"`` guard. Signals are left to the crawl's process, which shuts the workers down when
+the engine stops. A worker that dies (killed, out of memory) is one ERROR line; the run goes
+on with the work done in its own process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lxml.cssselect import CSSSelector
+
+from recrawler.detect.hashing import content_hash
+from recrawler.detect.noise import Fingerprint, SiteNoise, fingerprint
+from recrawler.exceptions import ConfigurationError
+from recrawler.extract import Content, ContentExtractor, ExtractionError
+from recrawler.kb.chunking import Chunk, Chunker
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+    from recrawler.counters import RunCounters
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PageJob:
+    """One page's CPU work, as sent to a worker."""
+
+    key: str
+    url: str
+    body: bytes
+    encoding: str
+    #: the site's learned volatile regions (CSS selectors), dropped before rendering
+    regions: tuple[str, ...] = ()
+    #: the pickled noise model of the page's site, to fingerprint under (None: not loaded yet)
+    noise: bytes | None = None
+    #: the stored page's normalised hash when it has chunks: a page still hashing to it is not
+    #: chunked (None: new, or no chunks stored)
+    indexed_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PageWork:
+    """What a worker made of a page: its content (or why there is none), fingerprint and chunks."""
+
+    content: Content | None = None
+    error: str | None = None
+    content_hash: str | None = None
+    fingerprint: Fingerprint | None = None
+    chunks: list[Chunk] | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class Worked:
+    """A page's fingerprint and chunks made by a worker, handed from the spider to the pipelines
+    on the Page; valid only under the very noise model they were made with."""
+
+    noise: SiteNoise | None
+    fingerprint: Fingerprint | None
+    chunks: list[Chunk] | None
+
+
+class _Tools:
+    """One worker's extractor, chunker and model caches (built once per process)."""
+
+    def __init__(
+        self, selectors: list[str], noise_selectors: list[str], chunking: tuple[int, int] | None
+    ) -> None:
+        self.extractor = ContentExtractor(selectors, noise_selectors)
+        self.chunker = Chunker(*chunking) if chunking is not None else None
+        self._regions: OrderedDict[tuple[str, ...], CSSSelector] = OrderedDict()
+        self._models: OrderedDict[bytes, SiteNoise] = OrderedDict()
+
+    def regions(self, selectors: tuple[str, ...]) -> CSSSelector | None:
+        if not selectors:
+            return None
+        css = self._regions.get(selectors)
+        if css is None:
+            css = self._regions[selectors] = CSSSelector(", ".join(selectors), translator="html")
+            if len(self._regions) > 64:
+                self._regions.popitem(last=False)
+        return css
+
+    def model(self, packed: bytes | None) -> SiteNoise | None:
+        if packed is None:
+            return None
+        model = self._models.get(packed)
+        if model is None:
+            model = self._models[packed] = pickle.loads(packed)  # noqa: S301  # our own pickle
+            if len(self._models) > 16:
+                self._models.popitem(last=False)
+        return model
+
+    def work(self, job: PageJob) -> PageWork:
+        try:
+            content = self.extractor.extract(job.body, job.encoding, regions=self.regions(job.regions))
+        except ExtractionError as exc:
+            return PageWork(error=exc.reason)
+        if not content.text.strip():
+            return PageWork(content=content)
+        noise = self.model(job.noise)
+        fp = fingerprint(content.text, noise) if noise is not None else None
+        chunks = None
+        if self.chunker is not None and fp is not None and fp.content_hash != job.indexed_hash:
+            chunks = self.chunker.chunk(content.text, key=job.key, url=job.url, headings=content.headings)
+        return PageWork(
+            content=content, content_hash=content_hash(content.text), fingerprint=fp, chunks=chunks
+        )
+
+
+_TOOLS: _Tools | None = None
+
+
+def _start_worker(
+    selectors: list[str], noise_selectors: list[str], chunking: tuple[int, int] | None, parent: int
+) -> None:
+    """Worker initializer: the crawl's process handles Ctrl-C and SIGTERM, and stops the workers;
+    a worker whose crawl process died (killed, no shutdown) exits on its own."""
+    global _TOOLS  # one set of tools per worker process
+    threading.Thread(target=_watch, args=(parent,), name="recrawler-cpu-watch", daemon=True).start()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with contextlib.suppress(ValueError):
+        # the inherited event loop's wake-up pipe belongs to the crawl's process
+        signal.set_wakeup_fd(-1)
+    _TOOLS = _Tools(selectors, noise_selectors, chunking)
+
+
+def _watch(parent: int) -> None:
+    # a sibling worker holds the task pipe open too: a dead parent is never an end of file here
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(0)
+
+
+def _work(job: PageJob) -> PageWork:
+    assert _TOOLS is not None
+    return _TOOLS.work(job)
+
+
+def _ready() -> int:
+    return 0
+
+
+class CpuPool:
+    """The run's worker processes (``RECRAWLER_CPU_PROCESSES``), owned by its Runtime."""
+
+    def __init__(
+        self,
+        processes: int,
+        *,
+        selectors: list[str],
+        noise_selectors: list[str],
+        chunking: tuple[int, int] | None,
+    ) -> None:
+        if processes < 0:
+            raise ConfigurationError(f"RECRAWLER_CPU_PROCESSES: bad value {processes!r}")
+        self.processes = processes
+        self._args = (selectors, noise_selectors, chunking)
+        self._pool: ProcessPoolExecutor | None = None
+        #: pickled noise models by id (each kept with its model, so an id is never reused)
+        self._packed: OrderedDict[int, tuple[SiteNoise, bytes]] = OrderedDict()
+        #: the workers died: the rest of the run works in its own process
+        self.lost = False
+        #: the run's counters (set by its Runtime): pages worked, workers lost
+        self.counters: RunCounters | None = None
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> CpuPool:
+        """Build from ``RECRAWLER_CPU_PROCESSES``, the content and the chunk settings."""
+        chunking = None
+        if settings.getbool("RECRAWLER_INDEX_ENABLED"):
+            chunking = (settings.getint("RECRAWLER_CHUNK_SIZE"), settings.getint("RECRAWLER_CHUNK_OVERLAP"))
+        return cls(
+            settings.getint("RECRAWLER_CPU_PROCESSES"),
+            selectors=settings.getlist("RECRAWLER_CONTENT_SELECTORS"),
+            noise_selectors=settings.getlist("RECRAWLER_CONTENT_NOISE_SELECTORS"),
+            chunking=chunking,
+        )
+
+    @property
+    def active(self) -> bool:
+        """Whether pages go to the workers."""
+        return self.processes > 0 and not self.lost
+
+    def start(self) -> None:
+        """Fork the workers now (call it before the run starts threads of its own)."""
+        if not self.active or self._pool is not None:
+            return
+        # fork where the platform forks safely; elsewhere spawn (the script then needs its guard)
+        method = "fork" if sys.platform.startswith("linux") else "spawn"
+        self._pool = ProcessPoolExecutor(
+            max_workers=self.processes,
+            mp_context=multiprocessing.get_context(method),
+            initializer=_start_worker,
+            initargs=(*self._args, os.getpid()),
+        )
+        # the first task starts every worker (with fork, all at once, before any thread of ours)
+        self._pool.submit(_ready)
+
+    def packed(self, model: SiteNoise) -> bytes:
+        """*model* pickled for the workers (kept while it is the site's current model)."""
+        kept = self._packed.get(id(model))
+        if kept is None:
+            kept = self._packed[id(model)] = (model, pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL))
+            if len(self._packed) > 16:
+                self._packed.popitem(last=False)
+        return kept[1]
+
+    async def work(self, job: PageJob) -> PageWork | None:
+        """The page's work done by a worker; None when the workers are gone (work in-process)."""
+        if not self.active:
+            return None
+        if self._pool is None:
+            self.start()
+        assert self._pool is not None
+        try:
+            result: PageWork = await asyncio.wrap_future(self._pool.submit(_work, job))
+        except BrokenProcessPool as exc:
+            if not self.lost:
+                self.lost = True
+                if self.counters is not None:
+                    self.counters.inc("recrawler/cpu/worker_lost")
+                logger.error(
+                    "a CPU worker process died (%(exc)s); the rest of the run works in the crawl's process",
+                    {"exc": exc},
+                )
+            return None
+        if self.counters is not None:
+            self.counters.inc("recrawler/cpu/worker_pages")
+        return result
+
+    def shutdown(self) -> None:
+        """Stop the workers (queued work is dropped: the run is over)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __getstate__(self) -> Any:  # pragma: no cover - a pool is never sent anywhere
+        raise TypeError("CpuPool cannot be pickled")
+
+
+__all__ = ["CpuPool", "PageJob", "PageWork", "Worked"]

@@ -1,0 +1,214 @@
+"""Per-page CPU work in worker processes (RECRAWLER_CPU_PROCESSES): the same pages as in-process,
+a dead worker costs no page, and a script without a main guard still crawls once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+import scrapy
+from scrapy import signals
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from recrawler.runtime import Runtime
+from recrawler.spiders import RecrawlerSpiderMixin
+from recrawler.spiders.docs import DocsSpider
+from tests import docsite
+from tests.conftest import Crawls, make_crawler
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    import pytest
+    from scrapy.http import Response
+
+    from tests.conftest_mockserver import Site
+
+T0 = 1_760_000_000.0
+
+
+def _write_site(site: Site, pages: int = 12) -> str:
+    paths = []
+    for n in range(pages):
+        sections = [
+            ("Overview", [f"Page {n} explains the <code>fetch_{n}</code> setting in some detail."]),
+            ("Usage", [f"Run it with option {n}.", "Last updated: 2026-11-0{n % 9 + 1}."], f"tool --run {n}"),
+        ]
+        site.write(f"p{n}.html", docsite.page(f"Page {n}", sections), mtime=T0)
+        paths.append(f"p{n}.html")
+    # the error paths: no main content, and nesting past the parser's limit
+    site.write(
+        "empty.html", "<html><head><title>Empty</title></head><body><main> </main></body></html>", mtime=T0
+    )
+    site.write(
+        "deep.html", "<html><body><main>" + "<div>" * 5000 + "x" + "</div>" * 5000 + "</main></body></html>"
+    )
+    paths += ["empty.html", "deep.html"]
+    return site.write_sitemap(paths)
+
+
+def _state(db: Path) -> dict[str, Any]:
+    conn = sqlite3.connect(db)
+    try:
+        return {
+            "pages": conn.execute(
+                "SELECT url, content_hash, fuzzy_hash, title, chunks FROM pages ORDER BY url"
+            ).fetchall(),
+            "fields": conn.execute(
+                "SELECT p.url, f.title, f.headings, f.code, f.links, f.text, f.blocks "
+                "FROM page_fields f JOIN pages p ON p.key = f.key ORDER BY p.url"
+            ).fetchall(),
+            "chunks": conn.execute(
+                "SELECT url, chunk_index, chunk_hash, heading, text FROM chunks "
+                "WHERE retired_run IS NULL ORDER BY url, chunk_index"
+            ).fetchall(),
+        }
+    finally:
+        conn.close()
+
+
+@deferred_f_from_coro_f
+async def test_pages_worked_in_a_worker_process_are_the_pages_worked_in_the_crawl_process(
+    site: Site, tmp_path: Path
+) -> None:
+    sitemap = _write_site(site)
+    in_workers, in_process = Crawls(tmp_path / "workers"), Crawls(tmp_path / "process")
+    for crawls in (in_workers, in_process):
+        crawls.tmp_path.mkdir()
+
+    w1 = await in_workers.crawl(sitemap, RECRAWLER_CPU_PROCESSES=1)
+    p1 = await in_process.crawl(sitemap, RECRAWLER_CPU_PROCESSES=0)
+    assert w1.counts == p1.counts
+    assert w1.counts["new"] == 12
+    assert w1.counts["errors"] == 2
+    assert (
+        w1.stats["recrawler/page/error/empty_content"] == p1.stats["recrawler/page/error/empty_content"] == 1
+    )
+    assert w1.stats["recrawler/page/error/too_deep"] == p1.stats["recrawler/page/error/too_deep"] == 1
+    # every page with a body went to the worker; none in the run without one
+    assert w1.stats["recrawler/cpu/worker_pages"] == 14
+    assert "recrawler/cpu/worker_pages" not in p1.stats
+    state = _state(in_workers.db_path)
+    assert len(state["chunks"]) >= 12
+    assert state == _state(in_process.db_path)
+
+    # the next run: a changed page is chunked again (by the worker), the others are unchanged
+    site.write("p3.html", docsite.page("Page 3", [("Overview", ["Page 3 now says something else."])]))
+    w2 = await in_workers.crawl(sitemap, RECRAWLER_CPU_PROCESSES=1)
+    p2 = await in_process.crawl(sitemap, RECRAWLER_CPU_PROCESSES=0)
+    assert (
+        (w2.counts["changed"], w2.counts["unchanged"])
+        == (p2.counts["changed"], p2.counts["unchanged"])
+        == (1, 11)
+    )
+    assert _state(in_workers.db_path) == _state(in_process.db_path)
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_killed_mid_run_costs_one_error_line_and_no_page(
+    site: Site, crawls: Crawls, caplog: pytest.LogCaptureFixture
+) -> None:
+    sitemap = _write_site(site, pages=30)
+    crawler = make_crawler(DocsSpider, crawls.settings(RECRAWLER_CPU_PROCESSES=1, CONCURRENT_REQUESTS=2))
+    killed: list[int] = []
+
+    def kill_workers(**_: Any) -> None:
+        runtime = crawler.get_extension(Runtime)
+        pool = runtime.cpu_pool._pool if runtime is not None else None
+        if killed or pool is None:
+            return
+        for process in list(pool._processes.values()):
+            assert process.pid is not None
+            os.kill(process.pid, signal.SIGKILL)
+            killed.append(process.pid)
+
+    crawler.signals.connect(kill_workers, signal=signals.item_scraped)
+    await crawler.crawl_async(sitemap_url=sitemap)
+    runtime = crawler.get_extension(Runtime)
+    assert runtime is not None
+    assert killed
+    counts = runtime.counters
+    assert counts["recrawler/cpu/worker_lost"] == 1
+    # the pages the dead worker held, and the rest, were worked in the crawl's process
+    assert counts["recrawler/page/new"] == 30
+    assert counts["recrawler/page/error"] == 2
+    lines = [r.getMessage() for r in caplog.records if "CPU worker process died" in r.getMessage()]
+    assert len(lines) == 1
+    assert "\n" not in lines[0]
+
+
+def test_a_script_without_a_main_guard_crawls_once(site: Site, tmp_path: Path) -> None:
+    """Workers are forked, never spawned: a spawned worker runs the user's script again, and a
+    script without ``if __name__ == "__main__"`` then starts a second crawl in every worker."""
+    sitemap = _write_site(site, pages=3)
+    script = tmp_path / "crawl_it.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            from scrapy.crawler import CrawlerProcess
+            from recrawler.spiders.docs import DocsSpider
+
+            print("script started", flush=True)
+            process = CrawlerProcess({{
+                "ADDONS": {{"recrawler.addon.RecrawlerAddon": 0}},
+                "RECRAWLER_DB_URI": "sqlite:///{tmp_path / "state.db"}",
+                "RECRAWLER_CPU_PROCESSES": 2,
+                "LOG_LEVEL": "INFO",
+                "TELNETCONSOLE_ENABLED": False,
+            }})
+            process.crawl(DocsSpider, sitemap_url={sitemap!r})
+            process.start()
+            """
+        )
+    )
+    site.clear_requests()
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("script started") == 1
+    assert "recrawler/cpu/worker_pages': 5" in done.stderr
+    assert len(site.requests("p0.html")) == 1
+
+
+class AsyncOptedIn(RecrawlerSpiderMixin, scrapy.Spider):
+    """A project's own spider whose callback hands its pages to the workers."""
+
+    name = "async_opted"
+
+    def __init__(self, urls: list[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.urls = urls or []
+
+    async def start(self) -> AsyncIterator[Any]:
+        for url in self.urls:
+            yield scrapy.Request(url)
+
+    async def parse(self, response: Response) -> AsyncIterator[Any]:
+        yield await self.recrawler_page_async(response)
+
+
+@deferred_f_from_coro_f
+async def test_a_projects_own_spider_hands_its_pages_to_the_workers(site: Site, crawls: Crawls) -> None:
+    _write_site(site, pages=4)
+    urls = [site.url(f"p{n}.html") for n in range(4)]
+    crawler = make_crawler(AsyncOptedIn, crawls.settings(RECRAWLER_CPU_PROCESSES=1))
+    await crawler.crawl_async(urls=urls)
+    runtime = crawler.get_extension(Runtime)
+    assert runtime is not None
+    assert runtime.counters["recrawler/cpu/worker_pages"] == 4
+    assert runtime.counters["recrawler/page/new"] == 4
+    # the second run: validators sent, 304s never handed over
+    crawler = make_crawler(AsyncOptedIn, crawls.settings(RECRAWLER_CPU_PROCESSES=1))
+    await crawler.crawl_async(urls=urls)
+    runtime = crawler.get_extension(Runtime)
+    assert runtime is not None
+    assert runtime.counters["recrawler/page/unchanged"] == 4
+    assert runtime.counters["recrawler/conditional/not_modified"] == 4
+    assert "recrawler/cpu/worker_pages" not in runtime.counters
