@@ -28,8 +28,11 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from recrawler.embedders import Embedder
+    from recrawler.items import Page, PageStatus
     from recrawler.pipelines.handover import PendingUpdates
+    from recrawler.schedule import Revisit
     from recrawler.state import Run, StateStore
+    from recrawler.state.records import RevisitUpdate
     from recrawler.workers import SharedRun
 
 logger = logging.getLogger(__name__)
@@ -48,6 +51,16 @@ class Frontier(Protocol):
 
     def idle(self) -> bool:
         """On ``spider_idle``: send the next requests; False when none wait."""
+
+
+class Revisits(Protocol):
+    """The schedule's part in a page's write (ScheduleMiddleware registers itself)."""
+
+    def revisit_update(self, page: Page, status: PageStatus) -> RevisitUpdate | None:
+        """The page's next revisit state, to write with the page; None: nothing to store."""
+
+    async def checked(self, page: Page, status: PageStatus, before: Revisit | None) -> None:
+        """After the write: what the page's previous revisit state tells (the lastmod audit)."""
 
 
 class Runtime:
@@ -100,6 +113,8 @@ class Runtime:
         self.frontier: Frontier | None = None
         #: the sitemap files waiting to be requested (set by ListingMiddleware)
         self.listing: Frontier | None = None
+        #: each checked page's next revisit, written with the page (set by ScheduleMiddleware)
+        self.revisits: Revisits | None = None
         self.schedule = schedule
         self.noise = noise
         self.auditor = Auditor(store, self.counters, sample=audit_sample, distrust_after=distrust_after)
@@ -397,4 +412,13 @@ def find_runtime(crawler: Crawler | None) -> Runtime | None:
     return crawler.get_extension(Runtime)
 
 
-__all__ = ["CLOSE_BUSY", "CLOSE_HELD", "CLOSE_STATE", "Frontier", "Runtime", "find_runtime", "runtime_of"]
+__all__ = [
+    "CLOSE_BUSY",
+    "CLOSE_HELD",
+    "CLOSE_STATE",
+    "Frontier",
+    "Revisits",
+    "Runtime",
+    "find_runtime",
+    "runtime_of",
+]

@@ -39,6 +39,7 @@ from recrawler.state import (
     Event,
     FieldsRow,
     PageRecord,
+    RevisitUpdate,
     Run,
     StateStore,
     store_from_uri,
@@ -492,6 +493,29 @@ class ScheduleContract(BackendMixin):
             got = await store.scheduled([f"{SITE}/a", f"{SITE}/nope"])
             assert list(got) == [f"{SITE}/a"]
             assert got[f"{SITE}/a"].revisit == after
+
+    @deferred_f_from_coro_f
+    async def test_a_pages_next_revisit_is_written_with_the_page(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            seen: list[Revisit | None] = []
+
+            def update(before: Revisit | None) -> Revisit:
+                seen.append(before)
+                assert before is not None  # the page row is written first
+                return replace(before, last_check_at=T0, checks=before.checks + 1)
+
+            first = await store.record(run, rec("a"), [], revisit=RevisitUpdate(update, found_via="feed"))
+            assert first is not None
+            assert (first.checks, first.last_check_at) == (0, None)  # a new page: no checks yet
+            assert (await store.scheduled([f"{SITE}/a"]))[f"{SITE}/a"].revisit.checks == 1
+            before = await store.record(run, rec("a", title="Again"), [], revisit=RevisitUpdate(update))
+            assert before is not None
+            assert (before.checks, before.last_check_at) == (1, T0)
+            assert len(seen) == 2
+            # a write without one leaves the page's revisit state alone
+            assert await store.record(run, rec("a", title="Third"), []) is None
+            assert (await store.scheduled([f"{SITE}/a"]))[f"{SITE}/a"].revisit.checks == 2
 
     @deferred_f_from_coro_f
     async def test_due_order_and_due_filter(self, uri: str, settings: Settings) -> None:

@@ -33,7 +33,8 @@ async def commit(
     restore: bool = False,
     embeddings: Sequence[tuple[str, str, bytes]] = (),
 ) -> Page:
-    """Write a page's state, events and knowledge-base rows in one transaction; count; signal.
+    """Write a page's state, events, knowledge-base rows and next revisit (when the schedule
+    is on) in one transaction; count; signal.
 
     A failed write leaves the old state (the page is checked again next run) and drops the item.
     """
@@ -47,8 +48,10 @@ async def commit(
         outcome.append(f"{status}/moved_in")
     if update.restored:
         outcome.append(str(PageStatus.RESTORED))
+    revisits = runtime.revisits
+    revisit = revisits.revisit_update(page, status) if revisits is not None else None
     try:
-        await store.record(
+        before = await store.record(
             run,
             update.record,
             update.events,
@@ -58,6 +61,7 @@ async def commit(
             fields=update.fields,
             change=update.change,
             outcome=outcome,
+            revisit=revisit,
         )
     except StateStoreError as exc:
         counters.inc(f"recrawler/state/error/{type(exc).__name__}")
@@ -70,6 +74,8 @@ async def commit(
     if chunks is not None:
         counters.inc("recrawler/index/upserted")
         counters.inc("recrawler/index/chunks", len(chunks))
+    if revisits is not None and revisit is not None:
+        await revisits.checked(page, status, before)
     await runtime.crawler.signals.send_catch_log_async(signals.page_classified, page=page, status=status)
     return page
 

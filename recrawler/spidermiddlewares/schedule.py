@@ -10,12 +10,12 @@ from scrapy import Request, signals
 from scrapy.exceptions import NotConfigured
 
 from recrawler import meta
-from recrawler import signals as recrawler_signals
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
 from recrawler.meta import is_page_request, request_key
 from recrawler.runtime import runtime_of
 from recrawler.schedule import SKIP_LASTMOD, Decision, parse_now
+from recrawler.state.records import RevisitUpdate
 from recrawler.urls import KeyMaker, key_host
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from recrawler.audit import Auditor
     from recrawler.counters import RunCounters
     from recrawler.items import Page
-    from recrawler.schedule import SchedulePolicy
+    from recrawler.schedule import Revisit, SchedulePolicy
     from recrawler.state import Run, ScheduledPage, StateStore
 
 logger = logging.getLogger(__name__)
@@ -44,15 +44,16 @@ class ScheduleMiddleware:
     batches, one database round trip each: new pages, the audit sample, feed entries and
     lastmods newer than the last check are due at once; ``RECRAWLER_LASTMOD_MODE=skip`` skips a
     page whose lastmod is not newer (until its max interval); otherwise ``next_check_at``
-    decides. Start requests are not filtered. After each check (``page_classified``) the page's
-    change-rate estimate and next check are stored, and its lastmod's claim is audited.
+    decides. Start requests are not filtered. Each checked page's change-rate estimate and next
+    check are stored in the page's own write (it registers as the Runtime's ``revisits``), and
+    its lastmod's claim is audited.
 
     Settings: ``RECRAWLER_SCHEDULE``, ``RECRAWLER_SCHEDULE_BATCH_SIZE``, ``RECRAWLER_NOW``,
     ``RECRAWLER_MIN_INTERVAL_SECS``, ``RECRAWLER_MAX_INTERVAL_SECS``,
     ``RECRAWLER_INTERVAL_OVERRIDES``, ``RECRAWLER_LASTMOD_MODE``.
     Stats: ``recrawler/schedule/due``, ``recrawler/schedule/due/<reason>``,
     ``recrawler/page/skipped``, ``recrawler/page/skipped/{schedule,lastmod}``,
-    ``recrawler/state/error/<Exception>``. Signals: listens to ``page_classified``.
+    ``recrawler/state/error/<Exception>``.
     Meta: reads ``recrawler_lastmod``, ``recrawler_feed_updated``, ``recrawler_found_via``;
     sets ``recrawler_due``.
     """
@@ -98,7 +99,7 @@ class ScheduleMiddleware:
             ),
         )
         crawler.signals.connect(mw.spider_opened, signal=signals.spider_opened)
-        crawler.signals.connect(mw.page_classified, signal=recrawler_signals.page_classified)
+        runtime.revisits = mw
         return mw
 
     def _inc(self, name: str, count: int = 1) -> None:
@@ -225,23 +226,21 @@ class ScheduleMiddleware:
             lastmod_trusted=self.auditor.trusted(host, "lastmod"),
         )
 
-    async def page_classified(self, page: Page, status: PageStatus) -> None:
-        """Store the page's next check; audit its lastmod's claim against what the check found."""
+    def revisit_update(self, page: Page, status: PageStatus) -> RevisitUpdate | None:
+        """The page's next check, written in the page's own transaction (a failed write keeps
+        the old schedule: the page is due again, never later than it should be)."""
         if status not in _CHECKED:
-            return
+            return None
         changed, new = status == PageStatus.CHANGED, status == PageStatus.NEW
-        try:
-            prev, _ = await self.store.update_revisit(
-                page.key,
-                lambda prev: self.policy.after_check(prev, url=page.url, changed=changed, new=new),
-                found_via=page.found_via,
-                found_from=page.found_from,
-            )
-        except StateStoreError as exc:
-            # the old schedule stays: the page is due again, never later than it should be
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
-            logger.error("schedule write failed for %(url)s: %(exc)s", {"url": page.url, "exc": exc})
-            return
+        policy, url = self.policy, page.url
+        return RevisitUpdate(
+            lambda prev: policy.after_check(prev, url=url, changed=changed, new=new),
+            found_via=page.found_via,
+            found_from=page.found_from,
+        )
+
+    async def checked(self, page: Page, status: PageStatus, prev: Revisit | None) -> None:
+        """Audit the page's lastmod's claim against what the check found."""
         if (
             status != PageStatus.NEW
             and prev is not None

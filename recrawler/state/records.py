@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from recrawler.schedule import Revisit
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "PageRecord",
     "ReconcileResult",
     "RemovalPlan",
+    "RevisitUpdate",
     "Run",
     "ScheduledPage",
     "TrustRecord",
@@ -45,6 +48,16 @@ RUN_RUNNING, RUN_FINISHED, RUN_HELD, RUN_PUBLISHED, RUN_DISCARDED, RUN_ABORTED =
     "discarded",
     "aborted",
 )
+
+
+@dataclass(frozen=True, slots=True)
+class RevisitUpdate:
+    """A page's next revisit state, written with the page: ``update(state before)`` (quick and
+    pure: it runs where the database work runs), and how the page was found if not known yet."""
+
+    update: Callable[[Revisit | None], Revisit]
+    found_via: str | None = None
+    found_from: str | None = None
 
 
 def utcnow() -> datetime:

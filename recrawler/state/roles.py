@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         PageRecord,
         ReconcileResult,
         RemovalPlan,
+        RevisitUpdate,
         Run,
         ScheduledPage,
         SitemapFile,
@@ -101,9 +102,11 @@ class Pages(Protocol):
         fields: FieldsRow | None = None,
         change: ChangeRow | None = None,
         outcome: Sequence[str] = (),
-    ) -> None:
-        """Write a page's new state, events, knowledge-base rows, fields and history in one
-        transaction; its *outcome* labels count in :attr:`outcomes` once it is durable (in
+        revisit: RevisitUpdate | None = None,
+    ) -> Revisit | None:
+        """Write a page's new state, events, knowledge-base rows, fields, history and (with
+        *revisit*) next revisit state in one transaction; return its revisit state before (None
+        without *revisit*). Its *outcome* labels count in :attr:`outcomes` once it is durable (in
         :attr:`lost` when its commit fails)."""
 
     async def record_error(self, run: Run, key: str | None, events: Sequence[Event]) -> None:

@@ -28,12 +28,15 @@ from recrawler.state.sql.rows import (
     _row_to_record,
     _ts,
 )
+from recrawler.state.sql.schedule import SQLSchedule
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
     from recrawler.kb.chunking import Chunk
+    from recrawler.schedule import Revisit
+    from recrawler.state.records import RevisitUpdate
     from recrawler.state.sql.database import Database
     from recrawler.state.sql.dialect import Dialect, Work
 
@@ -68,7 +71,8 @@ class SQLPages:
         fields: FieldsRow | None = None,
         change: ChangeRow | None = None,
         outcome: Sequence[str] = (),
-    ) -> None:
+        revisit: RevisitUpdate | None = None,
+    ) -> Revisit | None:
         """Upsert the page's new state, its events and its knowledge-base rows atomically.
 
         ``fields`` replaces the page's field-level record (and updates the site's block counts);
@@ -79,12 +83,13 @@ class SQLPages:
         ``chunks`` replaces the page's current chunks (old rows retired by this run, new rows
         added by it: search switches when the run publishes); ``restore`` brings back the rows a
         quarantine kept; ``embeddings`` are (embedder, text hash, vector) cache rows.
-        Any staged miss of the page is lifted.
+        Any staged miss of the page is lifted. ``revisit`` stores the page's next revisit state
+        in the same transaction; the state before it is returned (None without ``revisit``).
         """
 
         d = self.db.dialect
 
-        def work() -> Work[None]:
+        def work() -> Work[Revisit | None]:
             yield count(
                 f"""INSERT INTO pages ({_PAGE_COLUMNS})
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -131,8 +136,14 @@ class SQLPages:
             if change is not None:
                 yield from self._write_change(run, change)
             yield from self.db._outbox(events)
+            if revisit is None:
+                return None
+            before, _ = yield from SQLSchedule.update_work(
+                rec.key, revisit.update, revisit.found_via, revisit.found_from
+            )
+            return before
 
-        await self.db.page_write(work(), outcome)
+        return await self.db.page_write(work(), outcome)
 
     @staticmethod
     def _write_fields(d: Dialect, key: str, site: str, fields: FieldsRow) -> Work[None]:

@@ -69,13 +69,21 @@ class SQLSchedule:
         Returns (before, after). *update* runs on the worker thread: it must be quick and pure.
         """
 
-        def work() -> Work[tuple[Revisit | None, Revisit]]:
-            before = yield from self._revisit(key)
-            after = update(before)
-            yield from self._write_revisit(key, after, found_via, found_from)
-            return before, after
+        return await self.db.page_write(self.update_work(key, update, found_via, found_from))
 
-        return await self.db.page_write(work())
+    @classmethod
+    def update_work(
+        cls,
+        key: str,
+        update: Callable[[Revisit | None], Revisit],
+        found_via: str | None = None,
+        found_from: str | None = None,
+    ) -> Work[tuple[Revisit | None, Revisit]]:
+        """Read a page's revisit state and store ``update(state)`` in its place (in any write)."""
+        before = yield from cls._revisit(key)
+        after = update(before)
+        yield from cls._write_revisit(key, after, found_via, found_from)
+        return before, after
 
     @staticmethod
     def _revisit(key: str) -> Work[Revisit | None]:
