@@ -505,11 +505,15 @@ class ScheduleContract(BackendMixin):
                 assert before is not None  # the page row is written first
                 return replace(before, last_check_at=T0, checks=before.checks + 1)
 
-            first = await store.record(run, rec("a"), [], revisit=RevisitUpdate(update, found_via="feed"))
+            first = await store.record(
+                run, rec("a"), [], revisit=RevisitUpdate(update=update, found_via="feed")
+            )
             assert first is not None
             assert (first.checks, first.last_check_at) == (0, None)  # a new page: no checks yet
             assert (await store.scheduled([f"{SITE}/a"]))[f"{SITE}/a"].revisit.checks == 1
-            before = await store.record(run, rec("a", title="Again"), [], revisit=RevisitUpdate(update))
+            before = await store.record(
+                run, rec("a", title="Again"), [], revisit=RevisitUpdate(update=update)
+            )
             assert before is not None
             assert (before.checks, before.last_check_at) == (1, T0)
             assert len(seen) == 2

@@ -234,7 +234,7 @@ class ScheduleMiddleware:
         changed, new = status == PageStatus.CHANGED, status == PageStatus.NEW
         policy, url = self.policy, page.url
         return RevisitUpdate(
-            lambda prev: policy.after_check(prev, url=url, changed=changed, new=new),
+            update=lambda prev: policy.after_check(prev, url=url, changed=changed, new=new),
             found_via=page.found_via,
             found_from=page.found_from,
         )

@@ -50,7 +50,7 @@ RUN_RUNNING, RUN_FINISHED, RUN_HELD, RUN_PUBLISHED, RUN_DISCARDED, RUN_ABORTED =
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RevisitUpdate:
     """A page's next revisit state, written with the page: ``update(state before)`` (quick and
     pure: it runs where the database work runs), and how the page was found if not known yet."""
