@@ -22,14 +22,15 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-import numpy as np
-
 from recrawler.exceptions import ConfigurationError, RecrawlerError
 from recrawler.redact import redact_text, redact_url
 
+# numpy is imported where vectors are made: a run that embeds nothing (an unchanged week) does
+# not pay for loading it
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    import numpy as np
     from numpy.typing import NDArray
 
 __all__ = [
@@ -98,16 +99,22 @@ class Embedder(Protocol):
 
 def vector_to_blob(v: NDArray[np.floating[Any]]) -> bytes:
     """Return a 1-D vector as little-endian float32 bytes (4 bytes per component)."""
+    import numpy as np
+
     return np.ascontiguousarray(v, dtype="<f4").tobytes()
 
 
 def blob_to_vector(b: bytes) -> NDArray[np.float32]:
     """Return the float32 vector stored by :func:`vector_to_blob` (a writable copy)."""
+    import numpy as np
+
     return np.frombuffer(b, dtype="<f4").astype(np.float32)
 
 
 def _normalise(rows: NDArray[np.float32]) -> NDArray[np.float32]:
     """Scale each row to unit L2 norm in place; zero rows stay zero."""
+    import numpy as np
+
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     np.divide(rows, norms, out=rows, where=norms > 0)
     return rows
@@ -139,6 +146,8 @@ class HashingEmbedder:
 
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """Return the hashed feature vectors of ``texts``, shape ``(len(texts), dim)``."""
+        import numpy as np
+
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         # Token hashes are shared across the batch: docs pages repeat most of their vocabulary.
         cache: dict[str, int] = {}
@@ -154,6 +163,8 @@ class HashingEmbedder:
         """Do nothing: there is nothing to release."""
 
     def _row(self, tokens: list[str], cache: dict[str, int]) -> NDArray[np.float64]:
+        import numpy as np
+
         hashes = []
         for token in tokens:
             h = cache.get(token)
@@ -173,6 +184,8 @@ class HashingEmbedder:
 
 def _mix(a: NDArray[np.uint64], b: NDArray[np.uint64]) -> NDArray[np.uint64]:
     """Hash ordered pairs of 64-bit hashes (splitmix64 finaliser); uint64 arithmetic wraps."""
+    import numpy as np
+
     x = (a * np.uint64(0x9E3779B97F4A7C15)) ^ b
     x ^= x >> np.uint64(30)
     x *= np.uint64(0xBF58476D1CE4E5B9)
@@ -224,6 +237,8 @@ class SentenceTransformersEmbedder:
 
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """Return the model's normalised embeddings of ``texts`` (loading the model first if needed)."""
+        import numpy as np
+
         model = self._load()
         assert self.dim is not None
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
@@ -357,6 +372,8 @@ class OpenAIEmbedder:
 
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """Return the server's embeddings of ``texts``, in order, one request per batch."""
+        import numpy as np
+
         rows = [i for i, blank in enumerate(_blank_mask(texts)) if not blank]
         if not rows and self.dim is None and texts:
             self._post([_PROBE_TEXT])
@@ -424,6 +441,8 @@ class OpenAIEmbedder:
         return f"{_status(status)} from {self.url}: {detail or 'no error message'}"
 
     def _parse(self, payload: bytes, expected: int) -> NDArray[np.float32]:
+        import numpy as np
+
         try:
             data = sorted(json.loads(payload)["data"], key=lambda item: item["index"])
             rows = np.asarray([item["embedding"] for item in data], dtype=np.float32)
