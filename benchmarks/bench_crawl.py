@@ -22,7 +22,7 @@ if not __package__:  # run as a script: python benchmarks/bench_crawl.py
 from benchmarks.lib.nginx import NginxServer
 from benchmarks.lib.results import add_json_option, fmt, meets, ratio, write_json
 from benchmarks.lib.runners import THROUGHPUT_KEYS, RunResult, crawl, format_table
-from benchmarks.lib.sites import PAGE_TARGET_BYTES, generate_site
+from benchmarks.lib.sites import PAGE_TARGET_BYTES, corpus_site, generate_site
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -87,11 +87,16 @@ def median_runs(runs: Sequence[RunResult]) -> dict[str, RunResult]:
 
 
 def print_report(
-    runs: Sequence[RunResult], ratios: dict[str, Any], reports: dict[str, Any], pages: int
+    runs: Sequence[RunResult],
+    ratios: dict[str, Any],
+    reports: dict[str, Any],
+    pages: int,
+    mean_bytes: float = PAGE_TARGET_BYTES,
+    source: str = "generated",
 ) -> None:
     """Print the table, ratios against targets, settings check and recrawler's own counts."""
     print()
-    print(f"site: {pages} pages of ~{PAGE_TARGET_BYTES / 1000:.1f} KB + sitemap.xml, nginx")
+    print(f"site: {pages} {source} pages of ~{mean_bytes / 1000:.1f} KB + sitemap.xml, nginx")
     print(format_table(runs))
     print()
     print("pages = page URLs requested; requests include robots.txt and sitemap.xml;")
@@ -192,6 +197,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add_json_option(p, "bench_crawl")
     p.add_argument("--seed", type=int, default=1, help="site generator seed (default 1)")
     p.add_argument(
+        "--corpus",
+        type=Path,
+        default=None,
+        metavar="TARBALL",
+        help="serve a real docs site instead of generated pages: the tarball's HTML pages, copied "
+        "until there are --pages of them (e.g. ../shared/corpus/mesonbuild/v1.tar.gz)",
+    )
+    p.add_argument(
         "--runs",
         default="ABC",
         help="which runs, e.g. A for the baseline only (default ABC; C needs B)",
@@ -244,9 +257,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         server.start()
         t0 = time.monotonic()
-        specs = generate_site(site, server.url, args.pages, args.seed)
+        if args.corpus is not None:
+            specs = corpus_site(site, server.url, args.pages, args.corpus)
+        else:
+            specs = generate_site(site, server.url, args.pages, args.seed)
         page_paths = {s.path for s in specs}
         total = sum((site / s.path.lstrip("/")).stat().st_size for s in specs)
+        mean_bytes = total / len(specs)
         print(
             f"generated {len(specs)} pages ({total / len(specs):.0f} B mean) in "
             f"{time.monotonic() - t0:.1f}s; nginx at {server.url}; workdir {workdir}",
@@ -303,11 +320,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
     ratios = compute_ratios(median_runs(runs))
-    print_report(runs, ratios, reports, args.pages)
+    source = f"corpus ({args.corpus.name})" if args.corpus is not None else "generated"
+    print_report(runs, ratios, reports, args.pages, mean_bytes, source)
     if args.keep:
         print(f"\nkept {workdir}")
     payload = {
         "pages": args.pages,
+        "site": str(args.corpus) if args.corpus is not None else "generated",
         "seed": args.seed,
         "targets": {
             "bytes_C_over_B": TARGET_BYTES_RATIO,

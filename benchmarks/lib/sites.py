@@ -8,11 +8,11 @@ import random
 import re
 from dataclasses import dataclass
 from html import escape
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from pathlib import Path
 
 PAGE_TARGET_BYTES = 8700  # mean page size; each page lands within +-500 bytes of it
 
@@ -235,6 +235,51 @@ def generate_site(root: Path, base_url: str, pages: int, seed: int) -> list[Page
         path.write_text(render_page(spec, specs, base_url, seed), encoding="utf-8")
         ts = spec.lastmod.timestamp()
         os.utime(path, (ts, ts))
+    entries = "".join(
+        f"<url><loc>{base_url}{s.path}</loc><lastmod>{s.lastmod:%Y-%m-%dT%H:%M:%S+00:00}</lastmod></url>\n"
+        for s in specs
+    )
+    (root / "sitemap.xml").write_text(
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n'
+        f"{entries}</urlset>\n",
+        encoding="utf-8",
+    )
+    (root / "robots.txt").write_text("User-agent: *\nAllow: /\n", encoding="utf-8")
+    return specs
+
+
+def corpus_site(root: Path, base_url: str, pages: int, tarball: Path) -> list[PageSpec]:
+    """Serve a real documentation site: the corpus tarball's HTML pages, copied under
+    ``/docs/copyN/`` until there are *pages* of them (real page sizes and markup, for
+    extraction's true cost), plus sitemap.xml and robots.txt; mtimes equal the lastmod."""
+    import tarfile
+
+    with tarfile.open(tarball) as tar:
+        sources = sorted(
+            (m.name, tar.extractfile(m).read())  # type: ignore[union-attr]
+            for m in tar.getmembers()
+            if m.isfile() and m.name.endswith(".html")
+        )
+    if not sources:
+        raise ValueError(f"no HTML pages in {tarball}")
+    base = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    specs = []
+    for i in range(pages):
+        name, body = sources[i % len(sources)]
+        spec = PageSpec(
+            index=i,
+            path=f"/docs/copy{i // len(sources)}/{Path(name).name}",
+            section="corpus",
+            title=Path(name).stem,
+            lastmod=base + dt.timedelta(hours=i),
+        )
+        path = root / spec.path.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(body)
+        ts = spec.lastmod.timestamp()
+        os.utime(path, (ts, ts))
+        specs.append(spec)
     entries = "".join(
         f"<url><loc>{base_url}{s.path}</loc><lastmod>{s.lastmod:%Y-%m-%dT%H:%M:%S+00:00}</lastmod></url>\n"
         for s in specs
