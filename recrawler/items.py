@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from recrawler.cpu import Worked
+from typing import Any
 
 
 class PageStatus(StrEnum):
@@ -63,5 +60,6 @@ class Page:
     found_depth: int = 0
     #: keys of stored pages a permanent redirect moved to this page
     moved_from: tuple[str, ...] = ()
-    #: the fingerprint and chunks a CPU worker process made, until the pipelines take them
-    worked: Worked | None = field(default=None, repr=False, compare=False)
+    #: the fingerprint and chunks a CPU worker process made (a ``recrawler.cpu.Worked``), until
+    #: the pipelines take them (typed loosely: the item module stands below everything it carries)
+    worked: Any = field(default=None, repr=False, compare=False)

@@ -235,17 +235,7 @@ def generate_site(root: Path, base_url: str, pages: int, seed: int) -> list[Page
         path.write_text(render_page(spec, specs, base_url, seed), encoding="utf-8")
         ts = spec.lastmod.timestamp()
         os.utime(path, (ts, ts))
-    entries = "".join(
-        f"<url><loc>{base_url}{s.path}</loc><lastmod>{s.lastmod:%Y-%m-%dT%H:%M:%S+00:00}</lastmod></url>\n"
-        for s in specs
-    )
-    (root / "sitemap.xml").write_text(
-        '<?xml version="1.0" encoding="UTF-8"?>\n'
-        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n'
-        f"{entries}</urlset>\n",
-        encoding="utf-8",
-    )
-    (root / "robots.txt").write_text("User-agent: *\nAllow: /\n", encoding="utf-8")
+    _write_sitemap(root, base_url, specs)
     return specs
 
 
@@ -280,6 +270,12 @@ def corpus_site(root: Path, base_url: str, pages: int, tarball: Path) -> list[Pa
         ts = spec.lastmod.timestamp()
         os.utime(path, (ts, ts))
         specs.append(spec)
+    _write_sitemap(root, base_url, specs)
+    return specs
+
+
+def _write_sitemap(root: Path, base_url: str, specs: Sequence[PageSpec]) -> None:
+    """sitemap.xml listing every page with its lastmod, and a robots.txt that allows all."""
     entries = "".join(
         f"<url><loc>{base_url}{s.path}</loc><lastmod>{s.lastmod:%Y-%m-%dT%H:%M:%S+00:00}</lastmod></url>\n"
         for s in specs
@@ -291,4 +287,3 @@ def corpus_site(root: Path, base_url: str, pages: int, tarball: Path) -> list[Pa
         encoding="utf-8",
     )
     (root / "robots.txt").write_text("User-agent: *\nAllow: /\n", encoding="utf-8")
-    return specs

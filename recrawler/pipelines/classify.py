@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from scrapy.crawler import Crawler
 
+    from recrawler.cpu import Worked
     from recrawler.detect import Fingerprint, SiteNoise, Verdict
     from recrawler.learning import NoiseRegistry
     from recrawler.runtime import Runtime
@@ -242,7 +243,7 @@ class ClassifyPipeline:
                 self._inc("recrawler/volatile/learned", new)
                 noise = self.noise.site(site)
             assert item.text is not None
-            worked = item.worked
+            worked: Worked | None = item.worked
             if worked is not None and worked.noise is noise and worked.fingerprint is not None:
                 # made by a CPU worker under this very model
                 fp = worked.fingerprint

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
+    from recrawler.cpu import Worked
     from recrawler.kb.chunking import Chunk
     from recrawler.runtime import Runtime
     from recrawler.state import Run, StateStore
@@ -102,7 +103,8 @@ class IndexPipeline:
         """Add the page's chunks to its pending update and write both."""
         if not isinstance(item, Page):
             return item
-        worked, item.worked = item.worked, None
+        worked: Worked | None = item.worked
+        item.worked = None
         update = self.pending.pop(item.key)
         if update is None:
             return item  # an error page, or one ClassifyPipeline already wrote
