@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -220,8 +221,12 @@ class CpuPool:
             initializer=_start_worker,
             initargs=(*self._args, os.getpid()),
         )
-        # the first task starts every worker (with fork, all at once, before any thread of ours)
-        self._pool.submit(_ready)
+        # the first task starts every worker (with fork, all at once, before any thread of ours).
+        # Python 3.12+ warns about forking a process that runs threads (the host's, a test
+        # server's): a worker only computes, taking no lock another thread could hold
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", r".*use of fork\(\) may lead to deadlocks", DeprecationWarning)
+            self._pool.submit(_ready)
 
     def packed(self, model: SiteNoise) -> bytes:
         """*model* pickled for the workers (kept while it is the site's current model)."""
