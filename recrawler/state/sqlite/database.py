@@ -38,6 +38,9 @@ from recrawler.state.sqlite.versions import (
 
 logger = logging.getLogger(__name__)
 
+#: the write connection's page cache, in KiB (per connection, at most this much)
+_CACHE_KIB = 16384
+
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
@@ -192,6 +195,9 @@ class SQLiteDatabase:
                     # WAL + NORMAL: a commit is atomic and consistent; only the last commits
                     # before a power loss may roll back, which the next run re-checks.
                     conn.execute("PRAGMA synchronous = NORMAL")
+                    # a bounded page cache, larger than SQLite's 2 MiB: the block statistics'
+                    # upserts land at random keys, and each cache miss is a read
+                    conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
                 migrate(conn, self.path, self.dry_run)
             except sqlite3.DatabaseError as exc:
                 conn.close()
