@@ -30,17 +30,16 @@ from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from lxml.cssselect import CSSSelector
+from typing import TYPE_CHECKING
 
 from recrawler.detect.hashing import content_hash
-from recrawler.detect.noise import Fingerprint, SiteNoise, fingerprint
+from recrawler.detect.noise import Fingerprint, SiteNoise, fingerprint, regions_selector
 from recrawler.exceptions import ConfigurationError
 from recrawler.extract import Content, ContentExtractor, ExtractionError
 from recrawler.kb.chunking import Chunk, Chunker
 
 if TYPE_CHECKING:
+    from lxml.cssselect import CSSSelector
     from scrapy.settings import BaseSettings
 
     from recrawler.counters import RunCounters
@@ -94,18 +93,15 @@ class _Tools:
     ) -> None:
         self.extractor = ContentExtractor(selectors, noise_selectors)
         self.chunker = Chunker(*chunking) if chunking is not None else None
-        self._regions: OrderedDict[tuple[str, ...], CSSSelector] = OrderedDict()
+        self._regions: OrderedDict[tuple[str, ...], CSSSelector | None] = OrderedDict()
         self._models: OrderedDict[bytes, SiteNoise] = OrderedDict()
 
     def regions(self, selectors: tuple[str, ...]) -> CSSSelector | None:
-        if not selectors:
-            return None
-        css = self._regions.get(selectors)
-        if css is None:
-            css = self._regions[selectors] = CSSSelector(", ".join(selectors), translator="html")
+        if selectors not in self._regions:
+            self._regions[selectors] = regions_selector(selectors)
             if len(self._regions) > 64:
                 self._regions.popitem(last=False)
-        return css
+        return self._regions[selectors]
 
     def model(self, packed: bytes | None) -> SiteNoise | None:
         if packed is None:
@@ -265,9 +261,6 @@ class CpuPool:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-
-    def __getstate__(self) -> Any:  # pragma: no cover - a pool is never sent anywhere
-        raise TypeError("CpuPool cannot be pickled")
 
 
 __all__ = ["CpuPool", "PageJob", "PageWork", "Worked"]

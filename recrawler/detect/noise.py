@@ -14,7 +14,7 @@ from recrawler.detect.hashing import block_hash, fuzzy_hash, page_hash
 from recrawler.detect.text import blocks
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from recrawler.detect.tokens import Normalizer
 
@@ -50,21 +50,15 @@ class SiteNoise:
         # sorted: the key must not depend on the order regions were learned in
         learned = tuple(sorted(set(regions)))
         key_src = json.dumps([base, [p.name for p in normalizer.patterns], list(learned)], sort_keys=True)
-        return cls(
-            site=site,
-            normalizer=normalizer,
-            regions=learned,
-            regions_css=CSSSelector(", ".join(learned), translator="html") if learned else None,
-            boilerplate=boilerplate,
-            key=hashlib.sha256(key_src.encode()).hexdigest()[:16],
-        )
+        key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
+        return _rebuilt(site, normalizer, learned, boilerplate, key)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # for the CPU worker processes: the compiled region selector is compiled again there
         return (_rebuilt, (self.site, self.normalizer, self.regions, self.boilerplate, self.key))
 
 
-def _rebuilt(
+def _rebuilt(  # the model from its parts (also how a CPU worker process unpickles it)
     site: str,
     normalizer: Normalizer,
     regions: tuple[str, ...],
@@ -75,10 +69,15 @@ def _rebuilt(
         site=site,
         normalizer=normalizer,
         regions=regions,
-        regions_css=CSSSelector(", ".join(regions), translator="html") if regions else None,
+        regions_css=regions_selector(regions),
         boilerplate=boilerplate,
         key=key,
     )
+
+
+def regions_selector(regions: Sequence[str]) -> CSSSelector | None:
+    """One compiled selector for a site's learned volatile regions (None when it has none)."""
+    return CSSSelector(", ".join(regions), translator="html") if regions else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,4 +120,4 @@ def fingerprint(text: str, noise: SiteNoise) -> Fingerprint:
     )
 
 
-__all__ = ["Fingerprint", "SiteNoise", "fingerprint"]
+__all__ = ["Fingerprint", "SiteNoise", "fingerprint", "regions_selector"]

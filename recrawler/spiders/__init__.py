@@ -140,7 +140,7 @@ class PageBuilder:
             page.error = work.error
             return page
         assert work.content is not None
-        if work.fingerprint is not None or work.chunks is not None:
+        if work.fingerprint is not None:  # chunks come only with a fingerprint
             page.worked = Worked(noise=model, fingerprint=work.fingerprint, chunks=work.chunks)
         return self.fill(page, response, work.content, work.content_hash)
 
