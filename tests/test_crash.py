@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from tests import docsite
+from tests.test_noise_furniture import counted_from_scratch, counters
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -71,6 +72,8 @@ async def test_sigkill_midway_then_rerun_matches_uninterrupted(
     # the reference: one uninterrupted run into its own database
     await crawls.crawl(sitemap)
     reference = _state(crawls.db_path)
+    reference_counters = counters(crawls.db_path)
+    assert reference_counters[0]  # the reference counted its blocks
     assert len(reference) == N
 
     # the victim: a real `scrapy crawl docs` process, killed while one page hangs mid-crawl
@@ -126,11 +129,15 @@ async def test_sigkill_midway_then_rerun_matches_uninterrupted(
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert conn.execute("SELECT finish_reason FROM runs").fetchall() == [(None,)]
+        # the committed pages' block statistics wait, as deltas, for a reconciliation
+        assert conn.execute("SELECT COUNT(*) FROM block_deltas").fetchone()[0] == len(partial)
 
     # rerun on the killed database: it completes the work
     site.options("p20.html", hang=None)
     crawls.db_path, crawls.db_uri = db, f"sqlite:///{db}"
     rerun = await crawls.crawl(sitemap)
     assert _state(db) == reference
+    # the rerun folded the killed run's deltas with its own: the counters match the stored pages
+    assert counters(db) == counted_from_scratch(db) == reference_counters
     assert rerun.counts["new"] == N - len(partial)
     assert rerun.counts["unchanged"] == len(partial)

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import random
 import sqlite3
+from collections import Counter
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.detect.boilerplate import EDGE
+from recrawler.detect.boilerplate import EDGE, block_pairs
 from recrawler.detect.hashing import block_hash, pack_blocks, page_hash, unpack_blocks
 from recrawler.detect.noise import fingerprint
 from recrawler.detect.verdict import REBASELINED, Verdict, decide
@@ -25,6 +27,8 @@ from tests.test_state_sqlite import SITE, T0, opened, query, rec
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
+
+    import pytest
 
     from recrawler.state import Run
     from tests.conftest import Crawls
@@ -269,9 +273,15 @@ async def test_a_gone_page_no_longer_counts(tmp_path: Path) -> None:
         run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         for name in ("a", "b"):
             await store_page(store, run, name, f"T {name} F1 F2")
+        # the page writes left their block sets for the fold (the run's reconciliation)
+        assert count(db, "F1 F2") is None
+        assert await store.fold_block_stats() == 2
+        assert (count(db, "^ T"), count(db, "F1 F2"), count(db, "b F1")) == (2, 2, 1)
         run2 = await store.begin_run("docs", SITE, T0, lease_secs=0)
         assert await store.record_miss(run2, f"{SITE}/b", 410) == "staged"
         await store.reconcile(run2, apply=True, gone_after=2, gone_statuses=[410], at=T0)
+        # a removal leaves its block-set change for the fold too
+        assert await store.fold_block_stats() == 1
         assert (count(db, "^ T"), count(db, "F1 F2"), count(db, "b F1")) == (1, 1, 0)
         # the noise report lists the blocks of boilerplate pairs
         await store.update_boilerplate(SITE, enter_share=0.5, exit_share=0.35, min_pages=1)
@@ -279,6 +289,55 @@ async def test_a_gone_page_no_longer_counts(tmp_path: Path) -> None:
     # a block's sample is kept from its second page on ("a" was only ever on one page)
     samples = {b["sample"] for b in report[SITE]["boilerplate"]}
     assert samples == {"F1", "F2", "T", None}
+
+
+def counted_from_scratch(db: Path) -> tuple[dict[int, int], dict[tuple[int, int], int]]:
+    """Pages holding each block and each block pair, counted from the stored block sets."""
+    blocks: Counter[int] = Counter()
+    pairs: Counter[tuple[int, int]] = Counter()
+    for (blob,) in query(db, "SELECT blocks FROM page_fields"):
+        hashes = unpack_blocks(blob)
+        blocks.update(set(hashes))
+        pairs.update(block_pairs(hashes))
+    return dict(blocks), dict(pairs)
+
+
+def counters(db: Path) -> tuple[dict[int, int], dict[tuple[int, int], int]]:
+    """The stored counters (rows at zero count no page)."""
+    blocks = dict(query(db, "SELECT block, pages FROM site_blocks WHERE pages > 0"))
+    pairs = {(p, b): n for p, b, n in query(db, "SELECT prev, block, pages FROM site_pairs WHERE pages > 0")}
+    return blocks, pairs
+
+
+@deferred_f_from_coro_f
+async def test_folded_counters_equal_a_count_from_scratch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Page writes leave their block-set changes as deltas; folding them (in batches smaller
+    than a run, at any point) gives exactly the counts of the stored pages."""
+    monkeypatch.setattr("recrawler.state.sql.history.FOLD_BATCH", 7)
+    db = tmp_path / "s.db"
+    rng = random.Random(7)
+    words = [f"w{i}" for i in range(12)]
+    async with opened(db) as store:
+        run = None
+        for round_ in range(6):
+            run = await store.begin_run("docs", SITE, T0, lease_secs=0)
+            for i in rng.sample(range(40), 25):
+                names = " ".join(rng.choice(words) for _ in range(rng.randint(1, 6)))
+                await store_page(store, run, f"p{i}", names)
+            if round_ % 2:
+                for i in rng.sample(range(40), 3):
+                    await store.record_miss(run, f"{SITE}/p{i}", 410)
+                await store.reconcile(run, apply=True, gone_after=1, gone_statuses=[410], at=T0)
+            await store.flush()
+            pending = query(db, "SELECT COUNT(*) FROM block_deltas")[0][0]
+            assert pending > 0
+            # the counters lag until the fold; the fold takes every delta once
+            assert await store.fold_block_stats() == pending
+            assert await store.fold_block_stats() == 0
+            assert counters(db) == counted_from_scratch(db)
+        assert query(db, "SELECT COUNT(*) FROM block_deltas") == [(0,)]
 
 
 PAIRS = "SELECT site, prev, block, pages, boilerplate FROM site_pairs ORDER BY site, prev, block"

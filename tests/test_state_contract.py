@@ -8,6 +8,7 @@ tests: ``TestPostgreSQLStore`` runs on a real server (``tests/postgres.py``: pgs
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -472,6 +473,36 @@ class HistoryContract(BackendMixin):
             assert done["boilerplate_on"] == 2  # (edge, 7) and (7, 8)
             assert await store.load_boilerplate(SITE) == {(0, 7), (7, 8)}
             assert sum(1 for _ in store.noise_report()[SITE]["boilerplate"]) == 2
+
+    @deferred_f_from_coro_f
+    async def test_block_statistics_are_folded_once_even_by_two_folds_at_once(
+        self, uri: str, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # small batches: the two folds interleave, each adding to the same counters
+        monkeypatch.setattr("recrawler.state.sql.history.FOLD_BATCH", 7)
+        async with self.opened(uri, settings) as store, self.opened(uri, settings) as other:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for i in range(60):
+                # blocks 7 and 8 on every page, one block of its own
+                blocks = pack_blocks([7, 8, 100 + i])
+                fields = FieldsRow(
+                    title="", headings=[], code=[], links=[], text="", blocks=blocks,
+                    samples={7: "seven", 8: "eight", 100 + i: "own"},
+                )  # fmt: skip
+                await store.record(run, rec(f"p{i}", noise_key="n"), [], fields=fields)
+            # a page loses block 8: its change is a delta too, folded with the rest
+            blocks = pack_blocks([7, 100])
+            fields = FieldsRow(title="", headings=[], code=[], links=[], text="", blocks=blocks)
+            await store.record(run, rec("p0", noise_key="n"), [], fields=fields)
+            await store.flush()
+            # the page writes left 61 deltas; two folds at once take each of them once
+            folded = await asyncio.gather(store.fold_block_stats(), other.fold_block_stats())
+            assert sum(folded) == 61
+            assert await store.fold_block_stats() == 0
+            await store.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=3)
+            listed = store.noise_report()[SITE]["boilerplate"]
+            report = {b["block"]: (b["pages"], b["sample"]) for b in listed}
+            assert report == {7: (60, "seven"), 8: (59, "eight")}
 
 
 class ScheduleContract(BackendMixin):

@@ -263,6 +263,8 @@ class Reconciler:
         skipped: list[str] = []
         try:
             await store.flush()
+            # the block-set changes this run's page writes left (and any a killed run left)
+            folded = await store.fold_block_stats()
             noise = await self._learn_boilerplate(run)
             skipped = self._guard(reason, run)
             plan = await store.removal_plan(run, gone_after=self.gone_after, gone_statuses=self.gone_statuses)
@@ -281,6 +283,9 @@ class Reconciler:
                 gone_statuses=self.gone_statuses,
                 at=utcnow(),
             )
+            # and those of the pages this reconciliation removed
+            folded += await store.fold_block_stats()
+            c.set("recrawler/reconcile/block_deltas", folded)
             for why in skipped:
                 c.inc(f"recrawler/reconcile/skipped/{why}")
             self._log_guard(skipped, result)

@@ -270,10 +270,15 @@ class History(Protocol):
     async def load_boilerplate(self, site: str) -> frozenset[tuple[int, int]]:
         """The site's boilerplate block pairs: (previous block, block), a page edge as ``EDGE``."""
 
+    async def fold_block_stats(self) -> int:
+        """Fold the block-set changes page writes left into the sites' block and block-pair
+        counters (before boilerplate is re-decided); returns how many page writes were folded."""
+
     async def update_boilerplate(
         self, site: str, *, enter_share: float, exit_share: float, min_pages: int
     ) -> dict[str, int]:
-        """Re-decide a site's boilerplate block pairs and re-hash the pages they move."""
+        """Fold pending block deltas, re-decide a site's boilerplate block pairs and re-hash the pages
+        they move."""
 
     async def take_back_boilerplate_changes(self, run: Run, site: str) -> list[str]:
         """Call unchanged the pages whose only change this run is now boilerplate."""

@@ -286,6 +286,17 @@ frontier = Table(
     sqlite_with_rowid=False,
 )
 
+# a page write's change of its block set, until reconciliation folds it into the counters (schema 8)
+block_deltas = Table(
+    "block_deltas",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("site", Text, nullable=False),
+    Column("old_blocks", LargeBinary, nullable=False),
+    Column("new_blocks", LargeBinary, nullable=False),
+    Column("samples", Text),
+)
+
 schema_version = Table(
     "schema_version",
     metadata,

@@ -66,6 +66,7 @@ class RoleMethods:
         self.load_regions = self.history.load_regions
         self.add_regions = self.history.add_regions
         self.load_boilerplate = self.history.load_boilerplate
+        self.fold_block_stats = self.history.fold_block_stats
         self.update_boilerplate = self.history.update_boilerplate
         self.take_back_boilerplate_changes = self.history.take_back_boilerplate_changes
         self.scheduled = self.schedule.scheduled

@@ -121,6 +121,9 @@ class Dialect:
     embedding_values = "?, ?, ?"
     #: a transaction-long lock on a key (``?``), where writers do not already exclude each other
     lock_sql: str | None = None
+    #: after a SELECT: lock the rows read, passing over rows another transaction holds (SQLite's
+    #: writers exclude each other already)
+    skip_locked = ""
 
     def sql(self, text: str) -> str:
         """The statement in this dialect's parameter style."""
@@ -190,6 +193,7 @@ class PostgreSQLDialect(Dialect):
     embedding_columns = "embedder, text_hash, vector, embedding"
     embedding_values = "?, ?, ?, CAST(? AS vector)"
     lock_sql = "SELECT pg_advisory_xact_lock(hashtext(?))"
+    skip_locked = " FOR UPDATE SKIP LOCKED"
 
     def sql(self, text: str) -> str:
         """Rewrite ``?``/``:name`` parameters as psycopg's, and ``%`` in literals as ``%%``."""

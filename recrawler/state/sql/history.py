@@ -14,7 +14,14 @@ from recrawler.state.records import (
     Run,
 )
 from recrawler.state.sql.dialect import count, one, rows
-from recrawler.state.sql.rows import _RETIRED_REPLACED, _boilerplate_pairs, _rehash, _ts
+from recrawler.state.sql.rows import (
+    _RETIRED_REPLACED,
+    FOLD_BATCH,
+    _boilerplate_pairs,
+    _fold_block_deltas,
+    _rehash,
+    _ts,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -95,6 +102,15 @@ class SQLHistory:
 
         return await self.db.run(work())
 
+    async def fold_block_stats(self) -> int:
+        """Fold what page writes left in ``block_deltas`` into the sites' block and block-pair
+        counters, a batch per transaction; returns how many page deltas were folded."""
+        d = self.db.dialect
+        folded = 0
+        while n := await self.db.transaction(_fold_block_deltas(d, FOLD_BATCH)):
+            folded += n
+        return folded
+
     async def update_boilerplate(
         self, site: str, *, enter_share: float, exit_share: float, min_pages: int
     ) -> dict[str, int]:
@@ -107,6 +123,7 @@ class SQLHistory:
         because of a flip are re-hashed from their stored blocks, so the next run compares like
         with like (no false "changed").
         """
+        await self.fold_block_stats()  # the counters first take in every page written so far
 
         d = self.db.dialect
 

@@ -6,7 +6,6 @@ import json
 import zlib
 from typing import TYPE_CHECKING
 
-from recrawler.detect.boilerplate import block_pairs
 from recrawler.detect.hashing import unpack_blocks
 from recrawler.state.records import (
     GONE,
@@ -24,7 +23,7 @@ from recrawler.state.sql.rows import (
     _RETIRED_QUARANTINED,
     _RETIRED_REPLACED,
     _at,
-    _count_pairs,
+    _block_delta,
     _row_to_record,
     _ts,
 )
@@ -148,29 +147,13 @@ class SQLPages:
     @staticmethod
     def _write_fields(d: Dialect, key: str, site: str, fields: FieldsRow) -> Work[None]:
         row = yield one("SELECT blocks FROM page_fields WHERE key = ?", (key,))
-        old_blocks = unpack_blocks(row[0]) if row is not None else []
-        new_blocks = unpack_blocks(fields.blocks)
-        old, new = set(old_blocks), set(new_blocks)
-        # the site's block statistics follow the page's block set, in the page's transaction (in
-        # block order: concurrent writers of one site lock its counters in one order)
-        if old - new:
-            yield many(
-                f"UPDATE site_blocks SET pages = {d.greatest}(pages - 1, 0) WHERE site = ? AND block = ?",
-                [(site, b) for b in sorted(old - new)],
-            )
-        if new - old:
-            # a block's sample is kept from its second page on: the furniture ``recrawler noise``
-            # shows is on many pages, and most blocks are on one page only (their samples made
-            # the table several times larger, and every insert slower)
-            yield many(
-                """INSERT INTO site_blocks (site, block, pages, sample) VALUES (?, ?, 1, NULL)
-                   ON CONFLICT (site, block) DO UPDATE SET pages = site_blocks.pages + 1,
-                     sample = COALESCE(site_blocks.sample, ?)""",
-                [(site, b, fields.samples.get(b, "")[:200]) for b in sorted(new - old)],
-            )
-        old_pairs, new_pairs = block_pairs(old_blocks), block_pairs(new_blocks)
-        yield from _count_pairs(d, site, old_pairs - new_pairs, -1)
-        yield from _count_pairs(d, site, new_pairs - old_pairs, 1)
+        old = bytes(row[0] or b"") if row is not None else b""
+        if old != fields.blocks:
+            # the site's block statistics follow the page's block set: the change is left as one
+            # row in the page's transaction and folded into the counters when the run reconciles
+            added = set(unpack_blocks(fields.blocks)) - set(unpack_blocks(old))
+            samples = {b: text for b in added if (text := fields.samples.get(b))}
+            yield from _block_delta(site, old, fields.blocks, samples)
         yield count(
             """INSERT INTO page_fields (key, title, headings, code, links, text, blocks)
                VALUES (?, ?, ?, ?, ?, ?, ?)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from collections import Counter, defaultdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from recrawler.detect.boilerplate import EDGE, kept_blocks
+from recrawler.detect.boilerplate import EDGE, block_pairs, kept_blocks
 from recrawler.detect.hashing import page_hash, unpack_blocks
 from recrawler.schedule import Revisit
 from recrawler.state.records import (
@@ -13,7 +15,7 @@ from recrawler.state.records import (
     ScheduledPage,
     TrustRecord,
 )
-from recrawler.state.sql.dialect import many, rows
+from recrawler.state.sql.dialect import count, many, rows
 
 if TYPE_CHECKING:
     from typing import Any
@@ -126,8 +128,8 @@ def _row_to_record(row: Any) -> PageRecord:
 
 
 def _count_pairs(d: Dialect, site: str, pairs: set[tuple[int, int]], delta: int) -> Work[None]:
-    """Add *delta* (1 or -1) to the page counts of a site's block pairs."""
-    # in key order: concurrent writers of one site's counters lock rows in one order (no deadlock)
+    """Add *delta* (1 or -1) to the page counts of a site's block pairs (counting stored pages
+    once, when a database from before schema 6 is first opened)."""
     params = [(site, prev, block) for prev, block in sorted(pairs)]
     if not params:
         return
@@ -142,6 +144,94 @@ def _count_pairs(d: Dialect, site: str, pairs: set[tuple[int, int]], delta: int)
             f"UPDATE site_pairs SET pages = {d.greatest}(pages - 1, 0) "
             "WHERE site = ? AND prev = ? AND block = ?",
             params,
+        )
+
+
+def _block_delta(site: str, old: bytes, new: bytes, samples: dict[int, str] | None) -> Work[None]:
+    """Leave a page write's change of its block set (packed *old* and *new* blocks, samples of the
+    blocks it added) for the next fold: one row, appended, in the page's own transaction."""
+    if old == new:
+        return
+    yield count(
+        "INSERT INTO block_deltas (site, old_blocks, new_blocks, samples) VALUES (?, ?, ?, ?)",
+        (site, old, new, json.dumps({str(b): t[:200] for b, t in samples.items()}) if samples else None),
+    )
+
+
+#: page deltas folded per transaction (what a fold holds in memory)
+FOLD_BATCH = 1000
+
+
+def _fold_block_deltas(d: Dialect, limit: int) -> Work[int]:
+    """Fold up to *limit* page deltas, oldest first, into ``site_blocks`` and ``site_pairs``;
+    returns how many were folded (0: none left).
+
+    A block (or pair) counts the pages that hold it at least once: a delta adds one for each
+    block its page gained and takes one off for each it lost. The batch's sums are written in
+    key order (a few sorted upserts instead of two per block and page). A block's sample is kept
+    once the block is on two pages. The rows are read with ``skip_locked``: two folds at once
+    (PostgreSQL) take different rows.
+    """
+    found = yield rows(
+        "SELECT id, site, old_blocks, new_blocks, samples FROM block_deltas "
+        f"ORDER BY id LIMIT ?{d.skip_locked}",
+        (limit,),
+    )
+    if not found:
+        return 0
+    blocks: defaultdict[str, Counter[int]] = defaultdict(Counter)
+    pairs: defaultdict[str, Counter[tuple[int, int]]] = defaultdict(Counter)
+    samples: defaultdict[str, dict[int, str]] = defaultdict(dict)
+    for _id, site, old_blob, new_blob, sample_json in found:
+        old, new = unpack_blocks(old_blob), unpack_blocks(new_blob)
+        old_set, new_set = set(old), set(new)
+        blocks[site].update(new_set - old_set)
+        blocks[site].subtract(old_set - new_set)
+        old_pairs, new_pairs = block_pairs(old), block_pairs(new)
+        pairs[site].update(new_pairs - old_pairs)
+        pairs[site].subtract(old_pairs - new_pairs)
+        if sample_json:
+            kept = samples[site]
+            for b, text in json.loads(sample_json).items():
+                kept.setdefault(int(b), text)
+    for site in sorted(blocks):
+        yield from _fold_site(d, site, blocks[site], pairs[site], samples[site])
+    yield many("DELETE FROM block_deltas WHERE id = ?", [(r[0],) for r in found])
+    return len(found)
+
+
+def _fold_site(
+    d: Dialect, site: str, blocks: Counter[int], pairs: Counter[tuple[int, int]], samples: dict[int, str]
+) -> Work[None]:
+    """Add a batch's summed counts of one site to its block and pair counters, in key order."""
+    gained = sorted((b, n) for b, n in blocks.items() if n > 0)
+    if gained:
+        yield many(
+            """INSERT INTO site_blocks (site, block, pages, sample) VALUES (?, ?, ?, ?)
+               ON CONFLICT (site, block) DO UPDATE SET pages = site_blocks.pages + excluded.pages,
+                 sample = COALESCE(site_blocks.sample,
+                   CASE WHEN site_blocks.pages + excluded.pages >= 2 THEN CAST(? AS TEXT) END)""",
+            [(site, b, n, samples.get(b) if n >= 2 else None, samples.get(b)) for b, n in gained],
+        )
+    lost = sorted(b for b, n in blocks.items() if n < 0)
+    if lost:
+        yield many(
+            f"UPDATE site_blocks SET pages = {d.greatest}(pages + ?, 0) WHERE site = ? AND block = ?",
+            [(blocks[b], site, b) for b in lost],
+        )
+    gained_pairs = sorted(k for k, n in pairs.items() if n > 0)
+    if gained_pairs:
+        yield many(
+            """INSERT INTO site_pairs (site, prev, block, pages) VALUES (?, ?, ?, ?)
+               ON CONFLICT (site, prev, block) DO UPDATE SET pages = site_pairs.pages + excluded.pages""",
+            [(site, p, b, pairs[p, b]) for p, b in gained_pairs],
+        )
+    lost_pairs = sorted(k for k, n in pairs.items() if n < 0)
+    if lost_pairs:
+        yield many(
+            f"UPDATE site_pairs SET pages = {d.greatest}(pages + ?, 0) "
+            "WHERE site = ? AND prev = ? AND block = ?",
+            [(pairs[p, b], site, p, b) for p, b in lost_pairs],
         )
 
 

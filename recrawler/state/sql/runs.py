@@ -9,8 +9,7 @@ import socket
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from recrawler.detect.boilerplate import block_pairs
-from recrawler.detect.hashing import fuzzy_distance, unpack_blocks
+from recrawler.detect.hashing import fuzzy_distance
 from recrawler.exceptions import RunRefused, StateStoreError
 from recrawler.state.records import (
     GONE,
@@ -32,7 +31,7 @@ from recrawler.state.sql.rows import (
     _RETIRED_GONE,
     _RETIRED_QUARANTINED,
     _SAME_CONTENT_DISTANCE,
-    _count_pairs,
+    _block_delta,
     _dt,
     _ts,
     gone_case,
@@ -450,13 +449,7 @@ class SQLRuns:
             (run.id, GONE, MOVED),
         )
         for key, site, blob in removed:
-            blocks = unpack_blocks(blob)
-            if blocks:
-                yield many(
-                    f"UPDATE site_blocks SET pages = {d.greatest}(pages - 1, 0) WHERE site = ? AND block = ?",
-                    [(site, b) for b in sorted(set(blocks))],
-                )
-            yield from _count_pairs(d, site, block_pairs(blocks), -1)
+            yield from _block_delta(site, bytes(blob or b""), b"", None)
             yield count("DELETE FROM page_fields WHERE key = ?", (key,))
         yield count("DELETE FROM run_misses WHERE run_id = ?", (run.id,))
         return ReconcileResult(applied=True, quarantined=quarantined, gone=gone, moved=len(moved_rows))

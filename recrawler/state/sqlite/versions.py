@@ -122,9 +122,13 @@ def fill_block_pairs(conn: sqlite3.Connection, path: str, dry_run: bool) -> None
     Until the next run ends and re-decides them, a pair of two boilerplate blocks (a page edge
     counts as one) is a boilerplate pair; every page is re-hashed under those pairs, so the
     next run compares like with like (no false "changed"). One transaction: a crash leaves
-    ``site_pairs`` empty and the next open counts again.
+    ``site_pairs`` empty and the next open counts again. Pages written since schema 8 count
+    through ``block_deltas``: a database with deltas waiting (a run killed before its first
+    reconciliation) has its pairs counted by their fold, not here.
     """
-    if conn.execute("SELECT EXISTS (SELECT 1 FROM site_pairs)").fetchone()[0]:
+    if conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM site_pairs) OR EXISTS (SELECT 1 FROM block_deltas)"
+    ).fetchone()[0]:
         return
     stored = conn.execute("SELECT EXISTS (SELECT 1 FROM page_fields WHERE blocks != x'')").fetchone()[0]
     if not stored:
