@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,7 @@ class NoiseRegistry:
         self._base = json.dumps(list(base))
         self._regions: dict[str, list[str]] = {}
         self._boiler: dict[str, frozenset[tuple[int, int]]] = {}
+        self._loading: dict[str, asyncio.Future[frozenset[tuple[int, int]]]] = {}
         self._models: dict[str, SiteNoise] = {}
         self._normalizers: dict[str, Normalizer] = {}
         for site in self.patterns:
@@ -83,10 +85,23 @@ class NoiseRegistry:
         self._models.clear()
 
     async def ensure(self, site: str, store: StateStore) -> SiteNoise:
-        """The site's model, reading its boilerplate block pairs on first use."""
+        """The site's model, reading its boilerplate block pairs on first use.
+
+        One read per site: the pages that arrive while it runs wait for the same read (one model
+        object for all of them, so what a CPU worker fingerprinted under it stays usable). A read
+        that fails is tried again by the next page."""
         if self.boilerplate and site not in self._boiler:
-            self._boiler[site] = await store.load_boilerplate(site)
-            self._models.pop(site, None)
+            loading = self._loading.get(site)
+            if loading is None:
+                loading = self._loading[site] = asyncio.ensure_future(store.load_boilerplate(site))
+            try:
+                pairs = await asyncio.shield(loading)
+            finally:
+                if loading.done() and self._loading.get(site) is loading:
+                    del self._loading[site]
+            if site not in self._boiler:
+                self._boiler[site] = pairs
+                self._models.pop(site, None)
         return self.site(site)
 
     def ready(self, site: str) -> SiteNoise | None:

@@ -4,6 +4,7 @@ an "Edit this page" line and a "Was this page helpful?" run inside ``<main>``.""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import html
 import random
@@ -412,3 +413,29 @@ def test_noise_cut_next_to_a_shared_run_is_rebaselined() -> None:
     # a paragraph gone as well, or more places cut than the regions account for: a change
     assert verdict(STORED, CUT.replace("\n\nOwn words.", ""), region_hits=2).status == PageStatus.CHANGED
     assert verdict(STORED, CUT, region_hits=1).status == PageStatus.CHANGED
+
+
+@deferred_f_from_coro_f
+async def test_pages_arriving_together_share_one_read_of_the_sites_boilerplate(tmp_path: Path) -> None:
+    """The first pages of a run all ask for the site's model at once: one database read, one
+    model object (what a CPU worker fingerprinted under it stays usable for each of them)."""
+    async with opened(tmp_path / "s.db") as store:
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
+        for i in range(4):
+            await store_page(store, run, f"p{i}", f"T own{i} F1 F2")
+        await store.update_boilerplate(SITE, enter_share=0.5, exit_share=0.35, min_pages=3)
+        reads = 0
+        load = store.load_boilerplate
+
+        async def counted(site: str) -> frozenset[tuple[int, int]]:
+            nonlocal reads
+            reads += 1
+            return await load(site)
+
+        store.load_boilerplate = counted  # type: ignore[method-assign]
+        registry = NoiseRegistry()
+        models = await asyncio.gather(*(registry.ensure(SITE, store) for _ in range(25)))
+        assert reads == 1
+        assert len({id(m) for m in models}) == 1
+        assert models[0].boilerplate == pairs_of("^ T", "F1 F2 $")
+        assert registry.ready(SITE) is models[0]
