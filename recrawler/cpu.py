@@ -5,6 +5,7 @@ interpreter lock, so per-page CPU work done in the crawl's process (parsing, ren
 normalising, hashing, chunking) waits its turn behind them however many cores the machine has,
 threads or not. With ``RECRAWLER_CPU_PROCESSES`` worker processes, a page is handed over once:
 its body goes out, its content, fingerprints and (when the page needs them) chunks come back.
+When the run publishes, the workers also embed batches of its new chunk texts (hashing embedder).
 
 The workers are forked when the spider opens, before the run's own threads start: a fork never
 runs the user's script again, as a spawned worker would without an ``if __name__ ==
@@ -30,7 +31,7 @@ from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from recrawler.detect.hashing import content_hash
 from recrawler.detect.noise import Fingerprint, SiteNoise, fingerprint, regions_selector
@@ -39,10 +40,17 @@ from recrawler.extract import Content, ContentExtractor, ExtractionError
 from recrawler.kb.chunking import Chunk, Chunker
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import numpy as np
     from lxml.cssselect import CSSSelector
+    from numpy.typing import NDArray
     from scrapy.settings import BaseSettings
 
     from recrawler.counters import RunCounters
+    from recrawler.embedders import HashingEmbedder
+
+_T = TypeVar("_T")
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +172,10 @@ def _ready() -> int:
     return 0
 
 
+def _embed(embedder: HashingEmbedder, texts: list[str]) -> NDArray[np.float32]:
+    return embedder.embed(texts)
+
+
 class CpuPool:
     """The run's worker processes (``RECRAWLER_CPU_PROCESSES``), owned by its Runtime."""
 
@@ -235,13 +247,30 @@ class CpuPool:
 
     async def work(self, job: PageJob) -> PageWork | None:
         """The page's work done by a worker; None when the workers are gone (work in-process)."""
+        result = await self._submit(_work, job)
+        if result is not None and self.counters is not None:
+            self.counters.inc("recrawler/cpu/worker_pages")
+        return result
+
+    async def embed(self, embedder: HashingEmbedder, texts: list[str]) -> NDArray[np.float32] | None:
+        """*texts* embedded by a worker (with a copy of *embedder*, whose ``calls`` and ``texts``
+        are counted here); None when the workers are gone (embed in-process)."""
+        vectors = await self._submit(_embed, embedder, texts)
+        if vectors is not None:
+            embedder.calls += 1
+            embedder.texts += len(texts)
+            if self.counters is not None:
+                self.counters.inc("recrawler/cpu/worker_texts", len(texts))
+        return vectors
+
+    async def _submit(self, fn: Callable[..., _T], *args: Any) -> _T | None:
         if not self.active:
             return None
         if self._pool is None:
             self.start()
         assert self._pool is not None
         try:
-            result: PageWork = await asyncio.wrap_future(self._pool.submit(_work, job))
+            return await asyncio.wrap_future(self._pool.submit(fn, *args))
         except BrokenProcessPool as exc:
             if not self.lost:
                 self.lost = True
@@ -252,9 +281,6 @@ class CpuPool:
                     {"exc": exc},
                 )
             return None
-        if self.counters is not None:
-            self.counters.inc("recrawler/cpu/worker_pages")
-        return result
 
     def shutdown(self) -> None:
         """Stop the workers (queued work is dropped: the run is over)."""

@@ -9,15 +9,23 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import scrapy
 from scrapy import signals
 from scrapy.utils.defer import deferred_f_from_coro_f
 
+from recrawler.counters import RunCounters
+from recrawler.cpu import CpuPool
+from recrawler.embedders import HashingEmbedder
+from recrawler.index.publish import embed_missing
+from recrawler.kb.chunking import Chunk
 from recrawler.runtime import Runtime
 from recrawler.spiders import RecrawlerSpiderMixin
 from recrawler.spiders.docs import DocsSpider
+from recrawler.state import PageRecord
+from recrawler.state.sqlite import SQLiteStateStore
 from tests import docsite
 from tests.conftest import Crawls, make_crawler
 
@@ -212,3 +220,49 @@ async def test_a_projects_own_spider_hands_its_pages_to_the_workers(site: Site, 
     assert runtime.counters["recrawler/page/unchanged"] == 4
     assert runtime.counters["recrawler/conditional/not_modified"] == 4
     assert "recrawler/cpu/worker_pages" not in runtime.counters
+
+
+@deferred_f_from_coro_f
+async def test_chunk_texts_embedded_by_a_worker_are_the_texts_embedded_in_process(tmp_path: Path) -> None:
+    """At publishing, batches of chunk texts go to the worker beside this process: the cache
+    ends up with the same vectors, each text embedded once, in the same number of calls."""
+    site = "docs.example.com"
+    found = []
+    for processes in (1, 0):
+        store = SQLiteStateStore(str(tmp_path / f"{processes}.db"))
+        await store.open()
+        pool = CpuPool(processes, selectors=["main"], noise_selectors=[], chunking=None)
+        pool.counters = counters = RunCounters()
+        pool.start()
+        try:
+            now = datetime.now(UTC)
+            run = await store.begin_run("docs", site, now, lease_secs=0)
+            for p in range(40):
+                key = f"{site}/p{p}"
+                texts = [f"page {p} chunk {i}: the fetch_{p}_{i} setting, {i * p} words" for i in range(20)]
+                page = PageRecord(
+                    key=key, site=site, url=f"https://{key}", content_hash=f"h{p}", first_seen=now
+                )
+                chunks = [
+                    Chunk(key=key, url=page.url, chunk_index=i, heading="H", text=t, chunk_hash=f"c{p}-{i}")
+                    for i, t in enumerate(texts)
+                ]
+                await store.record(run, page, [], chunks=chunks)
+            embedder = HashingEmbedder()
+            assert await embed_missing(store, embedder, pool=pool) == (800, 4)
+            assert embedder.texts == 800
+            if processes:
+                # some batches went to the worker, the rest were embedded here
+                assert 0 < counters["recrawler/cpu/worker_texts"] < 800
+            else:
+                assert counters["recrawler/cpu/worker_texts"] == 0
+            assert await store.count_missing(embedder.id) == 0
+        finally:
+            pool.shutdown()
+            await store.close()
+        with sqlite3.connect(tmp_path / f"{processes}.db") as conn:
+            found.append(
+                conn.execute("SELECT text_hash, vector FROM embeddings ORDER BY text_hash").fetchall()
+            )
+    assert len(found[0]) == 800
+    assert found[0] == found[1]

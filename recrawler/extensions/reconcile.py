@@ -435,7 +435,12 @@ class Reconciler:
             return {"state": "disabled"}
         rt = self.runtime
         publisher = Publisher(
-            rt.store, rt.embedder, rt.counters, dry_run=self.dry_run, each_page=self.publish_each_page
+            rt.store,
+            rt.embedder,
+            rt.counters,
+            dry_run=self.dry_run,
+            each_page=self.publish_each_page,
+            pool=rt.cpu_pool,
         )
         return await publisher.publish(run, reason, held=bool(hold), state_errors=bool(self._state_errors()))
 

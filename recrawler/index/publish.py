@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from recrawler.embedders import EmbedderError, vector_to_blob
+from recrawler.embedders import EmbedderError, HashingEmbedder, vector_to_blob
 from recrawler.exceptions import StateStoreError
 from recrawler.state import RUN_FINISHED, RUN_HELD, RUN_PUBLISHED, utcnow
 from recrawler.terminal import Progress
@@ -15,7 +16,11 @@ from recrawler.terminal import Progress
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    import numpy as np
+    from numpy.typing import NDArray
+
     from recrawler.counters import RunCounters
+    from recrawler.cpu import CpuPool
     from recrawler.embedders import Embedder
     from recrawler.state import Run, StateStore
 
@@ -28,25 +33,70 @@ async def embed_missing(
     *,
     include_run: int | None = None,
     progress: Callable[[int], object] | None = None,
+    pool: CpuPool | None = None,
 ) -> tuple[int, int]:
     """Embed every current chunk text the cache lacks, batch by batch; return (texts, calls).
 
-    Committed batch by batch: a failure half way loses nothing already paid for. *progress* is
-    called with the number of texts of each batch once it is stored.
+    Committed batch by batch, in order: a failure half way loses nothing already paid for.
+    *progress* is called with the number of texts of each batch once it is stored. With the
+    run's CPU worker *pool* and an embedder that only computes (the hashing embedder), the
+    workers embed batches beside the crawl's process, and the next batches are read and embedded
+    while one is stored.
     """
     texts = 0
     calls = embedder.calls
     limit = max(64, getattr(embedder, "batch_size", 64)) * 4
-    after = ""
-    while rows := await store.missing_embeddings(embedder.id, limit, include_run=include_run, after=after):
-        vectors = await asyncio.to_thread(embedder.embed, [text for _, text in rows])
-        await store.store_embeddings(
-            [(embedder.id, h, vector_to_blob(v)) for (h, _), v in zip(rows, vectors, strict=True)]
-        )
-        texts += len(rows)
-        after = rows[-1][0]
-        if progress is not None:
-            progress(len(rows))
+    # an embedder that only computes may run in the workers too (as a copy)
+    hashing = embedder if isinstance(embedder, HashingEmbedder) else None
+    workers = pool.processes if pool is not None and pool.active and hashing is not None else 0
+    in_process = asyncio.Lock()  # an embedder is not thread-safe: one batch at a time here
+    busy = 0  # batches in the workers
+
+    async def here(batch: list[str]) -> NDArray[np.float32]:
+        async with in_process:
+            return await asyncio.to_thread(embedder.embed, batch)
+
+    async def in_worker(batch: list[str]) -> NDArray[np.float32]:
+        nonlocal busy
+        assert pool is not None
+        assert hashing is not None
+        try:
+            vectors = await pool.embed(hashing, batch)
+        finally:
+            busy -= 1
+        return vectors if vectors is not None else await here(batch)
+
+    pending: deque[tuple[list[tuple[str, str]], asyncio.Task[NDArray[np.float32]]]] = deque()
+    after: str | None = ""
+    try:
+        while True:
+            # keep every lane busy: each worker and this process embed a batch at once
+            while after is not None and len(pending) <= workers:
+                rows = await store.missing_embeddings(
+                    embedder.id, limit, include_run=include_run, after=after
+                )
+                after = rows[-1][0] if rows else None
+                if rows:
+                    batch = [text for _, text in rows]
+                    if busy < workers:
+                        busy += 1
+                        pending.append((rows, asyncio.create_task(in_worker(batch))))
+                    else:
+                        pending.append((rows, asyncio.create_task(here(batch))))
+            if not pending:
+                break
+            rows, job = pending.popleft()
+            vectors = await job
+            await store.store_embeddings(
+                [(embedder.id, h, vector_to_blob(v)) for (h, _), v in zip(rows, vectors, strict=True)]
+            )
+            texts += len(rows)
+            if progress is not None:
+                progress(len(rows))
+    finally:
+        for _, job in pending:
+            job.cancel()
+        await asyncio.gather(*(job for _, job in pending), return_exceptions=True)
     return texts, embedder.calls - calls
 
 
@@ -58,9 +108,17 @@ class Publisher:
     """
 
     def __init__(
-        self, store: StateStore, embedder: Embedder, counters: RunCounters, *, dry_run: bool, each_page: bool
+        self,
+        store: StateStore,
+        embedder: Embedder,
+        counters: RunCounters,
+        *,
+        dry_run: bool,
+        each_page: bool,
+        pool: CpuPool | None = None,
     ) -> None:
         self.store = store
+        self.pool = pool
         self.embedder = embedder
         self.counters = counters
         self.dry_run = dry_run
@@ -106,7 +164,9 @@ class Publisher:
             with Progress(f"run {run.id}: embedding", unit="texts") as progress:
                 if progress.active:
                     progress.total = await self.store.count_missing(self.embedder.id)
-                embedded, calls = await embed_missing(self.store, self.embedder, progress=progress.advance)
+                embedded, calls = await embed_missing(
+                    self.store, self.embedder, progress=progress.advance, pool=self.pool
+                )
         except (EmbedderError, StateStoreError) as exc:
             c.inc("recrawler/index/error")
             logger.error("run %(run)d not published, embedding failed: %(exc)s", {"run": run.id, "exc": exc})
