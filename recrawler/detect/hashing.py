@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import struct
 from typing import TYPE_CHECKING
 
 import tlsh
@@ -38,15 +39,16 @@ def block_hash(normalized_block: str) -> int:
 
 
 def pack_blocks(hashes: Sequence[int]) -> bytes:
-    """Pack block hashes in page order: 8 bytes each."""
-    return b"".join(h.to_bytes(8, "big", signed=True) for h in hashes)
+    """Pack block hashes in page order: 8 bytes each (big-endian, signed)."""
+    return struct.pack(f">{len(hashes)}q", *hashes)
 
 
 def unpack_blocks(blob: bytes | None) -> list[int]:
     """The block hashes of :func:`pack_blocks`."""
     if not blob:
         return []
-    return [int.from_bytes(blob[i : i + 8], "big", signed=True) for i in range(0, len(blob), 8)]
+    n = len(blob) // 8
+    return list(struct.unpack(f">{n}q", bytes(blob[: n * 8])))
 
 
 def page_hash(kept: Sequence[int]) -> str:
