@@ -1,15 +1,18 @@
 """Reconciliation at size: a database of N stored pages (filled by SQL), the closing work timed.
 
 Usage: ``python -m benchmarks.bench_reconcile [--pages 1000000] [--json PATH]`` (see README.md).
-Times, on one SQLite file: beginning a run (the site's counts), draining the unseen-page check in
-batches, the removal plan, applying the staged misses, publishing the run's chunks; and the
-process's peak RSS, which stays flat because every step is set work in SQL, in batches.
+Times, on one SQLite file: beginning a run (the site's counts), folding the changed pages' block
+statistics, draining the unseen-page check in batches, the removal plan, applying the staged
+misses, publishing the run's chunks; and the process's peak RSS, which stays flat because every
+step is set work in SQL, in batches.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import random
 import resource
 import shutil
 import sqlite3
@@ -24,6 +27,7 @@ if not __package__:  # run as a script: python benchmarks/bench_reconcile.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.lib.results import add_json_option, write_json
+from recrawler.detect.hashing import pack_blocks
 from recrawler.state.sqlite import SQLiteStateStore
 
 if TYPE_CHECKING:
@@ -87,6 +91,21 @@ def stage_run(path: Path, run_id: int, pages: int, miss_share: float, unseen_sha
                WHERE retired_run = ?""",
             (run_id, run_id),
         )
+        # the changed pages' block-set changes, waiting for the fold: 30 blocks a page, 10 of them
+        # the site's furniture, 2 of its own edited
+        rng = random.Random(1)
+        furniture = [rng.getrandbits(63) for _ in range(10)]
+        rows = []
+        for _ in range(changed):
+            own = [rng.getrandbits(63) for _ in range(20)]
+            edited = [*own[:18], rng.getrandbits(63), rng.getrandbits(63)]
+            added = {str(b): f"block {b}" for b in edited[18:]}
+            rows.append(
+                (SITE, pack_blocks([*furniture, *own]), pack_blocks([*furniture, *edited]), json.dumps(added))
+            )
+        conn.executemany(
+            "INSERT INTO block_deltas (site, old_blocks, new_blocks, samples) VALUES (?, ?, ?, ?)", rows
+        )
     conn.close()
     return {"misses": misses, "unseen": unseen, "changed": changed}
 
@@ -114,6 +133,8 @@ async def measure(
     store = SQLiteStateStore(f"sqlite:///{path}")
     await store.open()
     figures.update(staged)
+    # first, as the Reconciler does: the block statistics of the run's page writes
+    figures["deltas_folded"] = await timed("fold_block_stats_s", figures, store.fold_block_stats)
 
     async def drain() -> int:
         n = batches = 0
