@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import multiprocessing
 import os
@@ -65,7 +66,9 @@ class PageJob:
     encoding: str
     #: the site's learned volatile regions (CSS selectors), dropped before rendering
     regions: tuple[str, ...] = ()
-    #: the pickled noise model of the page's site, to fingerprint under (None: not loaded yet)
+    #: the digest of the site's pickled noise model, to fingerprint under (None: not loaded yet)
+    noise_id: bytes | None = None
+    #: the pickled model itself, sent until the workers have it (see :meth:`CpuPool.noise`)
     noise: bytes | None = None
     #: the stored page's normalised hash when it has chunks: a page still hashing to it is not
     #: chunked (None: new, or no chunks stored)
@@ -81,6 +84,17 @@ class PageWork:
     content_hash: str | None = None
     fingerprint: Fingerprint | None = None
     chunks: list[Chunk] | None = None
+    #: the job named a noise model this worker does not hold: no fingerprint, send it again
+    model_missing: bool = False
+
+
+@dataclass(slots=True, kw_only=True)
+class _Packed:
+    model: SiteNoise
+    data: bytes
+    digest: bytes
+    #: jobs that still carry the pickled model
+    sends: int
 
 
 @dataclass(slots=True, kw_only=True)
@@ -102,6 +116,7 @@ class _Tools:
         self.extractor = ContentExtractor(selectors, noise_selectors)
         self.chunker = Chunker(*chunking) if chunking is not None else None
         self._regions: OrderedDict[tuple[str, ...], CSSSelector | None] = OrderedDict()
+        #: noise models by the digest of their pickle
         self._models: OrderedDict[bytes, SiteNoise] = OrderedDict()
 
     def regions(self, selectors: tuple[str, ...]) -> CSSSelector | None:
@@ -111,12 +126,10 @@ class _Tools:
                 self._regions.popitem(last=False)
         return self._regions[selectors]
 
-    def model(self, packed: bytes | None) -> SiteNoise | None:
-        if packed is None:
-            return None
-        model = self._models.get(packed)
-        if model is None:
-            model = self._models[packed] = pickle.loads(packed)  # noqa: S301  # our own pickle
+    def model(self, digest: bytes, packed: bytes | None) -> SiteNoise | None:
+        model = self._models.get(digest)
+        if model is None and packed is not None:
+            model = self._models[digest] = pickle.loads(packed)  # noqa: S301  # our own pickle
             if len(self._models) > 16:
                 self._models.popitem(last=False)
         return model
@@ -128,13 +141,17 @@ class _Tools:
             return PageWork(error=exc.reason)
         if not content.text.strip():
             return PageWork(content=content)
-        noise = self.model(job.noise)
+        noise = self.model(job.noise_id, job.noise) if job.noise_id is not None else None
         fp = fingerprint(content.text, noise) if noise is not None else None
         chunks = None
         if self.chunker is not None and fp is not None and fp.content_hash != job.indexed_hash:
             chunks = self.chunker.chunk(content.text, key=job.key, url=job.url, headings=content.headings)
         return PageWork(
-            content=content, content_hash=content_hash(content.text), fingerprint=fp, chunks=chunks
+            content=content,
+            content_hash=content_hash(content.text),
+            fingerprint=fp,
+            chunks=chunks,
+            model_missing=job.noise_id is not None and noise is None,
         )
 
 
@@ -193,7 +210,7 @@ class CpuPool:
         self._args = (selectors, noise_selectors, chunking)
         self._pool: ProcessPoolExecutor | None = None
         #: pickled noise models by id (each kept with its model, so an id is never reused)
-        self._packed: OrderedDict[int, tuple[SiteNoise, bytes]] = OrderedDict()
+        self._packed: OrderedDict[int, _Packed] = OrderedDict()
         #: the workers died: the rest of the run works in its own process
         self.lost = False
         #: the run's counters (set by its Runtime): pages worked, workers lost
@@ -236,19 +253,37 @@ class CpuPool:
             warnings.filterwarnings("ignore", r".*use of fork\(\) may lead to deadlocks", DeprecationWarning)
             self._pool.submit(_ready)
 
-    def packed(self, model: SiteNoise) -> bytes:
-        """*model* pickled for the workers (kept while it is the site's current model)."""
-        kept = self._packed.get(id(model))
-        if kept is None:
-            kept = self._packed[id(model)] = (model, pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL))
+    def noise(self, model: SiteNoise) -> tuple[bytes, bytes | None]:
+        """*model* for a job: the digest of its pickle, and the pickle itself while the workers
+        may not hold it yet (the first jobs after it changes, and after a worker said so)."""
+        packed = self._packed.get(id(model))
+        if packed is None:
+            data = pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL)
+            packed = self._packed[id(model)] = _Packed(
+                model=model, data=data, digest=hashlib.blake2b(data, digest_size=16).digest(), sends=0
+            )
+            self._resend(packed)
             if len(self._packed) > 16:
                 self._packed.popitem(last=False)
-        return kept[1]
+        if packed.sends <= 0:
+            return packed.digest, None
+        packed.sends -= 1
+        return packed.digest, packed.data
+
+    def _resend(self, packed: _Packed) -> None:
+        # a job goes to whichever worker is free: a few each, so every worker gets one
+        packed.sends = 2 * max(self.processes, 1)
 
     async def work(self, job: PageJob) -> PageWork | None:
         """The page's work done by a worker; None when the workers are gone (work in-process)."""
         result = await self._submit(_work, job)
-        if result is not None and self.counters is not None:
+        if result is None:
+            return None
+        if result.model_missing:
+            for packed in self._packed.values():
+                if packed.digest == job.noise_id:
+                    self._resend(packed)
+        if self.counters is not None:
             self.counters.inc("recrawler/cpu/worker_pages")
         return result
 

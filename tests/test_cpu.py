@@ -17,10 +17,11 @@ from scrapy import signals
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.counters import RunCounters
-from recrawler.cpu import CpuPool
+from recrawler.cpu import CpuPool, PageJob
 from recrawler.embedders import HashingEmbedder
 from recrawler.index.publish import embed_missing
 from recrawler.kb.chunking import Chunk
+from recrawler.learning import NoiseRegistry
 from recrawler.runtime import Runtime
 from recrawler.spiders import RecrawlerSpiderMixin
 from recrawler.spiders.docs import DocsSpider
@@ -266,3 +267,44 @@ async def test_chunk_texts_embedded_by_a_worker_are_the_texts_embedded_in_proces
             )
     assert len(found[0]) == 800
     assert found[0] == found[1]
+
+
+@deferred_f_from_coro_f
+async def test_a_sites_noise_model_goes_to_the_workers_until_they_hold_it() -> None:
+    """A job names the site's model by a digest; the model itself travels with the first jobs
+    only, and again when a worker says it does not hold it."""
+    pool = CpuPool(1, selectors=["main"], noise_selectors=[], chunking=None)
+    pool.counters = RunCounters()
+    pool.start()
+    try:
+        model = NoiseRegistry().site("docs.example.com")
+        body = b"<html><body><main><p>One paragraph.</p><p>Another one.</p></main></body></html>"
+
+        def job(noise_id: bytes | None, noise: bytes | None) -> PageJob:
+            return PageJob(
+                key="k", url="https://k", body=body, encoding="utf-8", noise_id=noise_id, noise=noise
+            )
+
+        sent = [pool.noise(model) for _ in range(3)]
+        digest = sent[0][0]
+        assert [data is not None for _, data in sent] == [True, True, False]
+        assert {d for d, _ in sent} == {digest}
+        # the worker loads it once, then fingerprints under it by its digest alone
+        first = await pool.work(job(digest, sent[0][1]))
+        later = await pool.work(job(digest, None))
+        assert first is not None
+        assert later is not None
+        assert first.fingerprint is not None
+        assert later.fingerprint == first.fingerprint
+        assert not later.model_missing
+        # a model the worker never got: no fingerprint, and the next jobs carry it again
+        other = NoiseRegistry(boilerplate=False).site("other.example.com")
+        other_id, _ = pool.noise(other)
+        missing = await pool.work(job(other_id, None))
+        assert missing is not None
+        assert missing.model_missing
+        assert missing.fingerprint is None
+        assert missing.content is not None
+        assert pool.noise(other)[1] is not None
+    finally:
+        pool.shutdown()

@@ -90,7 +90,6 @@ class Fingerprint:
     #: what the hash covers: blocks without the site's furniture, shared runs as one mark each
     kept: list[int]
     samples: dict[int, str]
-    normalized_text: str
 
 
 def fingerprint(text: str, noise: SiteNoise) -> Fingerprint:
@@ -116,7 +115,6 @@ def fingerprint(text: str, noise: SiteNoise) -> Fingerprint:
         blocks=hashes,
         kept=kept,
         samples=samples,
-        normalized_text=normalized_text,
     )
 
 

@@ -123,6 +123,7 @@ class PageBuilder:
         indexed = None
         if isinstance(rec, PageRecord) and rec.chunks and rec.status == LIVE:
             indexed = rec.content_hash
+        noise_id, noise = pool.noise(model) if model is not None else (None, None)
         work = await pool.work(
             PageJob(
                 key=page.key,
@@ -130,7 +131,8 @@ class PageBuilder:
                 body=response.body,
                 encoding=response.encoding,
                 regions=regions,
-                noise=pool.packed(model) if model is not None else None,
+                noise_id=noise_id,
+                noise=noise,
                 indexed_hash=indexed,
             )
         )
