@@ -5,6 +5,8 @@ interpreter lock, so per-page CPU work done in the crawl's process (parsing, ren
 normalising, hashing, chunking) waits its turn behind them however many cores the machine has,
 threads or not. With ``RECRAWLER_CPU_PROCESSES`` worker processes, a page is handed over once:
 its body goes out, its content, fingerprints and (when the page needs them) chunks come back.
+The pages of one turn of the event loop go as one task (at most ``_BATCH``): one wake-up of the
+pool's threads and one pickle for all of them.
 When the run publishes, the workers also embed batches of its new chunk texts (hashing embedder).
 
 The workers are forked when the spider opens, before the run's own threads start: a fork never
@@ -52,6 +54,9 @@ if TYPE_CHECKING:
     from recrawler.embedders import HashingEmbedder
 
 _T = TypeVar("_T")
+
+#: most pages handed to the workers as one task
+_BATCH = 8
 
 logger = logging.getLogger(__name__)
 
@@ -180,6 +185,17 @@ def _watch(parent: int) -> None:
     os._exit(0)
 
 
+def _work_batch(jobs: list[PageJob]) -> list[PageWork | BaseException]:
+    # each page on its own: one page's failure is that page's, not its batch's
+    out: list[PageWork | BaseException] = []
+    for job in jobs:
+        try:
+            out.append(_work(job))
+        except Exception as exc:  # handed back to the page's own caller
+            out.append(exc)
+    return out
+
+
 def _work(job: PageJob) -> PageWork:
     assert _TOOLS is not None
     return _TOOLS.work(job)
@@ -215,6 +231,9 @@ class CpuPool:
         self.lost = False
         #: the run's counters (set by its Runtime): pages worked, workers lost
         self.counters: RunCounters | None = None
+        #: jobs waiting for the end of this turn of the event loop, and batches in the workers
+        self._batch: list[tuple[PageJob, asyncio.Future[PageWork | None]]] = []
+        self._sent: set[asyncio.Future[list[PageWork | BaseException] | None]] = set()
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> CpuPool:
@@ -275,8 +294,20 @@ class CpuPool:
         packed.sends = 2 * max(self.processes, 1)
 
     async def work(self, job: PageJob) -> PageWork | None:
-        """The page's work done by a worker; None when the workers are gone (work in-process)."""
-        result = await self._submit(_work, job)
+        """The page's work done by a worker; None when the workers are gone (work in-process).
+
+        The jobs of one turn of the event loop (the responses of one read) go as one task, up
+        to ``_BATCH`` of them: one hand-over, one wake-up of the pool's threads."""
+        if not self.active:
+            return None
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[PageWork | None] = loop.create_future()
+        self._batch.append((job, waiter))
+        if len(self._batch) >= _BATCH:
+            self._send_batch()
+        elif len(self._batch) == 1:
+            loop.call_soon(self._send_batch)
+        result = await waiter
         if result is None:
             return None
         if result.model_missing:
@@ -286,6 +317,32 @@ class CpuPool:
         if self.counters is not None:
             self.counters.inc("recrawler/cpu/worker_pages")
         return result
+
+    def _send_batch(self) -> None:
+        batch, self._batch = self._batch, []
+        if not batch:
+            return
+        sent = asyncio.get_running_loop().create_task(self._submit(_work_batch, [job for job, _ in batch]))
+        self._sent.add(sent)
+        if self.counters is not None:
+            self.counters.inc("recrawler/cpu/worker_batches")
+
+        def answer(done: asyncio.Future[list[PageWork | BaseException] | None]) -> None:
+            self._sent.discard(done)
+            results: list[PageWork | BaseException] | None = None
+            if not done.cancelled():
+                exc = done.exception()
+                results = [exc] * len(batch) if exc is not None else done.result()
+            for i, (_, waiter) in enumerate(batch):
+                if waiter.done():
+                    continue  # its page was cancelled meanwhile
+                got = None if results is None else results[i]
+                if isinstance(got, BaseException):
+                    waiter.set_exception(got)
+                else:
+                    waiter.set_result(got)
+
+        sent.add_done_callback(answer)
 
     async def embed(self, embedder: HashingEmbedder, texts: list[str]) -> NDArray[np.float32] | None:
         """*texts* embedded by a worker (with a copy of *embedder*, whose ``calls`` and ``texts``

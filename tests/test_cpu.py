@@ -3,6 +3,8 @@ a dead worker costs no page, and a script without a main guard still crawls once
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import os
 import signal
 import sqlite3
@@ -17,7 +19,7 @@ from scrapy import signals
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.counters import RunCounters
-from recrawler.cpu import CpuPool, PageJob
+from recrawler.cpu import CpuPool, PageJob, PageWork
 from recrawler.embedders import HashingEmbedder
 from recrawler.index.publish import embed_missing
 from recrawler.kb.chunking import Chunk
@@ -306,5 +308,39 @@ async def test_a_sites_noise_model_goes_to_the_workers_until_they_hold_it() -> N
         assert missing.fingerprint is None
         assert missing.content is not None
         assert pool.noise(other)[1] is not None
+    finally:
+        pool.shutdown()
+
+
+@deferred_f_from_coro_f
+async def test_pages_handed_over_at_once_go_in_batches_and_fail_alone() -> None:
+    """The pages of one turn of the event loop go to the workers together, at most 8 a task;
+    a page whose work fails fails alone, the rest of its batch is worked."""
+    pool = CpuPool(1, selectors=["main"], noise_selectors=[], chunking=None)
+    pool.counters = counters = RunCounters()
+    pool.start()
+    try:
+        jobs = [
+            PageJob(
+                key=f"k{i}",
+                url=f"https://k{i}",
+                body=f"<main><p>Page {i}.</p></main>".encode(),
+                encoding="utf-8",
+            )
+            for i in range(20)
+        ]
+        # a model that does not unpickle: that page's work raises in the worker
+        jobs[5] = dataclasses.replace(jobs[5], noise_id=b"x" * 16, noise=b"not a pickle")
+        results = await asyncio.gather(*(pool.work(job) for job in jobs), return_exceptions=True)
+        assert isinstance(results[5], Exception)
+        others = [r for i, r in enumerate(results) if i != 5]
+        assert all(isinstance(r, PageWork) and r.content is not None for r in others)
+        assert [r.content.text for r in others if isinstance(r, PageWork) and r.content][:2] == [
+            "Page 0.",
+            "Page 1.",
+        ]
+        assert counters["recrawler/cpu/worker_batches"] == 3  # 8 + 8 + 4
+        assert counters["recrawler/cpu/worker_pages"] == 19
+        assert counters["recrawler/cpu/worker_lost"] == 0
     finally:
         pool.shutdown()
