@@ -290,8 +290,9 @@ class CpuPool:
         return packed.digest, packed.data
 
     def _resend(self, packed: _Packed) -> None:
-        # a job goes to whichever worker is free: a few each, so every worker gets one
-        packed.sends = 2 * max(self.processes, 1)
+        # a batch goes to whichever worker is free: two batches' worth each, so every worker gets
+        # one (a worker that still lacks it says so, and it is sent again)
+        packed.sends = 2 * _BATCH * max(self.processes, 1)
 
     async def work(self, job: PageJob) -> PageWork | None:
         """The page's work done by a worker; None when the workers are gone (work in-process).
