@@ -245,6 +245,9 @@ class Runtime:
         logger.error(
             "recrawler: %(exc)s", {"exc": redact_text(str(exc))}, extra={"spider": self.crawler.spider}
         )
+        # a refused run never reaches engine_stopped: its workers stop here, not at interpreter
+        # exit (where Python 3.11's executor shutdown can race and print a traceback)
+        self._stop_cpu()
         await self._close_store()
 
     async def _join(self) -> Run:
@@ -370,11 +373,14 @@ class Runtime:
     async def engine_stopped(self) -> None:
         """Close the store: every close handler has run by now."""
         self.stop_heartbeat()
+        self._stop_cpu()
+        await self._close_store()
+
+    def _stop_cpu(self) -> None:
         if self._cpu is not None:
             self._cpu.shutdown(wait=False)
             self._cpu = None
         self.cpu_pool.shutdown()
-        await self._close_store()
 
     async def _close_store(self) -> None:
         if self._closed:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import multiprocessing
 import os
 import signal
 import sqlite3
@@ -345,3 +346,25 @@ async def test_pages_handed_over_at_once_go_in_batches_and_fail_alone() -> None:
         assert counters["recrawler/cpu/worker_lost"] == 0
     finally:
         pool.shutdown()
+
+
+@deferred_f_from_coro_f
+async def test_a_refused_run_stops_its_workers_before_it_returns(site: Site, tmp_path: Path) -> None:
+    """A database from a newer recrawler refuses the run before engine_stopped is ever sent: the
+    workers forked for it are stopped with the refusal, not left to the interpreter's exit."""
+    sitemap = _write_site(site, pages=2)
+    db = tmp_path / "state.db"
+    store = SQLiteStateStore(str(db))
+    await store.open()
+    await store.close()
+    with sqlite3.connect(db) as conn:
+        conn.execute("INSERT INTO schema_version VALUES (999)")
+    before = set(multiprocessing.active_children())
+    crawls = Crawls(tmp_path)
+    crawls.db_uri = f"sqlite:///{db}"
+    crawler = make_crawler(DocsSpider, crawls.settings(RECRAWLER_CPU_PROCESSES=1))
+    await crawler.crawl_async(sitemap_url=sitemap)
+    runtime = crawler.get_extension(Runtime)
+    assert runtime is not None
+    assert runtime.exit_code == 5
+    assert set(multiprocessing.active_children()) - before == set()
