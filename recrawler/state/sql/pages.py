@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from recrawler.schedule import Revisit
     from recrawler.state.records import RevisitUpdate
     from recrawler.state.sql.database import Database
-    from recrawler.state.sql.dialect import Dialect, Work
+    from recrawler.state.sql.dialect import Work
 
 
 class SQLPages:
@@ -86,8 +86,6 @@ class SQLPages:
         in the same transaction; the state before it is returned (None without ``revisit``).
         """
 
-        d = self.db.dialect
-
         def work() -> Work[Revisit | None]:
             yield count(
                 f"""INSERT INTO pages ({_PAGE_COLUMNS})
@@ -131,7 +129,7 @@ class SQLPages:
             if embeddings:
                 yield from self.db.embeddings_work(embeddings)
             if fields is not None:
-                yield from self._write_fields(d, rec.key, rec.site, fields)
+                yield from self._write_fields(rec.key, rec.site, fields)
             if change is not None:
                 yield from self._write_change(run, change)
             yield from self.db._outbox(events)
@@ -145,7 +143,7 @@ class SQLPages:
         return await self.db.page_write(work(), outcome)
 
     @staticmethod
-    def _write_fields(d: Dialect, key: str, site: str, fields: FieldsRow) -> Work[None]:
+    def _write_fields(key: str, site: str, fields: FieldsRow) -> Work[None]:
         row = yield one("SELECT blocks FROM page_fields WHERE key = ?", (key,))
         old = bytes(row[0] or b"") if row is not None else b""
         if old != fields.blocks:
