@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import lxml.etree
 from cssselect import SelectorError
 from lxml.cssselect import CSSSelector
+from w3lib.encoding import read_bom
 
 from recrawler import default_settings
 from recrawler.exceptions import ConfigurationError, RecrawlerError
@@ -86,6 +87,21 @@ def _parsers() -> dict[str | None, lxml.etree.HTMLParser]:
         parsers = {None: lxml.etree.HTMLParser(remove_comments=True, remove_pis=True, huge_tree=True)}
         _LOCAL.parsers = parsers
     return parsers
+
+
+def _parser(encoding: str | None) -> lxml.etree.HTMLParser | None:
+    """This thread's parser for *encoding*; None when libxml2 does not know its name."""
+    parsers = _parsers()
+    if encoding not in parsers:
+        try:
+            # huge_tree: libxml2 otherwise stops at depth 256 or at 10 MB text nodes, silently
+            # dropping the rest of the page
+            parsers[encoding] = lxml.etree.HTMLParser(
+                encoding=encoding, remove_comments=True, remove_pis=True, huge_tree=True
+            )
+        except LookupError:
+            return None
+    return parsers[encoding]
 
 
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>", re.IGNORECASE)
@@ -198,19 +214,21 @@ class ContentExtractor:
         Raises :class:`ExtractionError` for a body nested past the parser's depth limit.
         """
         try:
+            parser = None
+            if isinstance(body, bytes):
+                _, bom = read_bom(body)
+                if bom:
+                    # libxml2 reads a byte order mark as text
+                    body = body[len(bom) :]
+                parser = _parser(encoding)
+                if parser is None:
+                    # a name Python's codecs know and libxml2 does not (utf-16-le): decode here
+                    body = body.decode(encoding or "utf-8", "replace")
             if isinstance(body, str):
                 # lxml refuses str input that still carries an XML encoding declaration.
-                body = _XML_DECL.sub("", body)
+                body = _XML_DECL.sub("", body).removeprefix("\ufeff")
                 parser = _parsers()[None]
-            else:
-                parser = _parsers().get(encoding)
-                if parser is None:
-                    # huge_tree: libxml2 otherwise stops at depth 256 or at 10 MB text nodes,
-                    # silently dropping the rest of the page
-                    parser = lxml.etree.HTMLParser(
-                        encoding=encoding, remove_comments=True, remove_pis=True, huge_tree=True
-                    )
-                    _parsers()[encoding] = parser
+            assert parser is not None
             root = lxml.etree.fromstring(body, parser)
         except (lxml.etree.ParserError, ValueError, LookupError):
             return None

@@ -200,6 +200,22 @@ def test_bytes_with_declared_encoding() -> None:
     assert ex.extract(html.encode("utf-8"), "utf-8").text == "\u00e9t\u00e9 \u20ac"
 
 
+@pytest.mark.parametrize(
+    ("body", "encoding"),
+    [
+        (b"\xff\xfe" + "<main><p>\u00e9t\u00e9 \u20ac</p></main>".encode("utf-16-le"), "utf-16-le"),
+        (b"\xfe\xff" + "<main><p>\u00e9t\u00e9 \u20ac</p></main>".encode("utf-16-be"), "utf-16-be"),
+        ("<main><p>\u00e9t\u00e9 \u20ac</p></main>".encode("utf-32"), "utf-32-le"),
+        (b"\xef\xbb\xbf" + "<main><p>\u00e9t\u00e9 \u20ac</p></main>".encode(), "utf-8"),
+        ("<main><p>\u00e9t\u00e9 \u20ac</p></main>".encode("utf-16"), "utf-16"),
+    ],
+    ids=["utf-16-le-bom", "utf-16-be-bom", "utf-32-bom", "utf-8-bom", "utf-16"],
+)
+def test_bytes_with_a_byte_order_mark(body: bytes, encoding: str) -> None:
+    """The names Scrapy gives a BOM's encoding (Python's: utf-16-le) are not all libxml2's."""
+    assert ContentExtractor().extract(body, encoding).text == "\u00e9t\u00e9 \u20ac"
+
+
 def test_str_with_xml_declaration() -> None:
     html = "<?xml version='1.0' encoding='utf-8'?>" + doc("<main><p>x</p></main>")
     assert text(html) == "x"
