@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 T0 = 1_760_000_000.0
 
 
-def _write_site(site: Site, pages: int = 12) -> str:
+def _write_site(site: Site, pages: int = 12, *, encodings: bool = False) -> str:
     paths = []
     for n in range(pages):
         sections = [
@@ -62,7 +62,35 @@ def _write_site(site: Site, pages: int = 12) -> str:
         "deep.html", "<html><body><main>" + "<div>" * 5000 + "x" + "</div>" * 5000 + "</main></body></html>"
     )
     paths += ["empty.html", "deep.html"]
+    if encodings:
+        paths += _write_encodings(site)
     return site.write_sitemap(paths)
+
+
+def _write_encodings(site: Site) -> list[str]:
+    """The encoding is the worker's to work out, as Scrapy would: from a <meta> declaration, the
+    header, a byte order mark, or the bytes alone; a binary served as HTML is no text at all."""
+    words = "Straße, café and naïve: the 20 € setting"
+    encoded = {
+        "meta-cp1252.html": (
+            f'<html><head><meta charset="windows-1252"><title>Meta</title></head>'
+            f"<body><main><p>{words}.</p></main></body></html>"
+        ).encode("cp1252"),
+        "header-latin9.html": (f"<html><body><main><p>{words} (by header).</p></main></body></html>").encode(
+            "iso-8859-15"
+        ),
+        "bom-utf16.html": (f"<html><body><main><p>{words} (by BOM).</p></main></body></html>").encode(
+            "utf-16"
+        ),
+        "guess-utf8.html": (
+            "<html><body><main><p>設定の説明です。この設定は毎週変わります。</p></main></body></html>"
+        ).encode(),
+        "binary.html": b"\x7fELF\x02\x01\x01" + b"\x00\x01GLIBC_2.34\x00puts\x00" * 40,
+    }
+    for name, body in encoded.items():
+        content_type = "text/html; charset=iso-8859-15" if name.startswith("header") else "text/html"
+        site.write(name, body, mtime=T0, content_type=content_type)
+    return list(encoded)
 
 
 def _state(db: Path) -> dict[str, Any]:
@@ -89,7 +117,7 @@ def _state(db: Path) -> dict[str, Any]:
 async def test_pages_worked_in_a_worker_process_are_the_pages_worked_in_the_crawl_process(
     site: Site, tmp_path: Path
 ) -> None:
-    sitemap = _write_site(site)
+    sitemap = _write_site(site, encodings=True)
     in_workers, in_process = Crawls(tmp_path / "workers"), Crawls(tmp_path / "process")
     for crawls in (in_workers, in_process):
         crawls.tmp_path.mkdir()
@@ -97,18 +125,25 @@ async def test_pages_worked_in_a_worker_process_are_the_pages_worked_in_the_craw
     w1 = await in_workers.crawl(sitemap, RECRAWLER_CPU_PROCESSES=1)
     p1 = await in_process.crawl(sitemap, RECRAWLER_CPU_PROCESSES=0)
     assert w1.counts == p1.counts
-    assert w1.counts["new"] == 12
-    assert w1.counts["errors"] == 2
+    assert w1.counts["new"] == 16
+    assert w1.counts["errors"] == 3
     assert (
         w1.stats["recrawler/page/error/empty_content"] == p1.stats["recrawler/page/error/empty_content"] == 1
     )
     assert w1.stats["recrawler/page/error/too_deep"] == p1.stats["recrawler/page/error/too_deep"] == 1
-    # every page with a body went to the worker; none in the run without one
-    assert w1.stats["recrawler/cpu/worker_pages"] == 14
+    assert w1.stats["recrawler/page/error/not_html"] == p1.stats["recrawler/page/error/not_html"] == 1
+    # every page with a text body went to the worker (the binary is told apart on arrival); none
+    # in the run without one
+    assert w1.stats["recrawler/cpu/worker_pages"] == 18
     assert "recrawler/cpu/worker_pages" not in p1.stats
     state = _state(in_workers.db_path)
     assert len(state["chunks"]) >= 12
     assert state == _state(in_process.db_path)
+    texts = {url.rsplit("/", 1)[1]: text for url, _, _, _, text in state["chunks"]}
+    assert "Straße, café and naïve: the 20 € setting." in texts["meta-cp1252.html"]
+    assert "Straße, café and naïve: the 20 € setting (by header)." in texts["header-latin9.html"]
+    assert "Straße, café and naïve: the 20 € setting (by BOM)." in texts["bom-utf16.html"]
+    assert "設定の説明です。" in texts["guess-utf8.html"]
 
     # the next run: a changed page is chunked again (by the worker), the others are unchanged
     site.write("p3.html", docsite.page("Page 3", [("Overview", ["Page 3 now says something else."])]))
@@ -117,7 +152,7 @@ async def test_pages_worked_in_a_worker_process_are_the_pages_worked_in_the_craw
     assert (
         (w2.counts["changed"], w2.counts["unchanged"])
         == (p2.counts["changed"], p2.counts["unchanged"])
-        == (1, 11)
+        == (1, 15)
     )
     assert _state(in_workers.db_path) == _state(in_process.db_path)
 
