@@ -109,6 +109,41 @@ async def test_open_creates_schema_in_wal_mode(db: Path) -> None:
         assert query(db, "PRAGMA journal_mode") == [("wal",)]
 
 
+TABLE_SQL = "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?"
+
+
+@deferred_f_from_coro_f
+async def test_the_embedding_cache_is_a_rowid_table_and_a_schema_8_cache_moves_into_it(db: Path) -> None:
+    """A vector is 1.5 KB: a WITHOUT ROWID table keeps rows that size inside its key's b-tree,
+    and storing a run's vectors took about twice as long as in a rowid table with a key index."""
+    rows = [("hashing:v1:4", f"h{n:03d}", bytes([n % 251]) * 16) for n in range(300)]
+    async with opened(db) as store:
+        await store.store_embeddings(rows)
+        await store.store_embeddings([*rows[:5], ("hashing:v1:4", "h000", b"\xff" * 16)])  # kept
+    ((sql,),) = query(db, TABLE_SQL, ("embeddings",))
+    assert "WITHOUT ROWID" not in sql.upper()
+    assert "PRIMARY KEY (embedder, text_hash)" in sql
+    stored = query(db, "SELECT embedder, text_hash, vector FROM embeddings ORDER BY text_hash")
+    assert stored == rows
+
+    # a database from schema 8 (its cache WITHOUT ROWID) is moved over on open, vectors and all
+    with closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("ALTER TABLE embeddings RENAME TO embeddings_9")
+        conn.execute(
+            "CREATE TABLE embeddings (embedder TEXT NOT NULL, text_hash TEXT NOT NULL, vector BLOB NOT NULL,"
+            " PRIMARY KEY (embedder, text_hash)) WITHOUT ROWID"
+        )
+        conn.execute("INSERT INTO embeddings SELECT * FROM embeddings_9")
+        conn.execute("DROP TABLE embeddings_9")
+        conn.execute("DELETE FROM schema_version WHERE version = 9")
+    async with opened(db) as store:
+        assert await store.missing_for("hashing:v1:4", ["h001", "h299", "h300"]) == ["h300"]
+    ((sql,),) = query(db, TABLE_SQL, ("embeddings",))
+    assert "WITHOUT ROWID" not in sql.upper()
+    assert query(db, "SELECT embedder, text_hash, vector FROM embeddings ORDER BY text_hash") == rows
+    assert query(db, "SELECT MAX(version) FROM schema_version") == [(SCHEMA_VERSION,)]
+
+
 def test_processes_opening_one_new_database_at_once_all_open_it(tmp_path: Path) -> None:
     """Two workers starting together on a new file: the second one to take the write lock used to
     find the first one's schema_version table and call the database corrupt; and one switching

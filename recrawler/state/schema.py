@@ -130,7 +130,6 @@ embeddings = Table(
     Column("embedder", Text, primary_key=True),
     Column("text_hash", Text, primary_key=True),
     Column("vector", LargeBinary, nullable=False),
-    sqlite_with_rowid=False,
 )
 
 # what a page says, field by field, and its normalised blocks (8-byte hashes in page order)

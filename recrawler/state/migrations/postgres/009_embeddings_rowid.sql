@@ -1,0 +1,2 @@
+-- recrawler state schema 9 (PostgreSQL): nothing to do. SQLite's 009 makes its embedding cache a
+-- rowid table; a PostgreSQL table keeps its rows apart from its primary-key index already.
