@@ -307,6 +307,65 @@ async def test_chunk_texts_embedded_by_a_worker_are_the_texts_embedded_in_proces
     assert found[0] == found[1]
 
 
+async def _store_with_chunks(path: Path, pages: int, per_page: int) -> SQLiteStateStore:
+    store = SQLiteStateStore(str(path))
+    await store.open()
+    site = "docs.example.com"
+    now = datetime.now(UTC)
+    run = await store.begin_run("docs", site, now, lease_secs=0)
+    for p in range(pages):
+        key = f"{site}/p{p}"
+        page = PageRecord(key=key, site=site, url=f"https://{key}", content_hash=f"h{p}", first_seen=now)
+        chunks = [
+            Chunk(
+                key=key,
+                url=page.url,
+                chunk_index=i,
+                heading="H",
+                text=f"page {p} chunk {i}",
+                chunk_hash=f"c{p}-{i}",
+            )
+            for i in range(per_page)
+        ]
+        await store.record(run, page, [], chunks=chunks)
+    await store.flush()
+    return store
+
+
+@deferred_f_from_coro_f
+async def test_the_next_batch_is_embedded_while_one_is_stored(tmp_path: Path) -> None:
+    """Publishing reads, embeds and stores batch after batch: storing one no longer holds up
+    embedding the next (the store waits here until the next batch's embedding has begun; one
+    after the other, it would wait for ever)."""
+    loop = asyncio.get_running_loop()
+    begun: list[asyncio.Event] = [asyncio.Event() for _ in range(4)]
+
+    class Watched(HashingEmbedder):
+        def embed(self, texts: Any) -> Any:
+            loop.call_soon_threadsafe(begun[min(self.calls, 3)].set)
+            return super().embed(texts)
+
+    store = await _store_with_chunks(tmp_path / "s.db", 4, 256)
+    stored: list[int] = []
+    real = store.store_embeddings
+
+    async def store_embeddings(rows: Any) -> None:
+        n = len(stored)
+        if n + 1 < len(begun):
+            await asyncio.wait_for(begun[n + 1].wait(), 10)
+        stored.append(len(rows))
+        await real(rows)
+
+    store.store_embeddings = store_embeddings  # type: ignore[method-assign]
+    try:
+        embedder = Watched()
+        assert await embed_missing(store, embedder) == (1024, 4)
+        assert stored == [256] * 4
+        assert await store.count_missing(embedder.id) == 0
+    finally:
+        await store.close()
+
+
 @deferred_f_from_coro_f
 async def test_a_sites_noise_model_goes_to_the_workers_until_they_hold_it() -> None:
     """A job names the site's model by a digest; the model itself travels with the first jobs

@@ -50,53 +50,77 @@ async def embed_missing(
     hashing = embedder if isinstance(embedder, HashingEmbedder) else None
     workers = pool.processes if pool is not None and pool.active and hashing is not None else 0
     in_process = asyncio.Lock()  # an embedder is not thread-safe: one batch at a time here
-    busy = 0  # batches in the workers
+    # batches in the workers, at most two each: a worker has the next one while its last is taken
+    in_workers = 0
+    here = 0  # batches embedded (or waiting to be) in this process
 
-    async def here(batch: list[str]) -> NDArray[np.float32]:
+    async def embed_here(batch: list[str]) -> NDArray[np.float32]:
         async with in_process:
             return await asyncio.to_thread(embedder.embed, batch)
 
-    async def in_worker(batch: list[str]) -> NDArray[np.float32]:
-        nonlocal busy
+    async def embed_in_worker(batch: list[str]) -> NDArray[np.float32]:
+        nonlocal in_workers
         assert pool is not None
         assert hashing is not None
         try:
             vectors = await pool.embed(hashing, batch)
         finally:
-            busy -= 1
-        return vectors if vectors is not None else await here(batch)
+            in_workers -= 1
+        return vectors if vectors is not None else await embed_here(batch)
+
+    async def embed(batch: list[str]) -> NDArray[np.float32]:
+        nonlocal here
+        try:
+            return await embed_here(batch)
+        finally:
+            here -= 1
+
+    async def store_batch(rows: list[tuple[str, str]], vectors: NDArray[np.float32]) -> None:
+        nonlocal texts
+        await store.store_embeddings(
+            [(embedder.id, h, vector_to_blob(v)) for (h, _), v in zip(rows, vectors, strict=True)]
+        )
+        texts += len(rows)
+        if progress is not None:
+            progress(len(rows))
 
     pending: deque[tuple[list[tuple[str, str]], asyncio.Task[NDArray[np.float32]]]] = deque()
+    # one batch is stored while the next ones are read and embedded (stored in order, one at a time)
+    storing: asyncio.Task[None] | None = None
     after: str | None = ""
     try:
         while True:
-            # keep every lane busy: each worker and this process embed a batch at once
-            while after is not None and len(pending) <= workers:
+            # keep every lane busy: the workers and this process each embed while a batch is stored
+            while after is not None and (in_workers < 2 * workers or here < 1):
                 rows = await store.missing_embeddings(
                     embedder.id, limit, include_run=include_run, after=after
                 )
                 after = rows[-1][0] if rows else None
                 if rows:
                     batch = [text for _, text in rows]
-                    if busy < workers:
-                        busy += 1
-                        pending.append((rows, asyncio.create_task(in_worker(batch))))
+                    if in_workers < 2 * workers:
+                        in_workers += 1
+                        pending.append((rows, asyncio.create_task(embed_in_worker(batch))))
                     else:
-                        pending.append((rows, asyncio.create_task(here(batch))))
+                        here += 1
+                        pending.append((rows, asyncio.create_task(embed(batch))))
             if not pending:
                 break
             rows, job = pending.popleft()
             vectors = await job
-            await store.store_embeddings(
-                [(embedder.id, h, vector_to_blob(v)) for (h, _), v in zip(rows, vectors, strict=True)]
-            )
-            texts += len(rows)
-            if progress is not None:
-                progress(len(rows))
+            if storing is not None:
+                await storing
+            storing = asyncio.create_task(store_batch(rows, vectors))
+        if storing is not None:
+            await storing
+            storing = None
     finally:
-        for _, job in pending:
+        jobs: list[asyncio.Task[Any]] = [job for _, job in pending]
+        if storing is not None:
+            jobs.append(storing)
+        for job in jobs:
             job.cancel()
-        await asyncio.gather(*(job for _, job in pending), return_exceptions=True)
+        await asyncio.gather(*jobs, return_exceptions=True)
     return texts, embedder.calls - calls
 
 
