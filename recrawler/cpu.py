@@ -229,6 +229,8 @@ class CpuPool:
         self._packed: OrderedDict[int, _Packed] = OrderedDict()
         #: the workers died: the rest of the run works in its own process
         self.lost = False
+        #: shut down with the run: no worker is started again
+        self.closed = False
         #: the run's counters (set by its Runtime): pages worked, workers lost
         self.counters: RunCounters | None = None
         #: jobs waiting for the end of this turn of the event loop, and batches in the workers
@@ -251,7 +253,7 @@ class CpuPool:
     @property
     def active(self) -> bool:
         """Whether pages go to the workers."""
-        return self.processes > 0 and not self.lost
+        return self.processes > 0 and not self.lost and not self.closed
 
     def start(self) -> None:
         """Fork the workers now (call it before the run starts threads of its own)."""
@@ -376,7 +378,9 @@ class CpuPool:
             return None
 
     def shutdown(self) -> None:
-        """Stop the workers (queued work is dropped: the run is over)."""
+        """Stop the workers (queued work is dropped: the run is over); any work asked for
+        afterwards is done in this process, never by workers started again."""
+        self.closed = True
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None

@@ -462,3 +462,21 @@ async def test_a_refused_run_stops_its_workers_before_it_returns(site: Site, tmp
     assert runtime is not None
     assert runtime.exit_code == 5
     assert set(multiprocessing.active_children()) - before == set()
+
+
+@deferred_f_from_coro_f
+async def test_a_pool_shut_down_with_its_run_never_starts_workers_again() -> None:
+    """Work asked for after the run stopped its workers (a late response) is done in the crawl's
+    process: no worker is forked again, to be left to interpreter exit."""
+    pool = CpuPool(1, selectors=["main"], noise_selectors=[], chunking=None)
+    pool.counters = RunCounters()
+    pool.start()
+    body = b"<html><body><main><p>One paragraph.</p></main></body></html>"
+    job = PageJob(key="k", url="https://k", body=body, encoding="utf-8")
+    assert await pool.work(job) is not None
+    pool.shutdown()
+    assert not pool.active
+    assert await pool.work(job) is None
+    assert await pool.embed(HashingEmbedder(), ["a text"]) is None
+    assert pool._pool is None
+    assert not multiprocessing.active_children()
