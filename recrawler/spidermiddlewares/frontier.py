@@ -29,6 +29,42 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+def _callback_name(spider: Any, func: Any) -> str | None:
+    """The name of *spider*'s method *func* is bound to, when it is bound under its own name
+    (then it is the name ``Request.to_dict`` finds); else None."""
+    if getattr(func, "__self__", None) is not spider or not hasattr(func, "__func__"):
+        return None
+    found = getattr(spider, func.__name__, None)
+    return func.__name__ if getattr(found, "__func__", None) is func.__func__ else None
+
+
+def request_dict(request: Request, spider: Any) -> dict[str, Any]:
+    """``request.to_dict(spider=spider)``, which for a callback bound to the spider searches
+    every member of the spider (``inspect.getmembers``), for every request: a callback (or
+    errback) that is the spider's method of its own name is named at once, and the rest of the
+    dict is made as ``to_dict`` makes it. Anything else goes to ``to_dict`` itself."""
+    names: list[str | None] = []
+    for func in (request.callback, request.errback):
+        if func is None or isinstance(func, str):
+            names.append(func)
+            continue
+        name = _callback_name(spider, func)
+        if name is None:
+            return request.to_dict(spider=spider)
+        names.append(name)
+    d: dict[str, Any] = {
+        "url": request.url,
+        "callback": names[0],
+        "errback": names[1],
+        "headers": dict(request.headers),
+    }
+    for attr in request.attributes:
+        d.setdefault(attr, getattr(request, attr))
+    if type(request) is not Request:
+        d["_class"] = request.__module__ + "." + request.__class__.__name__
+    return d
+
+
 class FrontierMiddleware:
     """Keeps the run's frontier on disk: page requests that callbacks yield (a sitemap's listing,
     feed entries, links), once the schedule let them through, go to the database in batches
@@ -110,7 +146,7 @@ class FrontierMiddleware:
         spider = self.crawler.spider
         for r in batch:
             try:
-                blob = pickle.dumps(r.to_dict(spider=spider), protocol=pickle.HIGHEST_PROTOCOL)
+                blob = pickle.dumps(request_dict(r, spider), protocol=pickle.HIGHEST_PROTOCOL)
             except (ValueError, TypeError, AttributeError, pickle.PicklingError):
                 # a callback that is not a spider method, meta that does not serialise
                 kept.append(r)
