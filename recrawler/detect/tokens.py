@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from recrawler.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Iterator
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -379,6 +379,64 @@ _HINTS: dict[str, tuple[tuple[Any, ...], ...]] = {
 }
 
 
+# Where a default pattern's matches can start: each match begins with one of its words (any case)
+# or where one of its regexes finds a start, in the case-folded text. The regex is then tried
+# only there (``match`` at each start, as ``finditer`` would find them) instead of at every
+# character: most of the text is never looked at. Keyed by regex, like the hints.
+_LABEL_WORDS = ("last", *_LABELS.split("|"))
+_AS_OF_START = re.compile(r"as\s+of")
+#: a number's first digit (a counter after a separator, a line start or a counter word never
+#: starts inside a number)
+_NUMBER_START = re.compile(r"(?<!\d)\d")
+_COUNTER_WORDS = (*_COUNT_NOUNS, "view", "comment", "like", "download", "star", "fork")
+_COUNTDOWN_WORDS = (
+    *("refresh", "reload", "updates", "updating", "retrying", "resets", "next"),
+    *("starts", "ends", "closes"),
+)
+_ANCHORS: dict[str, tuple[tuple[str, ...], tuple[re.Pattern[str], ...]]] = {
+    p.regex: anchors
+    for p, anchors in zip(
+        DEFAULT_PATTERNS,
+        [
+            None,  # uuid: its hint reads the hex shape already
+            None,  # hex-id
+            None,  # revision
+            (("build",), ()),  # build-id
+            (("build",), ()),  # build-number
+            (("request", "trace", "correlation", "span", "ray"), ()),  # request-id
+            (_LABEL_WORDS, (_AS_OF_START,)),  # date
+            (_LABEL_WORDS, ()),  # time
+            None,  # relative-time: "a", "an", any number can begin it
+            (_COUNTDOWN_WORDS, ()),  # countdown
+            (("generated", "rendered", "served"), ()),  # render-time
+            (_COUNTER_WORDS, (_NUMBER_START,)),  # counter
+            (("viewed", "downloaded", "visited", "watched", "played", "starred", "forked"), ()),
+            None,  # counter-helpful: it may begin inside a number
+            None,  # counter-icon
+            None,  # copyright-year
+            None,  # object-address
+        ],
+        strict=True,
+    )
+    if anchors is not None
+}
+# re's IGNORECASE also matches these to ASCII letters; lower() keeps them as they are
+_FOLD = {0x131: "i", 0x17F: "s"}
+
+
+def _starts(folded: str, words: tuple[str, ...], regexes: tuple[re.Pattern[str], ...]) -> list[int]:
+    """Every position of *folded* where one of *words* begins or one of *regexes* matches."""
+    found: set[int] = set()
+    for word in words:
+        i = folded.find(word)
+        while i >= 0:
+            found.add(i)
+            i = folded.find(word, i + 1)
+    for regex in regexes:
+        found.update(m.start() for m in regex.finditer(folded))
+    return sorted(found)
+
+
 def _hint(h: str | re.Pattern[str] | Callable[[str], bool], lower: str) -> bool:
     if isinstance(h, str):
         return h in lower
@@ -406,7 +464,7 @@ def _as_pattern(pattern: VolatilePattern | str) -> VolatilePattern:
 
 
 class _Compiled:
-    __slots__ = ("groups", "hints", "pattern", "regex", "replacement")
+    __slots__ = ("anchors", "groups", "hints", "pattern", "regex", "replacement")
 
     def __init__(self, pattern: VolatilePattern) -> None:
         try:
@@ -420,6 +478,7 @@ class _Compiled:
         self.pattern = pattern
         self.replacement = pattern.replacement
         self.hints = _HINTS.get(pattern.regex, ())
+        self.anchors = _ANCHORS.get(pattern.regex)
         # ``value`` (and value2, value3...: a regex cannot name one group twice) mark the part replaced
         self.groups: tuple[str, ...] = tuple(
             g for g in sorted(self.regex.groupindex) if g == "value" or re.fullmatch(r"value\d+", g)
@@ -438,10 +497,28 @@ class _Compiled:
                 return None
         return (start, end) if end > start else None
 
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        """The matches ``regex.finditer(text)`` gives; for a default pattern, the regex is tried
+        only where a match can start (it never matches the empty string, so each match found at
+        the first such start at or after the last match's end is the one ``finditer`` finds)."""
+        folded = text.lower().translate(_FOLD) if self.anchors is not None else ""
+        if self.anchors is None or len(folded) != len(text):
+            # a character whose lower case is longer ("İ") shifts positions: look everywhere
+            yield from self.regex.finditer(text)
+            return
+        end = 0
+        for start in _starts(folded, *self.anchors):
+            if start < end:
+                continue
+            m = self.regex.match(text, start)
+            if m is not None:
+                end = m.end()
+                yield m
+
     def sub(self, text: str) -> str:
         out: list[str] = []
         pos = 0
-        for m in self.regex.finditer(text):
+        for m in self.finditer(text):
             span = self.span(m)
             if span is not None:
                 out.append(text[pos : span[0]])
@@ -485,7 +562,7 @@ class Normalizer:
         found: list[tuple[str, str]] = []
         for c in self._applicable(text):
             hit = False
-            for m in c.regex.finditer(text):
+            for m in c.finditer(text):
                 span = c.span(m)
                 if span is not None:
                     found.append((c.pattern.name, text[span[0] : span[1]]))
