@@ -424,6 +424,12 @@ _ANCHORS: dict[str, tuple[tuple[str, ...], tuple[re.Pattern[str], ...]]] = {
 _FOLD = {0x131: "i", 0x17F: "s"}
 
 
+def fold(text: str) -> str:
+    """*text* in lower case, with the letters re's IGNORECASE also takes for ASCII ones folded to
+    them: where the patterns' start words are looked for."""
+    return text.lower().translate(_FOLD)
+
+
 def _starts(folded: str, words: tuple[str, ...], regexes: tuple[re.Pattern[str], ...]) -> list[int]:
     """Every position of *folded* where one of *words* begins or one of *regexes* matches."""
     found: set[int] = set()
@@ -497,12 +503,14 @@ class _Compiled:
                 return None
         return (start, end) if end > start else None
 
-    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+    def finditer(self, text: str, folded: str | None = None) -> Iterator[re.Match[str]]:
         """The matches ``regex.finditer(text)`` gives; for a default pattern, the regex is tried
         only where a match can start (it never matches the empty string, so each match found at
-        the first such start at or after the last match's end is the one ``finditer`` finds)."""
-        folded = text.lower().translate(_FOLD) if self.anchors is not None else ""
-        if self.anchors is None or len(folded) != len(text):
+        the first such start at or after the last match's end is the one ``finditer`` finds).
+        *folded* is :func:`fold` of *text*, when the caller has it."""
+        if self.anchors is not None and folded is None:
+            folded = fold(text)
+        if self.anchors is None or folded is None or len(folded) != len(text):
             # a character whose lower case is longer ("İ") shifts positions: look everywhere
             yield from self.regex.finditer(text)
             return
@@ -515,10 +523,10 @@ class _Compiled:
                 end = m.end()
                 yield m
 
-    def sub(self, text: str) -> str:
+    def sub(self, text: str, folded: str | None = None) -> str:
         out: list[str] = []
         pos = 0
-        for m in self.finditer(text):
+        for m in self.finditer(text, folded):
             span = self.span(m)
             if span is not None:
                 out.append(text[pos : span[0]])
@@ -553,8 +561,13 @@ class Normalizer:
 
     def normalize(self, text: str) -> str:
         """Return *text* with every volatile token replaced by its placeholder."""
+        folded: str | None = None  # of the text as it is now, for the patterns' starts
         for c in self._applicable(text):
-            text = c.sub(text)
+            if c.anchors is not None and folded is None:
+                folded = fold(text)
+            replaced = c.sub(text, folded)
+            if replaced is not text:
+                text, folded = replaced, None
         return text
 
     def matches(self, text: str) -> list[tuple[str, str]]:
