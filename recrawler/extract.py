@@ -84,8 +84,7 @@ _LOCAL = threading.local()
 def _parsers() -> dict[str | None, lxml.etree.HTMLParser]:
     parsers: dict[str | None, lxml.etree.HTMLParser] | None = getattr(_LOCAL, "parsers", None)
     if parsers is None:
-        parsers = {None: lxml.etree.HTMLParser(remove_comments=True, remove_pis=True, huge_tree=True)}
-        _LOCAL.parsers = parsers
+        parsers = _LOCAL.parsers = {}
     return parsers
 
 
@@ -227,7 +226,7 @@ class ContentExtractor:
             if isinstance(body, str):
                 # lxml refuses str input that still carries an XML encoding declaration.
                 body = _XML_DECL.sub("", body).removeprefix("\ufeff")
-                parser = _parsers()[None]
+                parser = _parser(None)
             assert parser is not None
             root = lxml.etree.fromstring(body, parser)
         except (lxml.etree.ParserError, ValueError, LookupError):

@@ -90,6 +90,10 @@ _COUNT_NOUNS = (
     "clicks",
     "answers",
 )
+# a counter's label before its number ("Views: 12", "stars (42)"), besides the plural nouns
+_COUNT_LABELS = ("view", "comment", "like", "download", "star", "fork")
+# "viewed 12 times"
+_TIMES_VERBS = ("viewed", "downloaded", "visited", "watched", "played", "starred", "forked")
 # eyes, thumbs, hearts, stars, speech balloon
 _COUNT_ICONS = "\U0001f441\U0001f440\U0001f44d\U0001f44e\u2764\u2665\u2605\u2b50\U0001f4ac"
 _COUNT_WORD = (
@@ -191,7 +195,7 @@ DEFAULT_PATTERNS: tuple[VolatilePattern, ...] = (
         name="counter",
         regex=(
             rf"(?m:{_COUNT_LEFT})(?P<value>{_COUNT_NUM})\s+{_COUNT_WORD}{_COUNT_PROSE}"
-            rf"|(?i:\b(?:{'|'.join(_COUNT_NOUNS)}|view|comment|like|download|star|fork)\b)"
+            rf"|(?i:\b(?:{'|'.join((*_COUNT_NOUNS, *_COUNT_LABELS))})\b)"
             rf"\s*[:(|]\s*(?P<value2>{_COUNT_NUM})(?!\s*(?:[-\u2013]|to)\s*\d)"
         ),
         replacement="<count>",
@@ -199,7 +203,7 @@ DEFAULT_PATTERNS: tuple[VolatilePattern, ...] = (
     VolatilePattern(
         name="counter-times",
         regex=(
-            r"(?i:\b(?:viewed|downloaded|visited|watched|played|starred|forked)\s+)"
+            rf"(?i:\b(?:{'|'.join(_TIMES_VERBS)})\s+)"
             rf"(?P<value>{_COUNT_NUM})\s+times\b"
         ),
         replacement="<count>",
@@ -388,7 +392,6 @@ _AS_OF_START = re.compile(r"as\s+of")
 #: a number's first digit (a counter after a separator, a line start or a counter word never
 #: starts inside a number)
 _NUMBER_START = re.compile(r"(?<!\d)\d")
-_COUNTER_WORDS = (*_COUNT_NOUNS, "view", "comment", "like", "download", "star", "fork")
 _COUNTDOWN_WORDS = (
     *("refresh", "reload", "updates", "updating", "retrying", "resets", "next"),
     *("starts", "ends", "closes"),
@@ -409,8 +412,8 @@ _ANCHORS: dict[str, tuple[tuple[str, ...], tuple[re.Pattern[str], ...]]] = {
             None,  # relative-time: "a", "an", any number can begin it
             (_COUNTDOWN_WORDS, ()),  # countdown
             (("generated", "rendered", "served"), ()),  # render-time
-            (_COUNTER_WORDS, (_NUMBER_START,)),  # counter
-            (("viewed", "downloaded", "visited", "watched", "played", "starred", "forked"), ()),
+            ((*_COUNT_NOUNS, *_COUNT_LABELS), (_NUMBER_START,)),  # counter
+            (_TIMES_VERBS, ()),  # counter-times
             None,  # counter-helpful: it may begin inside a number
             None,  # counter-icon
             None,  # copyright-year
