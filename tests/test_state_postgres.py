@@ -268,3 +268,37 @@ async def test_a_dry_run_writes_nothing(site: Site, tmp_path: Path, postgres_uri
     dry = await crawls.crawl(sitemap, RECRAWLER_DRY_RUN=True)
     assert dry.counts["new"] == 1
     assert state(postgres_uri) == before
+
+
+@deferred_f_from_coro_f
+async def test_two_runs_storing_their_first_vectors_at_once_do_not_deadlock(postgres_uri: str) -> None:
+    """Each store makes the HNSW index for its vector size on its first vectors. Two sites
+    publishing at once deadlocked (seen in CI: run 2 of a site left unpublished, "deadlock
+    detected ... pg_class_relname_nsp_index"): one had made the index and was inserting, the other
+    was making it too. Whoever makes the index now holds a lock to the end of its transaction."""
+    from recrawler.state.postgres.database import INDEX_LOCK_KEY, hnsw_index
+    from recrawler.state.sql.dialect import POSTGRES, vector_literal
+
+    store = store_from_uri(postgres_uri, settings())
+    await store.open()
+    vector = bytes(16)  # four float32 zeros
+    try:
+        async with await psycopg.AsyncConnection.connect(postgres_uri) as other:
+            # another run storing its first vectors: the index made, its rows not inserted yet
+            await other.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (INDEX_LOCK_KEY,))
+            await other.execute(hnsw_index(4))
+            storing = asyncio.ensure_future(store.store_embeddings([("hashing:v1:4", "mine", vector)]))
+            await asyncio.sleep(0.5)
+            assert not storing.done()  # it waits for the other run's transaction
+            await other.execute(
+                POSTGRES.sql(
+                    f"INSERT INTO embeddings ({POSTGRES.embedding_columns}) "
+                    f"VALUES ({POSTGRES.embedding_values})"
+                ),
+                ("hashing:v1:4", "theirs", vector, vector_literal(vector)),
+            )
+            await other.commit()
+        await asyncio.wait_for(storing, 10)
+        assert await store.missing_for("hashing:v1:4", ["mine", "theirs", "none"]) == ["none"]
+    finally:
+        await store.close()

@@ -16,7 +16,7 @@ from recrawler.exceptions import StateStoreError, StateStoreUnavailable
 from recrawler.redact import redact_text, redact_url
 from recrawler.state.postgres.versions import check_schema, migrate
 from recrawler.state.sql.database import insert_embeddings, insert_outbox, store_options
-from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, POSTGRES, Row, count, drive
+from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, POSTGRES, Row, count, drive, one
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -83,6 +83,10 @@ async def _drive(conn: psycopg.AsyncConnection[Any], work: Work[_T]) -> _T:
             op = work.send(await _execute(conn, op))
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]  # the generator's declared return type
+
+
+#: the lock (held to the end of its transaction) of whoever creates an embeddings index
+INDEX_LOCK_KEY = "recrawler embeddings index"
 
 
 def hnsw_index(dims: int) -> str:
@@ -482,9 +486,14 @@ class PostgreSQLDatabase:
         return insert_outbox(self.sink, events)
 
     def embeddings_work(self, rows: Sequence[tuple[str, str, bytes]]) -> Work[None]:
-        """Add (embedder, text hash, vector) rows to the cache, with an HNSW index per vector size."""
+        """Add (embedder, text hash, vector) rows to the cache, with an HNSW index per vector size.
+
+        The index is made under a lock held to the end of the transaction: two runs storing their
+        first vectors at once (two sites on one database) otherwise deadlocked, each creating the
+        index while the other, having created it, inserted rows."""
         for dims in sorted({len(v) // 4 for _, _, v in rows} - self._indexed):
             if 0 < dims <= _HNSW_MAX_DIMS:
+                yield one(str(self.dialect.lock_sql), (INDEX_LOCK_KEY,))
                 yield count(hnsw_index(dims))
             self._indexed.add(dims)
         yield from insert_embeddings(self.dialect, rows)
