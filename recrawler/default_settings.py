@@ -21,6 +21,9 @@ RECRAWLER_LEASE_SECS = 60.0
 RECRAWLER_CPU_PROCESSES = 1
 # Threads for per-page CPU work the workers do not take (or all of it without them); 0: inline.
 RECRAWLER_CPU_THREADS = 2
+# While a run crawls, Python's garbage collector leaves what was loaded before it alone (gc.freeze)
+# and runs young collections every this many allocations (Python's own: 700); 0: left as it is.
+RECRAWLER_GC_THRESHOLD = 10_000
 # URI scheme -> import path of the StateStore backend (like FEED_STORAGES).
 RECRAWLER_STATE_BACKENDS = {
     "sqlite": "recrawler.state.sqlite.SQLiteStateStore",

@@ -16,6 +16,7 @@ from recrawler.audit import Auditor
 from recrawler.counters import RunCounters
 from recrawler.cpu import CpuPool
 from recrawler.exceptions import ConfigurationError, RunRefused, SchemaVersionError, StateStoreError
+from recrawler.gctuning import GcTuning
 from recrawler.learning import NoiseRegistry
 from recrawler.outcome import EXIT_BUSY, EXIT_CONFIG, EXIT_HELD, EXIT_STATE
 from recrawler.redact import redact_text, redact_url
@@ -75,7 +76,7 @@ class Runtime:
 
     Settings: ``RECRAWLER_DB_URI``, ``RECRAWLER_LEASE_SECS``, ``RECRAWLER_AUDIT_SAMPLE``,
     ``RECRAWLER_AUDIT_DISTRUST_AFTER``, ``RECRAWLER_INDEX_ENABLED``, ``RECRAWLER_EMBEDDER*``,
-    ``RECRAWLER_PUBLISH``, ``RECRAWLER_DRY_RUN``.
+    ``RECRAWLER_PUBLISH``, ``RECRAWLER_DRY_RUN``, ``RECRAWLER_CPU_*``, ``RECRAWLER_GC_THRESHOLD``.
     Signals: listens to ``spider_opened`` and ``engine_stopped``.
     """
 
@@ -91,6 +92,7 @@ class Runtime:
         lease_secs: float = 60.0,
         cpu_threads: int = 0,
         cpu_pool: CpuPool | None = None,
+        gc_tuning: GcTuning | None = None,
     ) -> None:
         if lease_secs <= 0:
             raise ConfigurationError(f"RECRAWLER_LEASE_SECS: bad value {lease_secs!r}")
@@ -101,6 +103,8 @@ class Runtime:
         self._cpu: ThreadPoolExecutor | None = None
         #: worker processes for per-page CPU work (``RECRAWLER_CPU_PROCESSES``; 0: none)
         self.cpu_pool = cpu_pool or CpuPool(0, selectors=[], noise_selectors=[], chunking=None)
+        #: the garbage collector's settings for the run (``RECRAWLER_GC_THRESHOLD``)
+        self.gc_tuning = gc_tuning or GcTuning(0)
         self.crawler = crawler
         self.store = store
         self.counters = RunCounters(crawler.stats)
@@ -160,6 +164,7 @@ class Runtime:
             lease_secs=s.getfloat("RECRAWLER_LEASE_SECS"),
             cpu_threads=s.getint("RECRAWLER_CPU_THREADS"),
             cpu_pool=CpuPool.from_settings(s),
+            gc_tuning=GcTuning(s.getint("RECRAWLER_GC_THRESHOLD")),
         )
         if s.getbool("RECRAWLER_INDEX_ENABLED"):
             runtime.embedder  # noqa: B018  # a bad RECRAWLER_EMBEDDER stops the crawl before it starts
@@ -209,6 +214,9 @@ class Runtime:
 
     async def spider_opened(self) -> None:
         """Open the store, begin the run (taking the site's lease), load what the policies need."""
+        # frozen before the workers fork: they inherit the frozen generation, and their pages of
+        # memory stay shared with this process
+        self.gc_tuning.start()
         # forked before the store's thread (or any other of the run's) starts
         self.cpu_pool.start()
         try:
@@ -381,6 +389,7 @@ class Runtime:
             self._cpu.shutdown(wait=False)
             self._cpu = None
         self.cpu_pool.shutdown()
+        self.gc_tuning.stop()
 
     async def _close_store(self) -> None:
         if self._closed:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -9,11 +10,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from scrapy import signals
 from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.counters import RunCounters
+from recrawler.exceptions import ConfigurationError
+from recrawler.gctuning import GcTuning
+from recrawler.spiders.docs import DocsSpider
 from tests import docsite
+from tests.conftest import make_crawler
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -94,6 +100,49 @@ async def test_a_removed_page_is_reconciled_under_the_dummy_stats_collector(
     # 304s download no body: the quiet week costs a small share of the first run's bytes
     assert 0 < second.counts["bytes_received"] < first.counts["bytes_received"] / 3
     assert [e["action"] for e in second.events] == ["gone"]
+
+
+@deferred_f_from_coro_f
+async def test_a_run_leaves_what_was_loaded_to_the_collector_and_gives_it_back(
+    site: Site, crawls: Crawls
+) -> None:
+    """Observed: a first run of 2,000 pages spent 2.2 s of its interpreter lock in Python's
+    garbage collector, 1.2 s of it in ten full collections that each walked the 110,000 objects
+    Scrapy, lxml and the modules had loaded before the crawl began."""
+    names = [f"p{i}.html" for i in range(3)]
+    for i, name in enumerate(names):
+        site.write(name, docsite.page(f"P{i}", [("Intro", [f"Text {i}."])]), mtime=T0)
+    sitemap = site.write_sitemap(names)
+    before = gc.get_threshold()
+    assert gc.get_freeze_count() == 0
+    seen: list[tuple[int, tuple[int, int, int]]] = []
+
+    def scraped() -> None:
+        seen.append((gc.get_freeze_count(), gc.get_threshold()))
+
+    for threshold in (10_000, 0):
+        seen.clear()
+        crawler = make_crawler(DocsSpider, crawls.settings(RECRAWLER_GC_THRESHOLD=threshold))
+        crawler.signals.connect(scraped, signal=signals.item_scraped)
+        await crawler.crawl_async(sitemap_url=sitemap)
+        assert len(seen) == 3
+        if threshold:
+            # while the run crawls: what existed before it is frozen, young collections are rarer
+            assert all(frozen > 10_000 for frozen, _ in seen)
+            assert {t for _, t in seen} == {(10_000, *before[1:])}
+        else:
+            assert seen == [(0, before)] * 3
+        # the run gives the collector back as it found it
+        assert gc.get_freeze_count() == 0
+        assert gc.get_threshold() == before
+
+
+def test_a_bad_gc_threshold_is_one_line() -> None:
+    with pytest.raises(ConfigurationError, match=r"^RECRAWLER_GC_THRESHOLD: bad value -1$"):
+        GcTuning(-1)
+    tuning = GcTuning(0)
+    tuning.start()
+    assert not tuning.active
 
 
 @pytest.mark.timeout(900)
