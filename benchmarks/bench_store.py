@@ -33,6 +33,7 @@ from typing import Any
 from sqlalchemy import bindparam, create_engine, event, func, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from benchmarks.lib.results import add_json_option, write_json
 from recrawler.detect.boilerplate import block_pairs
 from recrawler.detect.hashing import pack_blocks, unpack_blocks
 from recrawler.kb.chunking import Chunk
@@ -98,6 +99,9 @@ def make_pages(n: int, n_chunks: int, seed: int) -> list[tuple[PageRecord, list[
 
 class _NullSink:
     """Outbox rows are written (as in a crawl with an events URI); delivery is not measured."""
+
+    immediate = True
+    batch_size = 1000
 
     def deliver(self, lines: Any) -> None:
         pass
@@ -378,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--json", dest="json_path")
+    add_json_option(ap, "bench_store")
     args = ap.parse_args(argv)
     data = make_pages(args.pages, args.chunks, args.seed)
     runs: dict[str, dict[str, list[float]]] = {side: {p: [] for p in PHASES} for side in ("raw", "core")}
@@ -430,8 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{label} (get + record): store ratio {core_s / raw_s:.2f}, +{extra_us:.0f} us/page = "
             f"{extra_us / 2000:.1%} of a 2 ms page, {extra_us / 9000:.1%} of a 9 ms page"
         )
-    if args.json_path:
-        Path(args.json_path).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_json(args.json, result)
     return 0
 
 

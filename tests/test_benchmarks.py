@@ -42,6 +42,15 @@ SMALLEST = [
         marks=needs_nginx,
     ),
     pytest.param("bench_detect", ["--skip-corpus", "--synthetic-pages", "6"], "synthetic", id="detect"),
+    pytest.param("bench_store", ["--pages", "20", "--repeat", "1"], "phases", id="store"),
+    pytest.param("bench_reconcile", ["--pages", "500"], "reconcile_s", id="reconcile"),
+    pytest.param(
+        "bench_frontier",
+        ["--sizes", "300", "--per-file", "100", "--off-up-to", "300", "--delay", "0", "--batch", "50"],
+        "runs",
+        id="frontier",
+        marks=needs_nginx,
+    ),
     pytest.param(
         "bench_vector",
         ["--chunks", "200", "--queries", "3", "--repeat", "1", "--only", "numpy"],
