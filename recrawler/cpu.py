@@ -5,8 +5,11 @@ interpreter lock, so per-page CPU work done in the crawl's process (parsing, ren
 normalising, hashing, chunking) waits its turn behind them however many cores the machine has,
 threads or not. With ``RECRAWLER_CPU_PROCESSES`` worker processes, a page is handed over once:
 its body goes out, its content, fingerprints and (when the page needs them) chunks come back.
-The pages of one turn of the event loop go as one task (at most ``_BATCH``): one wake-up of the
-pool's threads and one pickle for all of them.
+The pages of one turn of the event loop go as one task: one wake-up of the pool's threads and one
+pickle for all of them. At most two tasks per worker are out at once; pages that come meanwhile
+wait and go together (up to ``_BATCH``) as soon as one comes back, so under load a hand-over's
+cost is shared by many pages (each hand-over waits for the crawl's interpreter lock several
+times), and an idle worker still gets a lone page at once.
 When the run publishes, the workers also embed batches of its new chunk texts (hashing embedder).
 
 The workers are forked when the spider opens, before the run's own threads start: a fork never
@@ -33,7 +36,7 @@ import warnings
 from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from recrawler.detect.hashing import content_hash
@@ -56,7 +59,9 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 #: most pages handed to the workers as one task
-_BATCH = 8
+_BATCH = 64
+#: tasks in the workers at once, per worker: one being worked, one waiting for it
+_IN_FLIGHT = 2
 
 logger = logging.getLogger(__name__)
 
@@ -209,6 +214,21 @@ def _embed(embedder: HashingEmbedder, texts: list[str]) -> NDArray[np.float32]:
     return embedder.embed(texts)
 
 
+def _model_once(batch: list[tuple[PageJob, Any]]) -> list[PageJob]:
+    """The batch's jobs, each pickled model carried by the first job that names it only (the
+    worker keeps it for the jobs after)."""
+    jobs = []
+    carried: set[bytes] = set()
+    for job, _ in batch:
+        model = job.noise_id
+        if job.noise is not None and model is not None:
+            if model in carried:
+                job = replace(job, noise=None)
+            carried.add(model)
+        jobs.append(job)
+    return jobs
+
+
 class CpuPool:
     """The run's worker processes (``RECRAWLER_CPU_PROCESSES``), owned by its Runtime."""
 
@@ -292,15 +312,16 @@ class CpuPool:
         return packed.digest, packed.data
 
     def _resend(self, packed: _Packed) -> None:
-        # a batch goes to whichever worker is free: two batches' worth each, so every worker gets
-        # one (a worker that still lacks it says so, and it is sent again)
-        packed.sends = 2 * _BATCH * max(self.processes, 1)
+        # a task goes to whichever worker is free: the next two tasks' worth each, so every
+        # worker gets one (a worker that still lacks it says so, and it is sent again)
+        packed.sends = _IN_FLIGHT * _BATCH * max(self.processes, 1)
 
     async def work(self, job: PageJob) -> PageWork | None:
         """The page's work done by a worker; None when the workers are gone (work in-process).
 
-        The jobs of one turn of the event loop (the responses of one read) go as one task, up
-        to ``_BATCH`` of them: one hand-over, one wake-up of the pool's threads."""
+        The jobs of one turn of the event loop (the responses of one read) go as one task, and
+        while every worker has two tasks, jobs wait to go together when one comes back (up to
+        ``_BATCH`` a task): one hand-over, one wake-up of the pool's threads."""
         if not self.active:
             return None
         loop = asyncio.get_running_loop()
@@ -322,10 +343,10 @@ class CpuPool:
         return result
 
     def _send_batch(self) -> None:
-        batch, self._batch = self._batch, []
-        if not batch:
-            return
-        sent = asyncio.get_running_loop().create_task(self._submit(_work_batch, [job for job, _ in batch]))
+        if not self._batch or len(self._sent) >= _IN_FLIGHT * max(self.processes, 1):
+            return  # the next task that comes back sends what waits
+        batch, self._batch = self._batch[:_BATCH], self._batch[_BATCH:]
+        sent = asyncio.get_running_loop().create_task(self._submit(_work_batch, _model_once(batch)))
         self._sent.add(sent)
         if self.counters is not None:
             self.counters.inc("recrawler/cpu/worker_batches")
@@ -344,6 +365,7 @@ class CpuPool:
                     waiter.set_exception(got)
                 else:
                     waiter.set_result(got)
+            self._send_batch()
 
         sent.add_done_callback(answer)
 

@@ -382,10 +382,10 @@ async def test_a_sites_noise_model_goes_to_the_workers_until_they_hold_it() -> N
                 key="k", url="https://k", body=body, encoding="utf-8", noise_id=noise_id, noise=noise
             )
 
-        sent = [pool.noise(model) for _ in range(17)]
+        sent = [pool.noise(model) for _ in range(129)]
         digest = sent[0][0]
-        # two batches' worth for the one worker
-        assert [data is not None for _, data in sent] == [True] * 16 + [False]
+        # two tasks' worth for the one worker
+        assert [data is not None for _, data in sent] == [True] * 128 + [False]
         assert {d for d, _ in sent} == {digest}
         # the worker loads it once, then fingerprints under it by its digest alone
         first = await pool.work(job(digest, sent[0][1]))
@@ -395,6 +395,10 @@ async def test_a_sites_noise_model_goes_to_the_workers_until_they_hold_it() -> N
         assert first.fingerprint is not None
         assert later.fingerprint == first.fingerprint
         assert not later.model_missing
+        # a task carries the model once (to its first job that names it): all its jobs use it
+        fresh = NoiseRegistry(boilerplate=False).site("fresh.example.com")
+        batch = await asyncio.gather(*(pool.work(job(*pool.noise(fresh))) for _ in range(20)))
+        assert all(w is not None and w.fingerprint is not None and not w.model_missing for w in batch)
         # a model the worker never got: no fingerprint, and the next jobs carry it again
         other = NoiseRegistry(boilerplate=False).site("other.example.com")
         other_id, _ = pool.noise(other)
@@ -410,8 +414,9 @@ async def test_a_sites_noise_model_goes_to_the_workers_until_they_hold_it() -> N
 
 @deferred_f_from_coro_f
 async def test_pages_handed_over_at_once_go_in_batches_and_fail_alone() -> None:
-    """The pages of one turn of the event loop go to the workers together, at most 8 a task;
-    a page whose work fails fails alone, the rest of its batch is worked."""
+    """The pages of one turn of the event loop go to the workers together, at most 64 a task
+    and two tasks per worker at once (the rest go together when one comes back); a page whose
+    work fails fails alone, the rest of its batch is worked."""
     pool = CpuPool(1, selectors=["main"], noise_selectors=[], chunking=None)
     pool.counters = counters = RunCounters()
     pool.start()
@@ -423,7 +428,7 @@ async def test_pages_handed_over_at_once_go_in_batches_and_fail_alone() -> None:
                 body=f"<main><p>Page {i}.</p></main>".encode(),
                 encoding="utf-8",
             )
-            for i in range(20)
+            for i in range(150)
         ]
         # a model that does not unpickle: that page's work raises in the worker
         jobs[5] = dataclasses.replace(jobs[5], noise_id=b"x" * 16, noise=b"not a pickle")
@@ -435,8 +440,8 @@ async def test_pages_handed_over_at_once_go_in_batches_and_fail_alone() -> None:
             "Page 0.",
             "Page 1.",
         ]
-        assert counters["recrawler/cpu/worker_batches"] == 3  # 8 + 8 + 4
-        assert counters["recrawler/cpu/worker_pages"] == 19
+        assert counters["recrawler/cpu/worker_batches"] == 3  # 64 + 64, then the 22 that waited
+        assert counters["recrawler/cpu/worker_pages"] == 149
         assert counters["recrawler/cpu/worker_lost"] == 0
     finally:
         pool.shutdown()
