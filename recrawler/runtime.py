@@ -231,6 +231,10 @@ class Runtime:
             if self.workers is not None:
                 await asyncio.to_thread(self.workers.beat)
             await self.noise.load(self.store)
+            if self.run.site is not None:
+                # the site's noise model before its first page: a CPU worker fingerprints (and
+                # chunks) the first pages too, not only those after the first was classified
+                await self.noise.ensure(self.run.site, self.store)
             # trust and the audit sample, before the first request is decided
             await self.auditor.ready(self.run)
         except (RunRefused, StateStoreError, ConfigurationError) as exc:

@@ -158,7 +158,8 @@ class ClassifyPipeline:
     Stats: ``recrawler/page/{new,changed,unchanged,restored,error}``,
     ``recrawler/page/unchanged/{not_modified,hash,rebaseline,fuzzy}``,
     ``recrawler/page/changed/guard``, ``recrawler/page/error/<reason>``,
-    ``recrawler/volatile/{recheck,learned}``, ``recrawler/state/error/<Exception>``.
+    ``recrawler/volatile/{recheck,learned}``, ``recrawler/state/error/<Exception>``,
+    ``recrawler/cpu/worker_fingerprints``.
     Signals: sends ``page_classified`` (through the write).
     """
 
@@ -247,6 +248,7 @@ class ClassifyPipeline:
             if worked is not None and worked.noise is noise and worked.fingerprint is not None:
                 # made by a CPU worker under this very model
                 fp = worked.fingerprint
+                self._inc("recrawler/cpu/worker_fingerprints")
             else:
                 fp = await self.runtime.offload(fingerprint, item.text, noise)
             if rec is not None and rec.status not in _REMOVED and fp.content_hash != rec.content_hash:
