@@ -9,7 +9,7 @@ from recrawler.exceptions import ConfigurationError
 
 class GcTuning:
     """While a run crawls, the objects that exist when it opens (Scrapy, lxml, the settings, the
-    modules: about 150,000 of them) move to the collector's permanent generation
+    modules: over 100,000 of them) move to the collector's permanent generation
     (:func:`gc.freeze`), and young collections run every *threshold* allocations instead of
     Python's 700. A full collection then walks only what the run itself keeps alive, and far
     fewer objects are promoted to the older generations. Both are undone when the run ends.

@@ -389,6 +389,8 @@ class Runtime:
         await self._close_store()
 
     def _stop_cpu(self) -> None:
+        # the workers and threads the run started, and the collector tuned for it: on every way
+        # out (engine_stopped, and a refused run, which never reaches it)
         if self._cpu is not None:
             self._cpu.shutdown(wait=False)
             self._cpu = None
