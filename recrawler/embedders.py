@@ -10,6 +10,7 @@ import hashlib
 import http.client
 import importlib
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -145,41 +146,65 @@ class HashingEmbedder:
         self.texts: int = 0
 
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
-        """Return the hashed feature vectors of ``texts``, shape ``(len(texts), dim)``."""
+        """Return the hashed feature vectors of ``texts``, shape ``(len(texts), dim)``.
+
+        The whole batch is one set of array operations: every token of every text is hashed
+        once per distinct token (docs pages repeat most of their vocabulary), then the features
+        are grouped by (row, feature) with two sorts and summed into buckets with one
+        ``bincount``. Each row's buckets are summed in ascending feature order, so a text's
+        vector does not depend on the batch it came in.
+        """
         import numpy as np
 
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        # Token hashes are shared across the batch: docs pages repeat most of their vocabulary.
-        cache: dict[str, int] = {}
-        for row, text in enumerate(texts):
-            tokens = _WORD.findall(text.lower())
-            if tokens:
-                out[row] = self._row(tokens, cache)
+        n = len(texts)
+        dim = self.dim
+        out = np.zeros((n, dim), dtype=np.float32)
+        tokens = [_WORD.findall(text.lower()) for text in texts]
+        lengths = np.fromiter(map(len, tokens), dtype=np.intp, count=n)
+        total = int(lengths.sum())
+        if total:
+            hashes = _TokenHashes()
+            unigrams = np.fromiter(
+                map(hashes.__getitem__, itertools.chain.from_iterable(tokens)), dtype=np.uint64, count=total
+            )
+            rows = np.repeat(np.arange(n, dtype=np.intp), lengths)
+            # a bigram is two adjacent tokens of one text, never the last of one and the first of the next
+            pairs = rows[:-1] == rows[1:]
+            features = np.concatenate((unigrams, _mix(unigrams[:-1][pairs], unigrams[1:][pairs])))
+            rows = np.concatenate((rows, rows[:-1][pairs]))
+            # by feature, then (stable) by row: each row's features ascending, equal ones adjacent
+            order = np.argsort(features)
+            narrow = np.uint16 if n <= 0xFFFF else np.uint32  # a stable sort of small ints is a radix sort
+            order = order[np.argsort(rows[order].astype(narrow), kind="stable")]
+            features = features[order]
+            rows = rows[order]
+            first = np.empty(features.size, dtype=bool)
+            first[0] = True
+            np.not_equal(features[1:], features[:-1], out=first[1:])
+            first[1:] |= rows[1:] != rows[:-1]
+            starts = np.flatnonzero(first)
+            tf = np.diff(np.append(starts, features.size))
+            distinct = features[starts]
+            weights = 1.0 + np.log(tf)
+            negative = (distinct >> np.uint64(63)).astype(bool)
+            buckets = rows[starts] * dim + (distinct % np.uint64(dim)).astype(np.intp)
+            summed = np.bincount(buckets, weights=np.where(negative, -weights, weights), minlength=n * dim)
+            out[:] = summed.reshape(n, dim)
         self.calls += 1
-        self.texts += len(texts)
+        self.texts += n
         return _normalise(out)
 
     def close(self) -> None:
         """Do nothing: there is nothing to release."""
 
-    def _row(self, tokens: list[str], cache: dict[str, int]) -> NDArray[np.float64]:
-        import numpy as np
 
-        hashes = []
-        for token in tokens:
-            h = cache.get(token)
-            if h is None:
-                digest = hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest()
-                h = cache[token] = int.from_bytes(digest, "little")
-            hashes.append(h)
-        unigrams = np.array(hashes, dtype=np.uint64)
-        features = np.concatenate((unigrams, _mix(unigrams[:-1], unigrams[1:])))
-        distinct, tf = np.unique(features, return_counts=True)
-        weights = 1.0 + np.log(tf)
-        negative = (distinct >> np.uint64(63)).astype(bool)
-        buckets = (distinct % np.uint64(self.dim)).astype(np.intp)
-        row = np.bincount(buckets, weights=np.where(negative, -weights, weights), minlength=self.dim)
-        return row.astype(np.float64, copy=False)
+class _TokenHashes(dict[str, int]):
+    """A token's 64-bit blake2b hash, computed on first use and kept for the batch."""
+
+    def __missing__(self, token: str) -> int:
+        digest = hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest()
+        h = self[token] = int.from_bytes(digest, "little")
+        return h
 
 
 def _mix(a: NDArray[np.uint64], b: NDArray[np.uint64]) -> NDArray[np.uint64]:

@@ -114,6 +114,51 @@ def test_hashing_bigrams_capture_word_order() -> None:
     assert 0.3 < cosine(a, b) < 0.9
 
 
+def _hashing_row(text: str, dim: int) -> np.ndarray:
+    """hashing:v1 for one text, feature by feature: the reference the batched embedder must equal."""
+    import hashlib
+    import re
+
+    hashes = [
+        int.from_bytes(hashlib.blake2b(t.encode(), digest_size=8).digest(), "little")
+        for t in re.findall(r"\w+", text.lower())
+    ]
+    if not hashes:
+        return np.zeros(dim, dtype=np.float32)
+    unigrams = np.array(hashes, dtype=np.uint64)
+    a, b = unigrams[:-1], unigrams[1:]
+    x = (a * np.uint64(0x9E3779B97F4A7C15)) ^ b
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    distinct, tf = np.unique(np.concatenate((unigrams, x)), return_counts=True)
+    weights = 1.0 + np.log(tf)
+    negative = (distinct >> np.uint64(63)).astype(bool)
+    buckets = (distinct % np.uint64(dim)).astype(np.intp)
+    signed = np.where(negative, -weights, weights)
+    row = np.bincount(buckets, weights=signed, minlength=dim).astype(np.float32)
+    norm = np.linalg.norm(row)
+    return row / norm if norm > 0 else row
+
+
+def test_hashing_a_batch_embeds_each_text_as_if_alone() -> None:
+    """Texts are embedded a batch at a time: no bigram spans two texts, and each vector is bit for
+    bit the one its text gets alone (the reference above), whatever the batch around it."""
+    texts = [*TEXTS, "the the the cache", "cache the", "   ", "Zürich zürich ZÜRICH", "x " * 300]
+    for dim in (384, 8, 1):
+        embedder = HashingEmbedder(dim)
+        expected = np.stack([_hashing_row(t, dim) for t in texts])
+        for size in (1, 2, 3, len(texts)):
+            got = np.concatenate([embedder.embed(texts[i : i + size]) for i in range(0, len(texts), size)])
+            assert got.tobytes() == expected.tobytes(), (dim, size)
+    # the last word of one text and the first of the next are not a bigram
+    a, b = HashingEmbedder().embed(["one two", "three four"])
+    assert a.tobytes() == _hashing_row("one two", 384).tobytes()
+    assert b.tobytes() == _hashing_row("three four", 384).tobytes()
+
+
 @pytest.mark.parametrize("dim", [0, -3])
 def test_hashing_bad_dim(dim: int) -> None:
     with pytest.raises(ConfigurationError, match="dimension"):
