@@ -62,6 +62,10 @@ _T = TypeVar("_T")
 _BATCH = 64
 #: tasks in the workers at once, per worker: one being worked, one waiting for it
 _IN_FLIGHT = 2
+#: workers ``RECRAWLER_CPU_PROCESSES = "auto"`` starts at most: one crawl process feeds only so many
+_AUTO_MAX = 4
+#: the lowest priority ``nice`` gives
+_MAX_NICE = 19
 
 logger = logging.getLogger(__name__)
 
@@ -169,11 +173,16 @@ _TOOLS: _Tools | None = None
 
 
 def _start_worker(
-    selectors: list[str], noise_selectors: list[str], chunking: tuple[int, int] | None, parent: int
+    selectors: list[str], noise_selectors: list[str], chunking: tuple[int, int] | None, parent: int, nice: int
 ) -> None:
     """Worker initializer: the crawl's process handles Ctrl-C and SIGTERM, and stops the workers;
-    a worker whose crawl process died (killed, no shutdown) exits on its own."""
+    a worker whose crawl process died (killed, no shutdown) exits on its own. A worker yields the
+    CPU to the crawl's process (``nice``): that process feeds every worker, and a page waiting in
+    its event loop for a core keeps all of them waiting."""
     global _TOOLS  # one set of tools per worker process
+    if nice and hasattr(os, "nice"):
+        with contextlib.suppress(OSError):
+            os.nice(nice)
     threading.Thread(target=_watch, args=(parent,), name="recrawler-cpu-watch", daemon=True).start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -210,6 +219,28 @@ def _ready() -> int:
     return 0
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def worker_processes(value: object) -> int:
+    """``RECRAWLER_CPU_PROCESSES`` as a number: ``"auto"`` (or unset) is one worker per usable
+    core, at most ``_AUTO_MAX``; a bad value raises :class:`ConfigurationError` naming it."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return min(usable_cores(), _AUTO_MAX)
+    n = -1
+    if isinstance(value, (int, str)) and not isinstance(value, bool):
+        with contextlib.suppress(ValueError):
+            n = int(value)
+    if n < 0:
+        msg = f"RECRAWLER_CPU_PROCESSES: expected 'auto' or a number of processes >= 0, got {value!r}"
+        raise ConfigurationError(msg)
+    return n
+
+
 def _embed(embedder: HashingEmbedder, texts: list[str]) -> NDArray[np.float32]:
     return embedder.embed(texts)
 
@@ -239,10 +270,15 @@ class CpuPool:
         selectors: list[str],
         noise_selectors: list[str],
         chunking: tuple[int, int] | None,
+        nice: int = 0,
     ) -> None:
         if processes < 0:
             raise ConfigurationError(f"RECRAWLER_CPU_PROCESSES: bad value {processes!r}")
+        if not 0 <= nice <= _MAX_NICE:
+            raise ConfigurationError(f"RECRAWLER_CPU_NICE: expected 0 to {_MAX_NICE}, got {nice!r}")
         self.processes = processes
+        #: how much lower the workers' scheduling priority is than the crawl's process
+        self.nice = nice
         self._args = (selectors, noise_selectors, chunking)
         self._pool: ProcessPoolExecutor | None = None
         #: pickled noise models by id (each kept with its model, so an id is never reused)
@@ -259,15 +295,23 @@ class CpuPool:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> CpuPool:
-        """Build from ``RECRAWLER_CPU_PROCESSES``, the content and the chunk settings."""
+        """Build from ``RECRAWLER_CPU_PROCESSES`` and ``RECRAWLER_CPU_NICE``, the content and
+        the chunk settings."""
         chunking = None
         if settings.getbool("RECRAWLER_INDEX_ENABLED"):
             chunking = (settings.getint("RECRAWLER_CHUNK_SIZE"), settings.getint("RECRAWLER_CHUNK_OVERLAP"))
+        try:
+            nice = settings.getint("RECRAWLER_CPU_NICE")
+        except ValueError:
+            raise ConfigurationError(
+                f"RECRAWLER_CPU_NICE: expected 0 to {_MAX_NICE}, got {settings.get('RECRAWLER_CPU_NICE')!r}"
+            ) from None
         return cls(
-            settings.getint("RECRAWLER_CPU_PROCESSES"),
+            worker_processes(settings.get("RECRAWLER_CPU_PROCESSES")),
             selectors=settings.getlist("RECRAWLER_CONTENT_SELECTORS"),
             noise_selectors=settings.getlist("RECRAWLER_CONTENT_NOISE_SELECTORS"),
             chunking=chunking,
+            nice=nice,
         )
 
     @property
@@ -285,7 +329,7 @@ class CpuPool:
             max_workers=self.processes,
             mp_context=multiprocessing.get_context(method),
             initializer=_start_worker,
-            initargs=(*self._args, os.getpid()),
+            initargs=(*self._args, os.getpid(), self.nice),
         )
         # the first task starts every worker (with fork, all at once, before any thread of ours).
         # Python 3.12+ warns about forking a process that runs threads (the host's, a test

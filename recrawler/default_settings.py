@@ -17,8 +17,12 @@ RECRAWLER_DB_TIMEOUT_SECS = 10.0
 # (heartbeats come every quarter of it); a later run then takes over and marks it aborted.
 RECRAWLER_LEASE_SECS = 60.0
 # Worker processes for per-page CPU work (extraction, fingerprints, chunks), off the crawl's
-# interpreter lock; 0: none (RECRAWLER_CPU_THREADS then do it).
-RECRAWLER_CPU_PROCESSES = 1
+# interpreter lock: "auto" is one per usable core (at most 4); 0: none (RECRAWLER_CPU_THREADS
+# then do it).
+RECRAWLER_CPU_PROCESSES = "auto"
+# The workers' scheduling priority below the crawl's process (os.nice increment, 0-19): the
+# process that feeds them keeps its core; 0: the same priority.
+RECRAWLER_CPU_NICE = 10
 # Threads for per-page CPU work the workers do not take (or all of it without them); 0: inline.
 RECRAWLER_CPU_THREADS = 2
 # While a run crawls, Python's garbage collector leaves what was loaded before it alone (gc.freeze)

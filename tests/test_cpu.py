@@ -15,13 +15,15 @@ import textwrap
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import pytest
 import scrapy
 from scrapy import signals
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.counters import RunCounters
-from recrawler.cpu import CpuPool, PageJob, PageWork
+from recrawler.cpu import CpuPool, PageJob, PageWork, usable_cores, worker_processes
 from recrawler.embedders import HashingEmbedder
+from recrawler.exceptions import ConfigurationError
 from recrawler.index.publish import embed_missing
 from recrawler.kb.chunking import Chunk
 from recrawler.learning import NoiseRegistry
@@ -37,7 +39,6 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
-    import pytest
     from scrapy.http import Response
 
     from tests.conftest_mockserver import Site
@@ -499,3 +500,45 @@ async def test_a_pool_shut_down_with_its_run_never_starts_workers_again() -> Non
     assert await pool.embed(HashingEmbedder(), ["a text"]) is None
     assert pool._pool is None
     assert not multiprocessing.active_children()
+
+
+def test_auto_starts_one_worker_per_usable_core_and_bad_values_name_the_setting() -> None:
+    """RECRAWLER_CPU_PROCESSES is "auto" by default: one worker per core this process may use, at
+    most four; a number is taken as it is; anything else is refused naming the setting."""
+    from scrapy.settings import Settings
+
+    from recrawler import default_settings
+
+    assert default_settings.RECRAWLER_CPU_PROCESSES == "auto"
+    assert worker_processes("auto") == worker_processes(None) == min(usable_cores(), 4)
+    assert worker_processes(" AUTO ") == min(usable_cores(), 4)
+    assert worker_processes(0) == 0
+    assert worker_processes("3") == 3
+    for bad in ("many", -1, True, "1.5x"):
+        with pytest.raises(ConfigurationError, match="RECRAWLER_CPU_PROCESSES"):
+            worker_processes(bad)
+    with pytest.raises(ConfigurationError, match="RECRAWLER_CPU_NICE"):
+        CpuPool.from_settings(Settings({"RECRAWLER_CPU_NICE": "low"}))
+    with pytest.raises(ConfigurationError, match="RECRAWLER_CPU_NICE: expected 0 to 19, got 20"):
+        CpuPool.from_settings(Settings({"RECRAWLER_CPU_NICE": 20}))
+
+
+@deferred_f_from_coro_f
+async def test_workers_yield_the_cpu_to_the_crawls_process() -> None:
+    """Every worker runs RECRAWLER_CPU_NICE steps below the crawl's process: on a machine with no
+    core to spare, the process that feeds the workers is not kept waiting behind them."""
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    pool = CpuPool(2, selectors=["main"], noise_selectors=[], chunking=None, nice=5)
+    pool.counters = RunCounters()
+    pool.start()
+    try:
+        body = b"<html><body><main><p>One paragraph.</p></main></body></html>"
+        job = PageJob(key="k", url="https://k", body=body, encoding="utf-8")
+        assert await pool.work(job) is not None
+        assert pool._pool is not None
+        pids = list(pool._pool._processes)
+        assert len(pids) == 2
+        assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in pids] == [min(own + 5, 19)] * 2
+    finally:
+        pool.shutdown()
+    assert os.getpriority(os.PRIO_PROCESS, 0) == own
