@@ -149,13 +149,15 @@ class _Tools:
         return model
 
     def work(self, job: PageJob) -> PageWork:
+        # the model first: the job that carries it may be a page with no text, and the jobs
+        # after it in the task name it only
+        noise = self.model(job.noise_id, job.noise) if job.noise_id is not None else None
         try:
             content = self.extractor.extract(job.body, job.encoding, regions=self.regions(job.regions))
         except ExtractionError as exc:
             return PageWork(error=exc.reason)
         if not content.text.strip():
             return PageWork(content=content)
-        noise = self.model(job.noise_id, job.noise) if job.noise_id is not None else None
         fp = fingerprint(content.text, noise) if noise is not None else None
         chunks = None
         if self.chunker is not None and fp is not None and fp.content_hash != job.indexed_hash:

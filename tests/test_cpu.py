@@ -542,3 +542,26 @@ async def test_workers_yield_the_cpu_to_the_crawls_process() -> None:
     finally:
         pool.shutdown()
     assert os.getpriority(os.PRIO_PROCESS, 0) == own
+
+
+def test_a_model_carried_by_a_page_without_text_still_reaches_the_worker() -> None:
+    """Observed (one run in five under load): a task's first page, the only one that carries the
+    site's noise model, had no text (or could not be parsed), the worker returned before loading
+    the model, and every other page of the task came back without a fingerprint."""
+    import pickle
+
+    from recrawler.cpu import _Tools
+
+    tools = _Tools(["main"], [], None)
+    packed = pickle.dumps(NoiseRegistry().site("docs.example.com"))
+    empty = b"<html><body><main> </main></body></html>"
+    deep = b"<html><body><main>" + b"<div>" * 5000 + b"x" + b"</div>" * 5000 + b"</main></body></html>"
+    page = b"<html><body><main><p>One paragraph.</p></main></body></html>"
+    for first in (empty, deep):
+        tools = _Tools(["main"], [], None)
+        carrier = PageJob(key="e", url="https://e", body=first, encoding="utf-8", noise_id=b"m", noise=packed)
+        later = PageJob(key="p", url="https://p", body=page, encoding="utf-8", noise_id=b"m")
+        assert tools.work(carrier).fingerprint is None
+        work = tools.work(later)
+        assert not work.model_missing
+        assert work.fingerprint is not None
