@@ -66,6 +66,12 @@ _IN_FLIGHT = 2
 _AUTO_MAX = 4
 #: the lowest priority ``nice`` gives
 _MAX_NICE = 19
+#: chunk hashes a worker remembers having embedded (a bounded set: memory stays flat)
+_EMBEDDED = 65536
+#: a worker embeds its pages' chunk texts while it waits for tasks at least this share of the
+#: time (recent tasks weigh most: each task moves the share by ``_SPARE_WEIGHT`` of the way)
+_SPARE = 0.2
+_SPARE_WEIGHT = 0.3
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +93,9 @@ class PageJob:
     #: the stored page's normalised hash when it has chunks: a page still hashing to it is not
     #: chunked (None: new, or no chunks stored)
     indexed_hash: str | None = None
+    #: the run's hashing embedder's dimension: the page's chunk texts are embedded with its
+    #: chunks (0: not, the run's end embeds them)
+    embed_dim: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,6 +107,8 @@ class PageWork:
     content_hash: str | None = None
     fingerprint: Fingerprint | None = None
     chunks: list[Chunk] | None = None
+    #: (chunk hash, float32 vector bytes) of the chunk texts this worker had not embedded yet
+    vectors: list[tuple[str, bytes]] | None = None
     #: the job named a noise model this worker does not hold: no fingerprint, send it again
     model_missing: bool = False
 
@@ -119,6 +130,8 @@ class Worked:
     noise: SiteNoise | None
     fingerprint: Fingerprint | None
     chunks: list[Chunk] | None
+    #: (chunk hash, vector bytes) the worker embedded with the chunks (hashing embedder)
+    vectors: list[tuple[str, bytes]] | None = None
 
 
 class _Tools:
@@ -132,6 +145,13 @@ class _Tools:
         self._regions: OrderedDict[tuple[str, ...], CSSSelector | None] = OrderedDict()
         #: noise models by the digest of their pickle
         self._models: OrderedDict[bytes, SiteNoise] = OrderedDict()
+        self._embedders: dict[int, HashingEmbedder] = {}
+        #: when the last task ended, and the share of time this worker waited for tasks lately
+        self._ended: float | None = None
+        self._waited = 0.0
+        self._spare = 1.0
+        #: chunk hashes this worker embedded during the run (the most recent ``_EMBEDDED``)
+        self._embedded: OrderedDict[str, None] = OrderedDict()
 
     def regions(self, selectors: tuple[str, ...]) -> CSSSelector | None:
         if selectors not in self._regions:
@@ -170,6 +190,64 @@ class _Tools:
             model_missing=job.noise_id is not None and noise is None,
         )
 
+    def started(self) -> float:
+        """A task starts: the time this worker waited for it counts as spare."""
+        now = time.monotonic()
+        self._waited = now - self._ended if self._ended is not None else 0.0
+        return now
+
+    def finished(self, started: float) -> None:
+        """A task ended: fold its wait and its work into the recent share of spare time."""
+        self._ended = time.monotonic()
+        total = self._waited + (self._ended - started)
+        if total > 0:
+            self._spare += _SPARE_WEIGHT * (self._waited / total - self._spare)
+
+    def spare(self) -> float:
+        """The share of recent time this worker spent waiting for tasks (1.0 before the first).
+
+        A worker that waits has CPU to spare: it embeds its pages' chunk texts. One that never
+        waits holds back the crawl already, and leaves them to the run's end."""
+        return self._spare
+
+    def embed(self, jobs: list[PageJob], works: list[PageWork | BaseException]) -> None:
+        """Add to each page's work the vectors of its chunk texts that this worker has not
+        embedded yet this run, in one embedder call for the whole task (per dimension).
+
+        A text met again (a page's copy, a shared paragraph) is not embedded twice by one worker:
+        its vector went with the first page it came with; if that page's write failed, the run's
+        end embeds the text with whatever else lacks a vector.
+        """
+        from recrawler.embedders import HashingEmbedder, vector_to_blob
+
+        # dimension -> (hash -> text to embed, [(page's index, its hashes)])
+        wanted: dict[int, tuple[dict[str, str], list[tuple[int, list[str]]]]] = {}
+        for i, (job, work) in enumerate(zip(jobs, works, strict=True)):
+            if not job.embed_dim or not isinstance(work, PageWork) or not work.chunks:
+                continue
+            texts, owners = wanted.setdefault(job.embed_dim, ({}, []))
+            mine = []
+            for chunk in work.chunks:
+                h = chunk.chunk_hash
+                if h not in self._embedded and h not in texts:
+                    texts[h] = chunk.text
+                    mine.append(h)
+            owners.append((i, mine))
+        for dim, (texts, owners) in wanted.items():
+            embedder = self._embedders.get(dim)
+            if embedder is None:
+                embedder = self._embedders[dim] = HashingEmbedder(dim)
+            vectors = embedder.embed(list(texts.values()))
+            blobs = {h: vector_to_blob(v) for h, v in zip(texts, vectors, strict=True)}
+            for h in texts:
+                self._embedded[h] = None
+            while len(self._embedded) > _EMBEDDED:
+                self._embedded.popitem(last=False)
+            for i, mine in owners:
+                work = works[i]
+                assert isinstance(work, PageWork)
+                works[i] = replace(work, vectors=[(h, blobs[h]) for h in mine])
+
 
 _TOOLS: _Tools | None = None
 
@@ -202,6 +280,8 @@ def _watch(parent: int) -> None:
 
 
 def _work_batch(jobs: list[PageJob]) -> list[PageWork | BaseException]:
+    assert _TOOLS is not None
+    started = _TOOLS.started()
     # each page on its own: one page's failure is that page's, not its batch's
     out: list[PageWork | BaseException] = []
     for job in jobs:
@@ -209,6 +289,11 @@ def _work_batch(jobs: list[PageJob]) -> list[PageWork | BaseException]:
             out.append(_work(job))
         except Exception as exc:  # handed back to the page's own caller
             out.append(exc)
+    if _TOOLS.spare() >= _SPARE:
+        with contextlib.suppress(Exception):
+            # the task's new chunk texts in one call; without them the run's end embeds them
+            _TOOLS.embed(jobs, out)
+    _TOOLS.finished(started)
     return out
 
 
@@ -281,6 +366,9 @@ class CpuPool:
         self.processes = processes
         #: how much lower the workers' scheduling priority is than the crawl's process
         self.nice = nice
+        #: the dimension of the run's hashing embedder, which the workers run with the chunks
+        #: (0: another embedder, or no index; see :meth:`embed_with`)
+        self.embed_dim = 0
         self._args = (selectors, noise_selectors, chunking)
         self._pool: ProcessPoolExecutor | None = None
         #: pickled noise models by id (each kept with its model, so an id is never reused)
@@ -315,6 +403,15 @@ class CpuPool:
             chunking=chunking,
             nice=nice,
         )
+
+    def embed_with(self, embedder: object) -> None:
+        """Have the workers embed each page's new chunk texts as they chunk them when the run's
+        *embedder* is the hashing embedder: it only computes (no model, no service, nothing paid),
+        so a page's vectors cost a worker a fraction of its extraction and the run's end has
+        nothing left to embed. Any other embedder embeds at the run's end, once it is decided."""
+        from recrawler.embedders import HashingEmbedder
+
+        self.embed_dim = embedder.dim if isinstance(embedder, HashingEmbedder) else 0
 
     @property
     def active(self) -> bool:

@@ -23,6 +23,9 @@ RECRAWLER_CPU_PROCESSES = "auto"
 # The workers' scheduling priority below the crawl's process (os.nice increment, 0-19): the
 # process that feeds them keeps its core; 0: the same priority.
 RECRAWLER_CPU_NICE = 10
+# With the hashing embedder (it only computes), the workers embed a page's new chunk texts as
+# they chunk them; the run's end embeds what they did not. Off: all at the run's end.
+RECRAWLER_CPU_EMBED = True
 # Threads for per-page CPU work the workers do not take (or all of it without them); 0: inline.
 RECRAWLER_CPU_THREADS = 2
 # While a run crawls, Python's garbage collector leaves what was loaded before it alone (gc.freeze)

@@ -167,7 +167,10 @@ class Runtime:
             gc_tuning=GcTuning(s.getint("RECRAWLER_GC_THRESHOLD")),
         )
         if s.getbool("RECRAWLER_INDEX_ENABLED"):
-            runtime.embedder  # noqa: B018  # a bad RECRAWLER_EMBEDDER stops the crawl before it starts
+            # a bad RECRAWLER_EMBEDDER stops the crawl before it starts
+            embedder = runtime.embedder
+            if s.getbool("RECRAWLER_CPU_EMBED") and not s.getbool("RECRAWLER_DRY_RUN"):
+                runtime.cpu_pool.embed_with(embedder)
         crawler.signals.connect(runtime.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(runtime.engine_stopped, signal=signals.engine_stopped)
         if s.getbool("RECRAWLER_WORKERS_ENABLED"):

@@ -130,7 +130,8 @@ async def test_a_first_runs_embedding_shows_progress_on_a_terminal(
     tty = terminal(monkeypatch)
     for i in range(3):
         site.write(f"p{i}.html", body(i), mtime=T0)
-    r1 = await crawls.crawl(site.write_sitemap([f"p{i}.html" for i in range(3)]))
+    # the run's end embeds them all (the CPU workers embed none of them as they go)
+    r1 = await crawls.crawl(site.write_sitemap([f"p{i}.html" for i in range(3)]), RECRAWLER_CPU_EMBED=False)
     assert r1.report["index"]["texts_embedded"] == 3
     assert f"\rrun {r1.report['run_id']}: embedding: 3/3 texts (100%)" in tty.getvalue()
 
@@ -142,7 +143,10 @@ async def test_a_crawl_logs_its_embedding_once_when_stderr_is_not_a_terminal(
     for i in range(3):
         site.write(f"p{i}.html", body(i), mtime=T0)
     with caplog.at_level(logging.INFO, logger="recrawler.index.publish"):
-        r1 = await crawls.crawl(site.write_sitemap([f"p{i}.html" for i in range(3)]))
+        # the run's end embeds them all (the CPU workers embed none of them as they go)
+        r1 = await crawls.crawl(
+            site.write_sitemap([f"p{i}.html" for i in range(3)]), RECRAWLER_CPU_EMBED=False
+        )
     assert "\r" not in capsys.readouterr().err
     lines = [r.getMessage() for r in caplog.records if r.name == "recrawler.index.publish"]
     assert len(lines) == 1

@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -109,6 +110,9 @@ def _state(db: Path) -> dict[str, Any]:
                 "SELECT url, chunk_index, chunk_hash, heading, text FROM chunks "
                 "WHERE retired_run IS NULL ORDER BY url, chunk_index"
             ).fetchall(),
+            "embeddings": conn.execute(
+                "SELECT embedder, text_hash, vector FROM embeddings ORDER BY embedder, text_hash"
+            ).fetchall(),
         }
     finally:
         conn.close()
@@ -139,6 +143,12 @@ async def test_pages_worked_in_a_worker_process_are_the_pages_worked_in_the_craw
     assert "recrawler/cpu/worker_pages" not in p1.stats
     state = _state(in_workers.db_path)
     assert len(state["chunks"]) >= 12
+    # the workers embedded the chunk texts as they chunked them: the same vectors, bit for bit,
+    # as the in-process run's end made
+    assert w1.stats["recrawler/cpu/worker_embedded"] == len({c[2] for c in state["chunks"]})
+    assert "recrawler/cpu/worker_embedded" not in p1.stats
+    assert w1.report["index"]["texts_embedded"] == p1.report["index"]["texts_embedded"]
+    assert len(state["embeddings"]) == len({c[2] for c in state["chunks"]})
     assert state == _state(in_process.db_path)
     texts = {url.rsplit("/", 1)[1]: text for url, _, _, _, text in state["chunks"]}
     assert "Straße, café and naïve: the 20 € setting." in texts["meta-cp1252.html"]
@@ -542,6 +552,65 @@ async def test_workers_yield_the_cpu_to_the_crawls_process() -> None:
     finally:
         pool.shutdown()
     assert os.getpriority(os.PRIO_PROCESS, 0) == own
+
+
+def test_a_worker_embeds_each_new_chunk_text_once_while_it_has_time_to_spare() -> None:
+    """A task's new chunk texts are embedded in one call, each text once per worker (a copy of a
+    page brings no vector: the first page's write carries it); a worker that never waits for
+    tasks stops embedding and leaves the texts to the run's end."""
+    import pickle
+
+    from recrawler.cpu import _SPARE, _Tools
+
+    tools = _Tools(["main"], [], (1200, 150))
+    packed = pickle.dumps(NoiseRegistry().site("docs.example.com"))
+
+    def job(key: str, text: str, dim: int = 384) -> PageJob:
+        body = f"<html><body><main><h2>{key}</h2><p>{text}</p></main></body></html>".encode()
+        return PageJob(
+            key=key,
+            url=f"https://{key}",
+            body=body,
+            encoding="utf-8",
+            noise_id=b"m",
+            noise=packed,
+            embed_dim=dim,
+        )
+
+    # the third page is a copy of the second
+    jobs = [job("a", "The fetch setting."), job("b", "The crawl setting."), job("b", "The crawl setting.")]
+    jobs.append(dataclasses.replace(job("d", "No vectors wanted here."), embed_dim=0))
+    works: list[PageWork | BaseException] = [tools.work(j) for j in jobs]
+    tools.embed(jobs, works)
+    got = [w.vectors if isinstance(w, PageWork) else None for w in works]
+    first = works[0]
+    assert isinstance(first, PageWork)
+    assert first.chunks
+    texts = [c.text for c in first.chunks]
+    assert got[0] == [
+        (c.chunk_hash, v.astype("<f4").tobytes())
+        for c, v in zip(first.chunks, HashingEmbedder(384).embed(texts), strict=True)
+    ]
+    assert got[1]
+    assert got[2] == []  # the copy's text went with the page it copies
+    assert got[3] is None
+    # embedded once per worker: the same text in a later task brings nothing
+    again = [tools.work(jobs[0])]
+    tools.embed(jobs[:1], again)
+    assert isinstance(again[0], PageWork)
+    assert again[0].vectors == []
+    # a worker whose tasks follow one another with no wait has no time to spare
+    assert tools.spare() == 1.0
+    for _ in range(12):
+        started = tools.started()
+        time.sleep(0.002)  # working
+        tools.finished(started)
+    assert tools.spare() < _SPARE
+    # and one that waits between tasks has it again
+    for _ in range(12):
+        time.sleep(0.002)  # waiting
+        tools.finished(tools.started())
+    assert tools.spare() > _SPARE
 
 
 def test_a_model_carried_by_a_page_without_text_still_reaches_the_worker() -> None:

@@ -113,9 +113,13 @@ class IndexPipeline:
             raise DropItem("the recrawler run did not begin")
         chunks: list[Chunk] | None = None
         restore = False
+        embeddings: list[tuple[str, str, bytes]] = []
         if item.text and (update.status in (PageStatus.NEW, PageStatus.CHANGED) or update.backfill):
             if worked is not None and worked.chunks is not None:
                 chunks = worked.chunks  # a CPU worker chunked the same text with the same settings
+                if worked.vectors:
+                    # and embedded its texts (hashing embedder): cache rows, in the page's transaction
+                    embeddings = self._worker_vectors(worked.vectors)
             else:
                 chunks = await self.runtime.offload(
                     self.chunker.chunk, item.text, key=item.key, url=item.url, headings=item.headings
@@ -125,18 +129,26 @@ class IndexPipeline:
             self.runtime.counters.inc("recrawler/index/restored")
         if chunks is not None:
             update.record = dataclasses.replace(update.record, chunks=len(chunks))
-        embeddings: list[tuple[str, str, bytes]] = []
         if chunks and self.publish_each_page and not self._held:
-            embeddings = await self._embed(chunks)
+            embeddings += await self._embed(chunks, have={h for _, h, _ in embeddings})
         page = await commit(self.runtime, run, update, chunks=chunks, restore=restore, embeddings=embeddings)
         if self.publish_each_page and not self._held:
             await self._check_spike(run)
         return page
 
-    async def _embed(self, chunks: list[Chunk]) -> list[tuple[str, str, bytes]]:
-        """Embed the chunk texts the cache does not hold yet (page mode only)."""
+    def _worker_vectors(self, vectors: list[tuple[str, bytes]]) -> list[tuple[str, str, bytes]]:
+        embedder_id = self.runtime.embedder.id
+        counters = self.runtime.counters
+        counters.inc("recrawler/embed/texts", len(vectors))
+        counters.inc("recrawler/cpu/worker_embedded", len(vectors))
+        return [(embedder_id, h, blob) for h, blob in vectors]
+
+    async def _embed(self, chunks: list[Chunk], have: set[str]) -> list[tuple[str, str, bytes]]:
+        """Embed the chunk texts the cache does not hold yet and no worker embedded (page mode only)."""
         embedder = self.runtime.embedder
-        unique = {c.chunk_hash: c.text for c in chunks}
+        unique = {c.chunk_hash: c.text for c in chunks if c.chunk_hash not in have}
+        if not unique:
+            return []
         try:
             missing = await self.store.missing_for(embedder.id, list(unique))
             if not missing:

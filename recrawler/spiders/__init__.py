@@ -134,6 +134,8 @@ class PageBuilder:
                 noise_id=noise_id,
                 noise=noise,
                 indexed_hash=indexed,
+                # a page the database does not hold yet: a changed one waits for the run's verdict
+                embed_dim=pool.embed_dim if rec is None else 0,
             )
         )
         if work is None:
@@ -143,7 +145,9 @@ class PageBuilder:
             return page
         assert work.content is not None
         if work.fingerprint is not None:  # chunks come only with a fingerprint
-            page.worked = Worked(noise=model, fingerprint=work.fingerprint, chunks=work.chunks)
+            page.worked = Worked(
+                noise=model, fingerprint=work.fingerprint, chunks=work.chunks, vectors=work.vectors
+            )
         return self.fill(page, response, work.content, work.content_hash)
 
     def head(self, response: Response, lastmod: str | None = None) -> tuple[Page, bool]:
