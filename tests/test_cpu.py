@@ -165,6 +165,9 @@ async def test_pages_worked_in_a_worker_process_are_the_pages_worked_in_the_craw
         == (p2.counts["changed"], p2.counts["unchanged"])
         == (1, 15)
     )
+    # a changed page's texts wait for the run's verdict: the run's end embeds them, no worker
+    assert "recrawler/cpu/worker_embedded" not in w2.stats
+    assert w2.report["index"]["texts_embedded"] == p2.report["index"]["texts_embedded"] >= 1
     assert _state(in_workers.db_path) == _state(in_process.db_path)
 
 
