@@ -298,7 +298,7 @@ def content_of(title: str, main: _Element) -> Content:
     for el in main.iter("code", "pre", "kbd", "samp", "tt"):
         if el.tag == "pre":
             code.append(clean_text(_text(el)).strip("\n"))
-        elif not any(a.tag == "pre" for a in el.iterancestors()):
+        elif next(el.iterancestors("pre"), None) is None:  # lxml filters the ancestors by tag
             span = " ".join(clean_text(_text(el)).split())
             if span:
                 code.append(span)
@@ -347,11 +347,12 @@ class _Renderer:
             self.blocks.append(prefix + text)
 
     def walk(self, el: _Element, prefix: str = "", depth: int = 0) -> None:
-        tag = el.tag if isinstance(el.tag, str) else ""
-        if not tag:
+        tag = el.tag  # each read of an lxml element's tag makes a new str: read it once
+        if not isinstance(tag, str) or not tag:
             # comments and processing instructions: only their tail is text
-            if el.tail:
-                self.inline.append(el.tail)
+            tail = el.tail
+            if tail:
+                self.inline.append(tail)
             return
         tag = tag.lower()
         depth += 1
@@ -360,10 +361,11 @@ class _Renderer:
             self.inline.append(_text(el))
         elif tag in _HEADINGS:
             self.flush(prefix)
-            self.inline.append(_text(el))
+            words = _text(el)
+            self.inline.append(words)
             level = int(tag[1])
             anchor = _anchor(el)
-            heading = _WS.sub(" ", clean_text(_text(el))).strip()
+            heading = _WS.sub(" ", clean_text(words)).strip()
             self.headings.append((level, heading, clean_text(anchor) or None if anchor else None))
             self.flush("#" * level + " ")
         elif tag == "pre":
@@ -401,12 +403,14 @@ class _Renderer:
             self.flush(prefix)
         else:
             self.walk_children(el, prefix, depth)
-        if el.tail:
-            self.inline.append(el.tail)
+        tail = el.tail
+        if tail:
+            self.inline.append(tail)
 
     def walk_children(self, el: _Element, prefix: str, depth: int = 0) -> None:
-        if el.text:
-            self.inline.append(el.text)
+        text = el.text
+        if text:
+            self.inline.append(text)
         for child in el:
             self.walk(child, prefix, depth)
 
