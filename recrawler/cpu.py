@@ -67,7 +67,7 @@ _AUTO_MAX = 4
 #: the lowest priority ``nice`` gives
 _MAX_NICE = 19
 #: chunk hashes a worker remembers having embedded (a bounded set: memory stays flat)
-_EMBEDDED = 65536
+_EMBEDDED = 16384
 #: a worker embeds its pages' chunk texts while it waits for tasks at least this share of the
 #: time (recent tasks weigh most: each task moves the share by ``_SPARE_WEIGHT`` of the way)
 _SPARE = 0.2
