@@ -290,9 +290,11 @@ def _work_batch(jobs: list[PageJob]) -> list[PageWork | BaseException]:
         except Exception as exc:  # handed back to the page's own caller
             out.append(exc)
     if _TOOLS.spare() >= _SPARE:
-        with contextlib.suppress(Exception):
-            # the task's new chunk texts in one call; without them the run's end embeds them
+        try:
+            # the task's new chunk texts in one call
             _TOOLS.embed(jobs, out)
+        except Exception as exc:  # the pages stand without vectors: the run's end embeds them
+            logger.warning("a CPU worker could not embed its pages' chunk texts: %(exc)r", {"exc": exc})
     _TOOLS.finished(started)
     return out
 

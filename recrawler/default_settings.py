@@ -16,16 +16,16 @@ RECRAWLER_DB_TIMEOUT_SECS = 10.0
 # One run at a time per site: a run's lease lapses when its holder misses heartbeats this long
 # (heartbeats come every quarter of it); a later run then takes over and marks it aborted.
 RECRAWLER_LEASE_SECS = 60.0
+# With the hashing embedder (it only computes), the workers embed a page's new chunk texts as
+# they chunk them; the run's end embeds what they did not. Off: all at the run's end.
+RECRAWLER_CPU_EMBED = True
+# The workers' scheduling priority below the crawl's process (os.nice increment, 0-19): the
+# process that feeds them keeps its core; 0: the same priority.
+RECRAWLER_CPU_NICE = 10
 # Worker processes for per-page CPU work (extraction, fingerprints, chunks), off the crawl's
 # interpreter lock: "auto" is one per usable core (at most 4); 0: none (RECRAWLER_CPU_THREADS
 # then do it).
 RECRAWLER_CPU_PROCESSES = "auto"
-# The workers' scheduling priority below the crawl's process (os.nice increment, 0-19): the
-# process that feeds them keeps its core; 0: the same priority.
-RECRAWLER_CPU_NICE = 10
-# With the hashing embedder (it only computes), the workers embed a page's new chunk texts as
-# they chunk them; the run's end embeds what they did not. Off: all at the run's end.
-RECRAWLER_CPU_EMBED = True
 # Threads for per-page CPU work the workers do not take (or all of it without them); 0: inline.
 RECRAWLER_CPU_THREADS = 2
 # While a run crawls, Python's garbage collector leaves what was loaded before it alone (gc.freeze)

@@ -12,8 +12,8 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -557,7 +557,9 @@ async def test_workers_yield_the_cpu_to_the_crawls_process() -> None:
     assert os.getpriority(os.PRIO_PROCESS, 0) == own
 
 
-def test_a_worker_embeds_each_new_chunk_text_once_while_it_has_time_to_spare() -> None:
+def test_a_worker_embeds_each_new_chunk_text_once_while_it_has_time_to_spare(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A task's new chunk texts are embedded in one call, each text once per worker (a copy of a
     page brings no vector: the first page's write carries it); a worker that never waits for
     tasks stops embedding and leaves the texts to the run's end."""
@@ -603,16 +605,20 @@ def test_a_worker_embeds_each_new_chunk_text_once_while_it_has_time_to_spare() -
     assert isinstance(again[0], PageWork)
     assert again[0].vectors == []
     # a worker whose tasks follow one another with no wait has no time to spare
+    clock = [100.0]
+    monkeypatch.setattr("recrawler.cpu.time", SimpleNamespace(monotonic=lambda: clock[0]))
     assert tools.spare() == 1.0
     for _ in range(12):
         started = tools.started()
-        time.sleep(0.002)  # working
+        clock[0] += 0.5  # working
         tools.finished(started)
     assert tools.spare() < _SPARE
     # and one that waits between tasks has it again
     for _ in range(12):
-        time.sleep(0.002)  # waiting
-        tools.finished(tools.started())
+        clock[0] += 0.5  # waiting
+        started = tools.started()
+        clock[0] += 0.5  # working
+        tools.finished(started)
     assert tools.spare() > _SPARE
 
 
