@@ -341,6 +341,27 @@ async def test_folded_counters_equal_a_count_from_scratch(
         assert query(db, "SELECT COUNT(*) FROM block_deltas") == [(0,)]
 
 
+@deferred_f_from_coro_f
+async def test_page_writes_fold_their_deltas_a_batch_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's page writes fold their block deltas as they go: the reconciliation is left only
+    what the writes since the last fold added, however many pages the run wrote."""
+    monkeypatch.setattr("recrawler.state.sql.pages.FOLD_EVERY", 10)
+    db = tmp_path / "s.db"
+    rng = random.Random(3)
+    words = [f"w{i}" for i in range(12)]
+    async with opened(db) as store:
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
+        for i in range(25):
+            await store_page(store, run, f"p{i}", " ".join(rng.choice(words) for _ in range(4)))
+        await store.flush()
+        # folded after the 10th and the 20th write: five wait
+        assert query(db, "SELECT COUNT(*) FROM block_deltas") == [(5,)]
+        assert await store.fold_block_stats() == 5
+        assert counters(db) == counted_from_scratch(db)
+
+
 PAIRS = "SELECT site, prev, block, pages, boilerplate FROM site_pairs ORDER BY site, prev, block"
 
 

@@ -504,6 +504,26 @@ class HistoryContract(BackendMixin):
             report = {b["block"]: (b["pages"], b["sample"]) for b in listed}
             assert report == {7: (60, "seven"), 8: (59, "eight")}
 
+    @deferred_f_from_coro_f
+    async def test_page_writes_fold_block_deltas_as_they_go(
+        self, uri: str, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr("recrawler.state.sql.pages.FOLD_EVERY", 10)
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for i in range(25):
+                fields = FieldsRow(
+                    title="", headings=[], code=[], links=[], text="", blocks=pack_blocks([7, 100 + i]),
+                    samples={7: "seven"},
+                )  # fmt: skip
+                await store.record(run, rec(f"p{i}", noise_key="n"), [], fields=fields)
+            await store.flush()
+            # two folds went with the writes (after the 10th and the 20th): five deltas wait
+            assert await store.fold_block_stats() == 5
+            await store.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=3)
+            listed = store.noise_report()[SITE]["boilerplate"]
+            assert {b["block"]: (b["pages"], b["sample"]) for b in listed} == {7: (25, "seven")}
+
 
 class ScheduleContract(BackendMixin):
     @deferred_f_from_coro_f

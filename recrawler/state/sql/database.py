@@ -54,6 +54,9 @@ class Database(Protocol):
     async def page_write(self, work: Work[_T], outcome: Sequence[str] = ()) -> _T:
         """Run *work* as one atomic page write in the group transaction."""
 
+    async def flush(self) -> None:
+        """Commit the group's pending writes (and deliver their events)."""
+
     async def transaction(self, work: Work[_T], *, concurrent: bool = False) -> _T:
         """Commit pending writes, then run *work* as one transaction of its own (*concurrent*:
         beside the store's other work, on a connection of its own, where the backend has one)."""

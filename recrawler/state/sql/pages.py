@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import zlib
 from typing import TYPE_CHECKING
 
 from recrawler.detect.hashing import unpack_blocks
+from recrawler.exceptions import StateStoreError
 from recrawler.state.records import (
     GONE,
     LIVE,
@@ -22,8 +24,10 @@ from recrawler.state.sql.rows import (
     _PAGE_COLUMNS,
     _RETIRED_QUARANTINED,
     _RETIRED_REPLACED,
+    FOLD_BATCH,
     _at,
     _block_delta,
+    _fold_block_deltas,
     _row_to_record,
     _ts,
 )
@@ -39,6 +43,13 @@ if TYPE_CHECKING:
     from recrawler.state.sql.database import Database
     from recrawler.state.sql.dialect import Work
 
+logger = logging.getLogger(__name__)
+
+#: page writes with a field record between two folds of block deltas during a run: the counters
+#: follow the crawl a batch at a time, and the run's reconciliation folds only what the last
+#: writes left
+FOLD_EVERY = FOLD_BATCH
+
 
 class SQLPages:
     """The pages role: page writes (one atomic unit each) and the run's unseen pages."""
@@ -48,6 +59,8 @@ class SQLPages:
         #: per run, the last key the unseen check returned: the next batch starts after it, so
         #: draining a site costs one pass over its pages, not one per batch
         self._unseen_after: dict[int, str] = {}
+        #: page writes with a field record since the last fold
+        self._unfolded = 0
 
     async def get(self, key: str) -> PageRecord | None:
         """Return the stored record of *key*."""
@@ -140,7 +153,25 @@ class SQLPages:
             )
             return before
 
-        return await self.db.page_write(work(), outcome)
+        before = await self.db.page_write(work(), outcome)
+        if fields is not None:
+            await self._fold_now_and_then()
+        return before
+
+    async def _fold_now_and_then(self) -> None:
+        """Every :data:`FOLD_EVERY` page writes with a field record, commit the group and fold a
+        batch of block deltas as a transaction of its own (PostgreSQL: on a connection of its
+        own, beside the page writes). A failed fold costs no page: its deltas wait for the next."""
+        self._unfolded += 1
+        if self._unfolded < FOLD_EVERY:
+            return
+        self._unfolded = 0
+        # the group first (a group that cannot commit fails this write, as any group commit does)
+        await self.db.flush()
+        try:
+            await self.db.transaction(_fold_block_deltas(self.db.dialect, FOLD_BATCH), concurrent=True)
+        except StateStoreError as exc:
+            logger.warning("block statistics not folded, left for the next fold: %(exc)s", {"exc": exc})
 
     @staticmethod
     def _write_fields(key: str, site: str, fields: FieldsRow) -> Work[None]:
