@@ -39,7 +39,7 @@ FAST_PROFILE: dict[str, Any] = {
     "CONCURRENT_REQUESTS_PER_DOMAIN": 32,
     # Scrapy starts this many tasks for every response's output; a page yields one item, and 100
     # idle tasks per response cost more than extracting the page does.
-    "CONCURRENT_ITEMS": 8,
+    "CONCURRENT_ITEMS": 4,
     "AUTOTHROTTLE_ENABLED": False,
     "DOWNLOAD_TIMEOUT": 30,
     "RETRY_TIMES": 2,

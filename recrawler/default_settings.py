@@ -7,8 +7,9 @@ from __future__ import annotations
 # postgresql://user:password@host/db (recrawler[postgres]; password from the environment). None:
 # recrawler.db in Scrapy's project data directory (.scrapy beside scrapy.cfg, or the working directory).
 RECRAWLER_DB_URI: str | None = None
-# Pages written per database transaction commit (group commit; each page stays atomic).
-RECRAWLER_DB_BATCH_SIZE = 200
+# Pages written per database transaction commit (group commit; each page stays atomic; a group
+# also commits RECRAWLER_DB_COMMIT_SECS after its first write).
+RECRAWLER_DB_BATCH_SIZE = 1000
 # Longest time a finished page write waits for its group commit.
 RECRAWLER_DB_COMMIT_SECS = 2.0
 # How long to wait for a lock held by another process before giving up.

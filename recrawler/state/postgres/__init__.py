@@ -30,7 +30,7 @@ class PostgreSQLStateStore(PostgreSQLDatabase, RoleMethods):
         self,
         uri: str,
         *,
-        batch_size: int = 200,
+        batch_size: int = 1000,
         commit_secs: float = 2.0,
         timeout_secs: float = 10.0,
         sink: EventSink | None = None,
