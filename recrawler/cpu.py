@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     import numpy as np
     from lxml.cssselect import CSSSelector
     from numpy.typing import NDArray
+    from scrapy.http import TextResponse
     from scrapy.settings import BaseSettings
 
     from recrawler.counters import RunCounters
@@ -77,13 +78,39 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EncodingOf:
+    """How a response's encoding is read, for the worker to read it as Scrapy would: the
+    response's class, its Content-Type header and the encoding it was built with (if any)."""
+
+    response_class: type[TextResponse]
+    content_type: bytes | None = None
+    declared: str | None = None
+
+    @classmethod
+    def of(cls, response: TextResponse) -> EncodingOf:
+        """What reading *response*'s encoding takes besides its body."""
+        # TextResponse's own rules read the encoding it was built with, the body and Content-Type
+        return cls(
+            response_class=type(response),
+            content_type=response.headers.get(b"Content-Type"),
+            declared=response._encoding,
+        )
+
+    def read(self, url: str, body: bytes) -> str:
+        """The encoding Scrapy gives the response (BOM, header, ``<meta>``, then detection)."""
+        headers = {b"Content-Type": self.content_type} if self.content_type is not None else None
+        return self.response_class(url=url, body=body, headers=headers, encoding=self.declared).encoding
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PageJob:
     """One page's CPU work, as sent to a worker."""
 
     key: str
     url: str
     body: bytes
-    encoding: str
+    #: the body's encoding, or how the worker reads it (the crawl's process never scans the body)
+    encoding: str | EncodingOf
     #: the site's learned volatile regions (CSS selectors), dropped before rendering
     regions: tuple[str, ...] = ()
     #: the digest of the site's pickled noise model, to fingerprint under (None: not loaded yet)
@@ -173,7 +200,8 @@ class _Tools:
         # after it in the task name it only
         noise = self.model(job.noise_id, job.noise) if job.noise_id is not None else None
         try:
-            content = self.extractor.extract(job.body, job.encoding, regions=self.regions(job.regions))
+            encoding = job.encoding if isinstance(job.encoding, str) else job.encoding.read(job.url, job.body)
+            content = self.extractor.extract(job.body, encoding, regions=self.regions(job.regions))
         except ExtractionError as exc:
             return PageWork(error=exc.reason)
         if not content.text.strip():
@@ -553,4 +581,4 @@ class CpuPool:
             self._pool = None
 
 
-__all__ = ["CpuPool", "PageJob", "PageWork", "Worked"]
+__all__ = ["CpuPool", "EncodingOf", "PageJob", "PageWork", "Worked"]

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import scrapy
 from scrapy import signals
+from scrapy.http import HtmlResponse, TextResponse
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.counters import RunCounters
-from recrawler.cpu import CpuPool, PageJob, PageWork, usable_cores, worker_processes
+from recrawler.cpu import CpuPool, EncodingOf, PageJob, PageWork, usable_cores, worker_processes
 from recrawler.embedders import HashingEmbedder
 from recrawler.exceptions import ConfigurationError
 from recrawler.index.publish import embed_missing
@@ -169,6 +170,29 @@ async def test_pages_worked_in_a_worker_process_are_the_pages_worked_in_the_craw
     assert "recrawler/cpu/worker_embedded" not in w2.stats
     assert w2.report["index"]["texts_embedded"] == p2.report["index"]["texts_embedded"] >= 1
     assert _state(in_workers.db_path) == _state(in_process.db_path)
+
+
+LATIN = "Straße, café: 20 €."
+
+
+@pytest.mark.parametrize(
+    ("cls", "headers", "body", "declared"),
+    [
+        (HtmlResponse, {"Content-Type": "text/html; charset=iso-8859-15"}, LATIN.encode("iso-8859-15"), None),
+        (HtmlResponse, {}, f"<meta charset='cp1252'><p>{LATIN}</p>".encode("cp1252"), None),
+        (HtmlResponse, {"Content-Type": "text/html"}, f"<p>{LATIN}</p>".encode("utf-16"), None),
+        (HtmlResponse, {}, "<p>設定の説明です。</p>".encode(), None),
+        (TextResponse, {"Content-Type": "text/plain; charset=koi8-r"}, b"\xf0\xd2", None),
+        (HtmlResponse, {"Content-Type": "text/html; charset=utf-8"}, LATIN.encode("cp1252"), "cp1252"),
+    ],
+    ids=["header", "meta", "bom", "detected", "text", "declared"],
+)
+def test_a_worker_reads_a_pages_encoding_as_scrapy_does(
+    cls: type[TextResponse], headers: dict[str, str], body: bytes, declared: str | None
+) -> None:
+    """The crawl's process hands over what the encoding depends on, never scanning the body."""
+    response = cls("https://d/p", headers=headers, body=body, encoding=declared)
+    assert EncodingOf.of(response).read(response.url, body) == response.encoding
 
 
 @deferred_f_from_coro_f

@@ -19,7 +19,7 @@ from scrapy.utils.gz import gunzip, gzip_magic_number
 from scrapy.utils.sitemap import Sitemap, sitemap_urls_from_robots
 
 from recrawler import meta
-from recrawler.cpu import PageJob, Worked
+from recrawler.cpu import EncodingOf, PageJob, Worked
 from recrawler.detect.hashing import content_hash
 from recrawler.detect.regions import volatile_regions
 from recrawler.exceptions import ConfigurationError
@@ -129,7 +129,7 @@ class PageBuilder:
                 key=page.key,
                 url=page.url,
                 body=response.body,
-                encoding=response.encoding,
+                encoding=EncodingOf.of(response),
                 regions=regions,
                 noise_id=noise_id,
                 noise=noise,
@@ -175,8 +175,10 @@ class PageBuilder:
         if (
             not isinstance(response, TextResponse)
             or (ctype and ctype not in _HTML_TYPES)
-            # binary content served as text/html (an executable, an archive): never text
-            or looks_binary(response.body, response.encoding)
+            # binary content served as text/html (an executable, an archive): never text. Judged by
+            # its bytes first: reading the encoding scans the body, and only UTF-16/32 (NUL bytes)
+            # are judged again by their characters
+            or (looks_binary(response.body) and looks_binary(response.body, response.encoding))
         ):
             page.error = "not_html"
             return page, False
