@@ -116,6 +116,10 @@ def _well_formed_host(parts: SplitResult) -> bool:
     return bool(_HOSTNAME.match(ascii_host))
 
 
+#: URLs whose decision a policy remembers (then it starts again): bounded memory
+_DECIDED_MAX = 4096
+
+
 class UrlPolicy:
     """Which URLs recrawler may fetch or store: ``http``/``https``, no credentials, a well-formed
     host and port, on one of the allowed hosts (folded as page keys fold them).
@@ -124,11 +128,13 @@ class UrlPolicy:
     stored page checked directly, and every request before it is downloaded.
     """
 
-    __slots__ = ("any_host", "hosts")
+    __slots__ = ("_decided", "any_host", "hosts")
 
     def __init__(self, hosts: Iterable[str] = (), *, any_host: bool = False) -> None:
         self.hosts = frozenset(hosts)
         self.any_host = any_host
+        #: the last decisions by URL: a listed page's URL is checked again before its download
+        self._decided: dict[str, str | None] = {}
 
     @classmethod
     def for_urls(
@@ -141,7 +147,19 @@ class UrlPolicy:
 
     def refusal(self, url: str) -> str | None:
         """Why *url* is refused (``malformed``, ``scheme``, ``credentials``, ``offsite``), or None."""
-        if not isinstance(url, str) or not url or _BAD_CHARS.search(url.strip()):
+        if not isinstance(url, str):
+            return REFUSED_MALFORMED
+        try:
+            return self._decided[url]
+        except KeyError:
+            pass
+        if len(self._decided) >= _DECIDED_MAX:
+            self._decided.clear()
+        reason = self._decided[url] = self._refusal(url)
+        return reason
+
+    def _refusal(self, url: str) -> str | None:
+        if not url or _BAD_CHARS.search(url.strip()):
             return REFUSED_MALFORMED
         url = url.strip()
         try:

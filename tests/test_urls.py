@@ -8,7 +8,7 @@ import pytest
 
 from recrawler import default_settings
 from recrawler.cli import main as cli_main
-from recrawler.urls import KeyMaker, key_host, page_key
+from recrawler.urls import KeyMaker, UrlPolicy, key_host, page_key
 
 
 @pytest.mark.parametrize(
@@ -170,3 +170,16 @@ def test_cli_normalize_needs_a_url() -> None:
     with pytest.raises(SystemExit) as exc_info:
         cli_main(["normalize"], out=io.StringIO())
     assert exc_info.value.code == 2
+
+
+def test_a_policy_remembers_a_bounded_number_of_decisions() -> None:
+    """A listed URL is checked again before its download: the second check is a lookup, the
+    decision the same, and the memory bounded however many URLs a site lists."""
+    policy = UrlPolicy.for_urls(["https://docs.example.com/sitemap.xml"])
+    urls = [f"https://docs.example.com/p{i}" for i in range(5000)]
+    for _ in range(2):
+        assert [policy.refusal(u) for u in urls] == [None] * 5000
+        assert policy.refusal("https://elsewhere.example.com/p") == "offsite"
+        assert policy.refusal("ftp://docs.example.com/p") == "scheme"
+        assert policy.refusal(None) == "malformed"  # type: ignore[arg-type]
+        assert len(policy._decided) <= 4096
