@@ -13,8 +13,6 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
-
 from recrawler import __version__
 from recrawler.exceptions import ConfigurationError, RecrawlerError
 from recrawler.redact import redact_url
@@ -23,6 +21,7 @@ from recrawler.reports.diffs import diff_lines
 from recrawler.state import RUN_HELD, utcnow
 
 if TYPE_CHECKING:
+    from jinja2 import Environment
     from scrapy.settings import BaseSettings
 
     from recrawler.state import Readers
@@ -56,6 +55,9 @@ PAGE_EVENTS = ("new", "moved", "quarantined", "gone", "held")
 
 
 def _environment() -> Environment:
+    # jinja2 loads with the first report, not with every crawl (most write none)
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
     # page text is untrusted: everything the template prints is escaped
     return Environment(
         loader=PackageLoader("recrawler.reports", "templates"),
