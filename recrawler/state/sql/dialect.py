@@ -29,6 +29,7 @@ __all__ = [
     "many",
     "one",
     "rows",
+    "values",
 ]
 
 _T = TypeVar("_T")
@@ -66,6 +67,30 @@ def count(sql: str, params: Any = ()) -> Op:
 def many(sql: str, seq: Sequence[Any]) -> Op:
     """Run a statement once per parameter set; the number of rows changed in all."""
     return Op(MANY, sql, seq)
+
+
+#: rows a multi-row ``VALUES`` statement carries at most (kept well under SQLite's 32,766 and
+#: PostgreSQL's 65,535 parameters a statement)
+VALUES_ROWS = 500
+
+
+def values(
+    head: str, params: Sequence[Sequence[Any]], tail: str = "", *, row: str | None = None
+) -> Iterator[Op]:
+    """``head VALUES (...), (...) tail`` for every row of *params*, up to :data:`VALUES_ROWS` rows
+    a statement: each statement is one step of the database, where :func:`many` is one a row
+    (and, on SQLite, one wait for the interpreter lock a row while the crawl holds it). *row* is
+    one row's values (default: one ``?`` per parameter)."""
+    if not params:
+        return
+    one_row = row if row is not None else "(" + ", ".join("?" * len(params[0])) + ")"
+    for start in range(0, len(params), VALUES_ROWS):
+        part = params[start : start + VALUES_ROWS]
+        yield Op(
+            COUNT,
+            f"{head} VALUES {', '.join([one_row] * len(part))}{tail}",
+            [value for row in part for value in row],
+        )
 
 
 def drive(work: Work[_T], execute: Callable[[Op], Any]) -> _T:

@@ -15,7 +15,7 @@ from recrawler.state.records import (
     ScheduledPage,
     TrustRecord,
 )
-from recrawler.state.sql.dialect import count, many, rows
+from recrawler.state.sql.dialect import count, many, rows, values
 
 if TYPE_CHECKING:
     from typing import Any
@@ -196,36 +196,50 @@ def _fold_block_deltas(d: Dialect, limit: int) -> Work[int]:
                 kept.setdefault(int(b), text)
     for site in sorted(blocks):
         yield from _fold_site(d, site, blocks[site], pairs[site], samples[site])
-    yield many("DELETE FROM block_deltas WHERE id = ?", [(r[0],) for r in found])
+    yield count(
+        f"DELETE FROM block_deltas WHERE id {d.in_list('?', sql_type='BIGINT')}",
+        (d.list_param([r[0] for r in found]),),
+    )
     return len(found)
 
 
 def _fold_site(
     d: Dialect, site: str, blocks: Counter[int], pairs: Counter[tuple[int, int]], samples: dict[int, str]
 ) -> Work[None]:
-    """Add a batch's summed counts of one site to its block and pair counters, in key order."""
+    """Add a batch's summed counts of one site to its block and pair counters, in key order, a few
+    hundred rows a statement.
+
+    A block's sample is written once the block is on two pages: with the batch's count when that
+    makes two, else when the block is already counted (one query for the blocks the batch adds
+    to one page). An upsert keeps a sample already stored.
+    """
     gained = sorted((b, n) for b, n in blocks.items() if n > 0)
-    if gained:
-        yield many(
-            """INSERT INTO site_blocks (site, block, pages, sample) VALUES (?, ?, ?, ?)
-               ON CONFLICT (site, block) DO UPDATE SET pages = site_blocks.pages + excluded.pages,
-                 sample = COALESCE(site_blocks.sample,
-                   CASE WHEN site_blocks.pages + excluded.pages >= 2 THEN CAST(? AS TEXT) END)""",
-            [(site, b, n, samples.get(b) if n >= 2 else None, samples.get(b)) for b, n in gained],
+    single = [b for b, n in gained if n == 1 and b in samples]
+    counted: set[int] = set()
+    if single:
+        found = yield rows(
+            f"SELECT block FROM site_blocks WHERE site = ? AND pages > 0 "
+            f"AND block {d.in_list('?', sql_type='BIGINT')}",
+            (site, d.list_param(single)),
         )
+        counted = {r[0] for r in found}
+    yield from values(
+        "INSERT INTO site_blocks (site, block, pages, sample)",
+        [(site, b, n, samples.get(b) if n >= 2 or b in counted else None) for b, n in gained],
+        """ ON CONFLICT (site, block) DO UPDATE SET pages = site_blocks.pages + excluded.pages,
+              sample = COALESCE(site_blocks.sample, excluded.sample)""",
+    )
     lost = sorted(b for b, n in blocks.items() if n < 0)
     if lost:
         yield many(
             f"UPDATE site_blocks SET pages = {d.greatest}(pages + ?, 0) WHERE site = ? AND block = ?",
             [(blocks[b], site, b) for b in lost],
         )
-    gained_pairs = sorted(k for k, n in pairs.items() if n > 0)
-    if gained_pairs:
-        yield many(
-            """INSERT INTO site_pairs (site, prev, block, pages) VALUES (?, ?, ?, ?)
-               ON CONFLICT (site, prev, block) DO UPDATE SET pages = site_pairs.pages + excluded.pages""",
-            [(site, p, b, pairs[p, b]) for p, b in gained_pairs],
-        )
+    yield from values(
+        "INSERT INTO site_pairs (site, prev, block, pages)",
+        [(site, p, b, pairs[p, b]) for p, b in sorted(k for k, n in pairs.items() if n > 0)],
+        " ON CONFLICT (site, prev, block) DO UPDATE SET pages = site_pairs.pages + excluded.pages",
+    )
     lost_pairs = sorted(k for k, n in pairs.items() if n < 0)
     if lost_pairs:
         yield many(
