@@ -524,6 +524,48 @@ class HistoryContract(BackendMixin):
             listed = store.noise_report()[SITE]["boilerplate"]
             assert {b["block"]: (b["pages"], b["sample"]) for b in listed} == {7: (25, "seven")}
 
+    @deferred_f_from_coro_f
+    async def test_writes_of_more_rows_than_one_statement_carries_land_whole(
+        self, uri: str, settings: Settings
+    ) -> None:
+        # 1,201 chunks, vectors and blocks: several multi-row statements each (500 rows at most)
+        n = 1201
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            big = rec("big")
+            texts = [f"text {i}" for i in range(n)]
+            vectors = [("e1", f"c-{t}", vector_to_blob([float(i), 1.0])) for i, t in enumerate(texts)]
+            blocks = list(range(1000, 1000 + n))
+            fields = FieldsRow(
+                title="", headings=[], code=[], links=[], text="", blocks=pack_blocks(blocks),
+                samples={b: f"block {b}" for b in blocks},
+            )  # fmt: skip
+            await store.record(run, big, [], chunks=chunks(big, *texts), embeddings=vectors, fields=fields)
+            await store.flush()
+            assert await store.fold_block_stats() == 1
+            # the twin page comes in a later fold: every block it shares was on one page already
+            twin = FieldsRow(
+                title="", headings=[], code=[], links=[], text="", blocks=pack_blocks(blocks[1:]),
+                samples={b: f"twin {b}" for b in blocks},
+            )  # fmt: skip
+            await store.record(run, rec("twin"), [], chunks=chunks(rec("twin"), "only"), fields=twin)
+            await store.flush()
+            assert await store.fold_block_stats() == 1
+            counts = await store.run_index_counts(run.id, "e1")
+            assert (counts["chunks_added"], counts["texts_cached"]) == (n + 1, n)
+            assert (await store.get(big.key)).chunks == n  # type: ignore[union-attr]
+            assert await store.missing_for("e1", [h for _, h, _ in vectors]) == []
+            await store.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=2)
+            report = store.noise_report()[SITE]["boilerplate"]
+            listed = {b["block"]: (b["pages"], b["sample"]) for b in report}
+            # shared blocks count both pages, each with the sample of the page that made it two
+            assert listed == {b: (2, f"twin {b}") for b in blocks[1:]}
+            # a stored page's count follows its new chunks, and only them
+            await store.record(run, big, [], chunks=chunks(big, "short", "page"))
+            assert (await store.get(big.key)).chunks == 2  # type: ignore[union-attr]
+            await store.record(run, replace(big, chunks=0), [])
+            assert (await store.get(big.key)).chunks == 2  # type: ignore[union-attr]
+
 
 class ScheduleContract(BackendMixin):
     @deferred_f_from_coro_f

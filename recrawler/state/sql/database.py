@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from recrawler.events import sink_from_settings
-from recrawler.state.sql.dialect import many
+from recrawler.state.sql.dialect import many, values
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -87,12 +87,12 @@ def insert_outbox(sink: EventSink | None, events: Sequence[Event]) -> Work[None]
 
 def insert_embeddings(d: Dialect, rows: Sequence[tuple[str, str, bytes]]) -> Work[None]:
     """Add (embedder, text hash, vector) rows to the cache; a row already there is kept."""
-    if rows:
-        yield many(
-            f"INSERT INTO embeddings ({d.embedding_columns}) VALUES ({d.embedding_values}) "
-            "ON CONFLICT DO NOTHING",
-            d.embedding_rows(rows),
-        )
+    yield from values(
+        f"INSERT INTO embeddings ({d.embedding_columns})",
+        d.embedding_rows(rows),
+        " ON CONFLICT DO NOTHING",
+        row=f"({d.embedding_values})",
+    )
 
 
 def store_options(settings: BaseSettings) -> dict[str, Any]:

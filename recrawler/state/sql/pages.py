@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import zlib
@@ -19,7 +20,7 @@ from recrawler.state.records import (
     PageRecord,
     Run,
 )
-from recrawler.state.sql.dialect import count, many, one, rows
+from recrawler.state.sql.dialect import count, one, rows, values
 from recrawler.state.sql.rows import (
     _PAGE_COLUMNS,
     _RETIRED_QUARANTINED,
@@ -99,6 +100,13 @@ class SQLPages:
         in the same transaction; the state before it is returned (None without ``revisit``).
         """
 
+        # a stored page's chunk count changes only with its chunks, replaced below
+        replaced = ""
+        if chunks is not None:
+            replaced = ", chunks = excluded.chunks"
+            if rec.chunks != len(chunks):
+                rec = dataclasses.replace(rec, chunks=len(chunks))
+
         def work() -> Work[Revisit | None]:
             yield count(
                 f"""INSERT INTO pages ({_PAGE_COLUMNS})
@@ -110,7 +118,7 @@ class SQLPages:
                       title = excluded.title, status = excluded.status, misses = excluded.misses,
                       last_checked = excluded.last_checked, last_changed = excluded.last_changed,
                       last_seen_run = excluded.last_seen_run, found_depth = excluded.found_depth,
-                      moved_to = excluded.moved_to, changed_run = excluded.changed_run""",
+                      moved_to = excluded.moved_to, changed_run = excluded.changed_run{replaced}""",
                 (
                     rec.key,
                     rec.site,
@@ -226,18 +234,16 @@ class SQLPages:
     def _replace_chunks(run: Run, key: str, chunks: Sequence[Chunk]) -> Work[None]:
         # the current version is superseded by this run's version. A row already retired keeps
         # the run that retired it: moving that to this run would make it visible again while this
-        # run is held. Rows a quarantine kept are collected when the run publishes.
+        # run is held. Rows a quarantine kept are collected when the run publishes. (The page's
+        # row, written before, carries their count.)
         yield count(
             "UPDATE chunks SET retired_run = ?, retired_why = ? WHERE key = ? AND retired_run IS NULL",
             (run.id, _RETIRED_REPLACED, key),
         )
-        if chunks:
-            yield many(
-                """INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run)
-                   VALUES (?, ?, ?, ?, ?, ?, ?)""",
-                [(key, c.chunk_index, c.chunk_hash, c.url, c.heading, c.text, run.id) for c in chunks],
-            )
-        yield count("UPDATE pages SET chunks = ? WHERE key = ?", (len(chunks), key))
+        yield from values(
+            "INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run)",
+            [(key, c.chunk_index, c.chunk_hash, c.url, c.heading, c.text, run.id) for c in chunks],
+        )
 
     @staticmethod
     def _restore_chunks(run: Run, key: str) -> Work[None]:
