@@ -48,9 +48,7 @@ from recrawler.kb.chunking import Chunk, Chunker
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    import numpy as np
     from lxml.cssselect import CSSSelector
-    from numpy.typing import NDArray
     from scrapy.http import TextResponse
     from scrapy.settings import BaseSettings
 
@@ -358,8 +356,11 @@ def worker_processes(value: object) -> int:
     return n
 
 
-def _embed(embedder: HashingEmbedder, texts: list[str]) -> NDArray[np.float32]:
-    return embedder.embed(texts)
+def _embed(embedder: HashingEmbedder, texts: list[str]) -> list[bytes]:
+    # stored form (float32 bytes): the crawl's process stores them without loading numpy
+    from recrawler.embedders import vector_to_blob
+
+    return [vector_to_blob(v) for v in embedder.embed(texts)]
 
 
 def _model_once(batch: list[tuple[PageJob, Any]]) -> list[PageJob]:
@@ -542,9 +543,10 @@ class CpuPool:
 
         sent.add_done_callback(answer)
 
-    async def embed(self, embedder: HashingEmbedder, texts: list[str]) -> NDArray[np.float32] | None:
+    async def embed(self, embedder: HashingEmbedder, texts: list[str]) -> list[bytes] | None:
         """*texts* embedded by a worker (with a copy of *embedder*, whose ``calls`` and ``texts``
-        are counted here); None when the workers are gone (embed in-process)."""
+        are counted here), as stored vectors (:func:`~recrawler.embedders.vector_to_blob`); None
+        when the workers are gone (embed in-process)."""
         vectors = await self._submit(_embed, embedder, texts)
         if vectors is not None:
             embedder.calls += 1

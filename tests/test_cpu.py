@@ -316,12 +316,15 @@ async def test_every_page_of_a_first_run_is_fingerprinted_by_a_worker(site: Site
 
 @deferred_f_from_coro_f
 async def test_chunk_texts_embedded_by_a_worker_are_the_texts_embedded_in_process(tmp_path: Path) -> None:
-    """At publishing, batches of chunk texts go to the worker beside this process: the cache
-    ends up with the same vectors, each text embedded once, in the same number of calls."""
+    """At publishing, batches of chunk texts go to the worker: the cache ends up with the same
+    vectors, each text embedded once, in the same number of calls. A remainder of two rounds of
+    the worker's lanes (4 batches of 256) is the worker's alone; beyond that this process joins."""
     site = "docs.example.com"
     found = []
-    for processes in (1, 0):
-        store = SQLiteStateStore(str(tmp_path / f"{processes}.db"))
+    for processes, pages in ((1, 40), (0, 40), (1, 120)):
+        texts_in = pages * 20
+        db = tmp_path / f"{processes}-{pages}.db"
+        store = SQLiteStateStore(str(db))
         await store.open()
         pool = CpuPool(processes, selectors=["main"], noise_selectors=[], chunking=None)
         pool.counters = counters = RunCounters()
@@ -329,7 +332,7 @@ async def test_chunk_texts_embedded_by_a_worker_are_the_texts_embedded_in_proces
         try:
             now = datetime.now(UTC)
             run = await store.begin_run("docs", site, now, lease_secs=0)
-            for p in range(40):
+            for p in range(pages):
                 key = f"{site}/p{p}"
                 texts = [f"page {p} chunk {i}: the fetch_{p}_{i} setting, {i * p} words" for i in range(20)]
                 page = PageRecord(
@@ -341,23 +344,28 @@ async def test_chunk_texts_embedded_by_a_worker_are_the_texts_embedded_in_proces
                 ]
                 await store.record(run, page, [], chunks=chunks)
             embedder = HashingEmbedder()
-            assert await embed_missing(store, embedder, pool=pool) == (800, 4)
-            assert embedder.texts == 800
-            if processes:
-                # some batches went to the worker, the rest were embedded here
-                assert 0 < counters["recrawler/cpu/worker_texts"] < 800
-            else:
+            assert await embed_missing(store, embedder, pool=pool) == (texts_in, -(-texts_in // 256))
+            assert embedder.texts == texts_in
+            if not processes:
                 assert counters["recrawler/cpu/worker_texts"] == 0
+            elif pages == 40:
+                # 800 texts, 4 batches: all the worker's
+                assert counters["recrawler/cpu/worker_texts"] == 800
+            else:
+                # 2,400 texts, 10 batches: the worker's first 4, then this process beside it
+                assert 4 * 256 <= counters["recrawler/cpu/worker_texts"] < 2400
             assert await store.count_missing(embedder.id) == 0
         finally:
             pool.shutdown()
             await store.close()
-        with sqlite3.connect(tmp_path / f"{processes}.db") as conn:
+        with sqlite3.connect(db) as conn:
             found.append(
                 conn.execute("SELECT text_hash, vector FROM embeddings ORDER BY text_hash").fetchall()
             )
     assert len(found[0]) == 800
     assert found[0] == found[1]
+    assert len(found[2]) == 2400
+    assert set(found[0]) <= set(found[2])
 
 
 async def _store_with_chunks(path: Path, pages: int, per_page: int) -> SQLiteStateStore:

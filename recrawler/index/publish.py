@@ -16,9 +16,6 @@ from recrawler.terminal import Progress
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    import numpy as np
-    from numpy.typing import NDArray
-
     from recrawler.counters import RunCounters
     from recrawler.cpu import CpuPool
     from recrawler.embedders import Embedder
@@ -40,8 +37,8 @@ async def embed_missing(
     Committed batch by batch, in order: a failure half way loses nothing already paid for.
     *progress* is called with the number of texts of each batch once it is stored. With the
     run's CPU worker *pool* and an embedder that only computes (the hashing embedder), the
-    workers embed batches beside the crawl's process, and the next batches are read and embedded
-    while one is stored.
+    workers embed the batches (this process joins them only for a remainder longer than two
+    rounds of their lanes), and the next batches are read and embedded while one is stored.
     """
     texts = 0
     calls = embedder.calls
@@ -53,12 +50,15 @@ async def embed_missing(
     # batches in the workers, at most two each: a worker has the next one while its last is taken
     in_workers = 0
     here = 0  # batches embedded (or waiting to be) in this process
+    # beside workers, this process embeds too only once the texts outlast two rounds of their
+    # lanes: a run's usual remainder is theirs, and this process never loads its embedder for it
+    read = 0
 
-    async def embed_here(batch: list[str]) -> NDArray[np.float32]:
+    async def embed_here(batch: list[str]) -> list[bytes]:
         async with in_process:
-            return await asyncio.to_thread(embedder.embed, batch)
+            return await asyncio.to_thread(lambda: [vector_to_blob(v) for v in embedder.embed(batch)])
 
-    async def embed_in_worker(batch: list[str]) -> NDArray[np.float32]:
+    async def embed_in_worker(batch: list[str]) -> list[bytes]:
         nonlocal in_workers
         assert pool is not None
         assert hashing is not None
@@ -68,35 +68,39 @@ async def embed_missing(
             in_workers -= 1
         return vectors if vectors is not None else await embed_here(batch)
 
-    async def embed(batch: list[str]) -> NDArray[np.float32]:
+    async def embed(batch: list[str]) -> list[bytes]:
         nonlocal here
         try:
             return await embed_here(batch)
         finally:
             here -= 1
 
-    async def store_batch(rows: list[tuple[str, str]], vectors: NDArray[np.float32]) -> None:
+    async def store_batch(rows: list[tuple[str, str]], blobs: list[bytes]) -> None:
         nonlocal texts
-        await store.store_embeddings(
-            [(embedder.id, h, vector_to_blob(v)) for (h, _), v in zip(rows, vectors, strict=True)]
-        )
+        await store.store_embeddings([(embedder.id, h, b) for (h, _), b in zip(rows, blobs, strict=True)])
         texts += len(rows)
         if progress is not None:
             progress(len(rows))
 
-    pending: deque[tuple[list[tuple[str, str]], asyncio.Task[NDArray[np.float32]]]] = deque()
+    def lane_free() -> bool:
+        if in_workers < 2 * workers:
+            return True
+        return here < 1 and (not workers or read >= 4 * workers)
+
+    pending: deque[tuple[list[tuple[str, str]], asyncio.Task[list[bytes]]]] = deque()
     # one batch is stored while the next ones are read and embedded (stored in order, one at a time)
     storing: asyncio.Task[None] | None = None
     after: str | None = ""
     try:
         while True:
             # keep every lane busy: the workers and this process each embed while a batch is stored
-            while after is not None and (in_workers < 2 * workers or here < 1):
+            while after is not None and lane_free():
                 rows = await store.missing_embeddings(
                     embedder.id, limit, include_run=include_run, after=after
                 )
                 after = rows[-1][0] if rows else None
                 if rows:
+                    read += 1
                     batch = [text for _, text in rows]
                     if in_workers < 2 * workers:
                         in_workers += 1
@@ -107,10 +111,10 @@ async def embed_missing(
             if not pending:
                 break
             rows, job = pending.popleft()
-            vectors = await job
+            blobs = await job
             if storing is not None:
                 await storing
-            storing = asyncio.create_task(store_batch(rows, vectors))
+            storing = asyncio.create_task(store_batch(rows, blobs))
         if storing is not None:
             await storing
             storing = None
