@@ -6,10 +6,14 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
+from scrapy import signals
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
+from recrawler.downloadermiddlewares.audit import AuditMiddleware
 from recrawler.extensions.reconcile import Reconciler
+from recrawler.spiders.docs import DocsSpider
+from tests.conftest import make_crawler
 from tests.test_crawl_schedule import T0, at, body
 
 if TYPE_CHECKING:
@@ -133,3 +137,21 @@ async def test_an_honest_site_keeps_its_trust(site: Site, crawls: Crawls) -> Non
     assert r2.counts["lies"] == 0
     assert r2.report["audit"]["switched_off"] == []
     assert r2.actions() == {"a.html": "changed"}
+
+
+@deferred_f_from_coro_f
+async def test_a_run_that_samples_no_page_installs_no_audit(site: Site, crawls: Crawls) -> None:
+    """``RECRAWLER_AUDIT_SAMPLE = 0``: no audit step on each response, no listener on each page."""
+    site.write("a.html", body("a"), mtime=T0)
+    sitemap = site.write_sitemap(["a.html"])
+    for sample, installed in ((0, False), (ALL, True)):
+        found: list[bool] = []
+        crawler = make_crawler(DocsSpider, crawls.settings(RECRAWLER_AUDIT_SAMPLE=sample))
+
+        def opened(crawler: Any = crawler, found: list[bool] = found) -> None:
+            chain = crawler.engine.downloader.middleware.middlewares
+            found.append(any(isinstance(m, AuditMiddleware) for m in chain))
+
+        crawler.signals.connect(opened, signal=signals.spider_opened)
+        await crawler.crawl_async(sitemap_url=sitemap)
+        assert found == [installed]

@@ -12,6 +12,7 @@ from recrawler import signals as recrawler_signals
 from recrawler.items import PageStatus
 from recrawler.meta import is_page_request, request_key
 from recrawler.runtime import runtime_of
+from recrawler.schedule import parse_audit_sample
 from recrawler.urls import KeyMaker
 
 if TYPE_CHECKING:
@@ -33,6 +34,9 @@ class AuditMiddleware:
     ``etag`` when If-None-Match was sent, else ``last_modified``; RFC 9110 §13.2.2 evaluates
     If-None-Match first). Lies are recorded per host; a signal that lied is switched off.
 
+    Not installed when ``RECRAWLER_AUDIT_SAMPLE`` is 0 (a host's lost trust still holds: the
+    conditional middleware reads it).
+
     Settings: ``RECRAWLER_AUDIT_SAMPLE``, ``RECRAWLER_AUDIT_DISTRUST_AFTER``.
     Stats: ``recrawler/audit/{sampled,refetched,checked,lies,distrusted}``,
     ``recrawler/audit/lies/<signal>``. Signals: listens to ``page_classified``.
@@ -51,6 +55,9 @@ class AuditMiddleware:
         if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
             raise NotConfigured
         s = crawler.settings
+        if not parse_audit_sample(s.get("RECRAWLER_AUDIT_SAMPLE")):
+            # no page is sampled: nothing to refetch or compare (nor a signal to hear per page)
+            raise NotConfigured("RECRAWLER_AUDIT_SAMPLE is 0")
         mw = cls(
             runtime_of(crawler).auditor,
             key_maker=KeyMaker(
