@@ -44,6 +44,7 @@ from recrawler.detect.noise import Fingerprint, SiteNoise, fingerprint, regions_
 from recrawler.exceptions import ConfigurationError
 from recrawler.extract import Content, ContentExtractor, ExtractionError
 from recrawler.kb.chunking import Chunk, Chunker
+from recrawler.state.records import packed_text, samples_json
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -121,6 +122,8 @@ class PageJob:
     #: the run's hashing embedder's dimension: the page's chunk texts are embedded with its
     #: chunks (0: not, the run's end embeds them)
     embed_dim: int = 0
+    #: a page the database does not hold yet: its field record's stored forms are made too
+    new: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,6 +139,10 @@ class PageWork:
     vectors: list[tuple[str, bytes]] | None = None
     #: the job named a noise model this worker does not hold: no fingerprint, send it again
     model_missing: bool = False
+    #: the stored forms of the page's field record (:class:`~recrawler.state.records.FieldsRow`),
+    #: made when its record will be written: a new page, or one whose hash moved
+    packed_text: bytes | None = None
+    samples_json: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -157,6 +164,9 @@ class Worked:
     chunks: list[Chunk] | None
     #: (chunk hash, vector bytes) the worker embedded with the chunks (hashing embedder)
     vectors: list[tuple[str, bytes]] | None = None
+    #: the field record's stored forms (see :class:`PageWork`)
+    packed_text: bytes | None = None
+    samples_json: str | None = None
 
 
 class _Tools:
@@ -208,12 +218,17 @@ class _Tools:
         chunks = None
         if self.chunker is not None and fp is not None and fp.content_hash != job.indexed_hash:
             chunks = self.chunker.chunk(content.text, key=job.key, url=job.url, headings=content.headings)
+        # the page's field record will be written (new, or its hash moved): its stored forms here,
+        # off the crawl's process; the samples only for a new page (every block is added)
+        moved = job.indexed_hash is not None and fp is not None and fp.content_hash != job.indexed_hash
         return PageWork(
             content=content,
             content_hash=content_hash(content.text),
             fingerprint=fp,
             chunks=chunks,
             model_missing=job.noise_id is not None and noise is None,
+            packed_text=packed_text(content.text) if fp is not None and (job.new or moved) else None,
+            samples_json=samples_json(fp.samples) if fp is not None and job.new else None,
         )
 
     def started(self) -> float:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -114,6 +115,10 @@ def _state(db: Path) -> dict[str, Any]:
             ).fetchall(),
             "embeddings": conn.execute(
                 "SELECT embedder, text_hash, vector FROM embeddings ORDER BY embedder, text_hash"
+            ).fetchall(),
+            # folded from the page writes' block deltas, samples included
+            "blocks": conn.execute(
+                "SELECT site, block, pages, sample FROM site_blocks ORDER BY block"
             ).fetchall(),
         }
     finally:
@@ -682,3 +687,29 @@ def test_a_model_carried_by_a_page_without_text_still_reaches_the_worker() -> No
         work = tools.work(later)
         assert not work.model_missing
         assert work.fingerprint is not None
+
+
+def test_a_worker_makes_the_stored_forms_of_a_field_record_it_will_be_written_with() -> None:
+    """A new page's compressed text and block samples, and a moved page's compressed text, are
+    made in the worker, as the write would make them; a page still hashing to what is indexed
+    gets none (its record is not written)."""
+    import json
+    import pickle
+
+    from recrawler.cpu import _Tools
+    from recrawler.state.records import packed_text, samples_json
+
+    packed = pickle.dumps(NoiseRegistry().site("docs.example.com"))
+    body = "<html><body><main><p>Straße, café.</p><p>Second block.</p></main></body></html>".encode()
+    job = PageJob(key="k", url="https://k", body=body, encoding="utf-8", noise_id=b"m", noise=packed)
+    tools = _Tools(["main"], [], None)
+    new = tools.work(replace(job, new=True))
+    assert new.content is not None
+    assert new.fingerprint is not None
+    assert new.packed_text == packed_text(new.content.text)
+    assert new.samples_json == samples_json(new.fingerprint.samples)
+    assert json.loads(new.samples_json or "") == {str(b): t for b, t in new.fingerprint.samples.items()}
+    moved = tools.work(replace(job, indexed_hash="another hash"))
+    assert (moved.packed_text, moved.samples_json) == (new.packed_text, None)
+    same = tools.work(replace(job, indexed_hash=new.fingerprint.content_hash))
+    assert (same.packed_text, same.samples_json) == (None, None)

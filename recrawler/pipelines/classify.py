@@ -342,6 +342,8 @@ class ClassifyPipeline:
             self._inc("recrawler/page/changed/guard")
         fields = None
         if fp is not None and (verdict.advance or status == PageStatus.NEW):
+            # the stored forms a worker made with this very fingerprint (else the write makes them)
+            worked = item.worked if item.worked is not None and item.worked.fingerprint is fp else None
             fields = FieldsRow(
                 title=item.title or "",
                 headings=[h[1] for h in item.headings],
@@ -350,6 +352,8 @@ class ClassifyPipeline:
                 text=item.text or "",
                 blocks=pack_blocks(fp.blocks),
                 samples=fp.samples,
+                packed_text=worked.packed_text if worked is not None else None,
+                samples_json=worked.samples_json if worked is not None else None,
             )
         update = PageUpdate(
             page=item,

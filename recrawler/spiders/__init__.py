@@ -136,6 +136,7 @@ class PageBuilder:
                 indexed_hash=indexed,
                 # a page the database does not hold yet: a changed one waits for the run's verdict
                 embed_dim=pool.embed_dim if rec is None else 0,
+                new=rec is None,
             )
         )
         if work is None:
@@ -146,7 +147,12 @@ class PageBuilder:
         assert work.content is not None
         if work.fingerprint is not None:  # chunks come only with a fingerprint
             page.worked = Worked(
-                noise=model, fingerprint=work.fingerprint, chunks=work.chunks, vectors=work.vectors
+                noise=model,
+                fingerprint=work.fingerprint,
+                chunks=work.chunks,
+                vectors=work.vectors,
+                packed_text=work.packed_text,
+                samples_json=work.samples_json,
             )
         return self.fill(page, response, work.content, work.content_hash)
 

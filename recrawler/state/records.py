@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -109,6 +110,22 @@ class FieldsRow:
     blocks: bytes
     #: a readable sample of each block, for ``recrawler noise``
     samples: dict[int, str] = field(default_factory=dict)
+    #: stored forms made beside the page's extraction (a CPU worker), so the write does not make
+    #: them: the text compressed as ``page_fields`` keeps it, and :func:`samples_json` of every
+    #: block (what a page with no blocks stored yet leaves for the fold). None: made at the write
+    packed_text: bytes | None = field(default=None, compare=False, repr=False)
+    samples_json: str | None = field(default=None, compare=False, repr=False)
+
+
+def packed_text(text: str) -> bytes:
+    """A page's text as ``page_fields`` stores it (zlib)."""
+    return zlib.compress(text.encode("utf-8"))
+
+
+def samples_json(samples: dict[int, str]) -> str | None:
+    """The block samples a page write leaves for the fold (at most 200 characters each; None:
+    no sample)."""
+    return json.dumps({str(b): t[:200] for b, t in samples.items() if t}) if any(samples.values()) else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import zlib
 from typing import TYPE_CHECKING
 
 from recrawler.detect.hashing import unpack_blocks
@@ -19,6 +18,8 @@ from recrawler.state.records import (
     FieldsRow,
     PageRecord,
     Run,
+    packed_text,
+    samples_json,
 )
 from recrawler.state.sql.dialect import count, one, rows, values
 from recrawler.state.sql.rows import (
@@ -188,8 +189,12 @@ class SQLPages:
         if old != fields.blocks:
             # the site's block statistics follow the page's block set: the change is left as one
             # row in the page's transaction and folded into the counters when the run reconciles
-            added = set(unpack_blocks(fields.blocks)) - set(unpack_blocks(old))
-            samples = {b: text for b in added if (text := fields.samples.get(b))}
+            samples: str | None
+            if not old and fields.samples_json is not None:
+                samples = fields.samples_json  # every block is added: made with the fingerprint
+            else:
+                added = set(unpack_blocks(fields.blocks)) - set(unpack_blocks(old))
+                samples = samples_json({b: text for b in added if (text := fields.samples.get(b))})
             yield from _block_delta(site, old, fields.blocks, samples)
         yield count(
             """INSERT INTO page_fields (key, title, headings, code, links, text, blocks)
@@ -203,7 +208,7 @@ class SQLPages:
                 json.dumps(fields.headings),
                 json.dumps(fields.code),
                 json.dumps(fields.links),
-                zlib.compress(fields.text.encode("utf-8")),
+                fields.packed_text if fields.packed_text is not None else packed_text(fields.text),
                 fields.blocks,
             ),
         )

@@ -147,14 +147,15 @@ def _count_pairs(d: Dialect, site: str, pairs: set[tuple[int, int]], delta: int)
         )
 
 
-def _block_delta(site: str, old: bytes, new: bytes, samples: dict[int, str] | None) -> Work[None]:
-    """Leave a page write's change of its block set (packed *old* and *new* blocks, samples of the
-    blocks it added) for the next fold: one row, appended, in the page's own transaction."""
+def _block_delta(site: str, old: bytes, new: bytes, samples: str | None) -> Work[None]:
+    """Leave a page write's change of its block set (packed *old* and *new* blocks, the
+    :func:`~recrawler.state.records.samples_json` of the blocks it added) for the next fold: one
+    row, appended, in the page's own transaction."""
     if old == new:
         return
     yield count(
         "INSERT INTO block_deltas (site, old_blocks, new_blocks, samples) VALUES (?, ?, ?, ?)",
-        (site, old, new, json.dumps({str(b): t[:200] for b, t in samples.items()}) if samples else None),
+        (site, old, new, samples),
     )
 
 
