@@ -21,7 +21,7 @@ if not __package__:  # run as a script: python benchmarks/bench_crawl.py
 
 from benchmarks.lib.nginx import NginxServer
 from benchmarks.lib.results import add_json_option, fmt, meets, ratio, write_json
-from benchmarks.lib.runners import THROUGHPUT_KEYS, RunResult, crawl, format_table
+from benchmarks.lib.runners import THROUGHPUT_KEYS, RunResult, compile_sources, crawl, format_table
 from benchmarks.lib.sites import PAGE_TARGET_BYTES, corpus_site, generate_site
 
 if TYPE_CHECKING:
@@ -271,6 +271,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         sitemap_url = f"{server.url}/sitemap.xml"
         py = sys.executable
+        # both runs load bytecode, as from an installed package (none compiles its source)
+        import recrawler
+
+        compile_sources(Path(recrawler.__file__).parent, BARE_SPIDER)
 
         def run(name: str, label: str, cmd: list[str], cwd: Path) -> RunResult:
             return crawl(
