@@ -38,6 +38,10 @@ class StateStoreError(RecrawlerError):
     """The state database failed."""
 
 
+class PageWriteError(StateStoreError):
+    """A page write's own statements failed: it was undone, and the group it was in stands."""
+
+
 class StateStoreUnavailable(StateStoreError):
     """The state database cannot be opened (missing directory, locked, permissions)."""
 

@@ -22,7 +22,7 @@ from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler import default_settings
-from recrawler.detect.hashing import pack_blocks
+from recrawler.detect.hashing import pack_blocks, unpack_blocks
 from recrawler.embedders import embedder_from_spec, vector_to_blob
 from recrawler.exceptions import RunRefused
 from recrawler.index import open_kb
@@ -45,6 +45,7 @@ from recrawler.state import (
     StateStore,
     store_from_uri,
 )
+from recrawler.state.sql.pages import SQLPages
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -230,6 +231,83 @@ class PagesContract(BackendMixin):
             rest = await store.unseen(run2, 10)
             assert [k for k, _, _ in first + rest] == [f"{SITE}/c", f"{SITE}/d"]
             assert await store.unseen(run2, 10) == []
+
+    @deferred_f_from_coro_f
+    async def test_page_writes_queued_together_land_as_each_would_alone(
+        self, uri: str, settings: Settings, events_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Writes that wait for the one being written go as one unit of multi-row statements:
+        each page ends up as its own write would leave it, and a page that fails fails alone."""
+        units: list[int] = []
+        many = SQLPages._many
+
+        def spy(self: SQLPages, batch: Any) -> Any:
+            units.append(len(batch))
+            return many(self, batch)
+
+        monkeypatch.setattr(SQLPages, "_many", spy)
+
+        def update(before: Revisit | None) -> Revisit:
+            assert before is not None
+            return replace(before, last_check_at=T0, checks=before.checks + 1)
+
+        def write(store: StateStore, run: Run, i: int, second: bool = False) -> Any:
+            page = rec(f"p{i}", title=f"Page {i}{' again' if second else ''}")
+            texts = [f"page {i} text {n}{' v2' if second else ''}" for n in range(3)]
+            fields = FieldsRow(
+                title=page.title or "", headings=["H"], code=[], links=[], text=" ".join(texts),
+                blocks=pack_blocks([7, 1000 + i, 2000 + i if second else 3000 + i]),
+                samples={7: "seven", 1000 + i: "own", 2000 + i: "new", 3000 + i: "old"},
+            )  # fmt: skip
+            kind = "changed" if second else "new"
+            return store.record(
+                run,
+                page,
+                [ExplodingEvent(**{f: getattr(ev(run, page, kind), f) for f in Event.__slots__})]
+                if i == 13
+                else [ev(run, page, kind)],
+                chunks=chunks(page, *texts),
+                embeddings=[("e1", f"c-{t}", b"\0" * 8) for t in texts[:2]],
+                fields=fields,
+                revisit=RevisitUpdate(update=update, found_via="sitemap"),
+                outcome=[kind],
+            )
+
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for second in (False, True):
+                done = await asyncio.gather(
+                    *(write(store, run, i, second) for i in range(40)), return_exceptions=True
+                )
+                assert [i for i, d in enumerate(done) if isinstance(d, BaseException)] == [13]
+                assert all(d.checks == (1 if second else 0) for d in done if isinstance(d, Revisit))
+            assert units
+            assert max(units) > 1
+            await store.deliver()
+            assert store.outcomes == {"new": 39, "changed": 39}
+            for i in range(40):
+                got = await store.get(f"{SITE}/p{i}")
+                if i == 13:
+                    assert got is None
+                    continue
+                assert got is not None
+                assert (got.title, got.chunks) == (f"Page {i} again", 3)
+                fields = await store.get_fields(got.key)
+                assert fields is not None
+                assert (fields.text, unpack_blocks(fields.blocks)) == (
+                    f"page {i} text 0 v2 page {i} text 1 v2 page {i} text 2 v2",
+                    [7, 1000 + i, 2000 + i],
+                )
+                assert (await store.scheduled([got.key]))[got.key].revisit.checks == 2
+            counts = await store.run_index_counts(run.id, "e1")
+            assert (counts["chunks_added"], counts["chunks_retired"]) == (39 * 6, 39 * 3)
+            assert sorted(e["key"] for e in self.events(events_path)) == sorted(
+                [f"{SITE}/p{i}" for i in range(40) if i != 13] * 2
+            )
+            assert await store.fold_block_stats() == 78
+            await store.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=3)
+            report = store.noise_report()[SITE]["boilerplate"]
+            assert {b["block"]: (b["pages"], b["sample"]) for b in report} == {7: (39, "seven")}
 
 
 class RunsContract(BackendMixin):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from recrawler.exceptions import StateStoreError, StateStoreUnavailable
+from recrawler.exceptions import PageWriteError, StateStoreError, StateStoreUnavailable
 from recrawler.redact import redact_text, redact_url
 from recrawler.state.postgres.versions import check_schema, migrate
 from recrawler.state.sql.database import insert_embeddings, insert_outbox, store_options
@@ -295,8 +295,8 @@ class PostgreSQLDatabase:
             self._txn_since = time.monotonic()
             self._pending = 0
 
-    async def _maybe_commit(self) -> None:
-        self._pending += 1
+    async def _maybe_commit(self, units: int = 1) -> None:
+        self._pending += units
         if self._pending >= self.batch_size or time.monotonic() - self._txn_since >= self.commit_secs:
             await self._commit()
 
@@ -344,10 +344,18 @@ class PostgreSQLDatabase:
                 await self._rollback_group()
                 raise self._error(exc) from exc
 
-    async def page_write(self, work: Work[_T], outcome: Sequence[str] = ()) -> _T:
-        """Run *work* as one page write: a savepoint in the group transaction."""
+    async def page_write(self, work: Work[_T], outcome: Sequence[str] = (), *, units: int = 1) -> _T:
+        """Run *work* as one page write (of *units* pages): a savepoint in the group transaction."""
         async with self._lock:
             conn = self._writer()
+            if self._in_txn and self._pending and self._pending + units > self.batch_size:
+                # a group holds at most batch_size pages: commit it before a unit it has no room for
+                # (if that fails, the unit's pages are lost with it: never written, counted so)
+                try:
+                    await self._commit()
+                except StateStoreError:
+                    self.lost.update(outcome)
+                    raise
             try:
                 await self._begin()
                 await conn.execute("SAVEPOINT page")
@@ -357,20 +365,26 @@ class PostgreSQLDatabase:
             try:
                 result = await _drive(conn, work)
             except BaseException as exc:
+                undone = True
                 try:
                     await conn.execute("ROLLBACK TO SAVEPOINT page")
                     await conn.execute("RELEASE SAVEPOINT page")
                 except psycopg.Error:
                     await self._rollback_group()
+                    undone = False
                 if isinstance(exc, psycopg.Error):
-                    raise self._error(exc, ": page write failed") from exc
+                    error = self._error(exc, ": page write failed")
+                    if undone and type(error) is StateStoreError:
+                        # the write's own statements: undone, the group stands
+                        error = PageWriteError(str(error))
+                    raise error from exc
                 raise
             await conn.execute("RELEASE SAVEPOINT page")
             if self.dry_run:
                 self.outcomes.update(outcome)
             else:
                 self._group.extend(outcome)
-            await self._maybe_commit()
+            await self._maybe_commit(units)
             pending = self._in_txn and not self.dry_run
         if self._timer is None and pending:
             # bound the wait of the group's last page: commit within commit_secs

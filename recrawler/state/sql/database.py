@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from recrawler.events import sink_from_settings
-from recrawler.state.sql.dialect import many, values
+from recrawler.state.sql.dialect import values
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -47,12 +47,16 @@ class Database(Protocol):
     dry_run: bool
     #: the database named in messages (a path, or a URI without its password)
     label: str
+    #: page writes a group transaction commits at most (``RECRAWLER_DB_BATCH_SIZE``)
+    batch_size: int
 
     async def run(self, work: Work[_T], *, flush: bool = False) -> _T:
         """Run *work* where the store's own writes are visible (after committing them: *flush*)."""
 
-    async def page_write(self, work: Work[_T], outcome: Sequence[str] = ()) -> _T:
-        """Run *work* as one atomic page write in the group transaction."""
+    async def page_write(self, work: Work[_T], outcome: Sequence[str] = (), *, units: int = 1) -> _T:
+        """Run *work* as one atomic page write (of *units* pages: the group's size counts pages)
+        in the group transaction; :class:`~recrawler.exceptions.PageWriteError` when its own
+        statements failed (undone, the group stands)."""
 
     async def flush(self) -> None:
         """Commit the group's pending writes (and deliver their events)."""
@@ -80,9 +84,9 @@ def outbox_rows(events: Sequence[Event]) -> list[tuple[str]]:
 
 
 def insert_outbox(sink: EventSink | None, events: Sequence[Event]) -> Work[None]:
-    """Write *events* to the outbox when a sink will deliver them."""
+    """Write *events* to the outbox when a sink will deliver them (in their order)."""
     if sink is not None and events:
-        yield many("INSERT INTO outbox (payload) VALUES (?)", outbox_rows(events))
+        yield from values("INSERT INTO outbox (payload)", outbox_rows(events))
 
 
 def insert_embeddings(d: Dialect, rows: Sequence[tuple[str, str, bytes]]) -> Work[None]:

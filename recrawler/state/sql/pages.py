@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
-from typing import TYPE_CHECKING
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from recrawler.detect.hashing import unpack_blocks
-from recrawler.exceptions import StateStoreError
+from recrawler.exceptions import PageWriteError, StateStoreError
 from recrawler.state.records import (
     GONE,
     LIVE,
@@ -21,7 +24,7 @@ from recrawler.state.records import (
     packed_text,
     samples_json,
 )
-from recrawler.state.sql.dialect import count, one, rows, values
+from recrawler.state.sql.dialect import count, many, one, rows, values
 from recrawler.state.sql.rows import (
     _PAGE_COLUMNS,
     _RETIRED_QUARANTINED,
@@ -31,9 +34,10 @@ from recrawler.state.sql.rows import (
     _block_delta,
     _fold_block_deltas,
     _row_to_record,
+    _row_to_revisit,
     _ts,
 )
-from recrawler.state.sql.schedule import SQLSchedule
+from recrawler.state.sql.schedule import _REVISIT_COLUMNS, _REVISIT_UPDATE, SQLSchedule, _revisit_params
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -53,6 +57,91 @@ logger = logging.getLogger(__name__)
 FOLD_EVERY = FOLD_BATCH
 
 
+#: page writes queued together written as one unit at most (see :meth:`SQLPages.record`)
+WRITE_BATCH = 200
+
+_PAGE_VALUES = ", ".join("?" * 20)
+
+
+def _page_upsert_sql(replaced: bool) -> str:
+    """The page row's upsert; its chunk count changes only with its chunks (*replaced*)."""
+    chunks = ", chunks = excluded.chunks" if replaced else ""
+    return f"""ON CONFLICT (key) DO UPDATE SET noise_key = excluded.noise_key,
+      url = excluded.url, site = excluded.site, etag = excluded.etag,
+      last_modified = excluded.last_modified, lastmod = excluded.lastmod,
+      content_hash = excluded.content_hash, fuzzy_hash = excluded.fuzzy_hash,
+      title = excluded.title, status = excluded.status, misses = excluded.misses,
+      last_checked = excluded.last_checked, last_changed = excluded.last_changed,
+      last_seen_run = excluded.last_seen_run, found_depth = excluded.found_depth,
+      moved_to = excluded.moved_to, changed_run = excluded.changed_run{chunks}"""
+
+
+def _page_params(run: Run, rec: PageRecord) -> tuple[Any, ...]:
+    return (
+        rec.key,
+        rec.site,
+        rec.url,
+        rec.etag,
+        rec.last_modified,
+        rec.lastmod,
+        rec.content_hash,
+        rec.fuzzy_hash,
+        rec.title,
+        rec.status,
+        rec.misses,
+        _ts(rec.first_seen),
+        _ts(rec.last_checked),
+        _ts(rec.last_changed),
+        run.id,
+        rec.chunks,
+        rec.noise_key,
+        rec.found_depth,
+        rec.moved_to,
+        rec.changed_run,
+    )
+
+
+_FIELDS_UPSERT = """ON CONFLICT (key) DO UPDATE SET title = excluded.title, headings = excluded.headings,
+  code = excluded.code, links = excluded.links, text = excluded.text, blocks = excluded.blocks"""
+
+
+def _fields_params(key: str, fields: FieldsRow) -> tuple[Any, ...]:
+    return (
+        key,
+        fields.title,
+        json.dumps(fields.headings),
+        json.dumps(fields.code),
+        json.dumps(fields.links),
+        fields.packed_text if fields.packed_text is not None else packed_text(fields.text),
+        fields.blocks,
+    )
+
+
+def _delta_samples(old: bytes, fields: FieldsRow) -> str | None:
+    """The samples a page's block delta keeps: of the blocks it added to its stored *old* set."""
+    if not old and fields.samples_json is not None:
+        return fields.samples_json  # every block is added: made with the fingerprint
+    added = set(unpack_blocks(fields.blocks)) - set(unpack_blocks(old))
+    return samples_json({b: text for b in added if (text := fields.samples.get(b))})
+
+
+@dataclass(slots=True, kw_only=True)
+class _PageWrite:
+    """One :meth:`SQLPages.record` call, queued."""
+
+    run: Run
+    rec: PageRecord
+    events: Sequence[Event]
+    chunks: Sequence[Chunk] | None
+    restore: bool
+    embeddings: Sequence[tuple[str, str, bytes]]
+    fields: FieldsRow | None
+    change: ChangeRow | None
+    outcome: Sequence[str]
+    revisit: RevisitUpdate | None
+    done: asyncio.Future[Revisit | None]
+
+
 class SQLPages:
     """The pages role: page writes (one atomic unit each) and the run's unseen pages."""
 
@@ -63,6 +152,9 @@ class SQLPages:
         self._unseen_after: dict[int, str] = {}
         #: page writes with a field record since the last fold
         self._unfolded = 0
+        #: page writes waiting for the one that is being written, and the task writing them
+        self._queue: deque[_PageWrite] = deque()
+        self._draining: asyncio.Future[None] | None = None
 
     async def get(self, key: str) -> PageRecord | None:
         """Return the stored record of *key*."""
@@ -101,71 +193,194 @@ class SQLPages:
         in the same transaction; the state before it is returned (None without ``revisit``).
         """
 
-        # a stored page's chunk count changes only with its chunks, replaced below
-        replaced = ""
-        if chunks is not None:
-            replaced = ", chunks = excluded.chunks"
-            if rec.chunks != len(chunks):
-                rec = dataclasses.replace(rec, chunks=len(chunks))
-
-        def work() -> Work[Revisit | None]:
-            yield count(
-                f"""INSERT INTO pages ({_PAGE_COLUMNS})
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT (key) DO UPDATE SET noise_key = excluded.noise_key,
-                      url = excluded.url, site = excluded.site, etag = excluded.etag,
-                      last_modified = excluded.last_modified, lastmod = excluded.lastmod,
-                      content_hash = excluded.content_hash, fuzzy_hash = excluded.fuzzy_hash,
-                      title = excluded.title, status = excluded.status, misses = excluded.misses,
-                      last_checked = excluded.last_checked, last_changed = excluded.last_changed,
-                      last_seen_run = excluded.last_seen_run, found_depth = excluded.found_depth,
-                      moved_to = excluded.moved_to, changed_run = excluded.changed_run{replaced}""",
-                (
-                    rec.key,
-                    rec.site,
-                    rec.url,
-                    rec.etag,
-                    rec.last_modified,
-                    rec.lastmod,
-                    rec.content_hash,
-                    rec.fuzzy_hash,
-                    rec.title,
-                    rec.status,
-                    rec.misses,
-                    _ts(rec.first_seen),
-                    _ts(rec.last_checked),
-                    _ts(rec.last_changed),
-                    run.id,
-                    rec.chunks,
-                    rec.noise_key,
-                    rec.found_depth,
-                    rec.moved_to,
-                    rec.changed_run,
-                ),
-            )
-            yield count("DELETE FROM run_misses WHERE run_id = ? AND key = ?", (run.id, rec.key))
-            if chunks is not None:
-                yield from self._replace_chunks(run, rec.key, chunks)
-            elif restore:
-                yield from self._restore_chunks(run, rec.key)
-            if embeddings:
-                yield from self.db.embeddings_work(embeddings)
-            if fields is not None:
-                yield from self._write_fields(rec.key, rec.site, fields)
-            if change is not None:
-                yield from self._write_change(run, change)
-            yield from self.db._outbox(events)
-            if revisit is None:
-                return None
-            before, _ = yield from SQLSchedule.update_work(
-                rec.key, revisit.update, revisit.found_via, revisit.found_from
-            )
-            return before
-
-        before = await self.db.page_write(work(), outcome)
+        if chunks is not None and rec.chunks != len(chunks):
+            # the page's chunk count is written with its row (its chunks are replaced with it)
+            rec = dataclasses.replace(rec, chunks=len(chunks))
+        write = _PageWrite(
+            run=run,
+            rec=rec,
+            events=events,
+            chunks=chunks,
+            restore=restore,
+            embeddings=embeddings,
+            fields=fields,
+            change=change,
+            outcome=outcome,
+            revisit=revisit,
+            done=asyncio.get_running_loop().create_future(),
+        )
+        self._queue.append(write)
+        if self._draining is None:
+            self._draining = asyncio.ensure_future(self._drain())
+        before = await write.done
         if fields is not None:
             await self._fold_now_and_then()
         return before
+
+    async def _drain(self) -> None:
+        """Write the queued page writes, those queued together as one unit (see :meth:`_write`)."""
+        try:
+            while self._queue:
+                batch = self._take()
+                try:
+                    await self._write(batch)
+                except BaseException as exc:
+                    for w in batch:
+                        if not w.done.done():
+                            w.done.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+        except BaseException:
+            for w in self._queue:
+                if not w.done.done():
+                    w.done.cancel()
+            self._queue.clear()
+            raise
+        finally:
+            self._draining = None
+
+    def _take(self) -> list[_PageWrite]:
+        """The next writes in queue order, no page twice, up to :data:`WRITE_BATCH` and the
+        store's group size (a group commits within its size, a unit is never split)."""
+        batch: list[_PageWrite] = []
+        keys: set[str] = set()
+        limit = min(WRITE_BATCH, self.db.batch_size)
+        while self._queue and len(batch) < limit and self._queue[0].rec.key not in keys:
+            w = self._queue.popleft()
+            keys.add(w.rec.key)
+            batch.append(w)
+        return batch
+
+    async def _write(self, batch: list[_PageWrite]) -> None:
+        """One page's write alone; several as one unit in a few multi-row statements (each page
+        as it would be alone). A unit that fails in its statements is undone and its pages are
+        written one by one, so only a failing page fails; a failed group commit fails them all
+        (their outcomes are lost with the group, as any write's)."""
+        if len(batch) > 1:
+            try:
+                befores = await self.db.page_write(
+                    self._many(batch), [o for w in batch for o in w.outcome], units=len(batch)
+                )
+            except Exception as exc:
+                if isinstance(exc, StateStoreError) and not isinstance(exc, PageWriteError):
+                    raise  # the group, not the pages: nothing to retry
+            else:
+                for w, before in zip(batch, befores, strict=True):
+                    w.done.set_result(before)
+                return
+        for w in batch:
+            try:
+                w.done.set_result(await self.db.page_write(self._one(w), w.outcome))
+            except Exception as exc:
+                w.done.set_exception(exc)
+
+    def _one(self, w: _PageWrite) -> Work[Revisit | None]:
+        run, rec = w.run, w.rec
+        upsert = _page_upsert_sql(w.chunks is not None)
+        yield count(
+            f"INSERT INTO pages ({_PAGE_COLUMNS}) VALUES ({_PAGE_VALUES}) {upsert}", _page_params(run, rec)
+        )
+        yield count("DELETE FROM run_misses WHERE run_id = ? AND key = ?", (run.id, rec.key))
+        if w.chunks is not None:
+            yield from self._replace_chunks(run, rec.key, w.chunks)
+        elif w.restore:
+            yield from self._restore_chunks(run, rec.key)
+        if w.embeddings:
+            yield from self.db.embeddings_work(w.embeddings)
+        if w.fields is not None:
+            yield from self._write_fields(rec.key, rec.site, w.fields)
+        if w.change is not None:
+            yield from self._write_change(run, w.change)
+        yield from self.db._outbox(w.events)
+        if w.revisit is None:
+            return None
+        before, _ = yield from SQLSchedule.update_work(
+            rec.key, w.revisit.update, w.revisit.found_via, w.revisit.found_from
+        )
+        return before
+
+    def _many(self, batch: list[_PageWrite]) -> Work[list[Revisit | None]]:
+        """:meth:`_one` for several pages (distinct keys), statement by statement for all."""
+        d = self.db.dialect
+        for replaced in (False, True):
+            yield from values(
+                f"INSERT INTO pages ({_PAGE_COLUMNS})",
+                [_page_params(w.run, w.rec) for w in batch if (w.chunks is not None) is replaced],
+                f" {_page_upsert_sql(replaced)}",
+                row=f"({_PAGE_VALUES})",
+            )
+        runs = {w.run.id for w in batch}
+        for run_id in sorted(runs):
+            keys = [w.rec.key for w in batch if w.run.id == run_id]
+            yield count(
+                f"DELETE FROM run_misses WHERE run_id = ? AND key {d.in_list('?')}",
+                (run_id, d.list_param(keys)),
+            )
+            # the current versions of replaced chunks are superseded (see _replace_chunks)
+            replacing = [w.rec.key for w in batch if w.run.id == run_id and w.chunks is not None]
+            if replacing:
+                yield count(
+                    "UPDATE chunks SET retired_run = ?, retired_why = ? "
+                    f"WHERE key {d.in_list('?')} AND retired_run IS NULL",
+                    (run_id, _RETIRED_REPLACED, d.list_param(replacing)),
+                )
+        yield from values(
+            "INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run)",
+            [
+                (w.rec.key, c.chunk_index, c.chunk_hash, c.url, c.heading, c.text, w.run.id)
+                for w in batch
+                if w.chunks is not None
+                for c in w.chunks
+            ],
+        )
+        for w in batch:
+            if w.chunks is None and w.restore:
+                yield from self._restore_chunks(w.run, w.rec.key)
+        embeddings = [e for w in batch for e in w.embeddings]
+        if embeddings:
+            yield from self.db.embeddings_work(embeddings)
+        with_fields = [w for w in batch if w.fields is not None]
+        if with_fields:
+            found = yield rows(
+                f"SELECT key, blocks FROM page_fields WHERE key {d.in_list('?')}",
+                (d.list_param([w.rec.key for w in with_fields]),),
+            )
+            stored = {r[0]: bytes(r[1] or b"") for r in found}
+            deltas, fields_rows = [], []
+            for w in with_fields:
+                assert w.fields is not None
+                old = stored.get(w.rec.key, b"")
+                if old != w.fields.blocks:
+                    deltas.append((w.rec.site, old, w.fields.blocks, _delta_samples(old, w.fields)))
+                fields_rows.append(_fields_params(w.rec.key, w.fields))
+            yield from values("INSERT INTO block_deltas (site, old_blocks, new_blocks, samples)", deltas)
+            yield from values(
+                "INSERT INTO page_fields (key, title, headings, code, links, text, blocks)",
+                fields_rows,
+                f" {_FIELDS_UPSERT}",
+            )
+        for w in batch:
+            if w.change is not None:
+                yield from self._write_change(w.run, w.change)
+        yield from self.db._outbox([e for w in batch for e in w.events])
+        befores: list[Revisit | None] = [None] * len(batch)
+        revisited = [(i, w) for i, w in enumerate(batch) if w.revisit is not None]
+        if revisited:
+            found = yield rows(
+                f"SELECT key, {_REVISIT_COLUMNS} FROM pages WHERE key {d.in_list('?')}",
+                (d.list_param([w.rec.key for _, w in revisited]),),
+            )
+            state = {r[0]: r for r in found}
+            updates = []
+            for i, w in revisited:
+                assert w.revisit is not None
+                row = state.get(w.rec.key)
+                before = _row_to_revisit(row) if row is not None else None
+                befores[i] = before
+                after = w.revisit.update(before)
+                updates.append(_revisit_params(w.rec.key, after, w.revisit.found_via, w.revisit.found_from))
+            yield many(_REVISIT_UPDATE, updates)
+        return befores
 
     async def _fold_now_and_then(self) -> None:
         """Every :data:`FOLD_EVERY` page writes with a field record, commit the group and fold a
@@ -189,28 +404,11 @@ class SQLPages:
         if old != fields.blocks:
             # the site's block statistics follow the page's block set: the change is left as one
             # row in the page's transaction and folded into the counters when the run reconciles
-            samples: str | None
-            if not old and fields.samples_json is not None:
-                samples = fields.samples_json  # every block is added: made with the fingerprint
-            else:
-                added = set(unpack_blocks(fields.blocks)) - set(unpack_blocks(old))
-                samples = samples_json({b: text for b in added if (text := fields.samples.get(b))})
-            yield from _block_delta(site, old, fields.blocks, samples)
+            yield from _block_delta(site, old, fields.blocks, _delta_samples(old, fields))
         yield count(
-            """INSERT INTO page_fields (key, title, headings, code, links, text, blocks)
-               VALUES (?, ?, ?, ?, ?, ?, ?)
-               ON CONFLICT (key) DO UPDATE SET title = excluded.title, headings = excluded.headings,
-                 code = excluded.code, links = excluded.links, text = excluded.text,
-                 blocks = excluded.blocks""",
-            (
-                key,
-                fields.title,
-                json.dumps(fields.headings),
-                json.dumps(fields.code),
-                json.dumps(fields.links),
-                fields.packed_text if fields.packed_text is not None else packed_text(fields.text),
-                fields.blocks,
-            ),
+            f"""INSERT INTO page_fields (key, title, headings, code, links, text, blocks)
+               VALUES (?, ?, ?, ?, ?, ?, ?) {_FIELDS_UPSERT}""",
+            _fields_params(key, fields),
         )
 
     @staticmethod

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from recrawler.schedule import Revisit, audit_count
 from recrawler.state.records import (
@@ -18,6 +18,37 @@ if TYPE_CHECKING:
 
     from recrawler.state.sql.database import Database
     from recrawler.state.sql.dialect import Work
+
+
+#: a page's revisit state, as the schedule reads it (its own clock only: a page checked before
+#: schema 4 starts a fresh history)
+_REVISIT_COLUMNS = (
+    "last_check_at, next_check_at, check_interval, check_count, change_count, checked_secs, change_rate"
+)
+
+_REVISIT_UPDATE = """UPDATE pages SET last_check_at = :last, next_check_at = :next,
+     check_interval = :interval, check_count = :checks, change_count = :changes, checked_secs = :secs,
+     change_rate = :rate, found_via = COALESCE(found_via, CAST(:via AS TEXT)),
+     found_from = CASE WHEN found_via IS NULL AND CAST(:via AS TEXT) IS NOT NULL
+                  THEN CAST(:src AS TEXT) ELSE found_from END
+   WHERE key = :key"""
+
+
+def _revisit_params(
+    key: str, revisit: Revisit, found_via: str | None, found_from: str | None
+) -> dict[str, Any]:
+    return {
+        "via": found_via,
+        "src": found_from,
+        "last": _at(revisit.last_check_at),
+        "next": _at(revisit.next_check_at),
+        "interval": revisit.interval,
+        "checks": revisit.checks,
+        "changes": revisit.changes,
+        "secs": revisit.checked_secs,
+        "rate": revisit.rate,
+        "key": key,
+    }
 
 
 class SQLSchedule:
@@ -88,11 +119,7 @@ class SQLSchedule:
     @staticmethod
     def _revisit(key: str) -> Work[Revisit | None]:
         # the schedule's own clock only: a page checked before schema 4 starts a fresh history
-        row = yield one(
-            "SELECT last_check_at, next_check_at, check_interval, check_count, change_count, "
-            "checked_secs, change_rate FROM pages WHERE key = ?",
-            (key,),
-        )
+        row = yield one(f"SELECT {_REVISIT_COLUMNS} FROM pages WHERE key = ?", (key,))
         return _row_to_revisit(row) if row is not None else None
 
     async def record_revisit(
@@ -106,26 +133,7 @@ class SQLSchedule:
     def _write_revisit(
         key: str, revisit: Revisit, found_via: str | None, found_from: str | None
     ) -> Work[None]:
-        yield count(
-            """UPDATE pages SET last_check_at = :last, next_check_at = :next, check_interval = :interval,
-                 check_count = :checks, change_count = :changes, checked_secs = :secs,
-                 change_rate = :rate, found_via = COALESCE(found_via, CAST(:via AS TEXT)),
-                 found_from = CASE WHEN found_via IS NULL AND CAST(:via AS TEXT) IS NOT NULL
-                              THEN CAST(:src AS TEXT) ELSE found_from END
-               WHERE key = :key""",
-            {
-                "via": found_via,
-                "src": found_from,
-                "last": _at(revisit.last_check_at),
-                "next": _at(revisit.next_check_at),
-                "interval": revisit.interval,
-                "checks": revisit.checks,
-                "changes": revisit.changes,
-                "secs": revisit.checked_secs,
-                "rate": revisit.rate,
-                "key": key,
-            },
-        )
+        yield count(_REVISIT_UPDATE, _revisit_params(key, revisit, found_via, found_from))
 
     async def audit_sample(self, run: Run, sample: float) -> list[str]:
         """Draw this run's self-audit sample among the site's live pages; return their keys.

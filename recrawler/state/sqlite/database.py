@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
 
-from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
+from recrawler.exceptions import PageWriteError, SchemaVersionError, StateStoreError, StateStoreUnavailable
 from recrawler.state.sql.database import insert_embeddings, insert_outbox, store_options
 from recrawler.state.sql.dialect import SQLITE, drive
 
@@ -235,8 +235,8 @@ class SQLiteDatabase:
             self._txn_since = time.monotonic()
             self._pending = 0
 
-    def _maybe_commit(self) -> None:
-        self._pending += 1
+    def _maybe_commit(self, units: int = 1) -> None:
+        self._pending += units
         if self._pending >= self.batch_size or time.monotonic() - self._txn_since >= self.commit_secs:
             self._commit()
 
@@ -311,9 +311,17 @@ class SQLiteDatabase:
         conn = self.conn
         return drive(work, lambda op: _execute(conn, op))
 
-    def _page_txn(self, work: Work[_T], outcome: Sequence[str] = ()) -> _T:
-        """Run *work* as one atomic page write inside the group transaction; its *outcome* labels
-        count as committed only once the group commits."""
+    def _page_txn(self, work: Work[_T], outcome: Sequence[str] = (), units: int = 1) -> _T:
+        """Run *work* as one atomic page write (of *units* pages) inside the group transaction;
+        its *outcome* labels count as committed only once the group commits."""
+        if self._pending and self._pending + units > self.batch_size:
+            # a group holds at most batch_size pages: commit it before a unit it has no room for
+            # (if that fails, the unit's pages are lost with it: never written, counted so)
+            try:
+                self._commit()
+            except StateStoreError:
+                self.lost.update(outcome)
+                raise
         self._begin()
         conn = self.conn
         conn.execute("SAVEPOINT page")
@@ -322,7 +330,7 @@ class SQLiteDatabase:
         except sqlite3.Error as exc:
             conn.execute("ROLLBACK TO page")
             conn.execute("RELEASE page")
-            raise StateStoreError(f"page write to {self.path!r} failed: {exc}") from exc
+            raise PageWriteError(f"page write to {self.path!r} failed: {exc}") from exc
         except BaseException:
             conn.execute("ROLLBACK TO page")
             conn.execute("RELEASE page")
@@ -333,7 +341,7 @@ class SQLiteDatabase:
             self.outcomes.update(outcome)
         else:
             self._group.extend(outcome)
-        self._maybe_commit()
+        self._maybe_commit(units)
         return result
 
     def _outbox(self, events: Sequence[Event]) -> Work[None]:
@@ -354,9 +362,9 @@ class SQLiteDatabase:
 
         return await self._call(self._guard, call)
 
-    async def page_write(self, work: Work[_T], outcome: Sequence[str] = ()) -> _T:
-        """Run *work* as one page write: a savepoint in the group transaction."""
-        return await self._page_write(work, outcome)
+    async def page_write(self, work: Work[_T], outcome: Sequence[str] = (), *, units: int = 1) -> _T:
+        """Run *work* as one page write (of *units* pages): a savepoint in the group transaction."""
+        return await self._page_write(work, outcome, units)
 
     def _transaction(self, work: Work[_T]) -> _T:
         conn = self.conn
@@ -413,8 +421,8 @@ class SQLiteDatabase:
         if self._conn is not None:
             self._commit()
 
-    async def _page_write(self, work: Work[_T], outcome: Sequence[str] = ()) -> _T:
-        result = await self._call(self._page_txn, work, outcome)
+    async def _page_write(self, work: Work[_T], outcome: Sequence[str] = (), units: int = 1) -> _T:
+        result = await self._call(self._page_txn, work, outcome, units)
         if self._timer is None and self._conn is not None and self._conn.in_transaction:
             # bound the wait of the group's last page: commit within commit_secs even if no
             # further write comes to trigger it
