@@ -70,7 +70,7 @@ _MAX_NICE = 19
 _EMBEDDED = 16384
 #: a worker embeds its pages' chunk texts while it waits for tasks at least this share of the
 #: time (recent tasks weigh most: each task moves the share by ``_SPARE_WEIGHT`` of the way)
-_SPARE = 0.2
+_SPARE = 0.05
 _SPARE_WEIGHT = 0.3
 
 logger = logging.getLogger(__name__)
