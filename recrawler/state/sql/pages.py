@@ -266,13 +266,18 @@ class SQLPages:
                     raise  # the group, not the pages: nothing to retry
             else:
                 for w, before in zip(batch, befores, strict=True):
-                    w.done.set_result(before)
+                    if not w.done.done():  # (its caller may have been cancelled meanwhile)
+                        w.done.set_result(before)
                 return
         for w in batch:
             try:
-                w.done.set_result(await self.db.page_write(self._one(w), w.outcome))
+                before = await self.db.page_write(self._one(w), w.outcome)
             except Exception as exc:
-                w.done.set_exception(exc)
+                if not w.done.done():
+                    w.done.set_exception(exc)
+            else:
+                if not w.done.done():
+                    w.done.set_result(before)
 
     def _one(self, w: _PageWrite) -> Work[Revisit | None]:
         run, rec = w.run, w.rec
