@@ -234,7 +234,7 @@ class KnowledgeBase(Protocol):
         """Add (embedder, text hash, vector) rows to the embedding cache, committed."""
 
     async def run_index_counts(self, run_id: int, embedder: str) -> dict[str, int]:
-        """Chunks a run added and retired; its distinct texts and how many are embedded."""
+        """Chunks a run added and retired, and how many of its distinct texts are embedded."""
 
     async def set_run_state(self, run_id: int, state: str) -> None:
         """Set a run's state (``RUN_*``)."""

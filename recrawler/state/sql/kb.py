@@ -100,12 +100,11 @@ class SQLKnowledgeBaseWriter:
         await self.db.transaction(self.db.embeddings_work(rows))
 
     async def run_index_counts(self, run_id: int, embedder: str) -> dict[str, int]:
-        """Chunks a run added and retired, and how many of its texts are already embedded."""
+        """Chunks a run added and retired, and how many of its distinct texts are already embedded."""
 
         def work() -> Work[dict[str, int]]:
             added = yield one("SELECT COUNT(*) FROM chunks WHERE added_run = ?", (run_id,))
             retired = yield one("SELECT COUNT(*) FROM chunks WHERE retired_run = ?", (run_id,))
-            texts = yield one("SELECT COUNT(DISTINCT chunk_hash) FROM chunks WHERE added_run = ?", (run_id,))
             cached = yield one(
                 """SELECT COUNT(DISTINCT c.chunk_hash) FROM chunks c
                    JOIN embeddings e ON e.embedder = ? AND e.text_hash = c.chunk_hash
@@ -115,7 +114,6 @@ class SQLKnowledgeBaseWriter:
             return {
                 "chunks_added": int(added[0]),
                 "chunks_retired": int(retired[0]),
-                "texts": int(texts[0]),
                 "texts_cached": int(cached[0]),
             }
 
