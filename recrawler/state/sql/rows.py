@@ -182,21 +182,29 @@ def _fold_block_deltas(d: Dialect, limit: int) -> Work[int]:
         return 0
     blocks: defaultdict[str, Counter[int]] = defaultdict(Counter)
     pairs: defaultdict[str, Counter[tuple[int, int]]] = defaultdict(Counter)
-    samples: defaultdict[str, dict[int, str]] = defaultdict(dict)
+    sample_objects: defaultdict[str, list[str]] = defaultdict(list)
     for _id, site, old_blob, new_blob, sample_json in found:
-        old, new = unpack_blocks(old_blob), unpack_blocks(new_blob)
-        old_set, new_set = set(old), set(new)
-        blocks[site].update(new_set - old_set)
-        blocks[site].subtract(old_set - new_set)
-        old_pairs, new_pairs = block_pairs(old), block_pairs(new)
-        pairs[site].update(new_pairs - old_pairs)
-        pairs[site].subtract(old_pairs - new_pairs)
+        new = unpack_blocks(new_blob)
+        if old_blob:
+            old = unpack_blocks(old_blob)
+            old_set, new_set = set(old), set(new)
+            blocks[site].update(new_set - old_set)
+            blocks[site].subtract(old_set - new_set)
+            old_pairs, new_pairs = block_pairs(old), block_pairs(new)
+            pairs[site].update(new_pairs - old_pairs)
+            pairs[site].subtract(old_pairs - new_pairs)
+        else:
+            # no blocks stored before (a new page): every block and pair is gained
+            blocks[site].update(set(new))
+            pairs[site].update(block_pairs(new))
         if sample_json:
-            kept = samples[site]
-            for b, text in json.loads(sample_json).items():
-                kept.setdefault(int(b), text)
+            sample_objects[site].append(sample_json)
     for site in sorted(blocks):
-        yield from _fold_site(d, site, blocks[site], pairs[site], samples[site])
+        # each block's sample from the oldest delta that has one: merged newest first
+        samples: dict[str, str] = {}
+        for sample_json in reversed(sample_objects[site]):
+            samples.update(json.loads(sample_json))
+        yield from _fold_site(d, site, blocks[site], pairs[site], samples)
     yield count(
         f"DELETE FROM block_deltas WHERE id {d.in_list('?', sql_type='BIGINT')}",
         (d.list_param([r[0] for r in found]),),
@@ -205,17 +213,18 @@ def _fold_block_deltas(d: Dialect, limit: int) -> Work[int]:
 
 
 def _fold_site(
-    d: Dialect, site: str, blocks: Counter[int], pairs: Counter[tuple[int, int]], samples: dict[int, str]
+    d: Dialect, site: str, blocks: Counter[int], pairs: Counter[tuple[int, int]], samples: dict[str, str]
 ) -> Work[None]:
     """Add a batch's summed counts of one site to its block and pair counters, in key order, a few
     hundred rows a statement.
 
     A block's sample is written once the block is on two pages: with the batch's count when that
     makes two, else when the block is already counted (one query for the blocks the batch adds
-    to one page). An upsert keeps a sample already stored.
+    to one page). An upsert keeps a sample already stored. *samples* are keyed by the block's
+    decimal text (as a delta's JSON keeps them).
     """
-    gained = sorted((b, n) for b, n in blocks.items() if n > 0)
-    single = [b for b, n in gained if n == 1 and b in samples]
+    gained = sorted(b for b, n in blocks.items() if n > 0)
+    single = [b for b in gained if blocks[b] == 1]
     counted: set[int] = set()
     if single:
         found = yield rows(
@@ -226,7 +235,11 @@ def _fold_site(
         counted = {r[0] for r in found}
     yield from values(
         "INSERT INTO site_blocks (site, block, pages, sample)",
-        [(site, b, n, samples.get(b) if n >= 2 or b in counted else None) for b, n in gained],
+        [
+            (site, b, n, samples.get(str(b)) if n >= 2 or b in counted else None)
+            for b in gained
+            if (n := blocks[b])
+        ],
         """ ON CONFLICT (site, block) DO UPDATE SET pages = site_blocks.pages + excluded.pages,
               sample = COALESCE(site_blocks.sample, excluded.sample)""",
     )
