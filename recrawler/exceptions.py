@@ -5,6 +5,7 @@ RecrawlerError
  ├── EventDeliveryError         events could not be delivered (they stay in the outbox); an OSError
  ├── RunRefused                 a run may not start: another run holds the site, or a held run waits
  └── StateStoreError            the database failed (wraps the driver's error)
+      ├── PageWriteError         a page write's own statements failed (undone; its group stands)
       ├── StateStoreUnavailable  it cannot be opened or is locked
       └── SchemaVersionError     it is corrupt or comes from a newer recrawler
 """

@@ -31,13 +31,12 @@ from recrawler.state.sql.rows import (
     _RETIRED_REPLACED,
     FOLD_BATCH,
     _at,
-    _block_delta,
     _fold_block_deltas,
     _row_to_record,
     _row_to_revisit,
     _ts,
 )
-from recrawler.state.sql.schedule import _REVISIT_COLUMNS, _REVISIT_UPDATE, SQLSchedule, _revisit_params
+from recrawler.state.sql.schedule import _REVISIT_COLUMNS, _REVISIT_UPDATE, _revisit_params
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -271,7 +270,7 @@ class SQLPages:
                 return
         for w in batch:
             try:
-                before = await self.db.page_write(self._one(w), w.outcome)
+                (before,) = await self.db.page_write(self._many([w]), w.outcome)
             except Exception as exc:
                 if not w.done.done():
                     w.done.set_exception(exc)
@@ -279,33 +278,9 @@ class SQLPages:
                 if not w.done.done():
                     w.done.set_result(before)
 
-    def _one(self, w: _PageWrite) -> Work[Revisit | None]:
-        run, rec = w.run, w.rec
-        upsert = _page_upsert_sql(w.chunks is not None)
-        yield count(
-            f"INSERT INTO pages ({_PAGE_COLUMNS}) VALUES ({_PAGE_VALUES}) {upsert}", _page_params(run, rec)
-        )
-        yield count("DELETE FROM run_misses WHERE run_id = ? AND key = ?", (run.id, rec.key))
-        if w.chunks is not None:
-            yield from self._replace_chunks(run, rec.key, w.chunks)
-        elif w.restore:
-            yield from self._restore_chunks(run, rec.key)
-        if w.embeddings:
-            yield from self.db.embeddings_work(w.embeddings)
-        if w.fields is not None:
-            yield from self._write_fields(rec.key, rec.site, w.fields)
-        if w.change is not None:
-            yield from self._write_change(run, w.change)
-        yield from self.db._outbox(w.events)
-        if w.revisit is None:
-            return None
-        before, _ = yield from SQLSchedule.update_work(
-            rec.key, w.revisit.update, w.revisit.found_via, w.revisit.found_from
-        )
-        return before
-
     def _many(self, batch: list[_PageWrite]) -> Work[list[Revisit | None]]:
-        """:meth:`_one` for several pages (distinct keys), statement by statement for all."""
+        """The writes of *batch* (distinct pages), statement by statement for all of them; each
+        page as :meth:`record` describes, its revisit state before the write returned."""
         d = self.db.dialect
         for replaced in (False, True):
             yield from values(
@@ -321,7 +296,9 @@ class SQLPages:
                 f"DELETE FROM run_misses WHERE run_id = ? AND key {d.in_list('?')}",
                 (run_id, d.list_param(keys)),
             )
-            # the current versions of replaced chunks are superseded (see _replace_chunks)
+            # the current version is superseded by this run's version. A row already retired
+            # keeps the run that retired it: moving that to this run would make it visible again
+            # while this run is held. Rows a quarantine kept are collected when the run publishes.
             replacing = [w.rec.key for w in batch if w.run.id == run_id and w.chunks is not None]
             if replacing:
                 yield count(
@@ -403,20 +380,6 @@ class SQLPages:
             logger.warning("block statistics not folded, left for the next fold: %(exc)s", {"exc": exc})
 
     @staticmethod
-    def _write_fields(key: str, site: str, fields: FieldsRow) -> Work[None]:
-        row = yield one("SELECT blocks FROM page_fields WHERE key = ?", (key,))
-        old = bytes(row[0] or b"") if row is not None else b""
-        if old != fields.blocks:
-            # the site's block statistics follow the page's block set: the change is left as one
-            # row in the page's transaction and folded into the counters when the run reconciles
-            yield from _block_delta(site, old, fields.blocks, _delta_samples(old, fields))
-        yield count(
-            f"""INSERT INTO page_fields (key, title, headings, code, links, text, blocks)
-               VALUES (?, ?, ?, ?, ?, ?, ?) {_FIELDS_UPSERT}""",
-            _fields_params(key, fields),
-        )
-
-    @staticmethod
     def _write_change(run: Run, change: ChangeRow) -> Work[None]:
         yield count(
             """INSERT INTO page_changes (key, url, run_id, at, verdict, old_hash, new_hash,
@@ -436,21 +399,6 @@ class SQLPages:
                 change.diff,
                 change.old_blocks,
             ),
-        )
-
-    @staticmethod
-    def _replace_chunks(run: Run, key: str, chunks: Sequence[Chunk]) -> Work[None]:
-        # the current version is superseded by this run's version. A row already retired keeps
-        # the run that retired it: moving that to this run would make it visible again while this
-        # run is held. Rows a quarantine kept are collected when the run publishes. (The page's
-        # row, written before, carries their count.)
-        yield count(
-            "UPDATE chunks SET retired_run = ?, retired_why = ? WHERE key = ? AND retired_run IS NULL",
-            (run.id, _RETIRED_REPLACED, key),
-        )
-        yield from values(
-            "INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run)",
-            [(key, c.chunk_index, c.chunk_hash, c.url, c.heading, c.text, run.id) for c in chunks],
         )
 
     @staticmethod
