@@ -24,7 +24,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from recrawler import default_settings
 from recrawler.detect.hashing import pack_blocks, unpack_blocks
 from recrawler.embedders import embedder_from_spec, vector_to_blob
-from recrawler.exceptions import RunRefused
+from recrawler.exceptions import PageWriteError, RunRefused
 from recrawler.index import open_kb
 from recrawler.kb.chunking import Chunk
 from recrawler.schedule import Revisit
@@ -308,6 +308,30 @@ class PagesContract(BackendMixin):
             await store.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=3)
             report = store.noise_report()[SITE]["boilerplate"]
             assert {b["block"]: (b["pages"], b["sample"]) for b in report} == {7: (39, "seven")}
+
+    @deferred_f_from_coro_f
+    async def test_a_page_the_database_refuses_fails_alone_among_pages_written_together(
+        self, uri: str, settings: Settings
+    ) -> None:
+        """A value the driver cannot store fails the unit's statements: the unit is undone and its
+        pages written one by one, so that page alone fails, with a PageWriteError."""
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            pages = [rec(f"q{i}", title=object() if i == 3 else f"Q{i}") for i in range(12)]  # type: ignore[arg-type]
+            done = await asyncio.gather(
+                *(
+                    store.record(run, page, [], chunks=chunks(page, f"q{i}"), outcome=["new"])
+                    for i, page in enumerate(pages)
+                ),
+                return_exceptions=True,
+            )
+            assert [i for i, d in enumerate(done) if isinstance(d, BaseException)] == [3]
+            assert isinstance(done[3], PageWriteError)
+            await store.flush()
+            assert store.outcomes == {"new": 11}
+            for i, page in enumerate(pages):
+                got = await store.get(page.key)
+                assert (got is None) if i == 3 else (got is not None and got.chunks == 1)
 
 
 class RunsContract(BackendMixin):
