@@ -24,7 +24,7 @@ from recrawler.state.records import (
     packed_text,
     samples_json,
 )
-from recrawler.state.sql.dialect import count, many, one, rows, values
+from recrawler.state.sql.dialect import count, one, rows, values
 from recrawler.state.sql.rows import (
     _PAGE_COLUMNS,
     _RETIRED_QUARANTINED,
@@ -33,10 +33,9 @@ from recrawler.state.sql.rows import (
     _at,
     _fold_block_deltas,
     _row_to_record,
-    _row_to_revisit,
     _ts,
 )
-from recrawler.state.sql.schedule import _REVISIT_COLUMNS, _REVISIT_UPDATE, _revisit_params
+from recrawler.state.sql.schedule import revisit_updates
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -58,8 +57,6 @@ FOLD_EVERY = FOLD_BATCH
 
 #: page writes queued together written as one unit at most (see :meth:`SQLPages.record`)
 WRITE_BATCH = 200
-
-_PAGE_VALUES = ", ".join("?" * 20)
 
 
 def _page_upsert_sql(replaced: bool) -> str:
@@ -287,7 +284,6 @@ class SQLPages:
                 f"INSERT INTO pages ({_PAGE_COLUMNS})",
                 [_page_params(w.run, w.rec) for w in batch if (w.chunks is not None) is replaced],
                 f" {_page_upsert_sql(replaced)}",
-                row=f"({_PAGE_VALUES})",
             )
         runs = {w.run.id for w in batch}
         for run_id in sorted(runs):
@@ -346,22 +342,10 @@ class SQLPages:
                 yield from self._write_change(w.run, w.change)
         yield from self.db._outbox([e for w in batch for e in w.events])
         befores: list[Revisit | None] = [None] * len(batch)
-        revisited = [(i, w) for i, w in enumerate(batch) if w.revisit is not None]
-        if revisited:
-            found = yield rows(
-                f"SELECT key, {_REVISIT_COLUMNS} FROM pages WHERE key {d.in_list('?')}",
-                (d.list_param([w.rec.key for _, w in revisited]),),
-            )
-            state = {r[0]: r for r in found}
-            updates = []
-            for i, w in revisited:
-                assert w.revisit is not None
-                row = state.get(w.rec.key)
-                before = _row_to_revisit(row) if row is not None else None
-                befores[i] = before
-                after = w.revisit.update(before)
-                updates.append(_revisit_params(w.rec.key, after, w.revisit.found_via, w.revisit.found_from))
-            yield many(_REVISIT_UPDATE, updates)
+        revisited = [(i, w.rec.key, w.revisit) for i, w in enumerate(batch) if w.revisit is not None]
+        done = yield from revisit_updates(d, [(key, u) for _, key, u in revisited])
+        for (i, _, _), (before, _) in zip(revisited, done, strict=True):
+            befores[i] = before
         return befores
 
     async def _fold_now_and_then(self) -> None:

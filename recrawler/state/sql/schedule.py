@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from recrawler.schedule import Revisit, audit_count
 from recrawler.state.records import (
     LIVE,
+    RevisitUpdate,
     Run,
     ScheduledPage,
 )
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from recrawler.state.sql.database import Database
-    from recrawler.state.sql.dialect import Work
+    from recrawler.state.sql.dialect import Dialect, Work
 
 
 #: a page's revisit state, as the schedule reads it (its own clock only: a page checked before
@@ -49,6 +50,31 @@ def _revisit_params(
         "rate": revisit.rate,
         "key": key,
     }
+
+
+def revisit_updates(
+    d: Dialect, updates: Sequence[tuple[str, RevisitUpdate]]
+) -> Work[list[tuple[Revisit | None, Revisit]]]:
+    """Read the revisit state of each (distinct) page in one query and store ``update(state)`` in
+    its place (in any write); (before, after) per page, in order. A page's ``found_via`` and
+    ``found_from`` are set only if not known yet."""
+    if not updates:
+        return []
+    found = yield rows(
+        f"SELECT key, {_REVISIT_COLUMNS} FROM pages WHERE key {d.in_list('?')}",
+        (d.list_param([key for key, _ in updates]),),
+    )
+    state = {r[0]: r for r in found}
+    done: list[tuple[Revisit | None, Revisit]] = []
+    params = []
+    for key, u in updates:
+        row = state.get(key)
+        before = _row_to_revisit(row) if row is not None else None
+        after = u.update(before)
+        done.append((before, after))
+        params.append(_revisit_params(key, after, u.found_via, u.found_from))
+    yield many(_REVISIT_UPDATE, params)
+    return done
 
 
 class SQLSchedule:
@@ -100,21 +126,9 @@ class SQLSchedule:
         Returns (before, after). *update* runs on the worker thread: it must be quick and pure.
         """
 
-        return await self.db.page_write(self.update_work(key, update, found_via, found_from))
-
-    @classmethod
-    def update_work(
-        cls,
-        key: str,
-        update: Callable[[Revisit | None], Revisit],
-        found_via: str | None = None,
-        found_from: str | None = None,
-    ) -> Work[tuple[Revisit | None, Revisit]]:
-        """Read a page's revisit state and store ``update(state)`` in its place (in any write)."""
-        before = yield from cls._revisit(key)
-        after = update(before)
-        yield from cls._write_revisit(key, after, found_via, found_from)
-        return before, after
+        u = RevisitUpdate(update=update, found_via=found_via, found_from=found_from)
+        (done,) = await self.db.page_write(revisit_updates(self.db.dialect, [(key, u)]))
+        return done
 
     @staticmethod
     def _revisit(key: str) -> Work[Revisit | None]:
