@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from recrawler.state.records import ListedEntry, PageRecord, SitemapFile
 from recrawler.state.sql.dialect import count, many, one, rows
-from recrawler.state.sql.rows import _PAGE_COLUMNS, _row_to_record, _ts
+from recrawler.state.sql.rows import _PAGE_SELECT, _row_to_record, _ts
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -134,7 +134,7 @@ class SQLFrontier:
         def work() -> Work[dict[str, PageRecord]]:
             d = self.db.dialect
             found = yield rows(
-                f"SELECT {_PAGE_COLUMNS} FROM pages WHERE key {d.in_list('?')}", (d.list_param(keys),)
+                f"SELECT {_PAGE_SELECT} FROM pages WHERE key {d.in_list('?')}", (d.list_param(keys),)
             )
             return {r["key"]: _row_to_record(r) for r in found}
 

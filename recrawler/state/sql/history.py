@@ -166,8 +166,6 @@ class SQLHistory:
         Returns the page keys taken back.
         """
 
-        d = self.db.dialect
-
         def work() -> Work[list[str]]:
             # a pair that was boilerplate when the run started still counts as noise here
             boiler = self._flipped_off.get(site, set()) | (yield from _boilerplate_pairs(site))
@@ -200,11 +198,15 @@ class SQLHistory:
                     "WHERE c.key = pages.key AND c.retired_run IS NULL) WHERE key = ?",
                     (key,),
                 )
+                # as published, unless an earlier unpublished run changed it too
                 yield count(
-                    f"""DELETE FROM outbox WHERE {d.json_text("payload", "key")} = ?
-                         AND {d.json_int("payload", "run_id")} = ?
-                         AND {d.json_text("payload", "action")} = 'changed'""",
+                    "UPDATE pages SET pending = NULL WHERE key = ? AND pending = 'changed' AND key IN "
+                    "(SELECT key FROM page_before WHERE run_id = ?)",
                     (key, run.id),
+                )
+                yield count("DELETE FROM page_before WHERE key = ? AND run_id = ?", (key, run.id))
+                yield count(
+                    "DELETE FROM outbox WHERE key = ? AND run_id = ? AND action = 'changed'", (key, run.id)
                 )
             return taken
 
