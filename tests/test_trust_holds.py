@@ -150,6 +150,7 @@ async def test_a_held_run_is_announced_nowhere_and_read_nowhere(
     code, out = await asyncio.to_thread(
         cli_out, ["search", word("guide", 3), "--json", "--db", crawls.db_uri], capsys
     )
+    assert code == 0
     hit = json.loads(out.splitlines()[0])
     assert hit["url"].split("#")[0] == site.url(guides[3])
     pages = {
@@ -189,7 +190,7 @@ async def test_a_held_run_is_announced_nowhere_and_read_nowhere(
 
 @deferred_f_from_coro_f
 async def test_the_rest_of_an_interrupted_first_run_is_not_a_spike(site: Site, crawls: Crawls) -> None:
-    guides, _, sitemap = build(site, 300, 0)
+    _, _, sitemap = build(site, 300, 0)
     # interrupted after 70 pages (a SIGINT, a deploy restarting the job): nothing is published
     r1 = await crawls.crawl(sitemap, CLOSESPIDER_ITEMCOUNT=70, CONCURRENT_REQUESTS=4)
     assert r1.report["index"]["state"] == "unpublished"
@@ -214,7 +215,8 @@ def stored_pending(db: Path) -> int:
     try:
         with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)) as conn:
             row = conn.execute(
-                "SELECT COUNT(*) FROM page_fields WHERE key IN (SELECT key FROM pages WHERE pending IS NOT NULL)"
+                "SELECT COUNT(*) FROM page_fields "
+                "WHERE key IN (SELECT key FROM pages WHERE pending IS NOT NULL)"
             ).fetchone()
     except sqlite3.Error:
         return 0
