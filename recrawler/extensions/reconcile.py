@@ -165,11 +165,18 @@ class Reconciler:
         if workers is not None and not (workers.others_idle() and workers.frontier_empty()):
             # pages the other workers are still on are not unseen: wait for them
             raise DontCloseSpider
+        why = self._sitemap_failure()
         if self._verifier is None:
             policy = rt.schedule
             due_at = policy.now if policy.mode == "adaptive" else None
-            self._verifier = UnseenVerifier(self.crawler, rt, batch=self.verify_batch, due_at=due_at)
-        why = self._sitemap_failure()
+            # a whole listing's silence about a page is news: the page is checked in this run
+            listed, last = self._listed(), rt.run.last_listed
+            whole = (
+                why is None and listed is not None and not (last and listed < self.listing_min_ratio * last)
+            )
+            self._verifier = UnseenVerifier(
+                self.crawler, rt, batch=self.verify_batch, due_at=due_at, delisted=whole
+            )
         self._verifier.idle(rt.run, skip_reason=why if why != "sitemap_incomplete" else None)
 
     # -- the guards --------------------------------------------------------------------------------

@@ -179,6 +179,8 @@ class ScheduledPage:
     #: the layer that skipped the page in ``listed_run`` (None: it was requested)
     listed_skip: str | None = None
     audit_run: int | None = None
+    #: a change or removal of the page waits for a decision (a check brings new evidence)
+    waiting: bool = False
 
 
 #: the signals a host's trust is kept for: sitemap lastmod, ETag (If-None-Match), Last-Modified

@@ -122,16 +122,17 @@ class Pages(Protocol):
         run reconciles, if *target* is live by then)."""
 
     async def unseen(
-        self, run: Run, limit: int, *, due_at: datetime | None = None
+        self, run: Run, limit: int, *, due_at: datetime | None = None, delisted: bool = False
     ) -> list[tuple[str, str, int]]:
         """Return up to *limit* (key, url, link depth) of the run's site not reached yet, marking them.
 
         Pages this run's listing decided are not unseen; with *due_at*, only pages due by then
-        (and quarantined or audited ones) are.
+        (and quarantined or audited ones, pages whose change or removal waits for a decision, and
+        with *delisted* pages an earlier listing named) are.
         """
 
     def unseen_sync(
-        self, run: Run, limit: int, *, due_at: datetime | None = None
+        self, run: Run, limit: int, *, due_at: datetime | None = None, delisted: bool = False
     ) -> list[tuple[str, str, int]]:
         """Blocking :meth:`unseen`, for ``spider_idle`` handlers (sync signals, nothing in flight)."""
 
@@ -366,6 +367,9 @@ class Frontier(Protocol):
     async def frontier_add(self, run: Run, requests: Sequence[tuple[str, int, bytes]]) -> int:
         """Queue (key, priority, serialised request) rows; a key already queued this run is
         ignored. Returns how many were new."""
+
+    async def frontier_has(self, run: Run, keys: Sequence[str]) -> set[str]:
+        """Those of *keys* this run's frontier holds (its listing named them)."""
 
     async def frontier_claim(self, run: Run, key: str) -> bool:
         """Mark page *key* as fetched this run outside the frontier (a redirect reached it); False

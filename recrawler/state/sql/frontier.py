@@ -94,6 +94,22 @@ class SQLFrontier:
             self._seq[run.id] = seq
         return seq
 
+    async def frontier_has(self, run: Run, keys: Sequence[str]) -> set[str]:
+        """Those of *keys* this run's frontier holds (its listing named them)."""
+
+        d = self.db.dialect
+
+        def work() -> Work[set[str]]:
+            found = yield rows(
+                f"SELECT key FROM frontier WHERE run_id = ? AND key {d.in_list('?')}",
+                (run.id, d.list_param(keys)),
+            )
+            return {r[0] for r in found}
+
+        if not keys:
+            return set()
+        return await self.db.run(work())
+
     async def frontier_add(self, run: Run, requests: Sequence[tuple[str, int, bytes]]) -> int:
         """Queue (key, priority, serialised request) rows; a key already queued this run is
         ignored. Returns how many were new."""

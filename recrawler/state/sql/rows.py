@@ -30,7 +30,9 @@ _RETIRED_REPLACED, _RETIRED_QUARANTINED, _RETIRED_GONE = 0, 1, 2
 _SCHEDULE_COLUMNS = (
     "key, url, status, lastmod, listed_run, listed_skip, audit_run, "
     "COALESCE(last_check_at, last_checked) AS last_check_at, "
-    "next_check_at, check_interval, check_count, change_count, checked_secs, change_rate"
+    "next_check_at, check_interval, check_count, change_count, checked_secs, change_rate, "
+    # a change or a removal of the page waits for a decision: check it again (later evidence)
+    "(pending = 'changed' OR key IN (SELECT m.key FROM run_misses m WHERE m.kept = 1)) AS waiting"
 )
 _TRUST_COLUMNS = "host, signal, checks, lies, trusted, last_lie_at, last_lie_url"
 _PAGE_COLUMNS = (
@@ -90,6 +92,7 @@ def _row_to_scheduled(row: Any) -> ScheduledPage:
         listed_run=row["listed_run"],
         listed_skip=row["listed_skip"],
         audit_run=row["audit_run"],
+        waiting=bool(row["waiting"]),
     )
 
 

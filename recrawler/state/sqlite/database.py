@@ -507,4 +507,16 @@ class SQLiteDatabase:
                 f"recrawler's {SCHEMA_VERSION}; upgrade recrawler"
             )
             raise SchemaVersionError(msg)
+        if version < SCHEMA_VERSION:
+            # an older schema (recrawler was upgraded, no crawl ran since): migrated forward
+            # first, as the next crawl would, so readers see the columns they read
+            conn.close()
+            rw = self._connect()
+            try:
+                migrate(rw, self.path, False)
+            except sqlite3.DatabaseError as exc:
+                raise self._wrap_open_error(exc) from exc
+            finally:
+                rw.close()
+            conn = self._connect(readonly=True)
         return conn
