@@ -35,10 +35,11 @@ PASSWORD = "s3cret-pw-in-uri"
 
 
 def with_password(uri: str) -> str:
-    """*uri* with a password (the test server trusts its socket: any password logs in)."""
+    """*uri* with a password (the test server trusts its socket or loopback: any password logs in)."""
     parts = urlsplit(uri)
     user = parts.username or "postgres"
-    return urlunsplit(parts._replace(netloc=f"{user}:{PASSWORD}@{parts.hostname or ''}"))
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"{user}:{PASSWORD}@{parts.hostname or ''}{port}"))
 
 
 def settings() -> Settings:
