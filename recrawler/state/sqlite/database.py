@@ -126,7 +126,7 @@ class SQLiteDatabase:
         return await asyncio.wrap_future(fut)
 
     def call_sync(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        """Run *func* on the worker thread and wait (for ``spider_idle``, where nothing else runs)."""
+        """Run *func* on the worker thread and wait: before the crawl or outside it, never on the reactor."""
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recrawler-sqlite")
         return self._executor.submit(func, *args, **kwargs).result()
