@@ -135,7 +135,7 @@ class Runtime:
         self._opened = asyncio.Event()
         self._heartbeat: asyncio.Task[None] | None = None
         self._closed = False
-        #: refusal reasons already logged this run (each is logged once, then only counted)
+        #: refusal and failure reasons already logged this run (each logged once, then counted)
         self._refusals_logged: set[str] = set()
         #: with RECRAWLER_WORKERS_ENABLED: this process's part in a run shared with other workers
         self.workers: SharedRun | None = None
@@ -180,6 +180,13 @@ class Runtime:
             crawler.signals.connect(runtime.worker_idle, signal=signals.spider_idle)
             crawler.signals.connect(runtime.worker_busy, signal=signals.request_reached_downloader)
         return runtime
+
+    def first(self, what: str) -> bool:
+        """True the first time *what* happens this run: a reason logged once, then only counted."""
+        if what in self._refusals_logged:
+            return False
+        self._refusals_logged.add(what)
+        return True
 
     def refused(self, url: str, reason: str, source: str) -> None:
         """Count a URL the policy refused, from any source; the first of each reason this run is
