@@ -77,7 +77,8 @@ class Runtime:
     Settings: ``RECRAWLER_DB_URI``, ``RECRAWLER_LEASE_SECS``, ``RECRAWLER_AUDIT_SAMPLE``,
     ``RECRAWLER_AUDIT_DISTRUST_AFTER``, ``RECRAWLER_INDEX_ENABLED``, ``RECRAWLER_EMBEDDER*``,
     ``RECRAWLER_PUBLISH``, ``RECRAWLER_DRY_RUN``, ``RECRAWLER_CPU_*``, ``RECRAWLER_GC_THRESHOLD``.
-    Signals: listens to ``spider_opened`` and ``engine_stopped``.
+    Signals: listens to ``spider_opened``, ``spider_closed`` (a refused run's Spidermon
+    engine-stop monitors) and ``engine_stopped``.
     """
 
     def __init__(
@@ -172,6 +173,7 @@ class Runtime:
             if s.getbool("RECRAWLER_CPU_EMBED") and not s.getbool("RECRAWLER_DRY_RUN"):
                 runtime.cpu_pool.embed_with(embedder)
         crawler.signals.connect(runtime.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(runtime.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(runtime.engine_stopped, signal=signals.engine_stopped)
         if s.getbool("RECRAWLER_WORKERS_ENABLED"):
             from recrawler.workers import SharedRun
@@ -280,6 +282,17 @@ class Runtime:
         # exit (where Python 3.11's executor shutdown can race and print a traceback)
         self._stop_cpu()
         await self._close_store()
+
+    def spider_closed(self) -> None:
+        """A run refused when the spider opened: the engine never started, so Scrapy sends no
+        ``engine_stopped``; Spidermon's engine-stop monitors (``recrawler.monitors``) run now."""
+        if self.failure is None or not self.crawler.settings.getbool("SPIDERMON_ENABLED"):
+            return
+        try:
+            from recrawler.monitors import run_engine_stop_monitors
+        except ImportError:
+            return
+        run_engine_stop_monitors(self.crawler)
 
     async def _join(self) -> Run:
         """A joining worker: the leader's run (its audit sample is the leader's to check)."""
