@@ -341,6 +341,14 @@ class Runtime:
             if self.workers.state != self.workers.BUSY:
                 self.workers.set_state(self.workers.BUSY)
 
+    def worker_counts(self) -> dict[str, int | float]:
+        """A joining worker's counts for its leader: its counters, and the page writes its store
+        committed (``outcome:``) and lost (``lost:``)."""
+        counts: dict[str, int | float] = dict(self.counters.items())
+        counts.update({f"outcome:{k}": v for k, v in self.store.outcomes.items()})
+        counts.update({f"lost:{k}": v for k, v in self.store.lost.items()})
+        return counts
+
     @staticmethod
     def _close_reason(exc: BaseException) -> str:
         if isinstance(exc, RunRefused):
@@ -388,6 +396,8 @@ class Runtime:
             if self.workers is not None:
                 await asyncio.to_thread(self.workers.beat)
                 if not self.workers.leader:
+                    # this worker's work so far, counted by the leader should this process die
+                    await asyncio.to_thread(self.workers.report, self.worker_counts())
                     continue
             try:
                 held = await self.store.heartbeat(run)
