@@ -76,6 +76,20 @@ SMALLEST = [
             not os.environ.get("RECRAWLER_TEST_POSTGRES_URI"), reason="RECRAWLER_TEST_POSTGRES_URI is not set"
         ),
     ),
+    pytest.param(
+        "bench_recheck",
+        ["--pages", "50", "--rechecks", "1"]
+        + (["--postgres-uri", uri] if (uri := os.environ.get("RECRAWLER_TEST_POSTGRES_URI")) else []),
+        "hung",
+        id="recheck",
+        marks=[
+            needs_nginx,
+            pytest.mark.skipif(
+                not os.environ.get("RECRAWLER_TEST_POSTGRES_URI"),
+                reason="RECRAWLER_TEST_POSTGRES_URI is not set",
+            ),
+        ],
+    ),
 ]
 
 
