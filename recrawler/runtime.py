@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, Self, TypeVar
 
 from scrapy import signals
@@ -260,6 +261,7 @@ class Runtime:
             await self.auditor.ready(self.run)
         except (RunRefused, StateStoreError, ConfigurationError) as exc:
             await self._refuse(exc)
+            self._report_refusal(exc)
             raise CloseSpider(self._close_reason(exc)) from exc
         finally:
             self._opened.set()
@@ -282,6 +284,24 @@ class Runtime:
         # exit (where Python 3.11's executor shutdown can race and print a traceback)
         self._stop_cpu()
         await self._close_store()
+
+    def _report_refusal(self, exc: BaseException) -> None:
+        """A refused run leaves no run row: ``RECRAWLER_REPORT_FILE`` says what happened instead
+        (a Scrapyd job shows as finished either way)."""
+        path = self.crawler.settings.get("RECRAWLER_REPORT_FILE")
+        if not path:
+            return
+        reason = self._close_reason(exc)
+        refusal = {
+            "run_id": None,
+            "finish_reason": reason,
+            "outcome": {"state": "refused", "reasons": [reason], "exit_code": self.exit_code},
+            "error": redact_text(str(exc)),
+        }
+        try:
+            Path(path).write_text(json.dumps(refusal, indent=2) + "\n", encoding="utf-8")
+        except OSError as exc_:
+            logger.error("could not write the run report %(path)s: %(exc)s", {"path": path, "exc": exc_})
 
     def spider_closed(self) -> None:
         """A run refused when the spider opened: the engine never started, so Scrapy sends no

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -15,7 +16,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler import default_settings
 from recrawler.cli import main as cli_main
-from recrawler.exceptions import SchemaVersionError, StateStoreUnavailable
+from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
 from recrawler.index import open_kb
 from recrawler.state import store_from_uri
 from recrawler.state.postgres import SCHEMA_VERSION
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from tests.conftest_mockserver import Site
+    from tests.postgres import PostgresServer
 
 pytestmark = pytest.mark.postgres
 
@@ -328,3 +330,39 @@ async def test_two_runs_building_the_vector_index_at_once_do_not_deadlock(postgr
         assert await store.missing_for("model:4", ["text0", "text1", "none"]) == ["none"]
     finally:
         await store.close()
+
+
+@deferred_f_from_coro_f
+async def test_a_superuser_creates_the_vector_extension_and_the_apps_own_role_needs_no_more(
+    postgres_server: PostgresServer,
+) -> None:
+    """As the PostgreSQL guide says: pgvector is not a trusted extension, so a superuser creates it
+    once in recrawler's database; the role recrawler connects as owns that database, nothing more."""
+    role, db = f"app_{uuid.uuid4().hex[:8]}", f"recrawler_app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_server.admin_uri, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER')
+        admin.execute(f'CREATE DATABASE "{db}" OWNER "{role}"')
+    admin_of_db = postgres_server.uri_for(db)
+    parts = urlsplit(admin_of_db)
+    port = f":{parts.port}" if parts.port else ""
+    uri = urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname or ''}{port}"))
+    try:
+        store = store_from_uri(uri, settings())
+        with pytest.raises(StateStoreError) as refused:
+            await store.open()
+        assert "a superuser runs `CREATE EXTENSION vector;` in that database once" in str(refused.value)
+        with psycopg.connect(uri) as conn:
+            assert conn.execute("SELECT COUNT(*) FROM pg_tables WHERE schemaname = 'public'").fetchone() == (
+                0,
+            )
+        with psycopg.connect(admin_of_db, autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION vector")
+        store = store_from_uri(uri, settings())
+        await store.open()
+        await store.close()
+        with psycopg.connect(uri) as conn:
+            assert conn.execute("SELECT MAX(version) FROM schema_version").fetchone() == (SCHEMA_VERSION,)
+    finally:
+        with psycopg.connect(postgres_server.admin_uri, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+            admin.execute(f'DROP ROLE IF EXISTS "{role}"')
