@@ -7,7 +7,7 @@
 List the suite under ``SPIDERMON_ENGINE_STOP_MONITORS``: the run report is built by the
 Reconciler's ``spider_closed`` handler, which Spidermon's own ``spider_closed`` handler does not
 wait for (Scrapy runs the handlers of one signal concurrently); ``engine_stopped`` comes after it.
-A run refused when the spider opens (held, busy, database unreachable) closes the spider before
+A run refused when the spider opens (the site busy, the database unreachable) closes the spider before
 the engine starts, and Scrapy sends no ``engine_stopped`` then: the Runtime runs those suites
 itself (:func:`run_engine_stop_monitors`), and every monitor fails with "the recrawler run did
 not begin".
