@@ -18,7 +18,7 @@ from scrapy.utils.test import get_reactor_settings
 from recrawler.runtime import Runtime
 from recrawler.spiders.docs import DocsSpider
 from tests.conftest_mockserver import *  # noqa: F403 (fixtures: mockserver, site)
-from tests.postgres import postgres_server, postgres_uri  # noqa: F401 (fixtures)
+from tests.postgres import own_postgres, postgres_server, postgres_uri  # noqa: F401 (fixtures)
 
 
 def make_crawler(spidercls: type[Any], settings: dict[str, Any]) -> Crawler:

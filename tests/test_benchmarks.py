@@ -66,6 +66,30 @@ SMALLEST = [
         id="scale",
         marks=needs_scale,
     ),
+    pytest.param(
+        "bench_pgvector",
+        ["--chunks", "2000", "--queries", "5"]
+        + (["--postgres-uri", uri] if (uri := os.environ.get("RECRAWLER_TEST_POSTGRES_URI")) else []),
+        "rows",
+        id="pgvector",
+        marks=pytest.mark.skipif(
+            not os.environ.get("RECRAWLER_TEST_POSTGRES_URI"), reason="RECRAWLER_TEST_POSTGRES_URI is not set"
+        ),
+    ),
+    pytest.param(
+        "bench_recheck",
+        ["--pages", "50", "--rechecks", "1"]
+        + (["--postgres-uri", uri] if (uri := os.environ.get("RECRAWLER_TEST_POSTGRES_URI")) else []),
+        "hung",
+        id="recheck",
+        marks=[
+            needs_nginx,
+            pytest.mark.skipif(
+                not os.environ.get("RECRAWLER_TEST_POSTGRES_URI"),
+                reason="RECRAWLER_TEST_POSTGRES_URI is not set",
+            ),
+        ],
+    ),
 ]
 
 

@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 _PUBLISHED = "SELECT COALESCE(MAX(id), 0) FROM runs WHERE state = 'published'"
+#: pgvector's ``hnsw.ef_search`` for indexed searches (its default, 40, misses near neighbours)
+EF_SEARCH = 200
+#: nearest vectors a search takes before the filters (at least, and per hit asked for)
+NEAREST_MIN, NEAREST_PER_HIT = 200, 20
 _CHUNK = "c.id, c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash"
 
 
@@ -28,9 +32,11 @@ def _dt(value: str | None) -> datetime | None:
 class PostgreSQLKnowledgeBase:
     """Reads the published knowledge base from PostgreSQL; nearest chunks by cosine distance.
 
-    ``ORDER BY embedding <=> query LIMIT k`` over the vectors of the query's size, served by the
-    HNSW index the store builds per vector size (iterative scans keep *k* hits when few chunks
-    pass the visibility or site filter). Scores are ``1 - cosine distance``, as the SQLite reader's.
+    ``ORDER BY embedding <=> query LIMIT k`` over the embedder's vectors of the query's size:
+    exact for the hashing embedder (no index finds its nearest chunks), else served by the HNSW
+    index the store builds per embedder and vector size (``hnsw.ef_search`` 200; iterative scans
+    keep *k* hits when few chunks pass the visibility or site filter). Scores are
+    ``1 - cosine distance``, as the SQLite reader's.
     """
 
     def __init__(self, uri: str, *, embedder: Embedder | str | None = None, **embedder_options: Any) -> None:
@@ -54,8 +60,10 @@ class PostgreSQLKnowledgeBase:
             applied = drive(check_schema(self.label), lambda op: _execute_sync(self._conn, op))
             if not applied:
                 raise StateStoreUnavailable(f"no knowledge base at {self.label!r} (run a crawl first)")
-            # exact order among the index's candidates, and more candidates when filters drop some
+            # exact order among the index's candidates, more candidates when filters drop some,
+            # and a wider candidate list than pgvector's 40
             self._conn.execute("SET hnsw.iterative_scan = strict_order")
+            self._conn.execute(f"SET hnsw.ef_search = {EF_SEARCH}")
             if embedder is None:
                 row = self._conn.execute(
                     "SELECT embedder FROM runs WHERE state = 'published' AND embedder IS NOT NULL "
@@ -68,6 +76,9 @@ class PostgreSQLKnowledgeBase:
         self.embedder: Embedder = (
             embedder_from_spec(embedder, **embedder_options) if isinstance(embedder, str) else embedder
         )
+        from recrawler.state.postgres.database import exact_only
+
+        self._exact = exact_only(self.embedder.id)
 
     def __enter__(self) -> Self:
         return self
@@ -93,20 +104,8 @@ class PostgreSQLKnowledgeBase:
         if k <= 0 or not query.strip():
             return []
         q = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
-        dims = int(q.shape[0])
-        vector = "[" + ",".join(repr(float(x)) for x in q) + "]"
-        where = f"e.embedder = %(emb)s AND vector_dims(e.embedding) = {dims} AND {visible_where('c')}"
-        params: dict[str, Any] = {"emb": self.embedder.id, "q": vector, "k": k}
-        if site is not None:
-            where += " AND p.site = %(site)s"
-            params["site"] = site
-        distance = f"CAST(e.embedding AS vector({dims})) <=> CAST(%(q)s AS vector({dims}))"
-        sql = f"""SELECT {_CHUNK}, p.title, p.last_checked, p.last_changed, {distance} AS distance
-                  FROM embeddings e JOIN chunks c ON c.chunk_hash = e.text_hash
-                  {visible_from("c")} LEFT JOIN {published_pages()} p ON p.key = c.key
-                  WHERE {where} ORDER BY {distance} LIMIT %(k)s"""
         try:
-            found = self._conn.execute(sql, params).fetchall()
+            found = self._nearest(q, k, site)
         except self._psycopg_error as exc:
             raise StateStoreError(f"knowledge base {self.label!r}: {redact_text(str(exc))}") from exc
         return [
@@ -120,6 +119,52 @@ class PostgreSQLKnowledgeBase:
             for r in found
             if r["distance"] is not None and not np.isnan(r["distance"])
         ]
+
+    def _nearest(self, q: np.ndarray, k: int, site: str | None) -> list[Any]:
+        """The *k* visible chunk rows (of *site*) nearest to *q*, with their distance.
+
+        The embedder's nearest vectors come first, then the visibility and site filters keep the
+        published chunks among them: when fewer than *k* pass, the search goes on with eight
+        times as many vectors, up to all of them. The vectors are ranked by an exact scan for the
+        hashing embedder, else by its HNSW index (iterative scans go past ``hnsw.ef_search``).
+        """
+        dims = int(q.shape[0])
+        if self._exact:
+            # the distance over the column itself, which no index serves: an exact scan
+            distance = f"e.embedding <=> CAST(%(q)s AS vector({dims}))"
+        else:
+            # the expression of the embedder's HNSW index (recrawler.state.postgres.database)
+            distance = f"CAST(e.embedding AS vector({dims})) <=> CAST(%(q)s AS vector({dims}))"
+        where = visible_where("c") + (" AND p.site = %(site)s" if site is not None else "")
+        sql = f"""WITH nearest AS MATERIALIZED (
+                    SELECT e.text_hash, {distance} AS distance FROM embeddings e
+                    WHERE e.embedder = %(emb)s AND vector_dims(e.embedding) = {dims}
+                    ORDER BY {distance} LIMIT %(n)s)
+                  SELECT {_CHUNK}, p.title, p.last_checked, p.last_changed, n.distance
+                  FROM nearest n JOIN chunks c ON c.chunk_hash = n.text_hash
+                  {visible_from("c")} LEFT JOIN {published_pages()} p ON p.key = c.key
+                  WHERE {where} ORDER BY n.distance, c.key, c.chunk_index LIMIT %(k)s"""
+        params: dict[str, Any] = {
+            "emb": self.embedder.id,
+            "q": "[" + ",".join(repr(float(x)) for x in q) + "]",
+            "k": k,
+            "site": site,
+        }
+        n = max(NEAREST_MIN, NEAREST_PER_HIT * k)
+        while True:
+            params["n"] = n
+            found = self._conn.execute(sql, params).fetchall()
+            if len(found) >= k or n >= self._vectors(dims):
+                return found
+            n *= 8
+
+    def _vectors(self, dims: int) -> int:
+        """How many vectors of *dims* dimensions the embedder has stored (an upper bound for a search)."""
+        row = self._conn.execute(
+            "SELECT COUNT(*) FROM embeddings WHERE embedder = %s AND vector_dims(embedding) = %s",
+            (self.embedder.id, dims),
+        ).fetchone()
+        return int(row[0]) if row is not None else 0
 
     def chunks(self) -> Iterator[ChunkRow]:
         """Yield every published chunk by page key and position, streaming (a server-side cursor)."""

@@ -134,7 +134,8 @@ class Pages(Protocol):
     def unseen_sync(
         self, run: Run, limit: int, *, due_at: datetime | None = None, delisted: bool = False
     ) -> list[tuple[str, str, int]]:
-        """Blocking :meth:`unseen`, for ``spider_idle`` handlers (sync signals, nothing in flight)."""
+        """Blocking :meth:`unseen`, for the CLI and tests: never on the reactor (it would wait for
+        locks the store's own open transaction holds)."""
 
 
 class Runs(Protocol):
@@ -380,9 +381,6 @@ class Frontier(Protocol):
 
     async def frontier_next(self, run: Run, limit: int) -> list[bytes]:
         """Take up to *limit* queued requests of the run: highest priority first, then oldest."""
-
-    def frontier_next_sync(self, run: Run, limit: int) -> list[bytes]:
-        """Blocking :meth:`frontier_next`, for ``spider_idle`` handlers."""
 
 
 class Trust(Protocol):

@@ -92,7 +92,6 @@ class RoleMethods:
         self.frontier_next = self.frontier.frontier_next
         self.frontier_claim = self.frontier.frontier_claim
         self.records = self.frontier.records
-        self.frontier_next_sync = self.frontier.frontier_next_sync
         self.trust = self.signals.trust
         self.record_trust = self.signals.record_trust
         self.reset_trust = self.signals.reset_trust
