@@ -8,6 +8,7 @@ from recrawler.cli.output import Column, Table, json_line, when
 from recrawler.cli.runs import embedder_options
 from recrawler.cli.settings import db_uri
 from recrawler.index import open_kb
+from recrawler.kb.search import MODES
 
 if TYPE_CHECKING:
     import argparse
@@ -27,7 +28,8 @@ def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
     )
     with open_kb(db_uri(settings), embedder=args.embedder, **embedder_options(settings)) as kb:
         # k nearest chunks are k chunks, related or not: a score at or below the floor is no match
-        for hit in (h for h in kb.search(args.query, k=args.k, site=args.site) if h.score > args.min_score):
+        hits = kb.search(args.query, k=args.k, site=args.site, mode=args.mode)
+        for hit in (h for h in hits if h.score > args.min_score):
             if args.json:
                 out.write(json_line(hit.to_dict()))
                 continue
@@ -73,6 +75,12 @@ def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
         help="leave out hits scoring this or less (default %(default)s: no unrelated chunks)",
     )
     p.add_argument("--site", help="only this site's pages (a host, as in `recrawler pages`); default: all")
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        default="hybrid",
+        help="hybrid: words and vectors fused (default); vector: cosine; keyword: words only",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per hit")
     p.add_argument("--embedder", help="embedder spec (default: the one the last published run used)")
     p.add_argument("--base-url", help="OpenAI-protocol base URL (as RECRAWLER_EMBEDDER_BASE_URL)")

@@ -17,6 +17,7 @@ from recrawler.state.sql.pages import SQLPages
 from recrawler.state.sql.readers import SQLReaders
 from recrawler.state.sql.runs import SQLRuns
 from recrawler.state.sql.schedule import SQLSchedule
+from recrawler.state.sql.search import SQLSearchIndex
 from recrawler.state.sql.trust import SQLTrust
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ class RoleMethods:
         self.signals = SQLTrust(db)
         self.readers = SQLReaders(db)
         self.frontier = SQLFrontier(db)
+        self.search_index = SQLSearchIndex(db)
+        self.index_vectors = self.search_index.index_vectors
         self.get = self.pages.get
         self.record = self.pages.record
         self.record_error = self.pages.record_error

@@ -180,6 +180,17 @@ def _run(conn: sqlite3.Connection, work: Work[_T]) -> _T:
 
 
 def _split_sql(sql: str) -> list[str]:
-    """Split a migration file into statements (no semicolons inside our literals)."""
+    """Split a migration file into statements (no semicolons inside our literals; a trigger's
+    body, from its ``BEGIN`` line to its ``END;`` line, stays one statement)."""
     lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    statements: list[str] = []
+    trigger: list[str] = []
+    for part in "\n".join(lines).split(";"):
+        if trigger or part.lstrip().upper().startswith("CREATE TRIGGER"):
+            trigger.append(part)
+            if part.strip().upper() == "END":
+                statements.append(";".join(trigger).strip())
+                trigger = []
+        elif part.strip():
+            statements.append(part.strip())
+    return statements
