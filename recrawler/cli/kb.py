@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import argparse
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from recrawler.cli.output import Column, Table, json_line, when
-from recrawler.cli.runs import embedder_options
 from recrawler.cli.settings import db_uri
 from recrawler.index import open_kb
 from recrawler.kb.search import MODES
 
 if TYPE_CHECKING:
-    import argparse
+    from collections.abc import Callable, Sequence
     from typing import TextIO
 
     from scrapy.settings import Settings
@@ -21,12 +23,17 @@ if TYPE_CHECKING:
 
 def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Search the published knowledge base; hits scoring ``--min-score`` or less are left out."""
+    base_url = settings.get("RECRAWLER_EMBEDDER_BASE_URL")
+    return _search(args, db_uri(settings), {"base_url": base_url} if base_url else {}, out)
+
+
+def _search(args: argparse.Namespace, uri: str, options: dict[str, Any], out: TextIO) -> int:
     table = Table(
         out,
         [Column("SCORE", 5, right=True), Column("VERIFIED", 16), Column("CHANGED", 16), Column("URL")],
         empty=f"no match above score {args.min_score:g}",
     )
-    with open_kb(db_uri(settings), embedder=args.embedder, **embedder_options(settings)) as kb:
+    with open_kb(uri, embedder=args.embedder, **options) as kb:
         # k nearest chunks are k chunks, related or not: a score at or below the floor is no match
         hits = kb.search(args.query, k=args.k, site=args.site, mode=args.mode)
         for hit in (h for h in hits if h.score > args.min_score):
@@ -42,6 +49,40 @@ def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
     if not args.json:
         table.end()
     return 0
+
+
+def fast_search(
+    argv: Sequence[str] | None,
+    flag_parsers: Callable[[object], tuple[argparse.ArgumentParser, argparse.ArgumentParser]],
+    out: TextIO,
+) -> int | None:
+    """Run ``recrawler search`` without loading Scrapy when its settings are its own flags and
+    the environment: ``--db`` or ``$RECRAWLER_DB_URI`` given, no ``-s``, no Scrapy project (no
+    ``scrapy.cfg`` here or above, no ``$SCRAPY_SETTINGS_MODULE``). The answer is the one the
+    full settings give (a project's settings could change it: then None, and the caller builds
+    them). None when this is not such a call."""
+    import sys
+
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    i = 0
+    # the command is the first word after the flags given before it
+    while i < len(tokens) and (tokens[i] in ("-s", "--db") or tokens[i].startswith("--db=")):
+        i += 1 if tokens[i].startswith("--db=") else 2
+    if i >= len(tokens) or tokens[i] != "search" or os.environ.get("SCRAPY_SETTINGS_MODULE"):
+        return None
+    here = Path.cwd().resolve()
+    if any((d / "scrapy.cfg").exists() for d in (here, *here.parents)):
+        return None
+    _, top = flag_parsers(None)
+    parser = argparse.ArgumentParser(prog="recrawler", parents=[top], add_help=False)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _, db = flag_parsers(argparse.SUPPRESS)
+    add_parsers(sub, [db])
+    args = parser.parse_args(tokens)
+    uri = args.db or os.environ.get("RECRAWLER_DB_URI")
+    if args.command != "search" or args.global_set or getattr(args, "set", None) or not uri:
+        return None
+    return _search(args, uri, {"base_url": args.base_url} if args.base_url else {}, out)
 
 
 def cmd_chunks(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:

@@ -100,7 +100,8 @@ class PostgreSQLKnowledgeBase:
             raise ValueError(f"search mode {mode!r}: expected one of {', '.join(MODES)}")
         if k <= 0 or not query.strip():
             return []
-        n = candidates(k)
+        # the vector list alone needs k chunks; fused lists need more of each
+        n = k if mode == "vector" else candidates(k)
         try:
             # one snapshot: the lists and the rows come from the same published state
             with self._conn.transaction():

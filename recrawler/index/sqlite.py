@@ -114,7 +114,8 @@ class SQLiteKnowledgeBase:
             raise ValueError(f"search mode {mode!r}: expected one of {', '.join(MODES)}")
         if k <= 0 or not query.strip():
             return []
-        n = candidates(k)
+        # the vector list alone needs k chunks; fused lists need more of each
+        n = k if mode == "vector" else candidates(k)
         q = None
         if mode != "keyword":
             q = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
@@ -179,7 +180,7 @@ class SQLiteKnowledgeBase:
             raise StateStoreError(msg)
         upper, lower = scores + errors, scores - errors
         resolved: dict[int, list[Ranked]] = {}
-        wanted = min(total, max(64, 4 * n))
+        wanted = min(total, n + 32)
         masked = False
         while True:
             top = np.argpartition(-upper, wanted - 1)[:wanted] if wanted < total else np.arange(total)

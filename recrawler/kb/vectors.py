@@ -91,14 +91,15 @@ class VectorScan:
             vectors.append(blob)
         self._blocks = blocks
         self._tail_ids = np.array(ids, dtype=np.int64)
+        # the tail a dimension at a time too: a query touches the rows of its own dimensions
         self._tail = (
-            np.frombuffer(b"".join(vectors), dtype="<f4").reshape(len(vectors), -1).astype(np.float32)
+            np.ascontiguousarray(np.frombuffer(b"".join(vectors), dtype="<f4").reshape(len(vectors), -1).T)
             if vectors
             else np.empty((0, 0), dtype=np.float32)
         )
         self.dims = None
         if self._tail.size:
-            self.dims = int(self._tail.shape[1])
+            self.dims = int(self._tail.shape[0])
         elif blocks:
             self.dims = int(
                 self.conn.execute(
@@ -119,8 +120,8 @@ class VectorScan:
         n_blocks = len(self._blocks) * BLOCK
         out = np.zeros(n_blocks + len(self._tail_ids), dtype=np.float32)
         errors = np.zeros_like(out)
+        used = np.flatnonzero(q)
         if n_blocks:
-            used = np.flatnonzero(q)
             scale = float(np.linalg.norm(q))
             errors[:n_blocks] = ERROR * scale
             # one statement per 256 dimensions: a dense query (a model's) reads every column
@@ -135,7 +136,10 @@ class VectorScan:
                     part = out[block * BLOCK : (block + 1) * BLOCK]
                     part += np.float32(q[dim]) * column.astype(np.float32)
         if len(self._tail_ids):
-            out[n_blocks:] = self._tail @ q
+            # a sum of scaled rows, no BLAS call: a few dozen dimensions for a hashing query
+            tail = out[n_blocks:]
+            for d in used.tolist():
+                tail += np.float32(q[d]) * self._tail[d]
         return out, errors
 
     def rowids(self, positions: NDArray[np.int64]) -> NDArray[np.int64]:

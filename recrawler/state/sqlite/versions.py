@@ -8,11 +8,8 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from recrawler.detect.boilerplate import EDGE, block_pairs
-from recrawler.detect.hashing import unpack_blocks
 from recrawler.exceptions import SchemaVersionError
 from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, SQLITE, drive
-from recrawler.state.sql.rows import _count_pairs, _rehash
 
 if TYPE_CHECKING:
     import sqlite3
@@ -126,6 +123,11 @@ def fill_block_pairs(conn: sqlite3.Connection, path: str, dry_run: bool) -> None
     through ``block_deltas``: a database with deltas waiting (a run killed before its first
     reconciliation) has its pairs counted by their fold, not here.
     """
+    # imported here: a reader that only checks the schema (open_kb) loads no change detection
+    from recrawler.detect.boilerplate import EDGE, block_pairs
+    from recrawler.detect.hashing import unpack_blocks
+    from recrawler.state.sql.rows import _count_pairs, _rehash
+
     if conn.execute(
         "SELECT EXISTS (SELECT 1 FROM site_pairs) OR EXISTS (SELECT 1 FROM block_deltas)"
     ).fetchone()[0]:
