@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from recrawler.cli.output import Column, Table, json_line, when
 from recrawler.cli.settings import db_uri
+from recrawler.exceptions import ConfigurationError
 from recrawler.index import open_kb
 from recrawler.kb.search import MODES
 
@@ -103,6 +104,31 @@ def cmd_chunks(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
     return 0
 
 
+def cmd_changes(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """What the published runs after ``--since`` did to each page, with its text and chunks."""
+    if args.since is None and args.cursor is None:
+        raise ConfigurationError("changes: give --since RUN (0: everything) or --cursor CURSOR")
+    with open_kb(db_uri(settings), embedder="hashing") as kb:
+        batch = kb.changes(args.since, cursor=args.cursor, limit=args.limit, key=args.key)
+    if args.json:
+        for change in batch.changes:
+            out.write(json_line(change.to_dict()))
+        # the last line: where the next call resumes (a cursor stays valid across runs)
+        out.write(json_line({"cursor": batch.cursor, "upto": batch.upto, "done": batch.done}))
+        return 0
+    table = Table(
+        out,
+        [Column("ACTION", 11), Column("RUN", right=True), Column("CHUNKS", right=True), Column("URL")],
+        empty=f"no page changed by a run published after run {args.since}",
+    )
+    for change in batch.changes:
+        table.row(change.action, change.run_id, len(change.chunks), change.moved_to or change.url)
+    table.end()
+    more = "more" if not batch.done else f"up to run {batch.upto}; next time"
+    out.write(f"{more}: recrawler changes --cursor {batch.cursor}\n")
+    return 0
+
+
 def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     """Register ``search`` and ``chunks``."""
     p = sub.add_parser("search", parents=db, help="search the published knowledge base")
@@ -126,6 +152,16 @@ def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--embedder", help="embedder spec (default: the one the last published run used)")
     p.add_argument("--base-url", help="OpenAI-protocol base URL (as RECRAWLER_EMBEDDER_BASE_URL)")
     p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser(
+        "changes", parents=db, help="pages the published runs after a run changed, with their text and chunks"
+    )
+    p.add_argument("--since", type=int, metavar="RUN", help="after this run (0: everything published)")
+    p.add_argument("--cursor", help="resume where an earlier call stopped (its last line)")
+    p.add_argument("--limit", type=int, default=100, help="pages per call, at most (default %(default)s)")
+    p.add_argument("--key", help="only this page key")
+    p.add_argument("--json", action="store_true", help="one JSON object per page, then the cursor")
+    p.set_defaults(func=cmd_changes)
 
     p = sub.add_parser("chunks", parents=db, help="dump the published knowledge base")
     p.add_argument("--json", action="store_true", help="one JSON object per chunk")

@@ -12,6 +12,7 @@ from recrawler.embedders import Embedder, embedder_from_spec
 from recrawler.exceptions import StateStoreError, StateStoreUnavailable
 from recrawler.index.records import ChunkRow, Hit
 from recrawler.index.visibility import published_pages, visible_from, visible_where
+from recrawler.kb.changes import ChangeBatch, read_changes
 from recrawler.kb.search import MODES, Ranked, candidates, fuse, keyword_terms, term_limit
 from recrawler.redact import redact_text, redact_url
 
@@ -196,6 +197,22 @@ class PostgreSQLKnowledgeBase:
             )
             for r, score in ranked
         ]
+
+    def changes(
+        self, since: int | None = None, *, cursor: str | None = None, limit: int = 100, key: str | None = None
+    ) -> ChangeBatch:
+        """The pages the published runs after run *since* changed (:mod:`recrawler.kb.changes`)."""
+        from recrawler.state.sql.dialect import POSTGRES
+
+        def query(sql: str, params: dict[str, Any]) -> list[Any]:
+            return self._conn.execute(POSTGRES.sql(sql), params).fetchall()
+
+        try:
+            with self._conn.transaction():
+                self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                return read_changes(query, since=since, cursor=cursor, limit=limit, key=key)
+        except self._psycopg_error as exc:
+            raise StateStoreError(f"knowledge base {self.label!r}: {redact_text(str(exc))}") from exc
 
     def chunks(self) -> Iterator[ChunkRow]:
         """Yield every published chunk by page key and position, streaming (a server-side cursor)."""

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from recrawler.embedders import Embedder
+    from recrawler.kb.changes import ChangeBatch
 
 __all__ = ["ChunkRow", "Hit", "KnowledgeBase"]
 
@@ -92,6 +93,12 @@ class KnowledgeBase(Protocol):
 
     def chunks(self) -> Iterator[ChunkRow]:
         """Yield every published chunk, by page key and position."""
+
+    def changes(
+        self, since: int | None = None, *, cursor: str | None = None, limit: int = 100, key: str | None = None
+    ) -> ChangeBatch:
+        """The pages the published runs after run *since* changed, *limit* at a time, by page key
+        (resume with the batch's ``cursor``); only page *key* when given."""
 
     def published_run(self) -> int:
         """Return the id of the last published run (0: none yet)."""

@@ -14,6 +14,7 @@ from recrawler.embedders import Embedder, embedder_from_spec
 from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
 from recrawler.index.records import ChunkRow, Hit
 from recrawler.index.visibility import published_pages, visible_from, visible_where
+from recrawler.kb.changes import ChangeBatch, read_changes
 from recrawler.kb.search import MODES, Ranked, candidates, fuse, keyword_terms, term_limit
 from recrawler.kb.vectors import VectorScan
 
@@ -283,6 +284,23 @@ class SQLiteKnowledgeBase:
             )
             for r, score in ranked
         ]
+
+    def changes(
+        self, since: int | None = None, *, cursor: str | None = None, limit: int = 100, key: str | None = None
+    ) -> ChangeBatch:
+        """The pages the published runs after run *since* changed (:mod:`recrawler.kb.changes`)."""
+
+        def query(sql: str, params: dict[str, Any]) -> list[sqlite3.Row]:
+            return self._conn.execute(sql, params).fetchall()
+
+        try:
+            self._conn.execute("BEGIN")
+            try:
+                return read_changes(query, since=since, cursor=cursor, limit=limit, key=key)
+            finally:
+                self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StateStoreError(f"knowledge base {self.path!r}: {exc}") from exc
 
     def chunks(self) -> Iterator[ChunkRow]:
         """Yield every published chunk by page key and position, streaming."""

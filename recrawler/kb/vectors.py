@@ -84,7 +84,7 @@ class VectorScan:
         after = blocks[-1].last_row if blocks else 0
         ids, vectors = [], []
         for rowid, blob in self.conn.execute(
-            "SELECT rowid, vector FROM embeddings WHERE rowid > ? AND embedder = ? ORDER BY rowid",
+            "SELECT rowid, vector FROM embeddings WHERE rowid > ? AND +embedder = ? ORDER BY rowid",
             (after, self.embedder),
         ):
             ids.append(rowid)

@@ -35,7 +35,8 @@ def build_blocks(embedder: str) -> Work[int]:
     written = 0
     while True:
         found = yield rows(
-            "SELECT rowid, text_hash, vector FROM embeddings WHERE rowid > ? AND embedder = ? "
+            # +embedder: walk the table from the rowid on (the key index would read every row)
+            "SELECT rowid, text_hash, vector FROM embeddings WHERE rowid > ? AND +embedder = ? "
             "ORDER BY rowid LIMIT ?",
             (after, embedder, BLOCK),
         )
