@@ -129,6 +129,17 @@ def cmd_changes(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     return 0
 
 
+def cmd_sync(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """Mirror the published knowledge base into a LangChain vector store (``--store`` builds it)."""
+    from recrawler.extensions.sinks import sync_sink
+
+    counts = sync_sink(db_uri(settings), args.name, args.store)
+    out.write(
+        f"sink {args.name}: {counts['added']} added, {counts['deleted']} deleted, {counts['kept']} kept\n"
+    )
+    return 0
+
+
 def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     """Register ``search`` and ``chunks``."""
     p = sub.add_parser("search", parents=db, help="search the published knowledge base")
@@ -162,6 +173,13 @@ def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--key", help="only this page key")
     p.add_argument("--json", action="store_true", help="one JSON object per page, then the cursor")
     p.set_defaults(func=cmd_changes)
+
+    p = sub.add_parser("sync", parents=db, help="mirror the published knowledge base into a vector store")
+    p.add_argument(
+        "--store", required=True, metavar="MODULE.FACTORY", help="a callable returning the VectorStore"
+    )
+    p.add_argument("--name", required=True, help="the sink's name (its ledger in the database)")
+    p.set_defaults(func=cmd_sync)
 
     p = sub.add_parser("chunks", parents=db, help="dump the published knowledge base")
     p.add_argument("--json", action="store_true", help="one JSON object per chunk")

@@ -137,7 +137,8 @@ def read_changes(
     )
     one_page = " AND p.key = :key" if key is not None else ""
     removed = query(
-        f"""SELECT p.key, p.status, p.moved_to, r.id AS seen FROM pages p JOIN runs r ON r.id = p.last_seen_run
+        f"""SELECT p.key, p.status, p.moved_to, r.id AS seen
+            FROM pages p JOIN runs r ON r.id = p.last_seen_run
             WHERE p.status IN ('gone', 'moved', 'quarantined') AND p.key > :after{one_page}
               AND (SELECT MIN(pub.id) FROM runs pub WHERE pub.state = 'published'
                    AND COALESCE(pub.site, '') = COALESCE(r.site, '') AND pub.id >= r.id) > :since
