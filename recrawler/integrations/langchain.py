@@ -95,6 +95,12 @@ class RecrawlerRetriever(BaseRetriever):
             if self.score_threshold is None or hit.score >= self.score_threshold
         ]
 
+    def __del__(self) -> None:
+        # a retriever dropped without close() (as LangChain's own tests do) releases its connection
+        kb = getattr(self, "__pydantic_private__", None) and self._kb
+        if kb is not None:
+            kb.close()
+
     def close(self) -> None:
         """Release the connection (reopened on the next query)."""
         with self._lock:
