@@ -13,7 +13,16 @@ from recrawler.exceptions import StateStoreError, StateStoreUnavailable
 from recrawler.index.records import ChunkRow, Hit
 from recrawler.index.visibility import published_pages, visible_from, visible_where
 from recrawler.kb.changes import ChangeBatch, read_changes
-from recrawler.kb.search import MODES, Ranked, candidates, fuse, keyword_terms, term_limit
+from recrawler.kb.search import (
+    MODES,
+    Ranked,
+    bm25,
+    candidates,
+    fuse,
+    keyword_terms,
+    similarity_order,
+    term_limit,
+)
 from recrawler.redact import redact_text, redact_url
 
 if TYPE_CHECKING:
@@ -125,18 +134,48 @@ class PostgreSQLKnowledgeBase:
             where += " AND p.site = %(site)s"
             params["site"] = site
         distance = f"CAST(e.embedding AS vector({dims})) <=> CAST(%(q)s AS vector({dims}))"
-        sql = f"""SELECT c.id, c.key, c.chunk_index, {distance} AS distance
+        sql = f"""SELECT c.id, c.key, c.chunk_index, c.chunk_hash, {distance} AS distance
                   FROM embeddings e JOIN chunks c ON c.chunk_hash = e.text_hash
                   {visible_from("c")} LEFT JOIN {published_pages()} p ON p.key = c.key
                   WHERE {where} ORDER BY {distance} LIMIT %(k)s"""
-        found = self._conn.execute(sql, params).fetchall()
-        ranked = [
-            Ranked(r["id"], r["key"], r["chunk_index"], 1.0 - float(r["distance"]))
+        while True:
+            found = self._conn.execute(sql, params).fetchall()
+            ranked = self._texts_to_chunks(found, site)
+            # rows are chunks, and chunks of one text tie: a cut that falls on a tie may have left
+            # out another text of the same score (SQLite ranks every chunk of every text): fetch more
+            scores = [1.0 - float(r["distance"]) for r in found if r["distance"] is not None]
+            if len(found) < params["k"] or len(ranked) < k or params["k"] >= 4096:
+                break
+            if round(min(scores), 6) < round(ranked[k - 1].similarity or 0.0, 6):
+                break
+            params["k"] *= 4
+        return ranked[:k]
+
+    def _texts_to_chunks(self, found: list[Any], site: str | None) -> list[Ranked]:
+        """Every visible chunk (of *site*) of the texts in *found* (rows with ``chunk_hash`` and
+        ``distance``) whose cosine is above 0, best first, ties by page key and position."""
+        # a zero vector (no word the embedder knows) has no distance; cosine 0 or less is no match
+        score = {
+            r["chunk_hash"]: 1.0 - float(r["distance"])
             for r in found
-            # a zero vector (no word the embedder knows) has no distance; cosine 0 or less is no match
             if r["distance"] is not None and not np.isnan(r["distance"]) and 1.0 - float(r["distance"]) > 0.0
+        }
+        if not score:
+            return []
+        where = f"c.chunk_hash = ANY(%(hashes)s) AND {visible_where('c')}"
+        params: dict[str, Any] = {"hashes": list(score)}
+        if site is not None:
+            where += " AND p.site = %(site)s"
+            params["site"] = site
+        ranked = [
+            Ranked(r["id"], r["key"], r["chunk_index"], score[r["chunk_hash"]])
+            for r in self._conn.execute(
+                f"""SELECT c.id, c.key, c.chunk_index, c.chunk_hash FROM chunks c {visible_from("c")}
+                    LEFT JOIN pages p ON p.key = c.key WHERE {where}""",
+                params,
+            )
         ]
-        ranked.sort(key=lambda r: (-(r.similarity or 0.0), r.key, r.chunk_index))
+        ranked.sort(key=similarity_order)
         return ranked
 
     def _keyword(self, query: str, n: int, site: str | None) -> list[Ranked]:
@@ -148,7 +187,7 @@ class PostgreSQLKnowledgeBase:
         top = self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM chunks").fetchone()
         size = int(top[0]) if top is not None else 0
         limit = term_limit(size)
-        used = []
+        df: dict[str, int] = {}
         for term in terms:
             row = self._conn.execute(
                 f"SELECT COUNT(*) FROM (SELECT 1 FROM chunks c WHERE {_WORDS} @@ to_tsquery('simple', %(t)s) "
@@ -156,10 +195,10 @@ class PostgreSQLKnowledgeBase:
                 {"t": f"'{term}'", "limit": limit + 1},
             ).fetchone()
             if row is not None and 0 < int(row[0]) <= limit:
-                used.append(term)
-        if not used:
+                df[term] = int(row[0])
+        if not df:
             return []
-        params: dict[str, Any] = {"q": " | ".join(f"'{t}'" for t in used), "n": n}
+        params: dict[str, Any] = {"q": " | ".join(f"'{t}'" for t in df), "n": 4 * n}
         where = f"{_WORDS} @@ to_tsquery('simple', %(q)s) AND {visible_where('c')}"
         if site is not None:
             where += " AND p.site = %(site)s"
@@ -170,10 +209,15 @@ class PostgreSQLKnowledgeBase:
             "|| to_tsvector('simple', regexp_replace(c.text, '[^[:alnum:]]+', ' ', 'g')), "
             "to_tsquery('simple', %(q)s), 1)"
         )
-        sql = f"""SELECT c.id, c.key, c.chunk_index, {rank} AS rank
+        # the best few times n matches by PostgreSQL's rank, then ranked as SQLite ranks them
+        sql = f"""SELECT c.id, c.key, c.chunk_index, c.heading, c.text, {rank} AS rank
                   FROM chunks c {visible_from("c")} LEFT JOIN pages p ON p.key = c.key
                   WHERE {where} ORDER BY rank DESC, c.key, c.chunk_index LIMIT %(n)s"""
-        return [Ranked(r["id"], r["key"], r["chunk_index"]) for r in self._conn.execute(sql, params)]
+        pool = [
+            (Ranked(r["id"], r["key"], r["chunk_index"]), r["heading"], r["text"])
+            for r in self._conn.execute(sql, params)
+        ]
+        return bm25(pool, df, size, n)
 
     def _hits(self, ranked: list[tuple[Ranked, float]]) -> list[Hit]:
         if not ranked:

@@ -15,7 +15,16 @@ from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStore
 from recrawler.index.records import ChunkRow, Hit
 from recrawler.index.visibility import published_pages, visible_from, visible_where
 from recrawler.kb.changes import ChangeBatch, read_changes
-from recrawler.kb.search import MODES, Ranked, candidates, fuse, keyword_terms, term_limit
+from recrawler.kb.search import (
+    MODES,
+    Ranked,
+    bm25,
+    candidates,
+    fuse,
+    keyword_terms,
+    similarity_order,
+    term_limit,
+)
 from recrawler.kb.vectors import VectorScan
 
 if TYPE_CHECKING:
@@ -206,7 +215,7 @@ class SQLiteKnowledgeBase:
                 upper = np.where(keep, upper, -np.inf)
                 masked = True
             wanted = min(total, wanted * 4)
-        rescore = [p for p, hits in resolved.items() if hits and upper[p] > floor]
+        rescore = [p for p, hits in resolved.items() if hits and upper[p] >= floor]
         rowids = {p: int(self._scan.rowids(np.array([p], dtype=np.int64))[0]) for p in rescore}
         exact = self._scan.exact(list(rowids.values()), q)
         ranked = [
@@ -215,28 +224,29 @@ class SQLiteKnowledgeBase:
             for r in resolved[p]
             if exact.get(rowids[p], 0.0) > 0.0
         ]
-        ranked.sort(key=lambda r: (-(r.similarity or 0.0), r.key, r.chunk_index))
+        ranked.sort(key=similarity_order)
         return ranked[:n]
 
     def _keyword(self, query: str, n: int, site: str | None) -> list[Ranked]:
-        """The *n* visible chunks that best match *query*'s words (BM25, a heading counting
-        twice), best first."""
+        """The *n* visible chunks that best match *query*'s words, best first: FTS5 finds the
+        best few times *n* matches, :func:`~recrawler.kb.search.bm25` ranks them (as on
+        PostgreSQL)."""
         terms = keyword_terms(query)
         if not terms:
             return []
         size = int(self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM chunks").fetchone()[0])
         limit = term_limit(size)
-        used = []
+        df: dict[str, int] = {}
         for term in terms:
             row = self._conn.execute("SELECT doc FROM chunks_fts_terms WHERE term = ?", (term,)).fetchone()
             if row is not None and 0 < row[0] <= limit:
-                used.append(term)
-        if not used:
+                df[term] = int(row[0])
+        if not df:
             return []
-        match = " OR ".join(f'"{t}"' for t in used)
-        ranked: list[Ranked] = []
+        match = " OR ".join(f'"{t}"' for t in df)
+        pool: list[tuple[Ranked, str, str]] = []
         offset, page = 0, 4 * n
-        while len(ranked) < n:
+        while len(pool) < 4 * n:
             ids = [
                 r[0]
                 for r in self._conn.execute(
@@ -248,16 +258,16 @@ class SQLiteKnowledgeBase:
             if not ids:
                 break
             params: list[Any] = list(ids)
-            sql = "SELECT c.id, c.key, c.chunk_index " + self._visible(
+            sql = "SELECT c.id, c.key, c.chunk_index, c.heading, c.text " + self._visible(
                 f"c.id IN ({','.join('?' * len(ids))})", params, site
             )
-            visible = {
-                r["id"]: Ranked(r["id"], r["key"], r["chunk_index"]) for r in self._conn.execute(sql, params)
-            }
-            ranked.extend(visible[i] for i in ids if i in visible)
+            pool.extend(
+                (Ranked(r["id"], r["key"], r["chunk_index"]), r["heading"], r["text"])
+                for r in self._conn.execute(sql, params)
+            )
             offset += page
             page *= 4
-        return ranked[:n]
+        return bm25(pool, df, size, n)
 
     def _hits(self, ranked: list[tuple[Ranked, float]]) -> list[Hit]:
         if not ranked:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["MODES", "Ranked", "candidates", "fuse", "keyword_terms", "term_limit"]
+__all__ = ["MODES", "Ranked", "bm25", "candidates", "fuse", "keyword_terms", "similarity_order", "term_limit"]
 
 #: ``hybrid``: keyword and vector lists fused; ``vector``: cosine only; ``keyword``: words only
 MODES = ("hybrid", "vector", "keyword")
@@ -67,6 +67,42 @@ class Ranked:
     similarity: float | None = None
 
 
+def bm25(
+    candidates: Sequence[tuple[Ranked, str, str]], df: dict[str, int], total: int, n: int
+) -> list[Ranked]:
+    """The *n* best of *candidates* (chunk, heading, text) for the words *df* (word -> chunks that
+    have it, of *total*) by Okapi BM25 (k1 1.2, b 0.75; a heading's words count twice), best
+    first, ties by page key and position. Both backends rank their full-text matches with it, so
+    they agree on the keyword list."""
+    import math
+
+    docs = []
+    for r, heading, text in candidates:
+        words = _WORD.findall(heading.lower()) * 2 + _WORD.findall(text.lower())
+        counts: dict[str, int] = {}
+        for w in words:
+            if w in df:
+                counts[w] = counts.get(w, 0) + 1
+        docs.append((r, len(words), counts))
+    if not docs:
+        return []
+    avg = sum(length for _, length, _ in docs) / len(docs) or 1.0
+    idf = {w: math.log(1.0 + (total - d + 0.5) / (d + 0.5)) for w, d in df.items()}
+    scored = []
+    for r, length, counts in docs:
+        s = sum(idf[w] * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / avg)) for w, tf in counts.items())
+        if s > 0:
+            scored.append((r, s))
+    scored.sort(key=lambda t: (-round(t[1], 6), t[0].key, t[0].chunk_index))
+    return [r for r, _ in scored[:n]]
+
+
+def similarity_order(r: Ranked) -> tuple[float, str, int]:
+    """Sort key of a vector list: cosine (to 6 decimals: the backends' float sums differ in the
+    last digits), then page key and position."""
+    return (-round(r.similarity or 0.0, 6), r.key, r.chunk_index)
+
+
 def fuse(
     vector: Sequence[Ranked], keyword: Sequence[Ranked], mode: str, k: int
 ) -> list[tuple[Ranked, float]]:
@@ -86,5 +122,5 @@ def fuse(
                 if r.id not in first or first[r.id].similarity is None:
                     first[r.id] = r
         scored = [(first[i], s / best) for i, s in total.items()]
-    scored.sort(key=lambda t: (-round(t[1], 9), t[0].key, t[0].chunk_index))
+    scored.sort(key=lambda t: (-round(t[1], 6), t[0].key, t[0].chunk_index))
     return scored[:k]
