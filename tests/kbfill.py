@@ -27,13 +27,13 @@ T0 = datetime(2026, 3, 1, 6, 0, 0, tzinfo=UTC)
 HOLDER = f"{socket.gethostname()} pid {os.getpid()}"
 
 
-def page_record(name: str, site: str = SITE) -> PageRecord:
+def page_record(name: str, site: str = SITE, first_seen: datetime = T0) -> PageRecord:
     return PageRecord(
         key=f"{site}/{name}",
         site=site,
         url=f"https://{site}/{name}",
         content_hash=f"h-{name}",
-        first_seen=T0,
+        first_seen=first_seen,
         title=name.title(),
     )
 
@@ -45,9 +45,11 @@ async def fill(uri: str, pages: Mapping[str, Sequence[str]], *, site: str = SITE
     store = store_from_uri(uri, settings)
     await store.open()
     try:
-        run = await store.begin_run("docs", site, T0, holder=HOLDER, lease_secs=0)
+        now = datetime.now(UTC)
+        run = await store.begin_run("docs", site, now, holder=HOLDER, lease_secs=0)
         for name, texts in pages.items():
-            rec = page_record(name, site)
+            stored = await store.get(f"{site}/{name}")
+            rec = page_record(name, site, stored.first_seen if stored is not None else now)
             chunks = [
                 Chunk(
                     key=rec.key,
@@ -61,7 +63,7 @@ async def fill(uri: str, pages: Mapping[str, Sequence[str]], *, site: str = SITE
             ]
             await store.record(run, rec, [], chunks=chunks)
         await embed_missing(store, HashingEmbedder())
-        await store.publish(run.id, T0)
+        await store.publish(run.id, now)
         await store.index_vectors(HashingEmbedder().id)
         return run.id
     finally:

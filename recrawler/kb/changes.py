@@ -158,8 +158,11 @@ def read_changes(
         found.setdefault(r["key"], (int(run), r["status"], r["moved_to"]))
     keys = sorted(found)[:limit]
     more = len(found) > limit
-    since_started = query("SELECT started_at FROM runs WHERE id = :since", {"since": since})
-    started = since_started[0]["started_at"] if since_started else None
+    # a page first seen after run `since` ended is new to a reader that is up to date with it
+    ended = query(
+        "SELECT COALESCE(finished_at, started_at) AS at FROM runs WHERE id = :since", {"since": since}
+    )
+    started = ended[0]["at"] if ended else None
     changes = [_page_change(query, k, *found[k], started) for k in keys]
     if more:
         return ChangeBatch(
@@ -224,7 +227,7 @@ def _page_change(
             text = zlib.decompress(bytes(stored[0]["text"])).decode("utf-8")
     if text is None:
         text = "\n\n".join(c.text for c in chunks)
-    new = since_started is None or (p is not None and p["first_seen"] >= since_started)
+    new = since_started is None or (p is not None and p["first_seen"] > since_started)
     return PageChange(
         key=key,
         url=url,
