@@ -98,3 +98,12 @@ def contents(name: str, store: Any) -> dict[str, str]:
         ).fetchall()
     assert len(rows) == len({r[0] for r in rows})
     return {str(r[0]): r[1] for r in rows}
+
+
+def close(name: str, store: Any) -> None:
+    """Release what a store holds (Qdrant's file lock, PGVector's pooled connections)."""
+    store = getattr(store, "store", store)
+    if name == "qdrant":
+        store.client.close()
+    elif name == "pgvector":
+        store._engine.dispose()

@@ -63,8 +63,7 @@ def sync(uri: str, name: str) -> dict[str, int]:
     try:
         return VectorStoreSync(uri, store, name=name, batch_size=16).sync()
     finally:
-        if name == "qdrant":
-            store.client.close()
+        stores.close(name, store)
 
 
 def held(uri: str, name: str) -> dict[str, str]:
@@ -72,8 +71,7 @@ def held(uri: str, name: str) -> dict[str, str]:
     try:
         return stores.contents(name, store)
     finally:
-        if name == "qdrant":
-            store.client.close()
+        stores.close(name, store)
 
 
 @pytest.mark.parametrize("store_env", STORES, indirect=True)

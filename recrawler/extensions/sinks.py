@@ -72,4 +72,14 @@ def sync_sink(uri: str, name: str, path: str) -> dict[str, int]:
     from recrawler.kb.sync import VectorStoreSync
 
     store = load_object(path)()
-    return VectorStoreSync(uri, store, name=name).sync()
+    try:
+        return VectorStoreSync(uri, store, name=name).sync()
+    finally:
+        # stores keep clients and pools open; a sink's store lives for one sync
+        for owner in (store, getattr(store, "client", None)):
+            close = getattr(owner, "close", None)
+            if callable(close):
+                close()
+        engine = getattr(store, "_engine", None)
+        if engine is not None and callable(getattr(engine, "dispose", None)):
+            engine.dispose()
