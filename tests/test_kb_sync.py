@@ -148,3 +148,25 @@ async def test_a_sync_killed_half_way_resumes_without_duplicates_or_orphans(
     argv = ["sync", "--store", f"tests.stores.{store_env}", "--name", store_env, "--db", crawls.db_uri]
     assert await asyncio.to_thread(cli_main, argv) == 0
     assert await asyncio.to_thread(held, crawls.db_uri, store_env) == want
+
+
+@pytest.mark.parametrize("store_env", ["chroma"], indirect=True)
+@deferred_f_from_coro_f
+async def test_a_published_run_syncs_the_configured_stores(
+    site: Site, crawls: Crawls, store_env: str
+) -> None:
+    paths = [f"guide{i:03d}.html" for i in range(40)]
+    for i, path in enumerate(paths):
+        site.write(path, page(i), mtime=T0)
+    sitemap = site.write_sitemap(paths)
+    sinks = {"RECRAWLER_VECTORSTORE_SINKS": {"chroma": "tests.stores.chroma"}}
+    r1 = await crawls.crawl(sitemap, **sinks)
+    assert r1.report["index"]["state"] == "published"
+    assert await asyncio.to_thread(held, crawls.db_uri, "chroma") == published(crawls.db_uri)
+    # a held run syncs nothing: the store keeps the published version
+    for i in range(30):
+        site.write(paths[i], page(i, version=2), mtime=T0 + 10)
+    before = await asyncio.to_thread(held, crawls.db_uri, "chroma")
+    r2 = await crawls.crawl(sitemap, RECRAWLER_CHANGE_ALERT_RATIO=0.1, **sinks)
+    assert r2.report["index"]["state"] == "held"
+    assert await asyncio.to_thread(held, crawls.db_uri, "chroma") == before == published(crawls.db_uri)
