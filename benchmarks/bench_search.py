@@ -266,6 +266,55 @@ def print_scale(rows: list[dict[str, Any]]) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+TEMPLATES = (
+    "how does {h} work?",
+    "tell me about {h}",
+    "what is {h}?",
+    "{h} in meson",
+    "where is {h} explained?",
+)
+
+
+def make_questions(tarball: Path, count: int = 150) -> list[tuple[str, str, str]]:
+    """(question, answer page, the heading it comes from): a heading of the page's main text
+    (``#page-description``) that no other page has, of two words or more, turned into a question
+    by a template; at most two per page, pages in a seeded order (release notes last)."""
+    import hashlib
+    import random
+    import tarfile
+
+    import lxml.html
+
+    pages: dict[str, list[str]] = {}
+    with tarfile.open(tarball) as tar:
+        for m in sorted(tar.getmembers(), key=lambda m: m.name):
+            if not (m.isfile() and m.name.endswith(".html")):
+                continue
+            root = lxml.html.fromstring(tar.extractfile(m).read())  # type: ignore[union-attr]
+            main = root.xpath('//div[@id="page-description"]')
+            if main:
+                pages[Path(m.name).name] = [
+                    " ".join(h.text_content().split()) for h in main[0].xpath(".//h1|.//h2|.//h3")
+                ]
+    seen: dict[str, int] = {}
+    for heads in pages.values():
+        for h in {h.lower() for h in heads}:
+            seen[h] = seen.get(h, 0) + 1
+    order = sorted(
+        pages, key=lambda p: (p.startswith("Release-notes"), hashlib.sha256(p.encode()).hexdigest())
+    )
+    rng = random.Random(1)
+    out: list[tuple[str, str, str]] = []
+    for name in order:
+        usable = [h for h in pages[name] if seen[h.lower()] == 1 and len(h.split()) >= 2]
+        for h in rng.sample(usable, min(2, len(usable))):
+            text = h.rstrip(".:?!").lower()
+            out.append((rng.choice(TEMPLATES).format(h=text), name, h))
+        if len(out) >= count:
+            break
+    return out[:count]
+
+
 def load_questions() -> list[tuple[str, str]]:
     """(question, answer page file name) pairs of the labelled set."""
     out = []
@@ -383,6 +432,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = cli_main(sys.argv[3:])
         Path(sys.argv[2]).write_text(str(proc_status_mib("VmHWM")), encoding="utf-8")
         return code
+    if argv is None and len(sys.argv) > 2 and sys.argv[1] == "--make-questions":
+        # python -m benchmarks.bench_search --make-questions DOCS.tar.gz > benchmarks/data/questions.tsv
+        print("# question\tanswer page\tthe page's heading it was made from (benchmarks/bench_search.py)")
+        for row in make_questions(Path(sys.argv[2])):
+            print("\t".join(row))
+        return 0
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--search-child":
         _, _, uri, queries_path, mode = sys.argv
         print(json.dumps(search_child(uri, Path(queries_path), mode)))
