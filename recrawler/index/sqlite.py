@@ -85,7 +85,7 @@ class SQLiteKnowledgeBase:
         if "chunks" not in tables or "vector_blocks" not in tables:
             self._conn.close()
             raise SchemaVersionError(
-                f"{path!r} has no search index yet (schema older than 10): run a crawl to upgrade it"
+                f"{path!r} has no search index yet (schema older than 11): run a crawl to upgrade it"
             )
         if embedder is None:
             row = self._conn.execute(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from recrawler.exceptions import ConfigurationError
 from recrawler.index.records import ChunkRow
-from recrawler.index.visibility import visible_from, visible_where
+from recrawler.index.visibility import published_pages, visible_from, visible_where
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -138,7 +138,7 @@ def read_changes(
     one_page = " AND p.key = :key" if key is not None else ""
     removed = query(
         f"""SELECT p.key, p.status, p.moved_to, r.id AS seen
-            FROM pages p JOIN runs r ON r.id = p.last_seen_run
+            FROM {published_pages()} p JOIN runs r ON r.id = p.last_seen_run
             WHERE p.status IN ('gone', 'moved', 'quarantined') AND p.key > :after{one_page}
               AND (SELECT MIN(pub.id) FROM runs pub WHERE pub.state = 'published'
                    AND COALESCE(pub.site, '') = COALESCE(r.site, '') AND pub.id >= r.id) > :since
@@ -180,7 +180,8 @@ def _page_change(
     since_started: str | None,
 ) -> PageChange:
     page = query(
-        "SELECT url, title, status, content_hash, first_seen FROM pages WHERE key = :key", {"key": key}
+        f"SELECT url, title, status, content_hash, first_seen FROM {published_pages()} p WHERE key = :key",
+        {"key": key},
     )
     p = page[0] if page else None
     url = p["url"] if p is not None else key

@@ -348,9 +348,10 @@ page_before = Table(
     Column("f_blocks", LargeBinary),
     CheckConstraint("kind IN ('new', 'changed')"),
     Index("page_before_site", "site"),
+)
 
 # the cached vectors of one embedder in blocks of 16,384, one float16 column per dimension (schema
-# 10, SQLite only: PostgreSQL searches with pgvector); chunks_fts, the FTS5 keyword index, is a
+# 11, SQLite only: PostgreSQL searches with pgvector); chunks_fts, the FTS5 keyword index, is a
 # virtual table and not described here
 vector_blocks = Table(
     "vector_blocks",
