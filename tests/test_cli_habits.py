@@ -36,6 +36,8 @@ MINIMAL = {
     "normalize": ["https://docs.example.com/a"],
     "crawl": ["https://docs.example.com/sitemap.xml"],
     "events": ["deliver"],
+    "changes": ["--since", "0"],
+    "sync": ["--store", "tests.stores.chroma", "--name", "chroma"],
 }
 
 
