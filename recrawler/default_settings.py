@@ -191,6 +191,9 @@ RECRAWLER_EMBEDDER_TIMEOUT_SECS = 60.0
 RECRAWLER_PUBLISH = "run"
 # A change spike (see RECRAWLER_CHANGE_ALERT_RATIO) needs at least this many new+changed pages.
 RECRAWLER_CHANGE_ALERT_MIN = 10
+# LangChain vector stores mirrored after each published run: {name: import path of a callable
+# that returns the VectorStore} (recrawler.kb.sync; empty: none).
+RECRAWLER_VECTORSTORE_SINKS: dict[str, str] = {}
 # Crawl and classify, report what would be embedded, deleted and published; write nothing.
 RECRAWLER_DRY_RUN = False
 

@@ -59,6 +59,18 @@ SMALLEST = [
         marks=needs_numpy,
     ),
     pytest.param(
+        "bench_search",
+        ["--parts", "scale", "--chunks", "2000", "--queries", "5", "--cold", "1"]
+        + (
+            ["--postgres-uri", uri]
+            if (uri := os.environ.get("RECRAWLER_TEST_POSTGRES_URI"))
+            else ["--no-postgres"]
+        ),
+        "scale",
+        id="search",
+        marks=needs_numpy,
+    ),
+    pytest.param(
         "bench_scale",
         ["--pages", "200", "--chunks", "2000", "--worker-pages", "100", "--queries", "20"]
         + (["--postgres-uri", uri] if (uri := os.environ.get("RECRAWLER_TEST_POSTGRES_URI")) else []),
