@@ -199,11 +199,11 @@ def measure(
             (r[0], r[1]): r[2] for r in kb._conn.execute("SELECT key, chunk_index, id FROM chunks").fetchall()
         }
         for label, site in (("all sites", None), (f"--site {SITE_B}", SITE_B)):
-            kb.search(queries[0], k=k, site=site)  # warm-up
+            kb.search(queries[0], k=k, site=site, mode="vector")  # warm-up
             times, right, strict, total = [], 0, 0, 0
             for text, q in zip(queries[1:], qvecs[1:], strict=True):
                 t0 = time.perf_counter()
-                hits = kb.search(text, k=k, site=site)
+                hits = kb.search(text, k=k, site=site, mode="vector")
                 times.append((time.perf_counter() - t0) * 1000)
                 want, kth = exact_top(vectors, masks[label], np.asarray(q, dtype=np.float32), k)
                 got = [ids[(h.chunk.key, h.chunk.chunk_index)] for h in hits]

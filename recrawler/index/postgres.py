@@ -137,17 +137,27 @@ class PostgreSQLKnowledgeBase:
         """The *n* visible chunks nearest to *query* whose cosine is above 0, best first."""
         k = n
         q = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
-        # twice the hits asked for: a cut between chunks whose cosines round alike is made as on
-        # SQLite (page key and position), not by the last digits of PostgreSQL's sums
-        found = self._nearest(q, 2 * k, site)
-        ranked = [
-            Ranked(r["id"], r["key"], r["chunk_index"], 1.0 - float(r["distance"]))
-            for r in found
-            # a zero vector (no word the embedder knows) has no distance; cosine 0 or less is no match
-            if r["distance"] is not None and not np.isnan(r["distance"]) and 1.0 - float(r["distance"]) > 0.0
-        ]
-        ranked.sort(key=similarity_order)
-        return ranked[:k]
+        # more than the hits asked for: a cut between chunks whose cosines round alike is made as
+        # on SQLite (page key and position), not by the last digits of PostgreSQL's sums
+        fetch = 2 * k
+        while True:
+            found = self._nearest(q, fetch, site)
+            ranked = [
+                Ranked(r["id"], r["key"], r["chunk_index"], 1.0 - float(r["distance"]))
+                for r in found
+                # a zero vector (no word the embedder knows) has no distance; cosine 0 or less is no match
+                if r["distance"] is not None
+                and not np.isnan(r["distance"])
+                and 1.0 - float(r["distance"]) > 0.0
+            ]
+            ranked.sort(key=similarity_order)
+            # rows left out past the cut may tie with the k-th hit: fetch more until none can
+            if len(found) < fetch or len(ranked) <= k or fetch >= 65536:
+                return ranked[:k]
+            last = round(min(r.similarity or 0.0 for r in ranked), 6)
+            if last < round(ranked[k - 1].similarity or 0.0, 6):
+                return ranked[:k]
+            fetch *= 4
 
     def _keyword(self, query: str, n: int, site: str | None) -> list[Ranked]:
         """The *n* visible chunks that best match *query*'s words (``ts_rank_cd``, a heading
