@@ -28,7 +28,7 @@ from recrawler.items import Page
 from recrawler.redact import redact_url
 from recrawler.runtime import find_runtime
 from recrawler.state.records import LIVE, PageRecord
-from recrawler.urls import KeyMaker, UrlPolicy, key_host
+from recrawler.urls import KeyMaker, UrlPolicy, key_host, resolve_dots
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
@@ -543,9 +543,12 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         limit = self.settings.getint("RECRAWLER_FOLLOW_DEPTH_LIMIT")
         most = self.settings.getint("RECRAWLER_FOLLOW_MAX_LINKS")
         for link in self._link_extractor.extract_links(response):
-            if not self._allowed(link.url, "link"):
+            # the page a server answers for /docs/../private/x is /private/x: the prefix test
+            # (and the request) take the path with its dot segments resolved
+            url = resolve_dots(link.url)
+            if not self._allowed(url, "link"):
                 continue
-            if not urlsplit(link.url).path.startswith(self.follow_prefixes):
+            if not urlsplit(url).path.startswith(self.follow_prefixes):
                 self._inc("recrawler/follow/offsite")
                 continue
             if depth > limit:
@@ -557,7 +560,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             self._follow_requests += 1
             self._inc("recrawler/follow/links")
             yield Request(
-                link.url,
+                url,
                 callback=self.parse,
                 meta={meta.FOUND_VIA: "link", meta.FOUND_FROM: response.url, meta.DEPTH: depth},
             )

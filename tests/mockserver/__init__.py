@@ -1,5 +1,7 @@
 """Local HTTP server for crawl tests: ``ROOT/<site>/<path>`` with validators and a request log.
 
+Paths map to files as nginx maps them: empty segments merged (``//``), dot segments resolved.
+
 Run ``python -m tests.mockserver ROOT``; the first stdout line is the base URL. Per-path options
 come from ``ROOT/<site>/_meta.json`` (see ``OPTIONS``) and each request is appended as one JSON
 line to ``ROOT/<site>/_requests.jsonl`` (requests outside a site go to ``ROOT/_requests.jsonl``).
@@ -13,6 +15,7 @@ import hashlib
 import itertools
 import json
 import os
+import posixpath
 import re
 import secrets
 import sys
@@ -146,7 +149,9 @@ class SiteTree(Resource):
         self.root = root
 
     def render(self, request: Request) -> bytes | int:
-        path = unquote(request.path.decode("ascii", "replace"))
+        # as nginx maps a path: empty segments merged (merge_slashes), dot segments resolved
+        path = posixpath.normpath(unquote(request.path.decode("ascii", "replace")))
+        path = ("/" + path.lstrip("/")) + ("/" if request.path.endswith(b"/") and path != "/" else "")
         raw_query = request.uri.partition(b"?")[2]
         query = "?" + raw_query.decode("ascii", "replace") if raw_query else ""
         site, _, rest = path.removeprefix("/").partition("/")

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from recrawler.state.sql.database import Reader
     from recrawler.state.sql.dialect import Work
 
-__all__ = ["CHECKS", "Finding", "check", "repair"]
+__all__ = ["CHECKS", "UNREPAIRED", "Finding", "check", "repair"]
 
 _PUBLISHED = "SELECT COALESCE(MAX(id), 0) FROM runs WHERE state = 'published'"
 # the current chunk rows of a page: what its stored state says the bot should read
@@ -33,9 +33,16 @@ CHECKS = {
     "refused_url": "a stored page whose URL is not http(s) without credentials (repair: marked gone)",
     "duplicate_key": "two stored pages are one page under the current URL rules (repair: the one "
     "stored under the other key is marked gone)",
+    "duplicate_content": "one text is the live content of several page keys of a site, so search "
+    "shows it twice (not repaired: which address is the page is the site's call; redirect the "
+    "others, or list one)",
     "moved_dangling": "a moved page whose new address is not live (repair: checked again next run)",
     "stale_run": "a run left running with no live lease (repair: marked aborted)",
 }
+
+
+#: checks ``--repair`` reports but leaves alone: the fix is a decision about the site
+UNREPAIRED = frozenset({"duplicate_content"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,6 +134,16 @@ def check(conn: Reader, key_maker: Callable[[str], str], *, limit: int = 1000) -
     )
     add("refused_url", refused)
     add("duplicate_key", _duplicate_keys(conn, key_maker))
+    add(
+        "duplicate_content",
+        _rows(
+            conn,
+            f"""SELECT MIN(p.key), 'the same text under ' || COUNT(*) || ' keys: '
+                  || {conn.dialect.group_concat}(p.key, ', ')
+                FROM pages p WHERE p.status = 'live' AND p.content_hash IS NOT NULL AND p.chunks > 0
+                GROUP BY p.site, p.content_hash HAVING COUNT(*) > 1""",
+        ),
+    )
     add(
         "moved_dangling",
         _rows(
