@@ -12,6 +12,8 @@ if TYPE_CHECKING:
 
 #: exit codes of ``scrapy crawl`` / ``recrawler crawl`` (1 stays Scrapy's own: a crash)
 EXIT_OK, EXIT_CONFIG, EXIT_HELD, EXIT_GUARD, EXIT_STATE, EXIT_BUSY = 0, 2, 3, 4, 5, 6
+#: an outage reason: robots.txt forbade more than RECRAWLER_MAX_ERROR_RATIO of the page requests
+OUTAGE_ROBOTS = "robots_forbidden"
 #: hold reasons: the run waits for ``recrawler runs approve`` / ``discard``
 HOLD_MASS_REMOVAL, HOLD_SPIKE, HOLD_SAME_CONTENT = "mass_removal", "change_spike", "same_content"
 
@@ -107,6 +109,7 @@ def outage_reasons(
     failed: int,
     max_error_ratio: float,
     state_errors: int,
+    robots_forbidden: int = 0,
 ) -> list[str]:
     """Reasons not to trust a run's absence evidence (empty: trust it)."""
     why = []
@@ -119,6 +122,9 @@ def outage_reasons(
         why.append("listing_shrunk")
     if requests and failed / requests > max_error_ratio:
         why.append("error_ratio")
+    if robots_forbidden and robots_forbidden / (requests + robots_forbidden) > max_error_ratio:
+        # robots.txt forbade most of the listing (a staging one, deployed): the run checked nothing
+        why.append(OUTAGE_ROBOTS)
     if state_errors:
         why.append("state_error")
     return why
@@ -147,6 +153,7 @@ __all__ = [
     "HOLD_MASS_REMOVAL",
     "HOLD_SAME_CONTENT",
     "HOLD_SPIKE",
+    "OUTAGE_ROBOTS",
     "Verdicts",
     "exit_code",
     "is_spike",

@@ -15,6 +15,7 @@ from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
+from recrawler.redact import redact_text, redact_url
 from recrawler.runtime import runtime_of
 from recrawler.state import GONE, LIVE, MOVED, Event, PageRecord, RecordHints, utcnow
 from recrawler.urls import KeyMaker, UrlPolicy, key_host, url_host
@@ -280,13 +281,19 @@ class ConditionalRequestMiddleware:
                 self._inc("recrawler/sitemap/error")
                 logger.error(
                     "sitemap %(url)s answered HTTP %(status)d",
-                    {"url": response.url, "status": response.status},
+                    {"url": redact_url(response.url), "status": response.status},
                 )
             return response
         if not is_page_request(request):
             return response
         status = response.status
         key = request_key(request, self.key_maker)
+        if request.meta.pop(meta.TOO_LARGE, False):
+            # its body decompressed past DOWNLOAD_MAXSIZE (a gzip bomb): an error, never content
+            self._inc("recrawler/request/count")
+            self._inc("recrawler/request/failed")
+            await self._error(request, key, "too_large", http_status=status)
+            raise IgnoreRequest("the page decompresses past DOWNLOAD_MAXSIZE")
         if status in REDIRECTS and request.meta.get(meta.REDIRECTS) and b"Location" in response.headers:
             return await self._redirect(request, response, key)
         self._inc("recrawler/request/count")
@@ -318,7 +325,10 @@ class ConditionalRequestMiddleware:
             return
         if is_sitemap_request(request):
             self._inc("recrawler/sitemap/error")
-            logger.error("sitemap %(url)s failed: %(exc)r", {"url": request.url, "exc": exception})
+            logger.error(
+                "sitemap %(url)s failed: %(exc)s",
+                {"url": redact_url(request.url), "exc": redact_text(repr(exception))},
+            )
             return
         if not is_page_request(request):
             return

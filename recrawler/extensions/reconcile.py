@@ -181,7 +181,9 @@ class Reconciler:
         """How many pages this run's listing named (None: not a sitemap spider)."""
         if not isinstance(self.crawler.spider, SitemapSpider):
             return None
-        return self.runtime.counters["recrawler/sitemap/urls"]
+        c = self.runtime.counters
+        # distinct page keys (ScheduleMiddleware counts them); entries, without it
+        return c["recrawler/sitemap/pages"] or c["recrawler/sitemap/urls"]
 
     def _state_errors(self) -> int:
         return self.runtime.counters.total("recrawler/state/error")
@@ -199,7 +201,18 @@ class Reconciler:
             failed=c["recrawler/request/failed"],
             max_error_ratio=self.max_error_ratio,
             state_errors=self._state_errors(),
+            robots_forbidden=c["recrawler/robots/forbidden"],
         )
+        if outcome.OUTAGE_ROBOTS in why:
+            logger.error(
+                "robots.txt forbade %(n)d of %(all)d page requests: this run checked almost nothing "
+                "(a staging robots.txt deployed?); nothing is removed, exit 4",
+                {
+                    "n": c["recrawler/robots/forbidden"],
+                    "all": c["recrawler/robots/forbidden"] + c["recrawler/request/count"],
+                },
+                extra={"spider": self.crawler.spider},
+            )
         if self.runtime.lease_lost:
             why.append("lease_lost")
         return why

@@ -14,6 +14,7 @@ from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import Page
 from recrawler.meta import is_page_request, request_key
+from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
 from recrawler.state import utcnow
 from recrawler.urls import KeyMaker
@@ -189,7 +190,9 @@ class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafet
             )
         except StateStoreError as exc:
             self._inc(f"recrawler/state/error/{type(exc).__name__}")
-            logger.error("deltafetch could not store %(url)s: %(exc)s", {"url": request.url, "exc": exc})
+            logger.error(
+                "deltafetch could not store %(url)s: %(exc)s", {"url": redact_url(request.url), "exc": exc}
+            )
             return
         self._inc("deltafetch/stored")
 

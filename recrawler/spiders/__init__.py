@@ -407,6 +407,22 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                 if request is not None:
                     yield request
                 lastmod = None
+        self._check_parsed(response, sitemap)
+
+    def _check_parsed(self, response: Response, sitemap: Sitemap) -> None:
+        """A sitemap the parser stopped reading early (cut short, an entity expansion bomb: lxml
+        recovers and ends the listing there) is a failed listing: counted, logged, nothing removed."""
+        errors = getattr(getattr(sitemap, "xmliter", None), "error_log", None)
+        fatal = errors.filter_from_fatals() if errors is not None else ()
+        if not fatal:
+            return
+        self._inc("recrawler/sitemap/error")
+        first = fatal[0]
+        logger.error(
+            "sitemap %(url)s stopped parsing at line %(line)d (%(why)s): the listing is incomplete; "
+            "nothing is removed this run",
+            {"url": redact_url(response.url), "line": first.line, "why": first.message.strip()[:200]},
+        )
 
     def _open_sitemap(self, response: Response) -> Sitemap | None:
         """The sitemap in *response* (gzip or not), or None, counted and logged, when it is none."""
@@ -496,7 +512,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             self._inc("recrawler/feed/error")
             logger.warning(
                 "feed %(url)s could not be parsed: %(exc)s",
-                {"url": response.url, "exc": parsed.get("bozo_exception")},
+                {"url": redact_url(response.url), "exc": parsed.get("bozo_exception")},
             )
             return
         self._inc("recrawler/feed/fetched")
@@ -528,7 +544,8 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         self._inc("recrawler/feed/error")
         request = getattr(failure, "request", None)
         logger.warning(
-            "feed %(url)s failed: %(exc)s", {"url": getattr(request, "url", "?"), "exc": failure.value}
+            "feed %(url)s failed: %(exc)s",
+            {"url": redact_url(getattr(request, "url", "?")), "exc": failure.value},
         )
 
     def _links(self, response: TextResponse) -> Iterable[Request]:
