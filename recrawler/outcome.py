@@ -130,15 +130,18 @@ def outage_reasons(
     return why
 
 
-def exit_code(*, state_errors: bool, lease_lost: bool, held: bool, skipped: bool) -> int:
-    """The exit code of a run that ran (see ``EXIT_*``)."""
+def exit_code(
+    *, state_errors: bool, lease_lost: bool, held: bool, skipped: bool, unpublished: bool = False
+) -> int:
+    """The exit code of a run that ran (see ``EXIT_*``); a run left unpublished (the embedder
+    failed: a 401, a server down) is no success: its work waits for the next run."""
     if state_errors:
         return EXIT_STATE
     if lease_lost:
         return EXIT_BUSY
     if held:
         return EXIT_HELD
-    if skipped:
+    if skipped or unpublished:
         return EXIT_GUARD
     return EXIT_OK
 

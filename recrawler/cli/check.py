@@ -31,6 +31,11 @@ def cmd_check(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         if not args.json:
             out.write("ok: every invariant holds\n")
         return 0
+    if any(f.check == "integrity" for f in findings):
+        # writing to a damaged file spreads the damage: nothing to mend here
+        if not args.json:
+            out.write("the database file is damaged: restore it from a backup (nothing was changed)\n")
+        return 1
     if not args.repair:
         if not args.json:
             out.write(f"{len(findings)} problem(s); `recrawler check --repair` mends them\n")

@@ -315,7 +315,7 @@ class Reconciler:
                 reason=reason,
                 at=utcnow(),
                 report=run_report,
-                reasons=[*skipped, *hold],
+                reasons=self.outcome["reasons"],
                 listed=self._listed(),
                 exit_code=rt.exit_code,
             )
@@ -396,17 +396,21 @@ class Reconciler:
 
     def _finish_outcome(self, run_report: dict[str, Any], skipped: list[str], hold: dict[str, str]) -> None:
         rt = self.runtime
+        index_state = (run_report.get("index") or {}).get("state")
+        state_errors = bool(self._state_errors()) or "state_error" in skipped
+        # left unpublished for no reason above (the embedder failed): no success either
+        unpublished = index_state == "unpublished" and not (skipped or hold or state_errors)
         code = outcome.exit_code(
-            state_errors=bool(self._state_errors()) or "state_error" in skipped,
+            state_errors=state_errors,
             lease_lost=rt.lease_lost,
             held=bool(hold),
             skipped=bool(skipped),
+            unpublished=unpublished,
         )
         rt.exit_code = code
-        index_state = (run_report.get("index") or {}).get("state")
         self.outcome = {
             "state": RUN_HELD if hold else (index_state or RUN_FINISHED),
-            "reasons": [*skipped, *hold],
+            "reasons": [*skipped, *hold, *(["unpublished"] if unpublished else [])],
             "exit_code": code,
         }
         run_report["outcome"] = self.outcome

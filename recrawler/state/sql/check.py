@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,10 @@ _CURRENT = "SELECT COUNT(*) FROM chunks c WHERE c.key = p.key AND c.retired_run 
 
 #: what each check verifies, and what ``--repair`` does about it
 CHECKS = {
+    "integrity": "SQLite finds the file damaged (PRAGMA integrity_check; not repaired: restore it "
+    "from a backup; the other checks are not run, and a crawl refuses the file)",
+    "chunk_hash": "a current chunk's text no longer matches its hash (repair: its page is fetched and "
+    "indexed again next run)",
     "chunk_count": "a live page's chunk count disagrees with its current chunk rows (repair: recount)",
     "missing_chunks": "a live, indexed page has no current chunks (repair: fetched and indexed next run)",
     "stray_chunks": "current chunk rows of a page that is not live, or of no page (repair: retired)",
@@ -42,7 +47,7 @@ CHECKS = {
 
 
 #: checks ``--repair`` reports but leaves alone: the fix is a decision about the site
-UNREPAIRED = frozenset({"duplicate_content"})
+UNREPAIRED = frozenset({"duplicate_content", "integrity"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +76,13 @@ def check(conn: Reader, key_maker: Callable[[str], str], *, limit: int = 1000) -
             if n >= limit:
                 break
             found.append(Finding(check=name, key=key, detail=detail))
+
+    problems = conn.damage()
+    if problems:
+        # the other checks would read damaged pages (or fail on them): this is the finding
+        add("integrity", (("-", problem) for problem in problems))
+        return found
+    add("chunk_hash", _chunk_hashes(conn))
 
     add(
         "chunk_count",
@@ -166,6 +178,17 @@ def check(conn: Reader, key_maker: Callable[[str], str], *, limit: int = 1000) -
     return found
 
 
+def _chunk_hashes(conn: Reader) -> Iterator[tuple[str, str]]:
+    """Current chunks whose text's sha256 is not their ``chunk_hash`` (bytes damaged on disk): the
+    text is read as the bytes stored, so text that no longer decodes is found too."""
+    text = "CAST(c.text AS BLOB)" if conn.dialect.name == "sqlite" else "convert_to(c.text, 'UTF8')"
+    for key, index, stored, data in conn.iter(
+        f"SELECT c.key, c.chunk_index, c.chunk_hash, {text} FROM chunks c WHERE c.retired_run IS NULL"
+    ):
+        if hashlib.sha256(bytes(data or b"")).hexdigest() != stored:
+            yield str(key), f"chunk {index}: its text no longer matches its hash"
+
+
 def _duplicate_keys(conn: Reader, key_maker: Callable[[str], str]) -> Iterator[tuple[str, str]]:
     """Stored pages whose URLs are one page under the current key rules (a set operation in SQL:
     the keys are recomputed into a temporary table, batch by batch)."""
@@ -224,7 +247,7 @@ def repair(findings: list[Finding], *, at: str) -> Work[dict[str, int]]:
         return [(k,) for k in keys.get(name, ())]
 
     # the next run fetches these pages in full (no validators, no hash to compare) and indexes them
-    for name in ("missing_chunks", "visible_mixed", "moved_dangling"):
+    for name in ("missing_chunks", "visible_mixed", "moved_dangling", "chunk_hash"):
         done[name] = yield many(
             """UPDATE pages SET content_hash = NULL, fuzzy_hash = NULL, etag = NULL,
                  last_modified = NULL, noise_key = NULL, next_check_at = NULL WHERE key = ?""",

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import functools
 import logging
+import os
 import re
 import sqlite3
 import threading
@@ -30,13 +33,18 @@ if TYPE_CHECKING:
 from recrawler.state.sqlite.versions import (
     SCHEMA_VERSION,
     _execute,
+    check_integrity,
     check_schema,
+    integrity_problems,
     migrate,
     path_from_uri,
     schema_version,
 )
 
 logger = logging.getLogger(__name__)
+
+#: connections to files deleted or made unwritable during a run: never closed (see _abandon)
+_ABANDONED: list[sqlite3.Connection] = []
 
 #: the write connection's page cache, in KiB (per connection, at most this much)
 _CACHE_KIB = 16384
@@ -66,6 +74,10 @@ class SQLiteReader:
         """Stream the rows of a query."""
         return iter(self.conn.execute(sql, params))
 
+    def damage(self) -> list[str]:
+        """What ``PRAGMA integrity_check`` finds (a file too damaged to check: why)."""
+        return integrity_problems(self.conn)
+
 
 class SQLiteDatabase:
     """State in one SQLite file (WAL, ``synchronous=NORMAL``).
@@ -86,8 +98,11 @@ class SQLiteDatabase:
         sink: EventSink | None = None,
         dry_run: bool = False,
         deliver_on_commit: bool = True,
+        integrity_check: bool = True,
     ) -> None:
         self.uri = uri
+        #: refuse a database that fails ``PRAGMA integrity_check`` when it opens
+        self.integrity_check = integrity_check
         self.dialect: Dialect = SQLITE
         #: deliver events after each commit; off when the run publishes as a whole, so events go
         #: out with the run (and a change the run takes back is never announced)
@@ -111,6 +126,9 @@ class SQLiteDatabase:
         self.lost: Counter[str] = Counter()
         self._timer: asyncio.TimerHandle | None = None
         self._background: set[asyncio.Future[None]] = set()
+        #: (st_dev, st_ino) of the file as opened, and why it can no longer be used (None: it can)
+        self._identity: tuple[int, int] | None = None
+        self._lost: str | None = None
 
     @classmethod
     def from_settings(cls, uri: str, settings: BaseSettings) -> Self:
@@ -120,14 +138,59 @@ class SQLiteDatabase:
     async def _call(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recrawler-sqlite")
-        fut = self._executor.submit(func, *args, **kwargs)
+        fut = self._executor.submit(self._checked, func, functools.partial(func, *args, **kwargs))
         return await asyncio.wrap_future(fut)
 
     def call_sync(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Run *func* on the worker thread and wait (for ``spider_idle``, where nothing else runs)."""
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recrawler-sqlite")
-        return self._executor.submit(func, *args, **kwargs).result()
+        return self._executor.submit(self._checked, func, functools.partial(func, *args, **kwargs)).result()
+
+    def _checked(self, func: object, call: Callable[[], _T]) -> _T:
+        """Run *call* (of *func*) unless the database file is gone or can no longer be written."""
+        if self._conn is not None and self._lost is None:
+            self._lost = self._file_trouble()
+            if self._lost is not None:
+                self._abandon()
+        if self._lost is not None and func != self._close:
+            raise StateStoreUnavailable(self._lost)
+        return call()
+
+    def _file_trouble(self) -> str | None:
+        """Why the open database cannot keep what is written to it, or None. A file deleted (or
+        its directory) takes every later commit with it while SQLite goes on writing to it; one
+        made read-only or immutable (``chattr +i``) refuses writes, and SQLite's next write to
+        its memory-mapped ``-shm`` file would kill the process (SIGBUS)."""
+        if self._identity is None:
+            return None
+        try:
+            st = Path(self.path).stat()
+        except OSError:
+            return f"state database {self.path!r} was deleted during the run (or its directory was)"
+        if (st.st_dev, st.st_ino) != self._identity:
+            return f"state database {self.path!r} was replaced by another file during the run"
+        for name in (self.path, self.path + "-wal", self.path + "-shm"):
+            if not os.access(name, os.W_OK) and Path(name).exists():
+                return (
+                    f"state database {name!r} can no longer be written (made read-only or immutable "
+                    "during the run)"
+                )
+        return None
+
+    def _abandon(self) -> None:
+        """Stop using a connection whose files were deleted or made unwritable: what the open group
+        holds is lost (counted so), and the connection is never closed (closing it checkpoints,
+        which writes to the memory-mapped ``-shm`` file: SIGBUS on an immutable one)."""
+        self.lost.update(self._group)
+        self._group.clear()
+        self._pending = 0
+        logger.error("%(why)s: nothing more is written; this run is not published", {"why": self._lost})
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            # held for the life of the process, so no finaliser ever closes it either
+            _ABANDONED.append(conn)
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(conn))
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -183,10 +246,15 @@ class SQLiteDatabase:
             if self.dry_run and self.path != ":memory:" and not Path(self.path).exists():
                 # a dry run against no database compares with empty state and creates no file
                 self.path = ":memory:"
+            existed = self.path != ":memory:" and Path(self.path).exists()
             conn = self._connect()
             try:
                 # check the schema before anything writes: a refused file stays byte-identical
-                check_schema(conn, self.path)
+                version = check_schema(conn, self.path)
+                if version and self.integrity_check:
+                    check_integrity(conn, self.path)
+                if not version and existed:
+                    self._refuse_empty()
                 if self.dry_run:
                     # one transaction for the whole run, rolled back at close: nothing is written
                     conn.execute("BEGIN IMMEDIATE")
@@ -206,7 +274,27 @@ class SQLiteDatabase:
                 conn.close()
                 raise
             self._conn = conn
+            if self.path != ":memory:":
+                st = Path(self.path).stat()
+                self._identity = (st.st_dev, st.st_ino)
         self._deliver()
+
+    def _refuse_empty(self) -> None:
+        """A crawl creates its database only where there is no file: an existing empty (0-byte)
+        file is refused, as every command refuses it (a truncated database is not a new one).
+        One that another process is creating this moment gets its header within milliseconds."""
+        if self.path == ":memory:":
+            return
+        file = Path(self.path)
+        deadline = time.monotonic() + min(self.timeout_secs, 1.0)
+        while file.exists() and file.stat().st_size == 0 and not Path(self.path + "-wal").exists():
+            if time.monotonic() >= deadline:
+                msg = (
+                    f"state database {self.path!r} is an empty (0-byte) file: refused and left "
+                    "untouched (remove it to start a new database, or restore it from a backup)"
+                )
+                raise SchemaVersionError(msg)
+            time.sleep(0.01)
 
     def _enable_wal(self, conn: sqlite3.Connection) -> None:
         """Switch the file to WAL, waiting like any other lock for up to ``timeout_secs``.
@@ -397,6 +485,8 @@ class SQLiteDatabase:
     @contextlib.contextmanager
     def reader(self) -> Iterator[SQLiteReader]:
         """A read-only connection of its own (refused on a newer schema), closed after use."""
+        if self._lost is not None:
+            raise StateStoreUnavailable(self._lost)
         conn = self._reader()
         try:
             yield SQLiteReader(conn)
