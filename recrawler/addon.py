@@ -31,6 +31,7 @@ from recrawler.spidermiddlewares.deltafetch import DeltaFetchMiddleware
 from recrawler.spidermiddlewares.frontier import FrontierMiddleware
 from recrawler.spidermiddlewares.listing import ListingMiddleware
 from recrawler.spidermiddlewares.schedule import ScheduleMiddleware
+from recrawler.spidermiddlewares.softnotfound import SoftNotFoundMiddleware
 from recrawler.spidermiddlewares.workers import WorkerStartMiddleware
 
 if TYPE_CHECKING:
@@ -215,6 +216,8 @@ class RecrawlerAddon:
         # sitemap yields, deltafetch (100, scrapy-deltafetch's own suggestion) drops immutable
         # pages, then the schedule (90) decides the rest.
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ListingMiddleware, 110)
+        # 105: a page's own output, before deltafetch (100) would remember a soft 404 as fetched
+        settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", SoftNotFoundMiddleware, 105)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", DeltaFetchMiddleware, 100)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ScheduleMiddleware, 90)
         # 80: after the schedule, so only due page requests wait in the frontier (on disk)

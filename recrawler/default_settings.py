@@ -102,6 +102,9 @@ RECRAWLER_GONE_AFTER_MISSES = 2
 RECRAWLER_GONE_STATUSES = [410]
 # Statuses that put a page in quarantine and count a miss.
 RECRAWLER_MISSING_STATUSES = [404]
+# Soft 404s count as misses, never as content: a 200 that became a short "not found" page, a
+# redirect to the site's home, a target several pages are lent by temporary redirects in one run.
+RECRAWLER_SOFT404_ENABLED = True
 # Above this share of failed page requests (5xx, timeouts, DNS), nothing is quarantined or gone.
 RECRAWLER_MAX_ERROR_RATIO = 0.2
 # Unseen pages scheduled per spider_idle round.

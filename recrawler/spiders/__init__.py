@@ -244,6 +244,11 @@ class RecrawlerSpiderMixin:
             self._recrawler_policy = UrlPolicy.for_urls((), domains, any_host=not domains)
         return self._recrawler_policy
 
+    @property
+    def recrawler_home_paths(self) -> tuple[str, ...]:
+        """Paths that are the site's home: a page redirected there was removed (a soft 404)."""
+        return ("/",)
+
     def recrawler_page(self, response: Response, lastmod: str | None = None) -> Page:
         """Return the Page item for *response* (304s are not parsed)."""
         return self._recrawler_page_builder().page(response, lastmod)
@@ -367,6 +372,11 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                 dont_filter=True,
                 meta={meta.ROLE: meta.ROLE_FEED},
             )
+
+    @property
+    def recrawler_home_paths(self) -> tuple[str, ...]:
+        """The site's root and the folder of each sitemap (``/docs/sitemap.xml``: ``/docs/``)."""
+        return ("/", *(urlsplit(u).path.rsplit("/", 1)[0] + "/" for u in self.sitemap_urls))
 
     def recrawler_role_of(self, request: Request) -> str:
         """What a request yielded while reading a sitemap fetches: a listed page or another sitemap."""
