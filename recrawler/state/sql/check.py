@@ -89,7 +89,7 @@ def check(conn: Reader, key_maker: Callable[[str], str], *, limit: int = 1000) -
         _rows(
             conn,
             f"""SELECT key, 'pages.chunks ' || chunks || ', current rows ' || n FROM (
-                  SELECT p.key, p.chunks, ({_CURRENT}) AS n FROM pages p WHERE p.status = 'live')
+                  SELECT p.key, p.chunks, ({_CURRENT}) AS n FROM pages p WHERE p.status = 'live') AS counted
                 WHERE chunks != n""",
         ),
     )
