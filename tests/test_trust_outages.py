@@ -140,6 +140,23 @@ async def test_a_listing_counts_each_page_once_however_often_it_is_named(site: S
     assert r1.stats["recrawler/sitemap/pages"] == r2.stats["recrawler/sitemap/pages"] == 200
 
 
+@deferred_f_from_coro_f
+async def test_pages_the_cheap_layers_skip_are_still_listed(site: Site, crawls: Crawls) -> None:
+    paths = write_pages(site, 100)
+    sitemap = site.write_sitemap(paths * 2)
+    # 60 pages fetched once, then skipped by deltafetch; the rest skipped by the schedule
+    settings = {
+        "RECRAWLER_IMMUTABLE_PATTERNS": [r"page-[0-5]?[0-9]\.html$"],
+        "RECRAWLER_SCHEDULE": "adaptive",
+    }
+    r1 = await crawls.crawl(sitemap, **settings)
+    r2 = await crawls.crawl(sitemap, **settings)
+    assert r2.counts["skipped_deltafetch"] == 60
+    assert r2.counts["skipped_schedule"] == 40
+    assert r1.stats["recrawler/sitemap/pages"] == r2.stats["recrawler/sitemap/pages"] == 100
+    assert (r2.report["reconcile"]["skipped"], r2.exit_code) == ([], 0)
+
+
 # --- "also seen": sitemaps that stop parsing early -----------------------------------------
 
 
