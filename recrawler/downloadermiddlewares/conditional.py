@@ -15,6 +15,7 @@ from recrawler import meta, notfound
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
+from recrawler.misses import stage_soft_miss
 from recrawler.redact import redact_text, redact_url
 from recrawler.runtime import runtime_of
 from recrawler.state import GONE, LIVE, MOVED, Event, PageRecord, RecordHints, utcnow
@@ -38,50 +39,6 @@ REDIRECTS = frozenset({301, 302, 303, 307, 308})
 SHARED_TARGET_MIN = 3
 #: redirect targets remembered per run (then it starts again): bounded memory
 _LOANS_MAX = 4096
-
-
-async def stage_soft_miss(
-    runtime: Runtime, key: str, url: str, shape: str, *, error_if_unknown: bool = True
-) -> str:
-    """Stage a soft 404 of page *key* as a miss, as a 404 would be (quarantined when the run
-    reconciles, gone after ``RECRAWLER_GONE_AFTER_MISSES``); a page never stored is an error
-    (``soft_404``). Returns the store's answer (``staged``, ``tombstone``, ``unknown``)."""
-    counters, run = runtime.counters, runtime.run
-    if run is None:
-        return "unknown"
-    counters.inc("recrawler/page/soft_404")
-    counters.inc(f"recrawler/page/soft_404/{shape}")
-    try:
-        staged = await runtime.store.record_miss(run, key, 404)
-    except StateStoreError as exc:
-        counters.inc(f"recrawler/state/error/{type(exc).__name__}")
-        logger.error("state store write failed: %(exc)s", {"exc": exc})
-        return "unknown"
-    if staged == "staged":
-        counters.inc("recrawler/page/missing/soft_404")
-    elif staged == "tombstone":
-        counters.inc("recrawler/page/tombstone")
-    elif error_if_unknown:
-        counters.inc(f"recrawler/page/{PageStatus.ERROR}")
-        counters.inc(f"recrawler/page/{PageStatus.ERROR}/soft_404")
-        event = Event(
-            run_id=run.id,
-            action=PageStatus.ERROR,
-            url=url,
-            key=key,
-            content_hash=None,
-            status=PageStatus.ERROR,
-            at=utcnow(),
-            reason="soft_404",
-            http_status=200,
-        )
-        try:
-            await runtime.store.record_error(run, key, [event])
-        except StateStoreError as exc:
-            counters.inc(f"recrawler/state/error/{type(exc).__name__}")
-            logger.error("state store write failed: %(exc)s", {"exc": exc})
-    logger.debug("soft 404 (%(shape)s): %(url)s", {"shape": shape, "url": url})
-    return staged
 
 
 def _is_rfc2616(policy: object) -> bool:

@@ -9,9 +9,9 @@ from scrapy import Request
 from scrapy.exceptions import NotConfigured
 
 from recrawler import meta, notfound
-from recrawler.downloadermiddlewares.conditional import stage_soft_miss
 from recrawler.exceptions import StateStoreError
 from recrawler.items import Page
+from recrawler.misses import stage_soft_miss
 from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
 from recrawler.state import RecordHints

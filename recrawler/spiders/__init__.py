@@ -27,6 +27,7 @@ from recrawler.extract import Content, ContentExtractor, ExtractionError, looks_
 from recrawler.items import Page
 from recrawler.redact import redact_url
 from recrawler.runtime import find_runtime
+from recrawler.sitemaps import stopped_early
 from recrawler.state.records import LIVE, PageRecord
 from recrawler.urls import KeyMaker, UrlPolicy, key_host, resolve_dots
 
@@ -420,19 +421,15 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         self._check_parsed(response, sitemap)
 
     def _check_parsed(self, response: Response, sitemap: Sitemap) -> None:
-        """A sitemap the parser stopped reading early (cut short, an entity expansion bomb: lxml
-        recovers and ends the listing there) is a failed listing: counted, logged, nothing removed."""
-        errors = getattr(getattr(sitemap, "xmliter", None), "error_log", None)
-        fatal = errors.filter_from_fatals() if errors is not None else ()
-        if not fatal:
-            return
-        self._inc("recrawler/sitemap/error")
-        first = fatal[0]
-        logger.error(
-            "sitemap %(url)s stopped parsing at line %(line)d (%(why)s): the listing is incomplete; "
-            "nothing is removed this run",
-            {"url": redact_url(response.url), "line": first.line, "why": first.message.strip()[:200]},
-        )
+        """A sitemap the parser stopped reading early is a failed listing: counted, logged."""
+        stopped = stopped_early(sitemap)
+        if stopped is not None:
+            self._inc("recrawler/sitemap/error")
+            logger.error(
+                "sitemap %(url)s stopped parsing at line %(line)d (%(why)s): the listing is "
+                "incomplete; nothing is removed this run",
+                {"url": redact_url(response.url), "line": stopped[0], "why": stopped[1]},
+            )
 
     def _open_sitemap(self, response: Response) -> Sitemap | None:
         """The sitemap in *response* (gzip or not), or None, counted and logged, when it is none."""
