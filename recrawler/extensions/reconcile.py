@@ -182,7 +182,7 @@ class Reconciler:
         if not isinstance(self.crawler.spider, SitemapSpider):
             return None
         c = self.runtime.counters
-        # distinct page keys (ScheduleMiddleware counts them); entries, without it
+        # distinct page keys (the schedule, the frontier and deltafetch count each once); entries, else
         return c["recrawler/sitemap/pages"] or c["recrawler/sitemap/urls"]
 
     def _state_errors(self) -> int:
