@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from recrawler.exceptions import StateStoreError
+from recrawler.index.visibility import published_pages, visible_run
 from recrawler.state.records import (
     GONE,
     MOVED,
     QUARANTINED,
-    RUN_HELD,
     PageRecord,
     ScheduledPage,
     TrustRecord,
@@ -80,9 +80,9 @@ class SQLReaders:
             if site is not None:
                 where.append("(key = ? OR key LIKE ? || '/%' OR key LIKE ? || '?%')")
                 params.extend([site, site, site])
-            sql = "SELECT * FROM page_changes"
-            if where:
-                sql += " WHERE " + " AND ".join(where)
+            # history of published runs only: a held run's changes are not history yet
+            where.append(visible_run("run_id"))
+            sql = "SELECT * FROM page_changes WHERE " + " AND ".join(where)
             sql += " ORDER BY id DESC"
             if limit:
                 sql += f" LIMIT {int(limit)}"
@@ -95,10 +95,14 @@ class SQLReaders:
     def iter_pages(self, status: str | None = None) -> Iterator[PageRecord]:
         """Yield pages ordered by key, streaming (never all in memory)."""
         with self.db.reader() as conn:
+            # as the knowledge base shows them: a pending page as published, a new one not yet
+            pages = f"{published_pages()} pp"
             if status:
-                cur = conn.iter(f"SELECT {_PAGE_COLUMNS} FROM pages WHERE status = ? ORDER BY key", (status,))
+                cur = conn.iter(
+                    f"SELECT {_PAGE_COLUMNS} FROM {pages} WHERE status = ? ORDER BY key", (status,)
+                )
             else:
-                cur = conn.iter(f"SELECT {_PAGE_COLUMNS} FROM pages ORDER BY key")
+                cur = conn.iter(f"SELECT {_PAGE_COLUMNS} FROM {pages} ORDER BY key")
             for row in cur:
                 yield _row_to_record(row)
 
@@ -161,10 +165,9 @@ class SQLReaders:
                 for row in conn.iter(
                     """SELECT p.key, p.url, p.title, p.status, 'held' AS event,
                          t.url AS moved_to, m.http_status
-                       FROM run_misses m JOIN runs r ON r.id = m.run_id AND r.state = :held
-                       JOIN pages p ON p.key = m.key LEFT JOIN pages t ON t.key = m.moved_to
-                       WHERE m.run_id = :run ORDER BY p.url""",
-                    {"run": run_id, "held": RUN_HELD},
+                       FROM run_misses m JOIN pages p ON p.key = m.key LEFT JOIN pages t ON t.key = m.moved_to
+                       WHERE m.run_id = :run AND m.kept = 1 ORDER BY p.url""",
+                    {"run": run_id},
                 )
             )
 
