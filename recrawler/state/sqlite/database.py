@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import functools
 import json
 import logging
-import os
 import re
 import sqlite3
 import threading
@@ -22,6 +20,7 @@ from recrawler.exceptions import PageWriteError, SchemaVersionError, StateStoreE
 from recrawler.index.visibility import visible_run
 from recrawler.state.sql.database import insert_embeddings, insert_outbox, store_options, undelivered_sql
 from recrawler.state.sql.dialect import SQLITE, drive
+from recrawler.state.sqlite.files import abandon, file_identity, file_trouble
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -44,9 +43,6 @@ from recrawler.state.sqlite.versions import (
 )
 
 logger = logging.getLogger(__name__)
-
-#: connections to files deleted or made unwritable during a run: never closed (see _abandon)
-_ABANDONED: list[sqlite3.Connection] = []
 
 #: the write connection's page cache, in KiB (per connection, at most this much)
 _CACHE_KIB = 16384
@@ -152,47 +148,24 @@ class SQLiteDatabase:
     def _checked(self, func: object, call: Callable[[], _T]) -> _T:
         """Run *call* (of *func*) unless the database file is gone or can no longer be written."""
         if self._conn is not None and self._lost is None:
-            self._lost = self._file_trouble()
+            self._lost = file_trouble(self.path, self._identity) if self._identity else None
             if self._lost is not None:
                 self._abandon()
         if self._lost is not None and func != self._close:
             raise StateStoreUnavailable(self._lost)
         return call()
 
-    def _file_trouble(self) -> str | None:
-        """Why the open database cannot keep what is written to it, or None. A file deleted (or
-        its directory) takes every later commit with it while SQLite goes on writing to it; one
-        made read-only or immutable (``chattr +i``) refuses writes, and SQLite's next write to
-        its memory-mapped ``-shm`` file would kill the process (SIGBUS)."""
-        if self._identity is None:
-            return None
-        try:
-            st = Path(self.path).stat()
-        except OSError:
-            return f"state database {self.path!r} was deleted during the run (or its directory was)"
-        if (st.st_dev, st.st_ino) != self._identity:
-            return f"state database {self.path!r} was replaced by another file during the run"
-        for name in (self.path, self.path + "-wal", self.path + "-shm"):
-            if not os.access(name, os.W_OK) and Path(name).exists():
-                return (
-                    f"state database {name!r} can no longer be written (made read-only or immutable "
-                    "during the run)"
-                )
-        return None
-
     def _abandon(self) -> None:
-        """Stop using a connection whose files were deleted or made unwritable: what the open group
-        holds is lost (counted so), and the connection is never closed (closing it checkpoints,
-        which writes to the memory-mapped ``-shm`` file: SIGBUS on an immutable one)."""
+        """Stop using a connection whose files were deleted or made unwritable (see
+        :func:`~recrawler.state.sqlite.files.file_trouble`): what the open group holds is lost
+        (counted so), and the connection is never closed."""
         self.lost.update(self._group)
         self._group.clear()
         self._pending = 0
         logger.error("%(why)s: nothing more is written; this run is not published", {"why": self._lost})
         conn, self._conn = self._conn, None
         if conn is not None:
-            # held for the life of the process, so no finaliser ever closes it either
-            _ABANDONED.append(conn)
-            ctypes.pythonapi.Py_IncRef(ctypes.py_object(conn))
+            abandon(conn)
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -277,8 +250,7 @@ class SQLiteDatabase:
                 raise
             self._conn = conn
             if self.path != ":memory:":
-                st = Path(self.path).stat()
-                self._identity = (st.st_dev, st.st_ino)
+                self._identity = file_identity(self.path)
         self._deliver()
 
     def _refuse_empty(self) -> None:
