@@ -23,6 +23,7 @@ from recrawler.downloadermiddlewares.retry import PoliteRetryMiddleware
 from recrawler.downloadermiddlewares.robotstxt import CountedRobotsTxtMiddleware
 from recrawler.exceptions import ConfigurationError
 from recrawler.extensions.reconcile import Reconciler
+from recrawler.extensions.sinks import VectorStoreSinks
 from recrawler.meta import spider_opted_in
 from recrawler.pipelines.classify import ClassifyPipeline
 from recrawler.pipelines.index import IndexPipeline
@@ -209,6 +210,8 @@ class RecrawlerAddon:
         # state; every other component finds it with crawler.get_extension(Runtime).
         settings.setdefault_in_component_priority_dict("EXTENSIONS", Runtime, 0)
         settings.setdefault_in_component_priority_dict("EXTENSIONS", Reconciler, 0)
+        # off unless RECRAWLER_VECTORSTORE_SINKS names a store (NotConfigured): after a publication
+        settings.setdefault_in_component_priority_dict("EXTENSIONS", VectorStoreSinks, 0)
         # 535: above ConditionalRequestMiddleware (540), so the validators it attaches are on the
         # request and its 304 accounting is done when an audited 304 is turned into a refetch.
         settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", AuditMiddleware, 535)

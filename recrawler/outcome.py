@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_CONFIG, EXIT_HELD, EXIT_GUARD, EXIT_STATE, EXIT_BUSY = 0, 2, 3, 4, 5, 6
 #: an outage reason: robots.txt forbade more than RECRAWLER_MAX_ERROR_RATIO of the page requests
 OUTAGE_ROBOTS = "robots_forbidden"
+#: a worker of the run (or its leader) died mid-run: the run is unfinished
+EXIT_WORKER_LOST = 7
 #: hold reasons: the run waits for ``recrawler runs approve`` / ``discard``
 HOLD_MASS_REMOVAL, HOLD_SPIKE, HOLD_SAME_CONTENT = "mass_removal", "change_spike", "same_content"
 
@@ -140,7 +142,13 @@ def outage_reasons(
 
 
 def exit_code(
-    *, state_errors: bool, lease_lost: bool, held: bool, skipped: bool, unpublished: bool = False
+    *,
+    state_errors: bool,
+    lease_lost: bool,
+    held: bool,
+    skipped: bool,
+    worker_lost: bool = False,
+    unpublished: bool = False,
 ) -> int:
     """The exit code of a run that ran (see ``EXIT_*``); a run left unpublished (the embedder
     failed: a 401, a server down) is no success: its work waits for the next run."""
@@ -148,6 +156,8 @@ def exit_code(
         return EXIT_STATE
     if lease_lost:
         return EXIT_BUSY
+    if worker_lost:
+        return EXIT_WORKER_LOST
     if held:
         return EXIT_HELD
     if skipped or unpublished:
@@ -162,6 +172,7 @@ __all__ = [
     "EXIT_HELD",
     "EXIT_OK",
     "EXIT_STATE",
+    "EXIT_WORKER_LOST",
     "HOLD_MASS_REMOVAL",
     "HOLD_SAME_CONTENT",
     "HOLD_SPIKE",
