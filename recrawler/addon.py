@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
+from scrapy.downloadermiddlewares.httpcompression import HttpCompressionMiddleware
+from scrapy.downloadermiddlewares.retry import RetryMiddleware
+from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
 from scrapy.exceptions import NotConfigured
 from scrapy.settings import SETTINGS_PRIORITIES
+from scrapy.utils.misc import load_object
 from scrapy.utils.project import data_path
 
 from recrawler import default_settings
 from recrawler.downloadermiddlewares.audit import AuditMiddleware
+from recrawler.downloadermiddlewares.compression import BoundedHttpCompressionMiddleware
 from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddleware
+from recrawler.downloadermiddlewares.retry import PoliteRetryMiddleware
+from recrawler.downloadermiddlewares.robotstxt import CountedRobotsTxtMiddleware
 from recrawler.exceptions import ConfigurationError
 from recrawler.extensions.reconcile import Reconciler
 from recrawler.extensions.sinks import VectorStoreSinks
@@ -24,6 +32,7 @@ from recrawler.spidermiddlewares.deltafetch import DeltaFetchMiddleware
 from recrawler.spidermiddlewares.frontier import FrontierMiddleware
 from recrawler.spidermiddlewares.listing import ListingMiddleware
 from recrawler.spidermiddlewares.schedule import ScheduleMiddleware
+from recrawler.spidermiddlewares.softnotfound import SoftNotFoundMiddleware
 from recrawler.spidermiddlewares.workers import WorkerStartMiddleware
 
 if TYPE_CHECKING:
@@ -108,6 +117,23 @@ def _check_numbers(settings: BaseSettings) -> None:
             raise ConfigurationError(f"{name}: must be {kind}, got {raw!r}") from None
 
 
+def _replace_builtin(settings: BaseSettings, builtin: type, ours: type) -> None:
+    """Put *ours* (a subclass) in the place of Scrapy's *builtin* downloader middleware, unless the
+    project placed or disabled *builtin* itself (then its choice stands)."""
+    own = settings.getdict("DOWNLOADER_MIDDLEWARES")
+    if any(_loads(name) in (builtin, ours) for name in own):
+        return
+    with contextlib.suppress(KeyError):
+        settings.replace_in_component_priority_dict("DOWNLOADER_MIDDLEWARES_BASE", builtin, ours)
+
+
+def _loads(name: Any) -> Any:
+    try:
+        return load_object(name) if isinstance(name, str) else name
+    except (ImportError, ValueError, NameError, AttributeError):
+        return None
+
+
 class RecrawlerAddon:
     """Enable with ``ADDONS = {"recrawler.addon.RecrawlerAddon": 0}``.
 
@@ -155,6 +181,9 @@ class RecrawlerAddon:
         _check_numbers(settings)
         if settings.getbool("RECRAWLER_WORKERS_ENABLED"):
             self._shared_frontier(settings)
+        if (settings.getpriority("LOG_FORMATTER") or 0) <= SETTINGS_PRIORITIES["default"]:
+            # Scrapy's per-request lines without the credentials a URL carries (?token=, ?api_key=)
+            settings.set("LOG_FORMATTER", "recrawler.logformatter.RedactingLogFormatter", priority="addon")
         # Only replace Scrapy's own fingerprinter, never a user's.
         if (settings.getpriority("REQUEST_FINGERPRINTER_CLASS") or 0) <= 0:
             settings.set(
@@ -162,6 +191,12 @@ class RecrawlerAddon:
                 "recrawler.requests.PageKeyRequestFingerprinter",
                 priority="addon",
             )
+        # Scrapy's own middlewares, subclassed: a 429/503 slows the host down (Retry-After), and the
+        # page requests robots.txt forbids are counted (a run that could check nothing is an outage)
+        _replace_builtin(settings, RetryMiddleware, PoliteRetryMiddleware)
+        _replace_builtin(settings, RobotsTxtMiddleware, CountedRobotsTxtMiddleware)
+        # ...and a page that decompresses past DOWNLOAD_MAXSIZE (a gzip bomb) is a counted error
+        _replace_builtin(settings, HttpCompressionMiddleware, BoundedHttpCompressionMiddleware)
         # 540: below RetryMiddleware (550) and RedirectMiddleware (600), so process_response and
         # process_exception see only final outcomes, after retries and redirects.
         settings.setdefault_in_component_priority_dict(
@@ -184,6 +219,8 @@ class RecrawlerAddon:
         # sitemap yields, deltafetch (100, scrapy-deltafetch's own suggestion) drops immutable
         # pages, then the schedule (90) decides the rest.
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ListingMiddleware, 110)
+        # 105: a page's own output, before deltafetch (100) would remember a soft 404 as fetched
+        settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", SoftNotFoundMiddleware, 105)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", DeltaFetchMiddleware, 100)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ScheduleMiddleware, 90)
         # 80: after the schedule, so only due page requests wait in the frontier (on disk)

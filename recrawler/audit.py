@@ -8,6 +8,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.redact import redact_url
 from recrawler.state import TRUST_SIGNALS, utcnow
 from recrawler.urls import key_host
 
@@ -112,7 +113,7 @@ class Auditor:
                 self.lies.append({"host": host, "signal": signal, "url": url})
             logger.warning(
                 "audit: %(signal)s of %(host)s lied: %(url)s changed although %(claim)s",
-                {"signal": signal, "host": host, "url": url, "claim": _CLAIMS[signal]},
+                {"signal": signal, "host": host, "url": redact_url(url), "claim": _CLAIMS[signal]},
             )
         if not rec.trusted and (host, signal) not in self.off:
             self.off.add((host, signal))

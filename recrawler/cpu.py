@@ -173,7 +173,7 @@ class _Tools:
     """One worker's extractor, chunker and model caches (built once per process)."""
 
     def __init__(
-        self, selectors: list[str], noise_selectors: list[str], chunking: tuple[int, int] | None
+        self, selectors: list[str], noise_selectors: list[str], chunking: tuple[int, int, int] | None
     ) -> None:
         self.extractor = ContentExtractor(selectors, noise_selectors)
         self.chunker = Chunker(*chunking) if chunking is not None else None
@@ -294,7 +294,11 @@ _TOOLS: _Tools | None = None
 
 
 def _start_worker(
-    selectors: list[str], noise_selectors: list[str], chunking: tuple[int, int] | None, parent: int, nice: int
+    selectors: list[str],
+    noise_selectors: list[str],
+    chunking: tuple[int, int, int] | None,
+    parent: int,
+    nice: int,
 ) -> None:
     """Worker initializer: the crawl's process handles Ctrl-C and SIGTERM, and stops the workers;
     a worker whose crawl process died (killed, no shutdown) exits on its own. A worker yields the
@@ -402,7 +406,7 @@ class CpuPool:
         *,
         selectors: list[str],
         noise_selectors: list[str],
-        chunking: tuple[int, int] | None,
+        chunking: tuple[int, int, int] | None,
         nice: int = 0,
     ) -> None:
         if processes < 0:
@@ -435,7 +439,11 @@ class CpuPool:
         the chunk settings."""
         chunking = None
         if settings.getbool("RECRAWLER_INDEX_ENABLED"):
-            chunking = (settings.getint("RECRAWLER_CHUNK_SIZE"), settings.getint("RECRAWLER_CHUNK_OVERLAP"))
+            chunking = (
+                settings.getint("RECRAWLER_CHUNK_SIZE"),
+                settings.getint("RECRAWLER_CHUNK_OVERLAP"),
+                settings.getint("RECRAWLER_CHUNK_MAX_PER_PAGE"),
+            )
         try:
             nice = settings.getint("RECRAWLER_CPU_NICE")
         except ValueError:

@@ -105,6 +105,9 @@ RECRAWLER_GONE_AFTER_MISSES = 2
 RECRAWLER_GONE_STATUSES = [410]
 # Statuses that put a page in quarantine and count a miss.
 RECRAWLER_MISSING_STATUSES = [404]
+# Soft 404s count as misses, never as content: a 200 that became a short "not found" page, a
+# redirect to the site's home, a target several pages are lent by temporary redirects in one run.
+RECRAWLER_SOFT404_ENABLED = True
 # Above this share of failed page requests (5xx, timeouts, DNS), nothing is quarantined or gone.
 RECRAWLER_MAX_ERROR_RATIO = 0.2
 # Unseen pages scheduled per spider_idle round.
@@ -175,6 +178,8 @@ RECRAWLER_INDEX_ENABLED = True
 RECRAWLER_CHUNK_SIZE = 1200
 # Characters carried from one chunk into the next when a section is split.
 RECRAWLER_CHUNK_OVERLAP = 150
+# Chunks of one page, at most (its first ones): a huge page is not tens of thousands of embeddings.
+RECRAWLER_CHUNK_MAX_PER_PAGE = 500
 # "hashing" (offline, lexical), "sentence-transformers:<model>" or "openai:<model>".
 RECRAWLER_EMBEDDER = "hashing"
 # Base URL of an OpenAI-protocol /v1/embeddings server (None: https://api.openai.com/v1).
@@ -232,6 +237,8 @@ RECRAWLER_AUDIT_DISTRUST_AFTER = 1
 # --- crawl profile ------------------------------------------------------------------------------
 # "fast" (your own site: no delay, 32 concurrent per host) or "polite" (AutoThrottle, 1 s delay).
 RECRAWLER_PROFILE = "fast"
+# A 429 or 503 slows its host down to the Retry-After it sent, at most this long between requests.
+RECRAWLER_RETRY_AFTER_MAX_SECS = 60.0
 
 # --- several workers, one run (scrapy-redis) ------------------------------------------------------
 # Workers started alike share one run of a site through Redis (REDIS_URL): scrapy-redis holds the

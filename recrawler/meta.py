@@ -60,6 +60,8 @@ FED = "_recrawler_fed"
 FIRST_BODY = "_recrawler_first_body"
 #: the signal whose 304 an audit re-fetch checks
 AUDIT_CLAIM = "_recrawler_audit_claim"
+#: set on a page whose body decompressed past DOWNLOAD_MAXSIZE (a gzip bomb): an error, dropped
+TOO_LARGE = "_recrawler_too_large"
 
 #: the spider attribute by which a spider opts in (the recrawler spiders and mixin set it)
 SPIDER_OPT_IN = "recrawler_enabled"

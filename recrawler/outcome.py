@@ -12,6 +12,8 @@ if TYPE_CHECKING:
 
 #: exit codes of ``scrapy crawl`` / ``recrawler crawl`` (1 stays Scrapy's own: a crash)
 EXIT_OK, EXIT_CONFIG, EXIT_HELD, EXIT_GUARD, EXIT_STATE, EXIT_BUSY = 0, 2, 3, 4, 5, 6
+#: an outage reason: robots.txt forbade more than RECRAWLER_MAX_ERROR_RATIO of the page requests
+OUTAGE_ROBOTS = "robots_forbidden"
 #: a worker of the run (or its leader) died mid-run: the run is unfinished
 EXIT_WORKER_LOST = 7
 #: hold reasons: the run waits for ``recrawler runs approve`` / ``discard``
@@ -118,6 +120,7 @@ def outage_reasons(
     failed: int,
     max_error_ratio: float,
     state_errors: int,
+    robots_forbidden: int = 0,
 ) -> list[str]:
     """Reasons not to trust a run's absence evidence (empty: trust it)."""
     why = []
@@ -130,15 +133,25 @@ def outage_reasons(
         why.append("listing_shrunk")
     if requests and failed / requests > max_error_ratio:
         why.append("error_ratio")
+    if robots_forbidden and robots_forbidden / (requests + robots_forbidden) > max_error_ratio:
+        # robots.txt forbade most of the listing (a staging one, deployed): the run checked nothing
+        why.append(OUTAGE_ROBOTS)
     if state_errors:
         why.append("state_error")
     return why
 
 
 def exit_code(
-    *, state_errors: bool, lease_lost: bool, held: bool, skipped: bool, worker_lost: bool = False
+    *,
+    state_errors: bool,
+    lease_lost: bool,
+    held: bool,
+    skipped: bool,
+    worker_lost: bool = False,
+    unpublished: bool = False,
 ) -> int:
-    """The exit code of a run that ran (see ``EXIT_*``)."""
+    """The exit code of a run that ran (see ``EXIT_*``); a run left unpublished (the embedder
+    failed: a 401, a server down) is no success: its work waits for the next run."""
     if state_errors:
         return EXIT_STATE
     if lease_lost:
@@ -147,7 +160,7 @@ def exit_code(
         return EXIT_WORKER_LOST
     if held:
         return EXIT_HELD
-    if skipped:
+    if skipped or unpublished:
         return EXIT_GUARD
     return EXIT_OK
 
@@ -163,6 +176,7 @@ __all__ = [
     "HOLD_MASS_REMOVAL",
     "HOLD_SAME_CONTENT",
     "HOLD_SPIKE",
+    "OUTAGE_ROBOTS",
     "Verdicts",
     "exit_code",
     "is_spike",

@@ -11,7 +11,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["MASK", "redact_text", "redact_url"]
+__all__ = ["MASK", "redact_endpoint", "redact_text", "redact_url"]
 
 #: what a redacted value reads as (SQLAlchemy's ``hide_password`` spelling)
 MASK = "***"
@@ -74,6 +74,25 @@ def redact_url(url: str) -> str:
     if netloc == parts.netloc and query == parts.query:
         return url
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def redact_endpoint(url: str) -> str:
+    """Return *url* as ``scheme://host[:port]/***``: the address of an endpoint whose path may be its
+    secret (a Slack-style webhook, ``https://hooks.slack.com/services/T000/B000/XXXX``), shown only
+    as far as its host. A URL with no path beyond ``/`` and no query keeps them (as
+    :func:`redact_url` shows it)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return MASK
+    if parts.path in ("", "/") and not parts.query:
+        return redact_url(url)
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None:
+        netloc += f":{port}"
+    return urlunsplit((parts.scheme, netloc, "/" + MASK, "", ""))
 
 
 def _basic(match: re.Match[str]) -> str:

@@ -30,6 +30,7 @@ _SUMMARY_TAIL = (
     "unchanged_by_fuzzy",
     "audited",
     "lies",
+    "robots_forbidden",
 )
 
 
@@ -68,6 +69,7 @@ def counts(c: RunCounters, v: Verdicts, result: ReconcileResult | None) -> dict[
         "unchanged_by_fuzzy": v.unchanged_by_fuzzy,
         "audited": c["recrawler/audit/checked"],
         "lies": c["recrawler/audit/lies"],
+        "robots_forbidden": c["recrawler/robots/forbidden"],
     }
     out["crawled"] = sum(out[k] for k in _SUMMARY_HEAD[1:])
     return out

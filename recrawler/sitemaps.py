@@ -1,9 +1,11 @@
-"""Sitemap ``lastmod`` values: every W3C datetime form, read as the latest instant they can denote."""
+"""Sitemap ``lastmod`` values: every W3C datetime form, read as the latest instant they can denote;
+and whether a sitemap's parser read it to its end."""
 
 from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 # W3C datetime (https://www.w3.org/TR/NOTE-datetime): YYYY, YYYY-MM, YYYY-MM-DD, then
 # Thh:mmTZD, Thh:mm:ssTZD or Thh:mm:ss.sTZD; TZD is Z or +hh:mm / -hh:mm.
@@ -96,3 +98,14 @@ def parse_lastmod_start(value: str | None) -> datetime | None:
 
 
 __all__ = ["known_lastmod", "parse_lastmod", "parse_lastmod_start"]
+
+
+def stopped_early(sitemap: Any) -> tuple[int, str] | None:
+    """Where and why the parser of a read :class:`scrapy.utils.sitemap.Sitemap` stopped before the
+    end (its first fatal error: a file cut short, an entity expansion bomb), or None. lxml recovers
+    and ends the listing there, silently."""
+    errors = getattr(getattr(sitemap, "xmliter", None), "error_log", None)
+    fatal = errors.filter_from_fatals() if errors is not None else ()
+    if not fatal:
+        return None
+    return int(fatal[0].line), str(fatal[0].message).strip()[:200]

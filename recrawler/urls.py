@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# empty path segments: "//docs/a" and "/docs//a" are "/docs/a" to the servers that serve docs
+# (nginx's merge_slashes, Apache's own mapping), so they are one page
+_EMPTY_SEGMENTS = re.compile(r"/{2,}")
 
 
 def _host(parts: SplitResult) -> str:
@@ -60,12 +63,14 @@ class KeyMaker:
         """Return the key of *url*: ``host[:port]/path[?sorted&query]``.
 
         Scheme and a leading ``www.`` are folded, the host is lowercased, default ports, the
-        fragment, a trailing slash and tracking parameters are dropped; the path keeps its case.
+        fragment, a trailing slash, empty path segments (``//``), dot segments and tracking
+        parameters are dropped; the path keeps its case.
         """
-        # canonicalize_url percent-encodes consistently, sorts the query and drops the fragment.
+        # canonicalize_url percent-encodes consistently, resolves dot segments, sorts the query
+        # and drops the fragment.
         parts = urlsplit(canonicalize_url(safe_url_string(url.strip())))
         host = _host(parts)
-        path = parts.path.rstrip("/")
+        path = _EMPTY_SEGMENTS.sub("/", parts.path).rstrip("/")
         query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if self._kept(k)]
         key = host + path
         if query:
@@ -79,6 +84,39 @@ _default_key_maker = KeyMaker()
 def page_key(url: str) -> str:
     """Return the page key of *url* with the default parameter lists."""
     return _default_key_maker(url)
+
+
+def remove_dot_segments(path: str) -> str:
+    """*path* with its ``.`` and ``..`` segments resolved (RFC 3986 §5.2.4): ``/docs/../private/x``
+    is ``/private/x``, the page a server answers for it. A ``..`` above the root stays at the root."""
+    if "." not in path:
+        return path
+    out: list[str] = []
+    segments = path.split("/")
+    for i, segment in enumerate(segments):
+        last = i == len(segments) - 1
+        if segment == ".":
+            if last:
+                out.append("")
+        elif segment == "..":
+            if len(out) > 1:
+                out.pop()
+            if last:
+                out.append("")
+        else:
+            out.append(segment)
+    resolved = "/".join(out)
+    return resolved if not path.startswith("/") or resolved.startswith("/") else "/" + resolved
+
+
+def resolve_dots(url: str) -> str:
+    """*url* with the dot segments of its path resolved (see :func:`remove_dot_segments`)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    path = remove_dot_segments(parts.path)
+    return url if path == parts.path else parts._replace(path=path).geturl()
 
 
 def key_host(key: str) -> str:

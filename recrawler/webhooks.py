@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from recrawler import __version__
 from recrawler.exceptions import ConfigurationError, EventDeliveryError
-from recrawler.redact import redact_text, redact_url
+from recrawler.redact import redact_endpoint, redact_text, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -92,7 +92,8 @@ class WebhookSink:
     with exponential backoff and jitter; when the retries run out, or on any other answer, it
     raises :class:`~recrawler.exceptions.EventDeliveryError` and the events stay in the outbox.
     A network sink is not ``immediate``: it runs when a delivery is asked for (the end of a run,
-    ``recrawler events deliver``), never after each commit. The secret is never logged.
+    ``recrawler events deliver``), never after each commit. The secret is never logged, and the URL
+    is shown only as far as its host (a Slack-style URL's path is its secret).
 
     Settings: ``RECRAWLER_WEBHOOK_URL``, ``RECRAWLER_WEBHOOK_SECRET``,
     ``RECRAWLER_WEBHOOK_BATCH_SIZE``, ``RECRAWLER_WEBHOOK_MAX_RETRIES``,
@@ -151,7 +152,8 @@ class WebhookSink:
         )
 
     def __repr__(self) -> str:
-        return f"webhook {redact_url(self.url)}"
+        # the path of a webhook URL is often its secret (Slack's /services/T000/B000/XXXX)
+        return f"webhook {redact_endpoint(self.url)}"
 
     def deliver(self, lines: Sequence[str]) -> None:
         """POST *lines* in signed batches of ``batch_size``; raise EventDeliveryError on failure."""
@@ -210,7 +212,9 @@ class WebhookSink:
         # a refused connection, a timeout, or an answer that is not HTTP (http.client's errors)
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-            return None, None, redact_text(str(reason) or type(reason).__name__, [self._secret])
+            parts = urlsplit(self.url)
+            secrets = [self._secret, parts.path if parts.path != "/" else None, parts.query]
+            return None, None, redact_text(str(reason) or type(reason).__name__, secrets)
 
     def _backoff(self, attempt: int, retry_after: str | None) -> float:
         """``backoff_secs * 2**attempt`` with jitter (half to all of it), or the receiver's

@@ -69,6 +69,7 @@ async def test_an_unchanged_sitemap_is_listed_from_the_database(site: Site, craw
         "recrawler/sitemap/conditional": 4,
         "recrawler/sitemap/fetched": 4,
         "recrawler/sitemap/not_modified": 4,
+        "recrawler/sitemap/pages": 25,
         "recrawler/sitemap/parsed": 4,
         "recrawler/sitemap/urls": 25,
     }

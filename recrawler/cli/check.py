@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from recrawler.cli.output import json_line
 from recrawler.cli.settings import key_maker, open_store, write
+from recrawler.state.sql.check import UNREPAIRED
 
 if TYPE_CHECKING:
     import argparse
@@ -30,6 +31,11 @@ def cmd_check(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         if not args.json:
             out.write("ok: every invariant holds\n")
         return 0
+    if any(f.check == "integrity" for f in findings):
+        # writing to a damaged file spreads the damage: nothing to mend here
+        if not args.json:
+            out.write("the database file is damaged: restore it from a backup (nothing was changed)\n")
+        return 1
     if not args.repair:
         if not args.json:
             out.write(f"{len(findings)} problem(s); `recrawler check --repair` mends them\n")
@@ -38,6 +44,11 @@ def cmd_check(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     if not args.json:
         done = ", ".join(f"{k}: {v}" for k, v in sorted(repaired.items())) or "nothing to change"
         out.write(f"repaired ({done}); the next run fetches and indexes the re-queued pages\n")
+    left = sorted({f.check for f in findings if f.check in UNREPAIRED})
+    if left:
+        if not args.json:
+            out.write(f"not repaired ({', '.join(left)}): the site decides which address is the page\n")
+        return 1
     return 0
 
 

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Self
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.extensions.httpcache import RFC2616Policy
 from scrapy.utils.misc import load_object
 from w3lib.url import safe_url_string
 
-from recrawler import meta
+from recrawler import meta, notfound
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
+from recrawler.misses import stage_soft_miss
+from recrawler.redact import redact_text, redact_url
 from recrawler.runtime import runtime_of
 from recrawler.state import GONE, LIVE, MOVED, Event, PageRecord, RecordHints, utcnow
-from recrawler.urls import KeyMaker, UrlPolicy, key_host, url_host
+from recrawler.urls import KeyMaker, UrlPolicy, key_host, resolve_dots, url_host
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -32,6 +34,11 @@ _VALIDATOR_HEADERS = (b"If-None-Match", b"If-Modified-Since")
 #: RFC 9110 §15.4: 301 and 308 move a resource for good; 302, 303 and 307 lend it another address
 PERMANENT_REDIRECTS = frozenset({301, 308})
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
+#: pages of one run redirected to the same target (one that is no live stored page, for permanent
+#: redirects): from this many on, each is a soft 404
+SHARED_TARGET_MIN = 3
+#: redirect targets remembered per run (then it starts again): bounded memory
+_LOANS_MAX = 4096
 
 
 def _is_rfc2616(policy: object) -> bool:
@@ -65,7 +72,11 @@ class ConditionalRequestMiddleware:
     refused URL is never followed and counts as a miss of the source (as a 404 does); a loop or a
     chain longer than ``REDIRECT_MAX_TIMES`` is an error that changes nothing. Final 404/410 answers
     of stored pages are staged as misses for the Reconciler; 5xx, other error statuses and download
-    exceptions are counted as errors and change nothing else.
+    exceptions are counted as errors and change nothing else. A redirect that is a soft 404 is not
+    followed and is staged as a miss of the pages it leads away from, as a 404 is: one to the site's
+    root or the listing's home (the spider's ``recrawler_home_paths``), and one whose target this
+    run already had other pages redirected to (``SHARED_TARGET_MIN`` of them, each a miss; pages
+    that permanently redirect to a live stored page are moves, however many).
 
     Settings: ``RECRAWLER_CONDITIONAL_ENABLED``, ``RECRAWLER_DB_URI``, ``RECRAWLER_URL_*_PARAMS``,
     ``RECRAWLER_GONE_STATUSES``, ``RECRAWLER_MISSING_STATUSES``, ``REDIRECT_ENABLED``,
@@ -74,7 +85,8 @@ class ConditionalRequestMiddleware:
     ``recrawler/request/{count,failed}``, ``recrawler/page/missing/http_<code>``,
     ``recrawler/page/error/<reason>``, ``recrawler/redirect/{permanent,temporary,refused}``,
     ``recrawler/url/refused/<reason>``, ``recrawler/sitemap/{fetched,error,conditional,not_modified}``,
-    ``recrawler/state/error/<Exception>``.
+    ``recrawler/state/error/<Exception>``, ``recrawler/page/soft_404/{redirect_home,redirect_shared}``,
+    ``recrawler/page/missing/soft_404``.
     Meta: ``recrawler_enabled=False`` skips a request, ``recrawler_key`` overrides its page key,
     ``recrawler_conditional=False`` sends no validators, ``dont_redirect`` leaves redirects to Scrapy.
     """
@@ -89,6 +101,7 @@ class ConditionalRequestMiddleware:
         gone_statuses: tuple[int, ...] = (410,),
         follow_redirects: bool = True,
         max_redirects: int = 20,
+        soft_404: bool = True,
         crawler: Crawler | None = None,
         runtime: Runtime | None = None,
     ) -> None:
@@ -105,6 +118,11 @@ class ConditionalRequestMiddleware:
             raise ConfigurationError(msg)
         self.follow_redirects = follow_redirects
         self.max_redirects = max_redirects
+        self.soft_404 = soft_404
+        #: this run's redirect targets and the pages sent to each (bounded), and the targets found
+        #: shared by too many pages
+        self._loans: dict[str, set[str]] = {}
+        self._shared: set[str] = set()
         self.crawler = crawler
 
     @classmethod
@@ -131,6 +149,7 @@ class ConditionalRequestMiddleware:
             gone_statuses=tuple(int(x) for x in s.getlist("RECRAWLER_GONE_STATUSES")),
             follow_redirects=s.getbool("REDIRECT_ENABLED"),
             max_redirects=s.getint("REDIRECT_MAX_TIMES"),
+            soft_404=s.getbool("RECRAWLER_SOFT404_ENABLED"),
             crawler=crawler,
             runtime=runtime,
         )
@@ -280,13 +299,19 @@ class ConditionalRequestMiddleware:
                 self._inc("recrawler/sitemap/error")
                 logger.error(
                     "sitemap %(url)s answered HTTP %(status)d",
-                    {"url": response.url, "status": response.status},
+                    {"url": redact_url(response.url), "status": response.status},
                 )
             return response
         if not is_page_request(request):
             return response
         status = response.status
         key = request_key(request, self.key_maker)
+        if request.meta.pop(meta.TOO_LARGE, False):
+            # its body decompressed past DOWNLOAD_MAXSIZE (a gzip bomb): an error, never content
+            self._inc("recrawler/request/count")
+            self._inc("recrawler/request/failed")
+            await self._error(request, key, "too_large", http_status=status)
+            raise IgnoreRequest("the page decompresses past DOWNLOAD_MAXSIZE")
         if status in REDIRECTS and request.meta.get(meta.REDIRECTS) and b"Location" in response.headers:
             return await self._redirect(request, response, key)
         self._inc("recrawler/request/count")
@@ -294,6 +319,9 @@ class ConditionalRequestMiddleware:
             self._inc("recrawler/conditional/not_modified")
             self._inc(f"recrawler/conditional/not_modified/{key_host(key)}")
             return response
+        if self._shared and request.meta.get(meta.HOPS) and self.key_maker(request.url) in self._shared:
+            # an earlier page sent to a target many pages were sent to: its miss is staged
+            raise IgnoreRequest("a soft 404 (redirect_shared)")
         if status == 200 and self.runtime is not None:
             rec = self.runtime.hints.peek(key)
             if isinstance(rec, PageRecord) and _same_validator(response, rec):
@@ -318,7 +346,10 @@ class ConditionalRequestMiddleware:
             return
         if is_sitemap_request(request):
             self._inc("recrawler/sitemap/error")
-            logger.error("sitemap %(url)s failed: %(exc)r", {"url": request.url, "exc": exception})
+            logger.error(
+                "sitemap %(url)s failed: %(exc)s",
+                {"url": redact_url(request.url), "exc": redact_text(repr(exception))},
+            )
             return
         if not is_page_request(request):
             return
@@ -355,10 +386,30 @@ class ConditionalRequestMiddleware:
             self._inc("recrawler/request/failed")
             await self._error(request, key, "redirect_limit", http_status=status)
             raise IgnoreRequest("too many redirects")
-        new_meta = {k: v for k, v in request.meta.items() if k not in (meta.SENT, "handle_httpstatus_list")}
-        new_meta[meta.HOPS] = hops
         # a permanent hop moves the page, unless a temporary hop already lent it its address
         moves = status in PERMANENT_REDIRECTS and self.key_maker(request.url) == key
+        shape = await self._soft_redirect(request, key, target, target_key, lends=not moves)
+        if shape is not None:
+            # a removed page sent home, or one of many lent the same target: a miss, never content
+            self._inc("recrawler/request/count")
+            sources = list(dict.fromkeys([*request.meta.get(meta.MOVED_FROM, ()), key]))
+            staged = False
+            for source in sources:
+                answer = (
+                    await stage_soft_miss(
+                        self.runtime,
+                        source,
+                        request.url,
+                        shape,
+                        error_if_unknown=source == key and not staged,
+                    )
+                    if self.runtime is not None
+                    else "unknown"
+                )
+                staged = staged or answer == "staged"
+            raise IgnoreRequest(f"a soft 404 ({shape})")
+        new_meta = {k: v for k, v in request.meta.items() if k not in (meta.SENT, "handle_httpstatus_list")}
+        new_meta[meta.HOPS] = hops
         if moves:
             self._inc("recrawler/redirect/permanent")
             moved_from = [*request.meta.get(meta.MOVED_FROM, ()), key]
@@ -395,6 +446,47 @@ class ConditionalRequestMiddleware:
             if header in _VALIDATOR_HEADERS or url_host(target) != url_host(request.url):
                 follow.headers.pop(header, None)
         return follow
+
+    async def _soft_redirect(
+        self, request: Request, key: str, target: str, target_key: str, *, lends: bool
+    ) -> str | None:
+        """The soft-404 shape of a page redirect (None: follow it)."""
+        if not self.soft_404 or self.runtime is None or target_key == key:
+            return None
+        spider = self.crawler.spider if self.crawler else None
+        homes = getattr(spider, "recrawler_home_paths", ("/",))
+        source_path = urlsplit(resolve_dots(request.url)).path or "/"
+        if notfound.home_redirect(source_path, urlsplit(resolve_dots(target)).path or "/", homes):
+            return notfound.HOME_REDIRECT
+        if not lends and await self._live(target_key):
+            # pages merged into a page the site has: moves (one key live)
+            return None
+        if len(self._loans) >= _LOANS_MAX and target_key not in self._loans:
+            self._loans.clear()
+            self._shared.clear()
+        lent = self._loans.setdefault(target_key, set())
+        lent.add(key)
+        if len(lent) < SHARED_TARGET_MIN:
+            return None
+        if len(lent) == SHARED_TARGET_MIN:
+            # the pages sent there before it was plain that it is everybody's: misses too (and
+            # their answers, still on their way, are dropped: see process_response)
+            self._shared.add(target_key)
+            for earlier in sorted(lent - {key}):
+                await stage_soft_miss(self.runtime, earlier, request.url, notfound.SHARED_REDIRECT)
+        return notfound.SHARED_REDIRECT
+
+    async def _live(self, key: str) -> bool:
+        """Whether page *key* is a live stored page (a read failure: it is not known to be)."""
+        assert self.runtime is not None
+        rec = self.runtime.hints.peek(key)
+        if rec is RecordHints.MISSING:
+            try:
+                rec = await self.store.get(key)
+            except StateStoreError as exc:
+                self._state_error(exc)
+                return False
+        return isinstance(rec, PageRecord) and rec.status == LIVE
 
     async def _claim(self, key: str) -> bool:
         """Whether to follow a move to page *key*: not when the run's frontier holds it (Scrapy's

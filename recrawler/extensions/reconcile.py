@@ -190,7 +190,9 @@ class Reconciler:
         """How many pages this run's listing named (None: not a sitemap spider)."""
         if not isinstance(self.crawler.spider, SitemapSpider):
             return None
-        return self.runtime.counters["recrawler/sitemap/urls"]
+        c = self.runtime.counters
+        # distinct page keys (the schedule, the frontier and deltafetch count each once); entries, else
+        return c["recrawler/sitemap/pages"] or c["recrawler/sitemap/urls"]
 
     def _state_errors(self) -> int:
         return self.runtime.counters.total("recrawler/state/error")
@@ -208,7 +210,18 @@ class Reconciler:
             failed=c["recrawler/request/failed"],
             max_error_ratio=self.max_error_ratio,
             state_errors=self._state_errors(),
+            robots_forbidden=c["recrawler/robots/forbidden"],
         )
+        if outcome.OUTAGE_ROBOTS in why:
+            logger.error(
+                "robots.txt forbade %(n)d of %(all)d page requests: this run checked almost nothing "
+                "(a staging robots.txt deployed?); nothing is removed, exit 4",
+                {
+                    "n": c["recrawler/robots/forbidden"],
+                    "all": c["recrawler/robots/forbidden"] + c["recrawler/request/count"],
+                },
+                extra={"spider": self.crawler.spider},
+            )
         if self.runtime.lease_lost:
             why.append("lease_lost")
         if self.runtime.counters["recrawler/workers/lost"]:
@@ -333,7 +346,7 @@ class Reconciler:
                 reason=reason,
                 at=utcnow(),
                 report=run_report,
-                reasons=[*skipped, *hold],
+                reasons=self.outcome["reasons"],
                 listed=self._listed(),
                 exit_code=rt.exit_code,
             )
@@ -442,18 +455,22 @@ class Reconciler:
         self, run_report: dict[str, Any], skipped: list[str], hold: dict[str, str], *, whole: bool = True
     ) -> None:
         rt = self.runtime
+        index_state = (run_report.get("index") or {}).get("state")
+        state_errors = bool(self._state_errors()) or "state_error" in skipped
+        # left unpublished for no reason above (the embedder failed): no success either
+        unpublished = index_state == "unpublished" and not (skipped or hold or state_errors)
         code = outcome.exit_code(
-            state_errors=bool(self._state_errors()) or "state_error" in skipped,
+            state_errors=state_errors,
             lease_lost=rt.lease_lost,
             held=bool(hold),
             skipped=bool(skipped),
             worker_lost="worker_lost" in skipped,
+            unpublished=unpublished,
         )
         rt.exit_code = code
-        index_state = (run_report.get("index") or {}).get("state")
         self.outcome = {
             "state": RUN_HELD if hold and whole else (index_state or RUN_FINISHED),
-            "reasons": [*skipped, *hold],
+            "reasons": [*skipped, *hold, *(["unpublished"] if unpublished else [])],
             "exit_code": code,
         }
         run_report["outcome"] = self.outcome

@@ -273,16 +273,20 @@ class SQLiteKnowledgeBase:
         if not ranked:
             return []
         ids = [r.id for r, _ in ranked]
-        rows = {
-            r["id"]: r
-            for r in self._conn.execute(
-                f"""SELECT c.id, c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash,
-                           p.title, p.last_checked, p.last_changed
-                    FROM chunks c LEFT JOIN {published_pages()} p ON p.key = c.key
-                    WHERE c.id IN ({",".join("?" * len(ids))})""",
-                ids,
-            )
-        }
+        try:
+            rows = {
+                r["id"]: r
+                for r in self._conn.execute(
+                    f"""SELECT c.id, c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash,
+                               p.title, p.last_checked, p.last_changed
+                        FROM chunks c LEFT JOIN {published_pages()} p ON p.key = c.key
+                        WHERE c.id IN ({",".join("?" * len(ids))})""",
+                    ids,
+                )
+            }
+        except sqlite3.Error as exc:
+            # a damaged file (text that no longer decodes): one line, no traceback
+            raise _damaged(self.path, exc) from exc
         return [
             Hit(
                 score=score,
@@ -314,12 +318,24 @@ class SQLiteKnowledgeBase:
 
     def chunks(self) -> Iterator[ChunkRow]:
         """Yield every published chunk by page key and position, streaming."""
-        cur = self._conn.execute(
-            f"""SELECT c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash FROM chunks c
-                {visible_from("c")} WHERE {visible_where("c")} ORDER BY c.key, c.chunk_index"""
-        )
-        for r in cur:
-            yield _chunk(r)
+        try:
+            cur = self._conn.execute(
+                f"""SELECT c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash FROM chunks c
+                    {visible_from("c")} WHERE {visible_where("c")} ORDER BY c.key, c.chunk_index"""
+            )
+            for r in cur:
+                yield _chunk(r)
+        except sqlite3.Error as exc:
+            # a damaged file (text that no longer decodes, a malformed page): one line, no traceback
+            raise _damaged(self.path, exc) from exc
+
+
+def _damaged(path: str, exc: sqlite3.Error) -> StateStoreError:
+    # SQLite quotes what it could not decode, newlines and all: one line of it is enough
+    what = " ".join(str(exc).split())[:160]
+    return StateStoreError(
+        f"knowledge base {path!r}: {what} (the file may be damaged: run `recrawler check`)"
+    )
 
 
 def _chunk(r: sqlite3.Row) -> ChunkRow:

@@ -70,10 +70,12 @@ class Chunker:
     ``size`` characters packed block by block with ``overlap`` characters carried over.
 
     Each chunk starts with its section's heading line, carries the heading path (breadcrumb)
-    and the URL of the nearest heading anchor (``url#anchor``).
+    and the URL of the nearest heading anchor (``url#anchor``). A page gives at most
+    ``max_chunks`` chunks, its first ones (a 30 MB page would be tens of thousands: each one
+    embedded, with a paid embedder each one paid for).
     """
 
-    def __init__(self, size: int = 1200, overlap: int = 150) -> None:
+    def __init__(self, size: int = 1200, overlap: int = 150, max_chunks: int = 500) -> None:
         if size < 100:
             msg = f"RECRAWLER_CHUNK_SIZE: must be at least 100 characters, got {size!r}"
             raise ConfigurationError(msg)
@@ -83,8 +85,11 @@ class Chunker:
                 f"got {overlap!r}"
             )
             raise ConfigurationError(msg)
+        if max_chunks < 1:
+            raise ConfigurationError(f"RECRAWLER_CHUNK_MAX_PER_PAGE: must be at least 1, got {max_chunks!r}")
         self.size = size
         self.overlap = overlap
+        self.max_chunks = max_chunks
 
     def chunk(
         self,
@@ -126,8 +131,10 @@ class Chunker:
         kept = [sec for sec in sections if sec[3]] or sections[:1]
         chunks: list[Chunk] = []
         for path, section_anchor, line, blocks in kept:
+            if len(chunks) >= self.max_chunks:
+                break
             section_url = f"{base_url}#{section_anchor}" if section_anchor else base_url
-            for piece in self._pack(line, blocks):
+            for piece in self._pack(line, blocks)[: self.max_chunks - len(chunks)]:
                 chunks.append(
                     Chunk(
                         key=key,

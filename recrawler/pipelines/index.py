@@ -16,6 +16,7 @@ from recrawler.items import Page, PageStatus
 from recrawler.kb.chunking import Chunker
 from recrawler.outcome import Verdicts, is_spike, spike_figures
 from recrawler.pipelines import PendingUpdates, commit
+from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
 from recrawler.state import RUN_HELD
 
@@ -50,9 +51,10 @@ class IndexPipeline:
     commits, and a change spike holds the rest of the run as soon as it shows.
 
     Settings: ``RECRAWLER_INDEX_ENABLED``, ``RECRAWLER_CHUNK_SIZE``, ``RECRAWLER_CHUNK_OVERLAP``,
+    ``RECRAWLER_CHUNK_MAX_PER_PAGE``,
     ``RECRAWLER_PUBLISH``, ``RECRAWLER_EMBEDDER*``, ``RECRAWLER_CHANGE_ALERT_RATIO``,
     ``RECRAWLER_CHANGE_ALERT_MIN``, ``RECRAWLER_DRY_RUN``.
-    Stats: ``recrawler/index/{upserted,chunks,restored,error}``, ``recrawler/embed/{texts,calls}``,
+    Stats: ``recrawler/index/{upserted,chunks,restored,error,capped}``, ``recrawler/embed/{texts,calls}``,
     ``recrawler/run/held``. Signals: sends ``page_classified`` after the write.
     """
 
@@ -90,7 +92,11 @@ class IndexPipeline:
             runtime.handover = PendingUpdates()
         return cls(
             runtime.store,
-            Chunker(s.getint("RECRAWLER_CHUNK_SIZE"), s.getint("RECRAWLER_CHUNK_OVERLAP")),
+            Chunker(
+                s.getint("RECRAWLER_CHUNK_SIZE"),
+                s.getint("RECRAWLER_CHUNK_OVERLAP"),
+                s.getint("RECRAWLER_CHUNK_MAX_PER_PAGE"),
+            ),
             runtime.handover,
             runtime=runtime,
             publish_each_page=publish_mode(s) == "page",
@@ -129,12 +135,25 @@ class IndexPipeline:
             self.runtime.counters.inc("recrawler/index/restored")
         if chunks is not None:
             update.record = dataclasses.replace(update.record, chunks=len(chunks))
+            if len(chunks) >= self.chunker.max_chunks:
+                self._capped(item)
         if chunks and self.publish_each_page and not self._held:
             embeddings += await self._embed(chunks, have={h for _, h, _ in embeddings})
         page = await commit(self.runtime, run, update, chunks=chunks, restore=restore, embeddings=embeddings)
         if self.publish_each_page and not self._held:
             await self._check_spike(run)
         return page
+
+    def _capped(self, item: Page) -> None:
+        """A page at RECRAWLER_CHUNK_MAX_PER_PAGE chunks: only its first ones are indexed."""
+        counters = self.runtime.counters
+        if not counters["recrawler/index/capped"]:
+            logger.warning(
+                "%(url)s is indexed in its first %(n)d chunks only (RECRAWLER_CHUNK_MAX_PER_PAGE); "
+                "further pages over the bound are only counted",
+                {"url": redact_url(item.url), "n": self.chunker.max_chunks},
+            )
+        counters.inc("recrawler/index/capped")
 
     def _worker_vectors(self, vectors: list[tuple[str, bytes]]) -> list[tuple[str, str, bytes]]:
         embedder_id = self.runtime.embedder.id

@@ -13,7 +13,8 @@ from scrapy_deltafetch import DeltaFetch
 from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import Page
-from recrawler.meta import is_page_request, request_key
+from recrawler.meta import is_page_request, is_sitemap_request, request_key
+from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
 from recrawler.state import utcnow
 from recrawler.urls import KeyMaker
@@ -139,10 +140,13 @@ class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafet
             await self._store(response, r)
             yield r
         if batch:
-            async for r in self._filter(batch):
+            # a sitemap's pages skipped here are still listed: counted once per key, as the
+            # schedule and the frontier count the others (the outage guard compares listings)
+            listing = response.request is not None and is_sitemap_request(response.request)
+            async for r in self._filter(batch, listing):
                 yield r
 
-    async def _filter(self, batch: list[Request]) -> AsyncIterator[Request]:
+    async def _filter(self, batch: list[Request], listing: bool = False) -> AsyncIterator[Request]:
         keys = [self._get_key(r).decode() for r in batch]
         try:
             seen = await self.store.immutable_seen(self._spider_name, sorted(set(keys)))
@@ -161,6 +165,8 @@ class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafet
                 self._inc("recrawler/page/skipped")
                 self._inc("recrawler/page/skipped/deltafetch")
                 skipped_pages.append((request_key(request, self.key_maker), "deltafetch"))
+        if listing and skipped_pages:
+            self._inc("recrawler/sitemap/pages", len({key for key, _ in skipped_pages}))
         if skipped_pages:
             try:
                 # skipped on purpose: not "unseen", never quarantined for it
@@ -189,7 +195,9 @@ class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafet
             )
         except StateStoreError as exc:
             self._inc(f"recrawler/state/error/{type(exc).__name__}")
-            logger.error("deltafetch could not store %(url)s: %(exc)s", {"url": request.url, "exc": exc})
+            logger.error(
+                "deltafetch could not store %(url)s: %(exc)s", {"url": redact_url(request.url), "exc": exc}
+            )
             return
         self._inc("deltafetch/stored")
 

@@ -13,7 +13,8 @@ from scrapy.utils.request import request_from_dict
 
 from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
-from recrawler.meta import is_page_request, request_key
+from recrawler.meta import is_page_request, is_sitemap_request, request_key
+from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
 from recrawler.urls import KeyMaker
 
@@ -50,7 +51,7 @@ def request_dict(request: Request, spider: Any) -> dict[str, Any]:
             continue
         name = _callback_name(spider, func)
         if name is None:
-            return request.to_dict(spider=spider)
+            return _stored(request.to_dict(spider=spider))
         names.append(name)
     d: dict[str, Any] = {
         "url": request.url,
@@ -62,6 +63,20 @@ def request_dict(request: Request, spider: Any) -> dict[str, Any]:
         d.setdefault(attr, getattr(request, attr))
     if type(request) is not Request:
         d["_class"] = request.__module__ + "." + request.__class__.__name__
+    return _stored(d)
+
+
+def _stored(d: dict[str, Any]) -> dict[str, Any]:
+    """*d* as the frontier stores it: a Referer's credentials (the ``?token=`` of the sitemap that
+    listed the page) are masked, never written to the database."""
+    headers = d.get("headers") or {}
+    for name in (b"Referer", "Referer"):
+        values = headers.get(name)
+        if values:
+            headers[name] = [
+                redact_url(v.decode("latin-1")).encode("latin-1") if isinstance(v, bytes) else redact_url(v)
+                for v in values
+            ]
     return d
 
 
@@ -77,6 +92,7 @@ class FrontierMiddleware:
 
     Settings: ``RECRAWLER_FRONTIER_ENABLED``, ``RECRAWLER_FRONTIER_BATCH_SIZE``.
     Stats: ``recrawler/frontier/{queued,fed}``, ``recrawler/frontier/waiting_max``,
+    ``recrawler/sitemap/pages`` (the due pages a sitemap named, once per key),
     ``recrawler/state/error/<Exception>``.
     Signals: listens to ``request_reached_downloader`` and ``request_dropped``.
     """
@@ -127,20 +143,22 @@ class FrontierMiddleware:
     ) -> AsyncIterator[Any]:
         """Page requests go to the database; items and other requests pass through."""
         batch: list[Request] = []
+        # a sitemap's pages: the frontier holds each key once, so what it adds is counted once
+        listing = response.request is not None and is_sitemap_request(response.request)
         async for r in result:
             if isinstance(r, Request) and is_page_request(r) and not r.meta.get(meta.FED):
                 batch.append(r)
                 if len(batch) >= self.batch_size:
-                    for kept in await self._queue(batch):
+                    for kept in await self._queue(batch, listing):
                         yield kept
                     batch = []
                 continue
             yield r
         if batch:
-            for kept in await self._queue(batch):
+            for kept in await self._queue(batch, listing):
                 yield kept
 
-    async def _queue(self, batch: list[Request]) -> list[Request]:
+    async def _queue(self, batch: list[Request], listing: bool = False) -> list[Request]:
         """Write *batch* to the frontier; what cannot be written is returned to go out at once."""
         run = self.runtime.run
         if run is None:
@@ -165,6 +183,8 @@ class FrontierMiddleware:
             return batch
         self._queued += added
         self.runtime.counters.inc("recrawler/frontier/queued", added)
+        if listing:
+            self.runtime.counters.inc("recrawler/sitemap/pages", added)
         self._top_up()
         return kept
 

@@ -13,6 +13,7 @@ from scrapy.exceptions import NotConfigured
 
 from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
 from recrawler.state import ListedEntry, SitemapFile, utcnow
 
@@ -211,7 +212,7 @@ class ListingMiddleware:
             self._logged.add(why)
             logger.error(
                 "listing is incomplete: %(what)s (first refused: %(url)s); nothing is removed this run",
-                {"what": what, "url": url[:300]},
+                {"what": what, "url": redact_url(url)[:300]},
                 extra={"spider": self.crawler.spider},
             )
 
@@ -252,6 +253,9 @@ class _Listing:
             or not hasattr(spider, "recrawler_listed_request")
             or response.url.endswith("/robots.txt")
             or response.status not in (200, 304)
+            # a credential in its URL (?token=, ?api_key=) is never stored: the file is read again
+            # each run instead of being asked conditionally
+            or redact_url(response.url) != response.url
         ):
             return None
         validators = None
@@ -265,6 +269,12 @@ class _Listing:
 
     async def add(self, url: str, kind: str, lastmod: str | None) -> None:
         if self.validators is None:
+            return
+        if redact_url(url) != url:
+            # an entry carrying a credential: neither it nor the file's validators are stored, so
+            # the file is read again next run (never listed from a copy without the entry)
+            self.validators = None
+            self.entries = []
             return
         if kind == meta.ROLE_PAGE:
             self.urls += 1
@@ -286,7 +296,9 @@ class _Listing:
         # the file is read again next run (its validators are not stored): nothing is lost
         self.failed = True
         self.runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
-        logger.error("could not store the listing of %(url)s: %(exc)s", {"url": self.url, "exc": exc})
+        logger.error(
+            "could not store the listing of %(url)s: %(exc)s", {"url": redact_url(self.url), "exc": exc}
+        )
 
     async def done(self) -> None:
         """The file was read to its end: store the rest and its validators."""

@@ -12,7 +12,7 @@ from scrapy.exceptions import NotConfigured
 from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import PageStatus
-from recrawler.meta import is_page_request, request_key
+from recrawler.meta import is_page_request, is_sitemap_request, request_key
 from recrawler.runtime import runtime_of
 from recrawler.schedule import SKIP_LASTMOD, Decision, parse_now
 from recrawler.state.records import RevisitUpdate
@@ -56,8 +56,10 @@ class ScheduleMiddleware:
     ``RECRAWLER_INTERVAL_OVERRIDES``, ``RECRAWLER_LASTMOD_MODE``, ``RECRAWLER_FOLLOW_MAX_LINKS``.
     Stats: ``recrawler/schedule/due``, ``recrawler/schedule/due/<reason>``,
     ``recrawler/page/skipped``, ``recrawler/page/skipped/{schedule,lastmod}``,
-    ``recrawler/follow/{links,max_links}`` (pages found through links, and refused past the budget),
-    ``recrawler/state/error/<Exception>``.
+    ``recrawler/sitemap/pages`` (the page keys the sitemaps named, each once: what the outage
+    guard compares with the last run's listing; the due ones are counted by FrontierMiddleware
+    when it is on), ``recrawler/follow/{links,max_links}`` (pages found through links, and refused
+    past the budget), ``recrawler/state/error/<Exception>``.
     Meta: reads ``recrawler_lastmod``, ``recrawler_feed_updated``, ``recrawler_found_via``;
     sets ``recrawler_due``.
     """
@@ -135,31 +137,33 @@ class ScheduleMiddleware:
     ) -> AsyncIterator[Any]:
         """Pass items and other requests through; decide page requests batch by batch."""
         batch: list[Request] = []
+        # the pages a sitemap names: counted once per page key (a listing may name one page often)
+        listing = response.request is not None and is_sitemap_request(response.request)
         async for r in result:
             if isinstance(r, Request) and is_page_request(r):
                 batch.append(r)
                 if len(batch) >= self.batch_size:
-                    async for request in self._decide(batch):
+                    async for request in self._decide(batch, listing):
                         yield request
                     batch = []
             else:
                 yield r
         if batch:
-            async for request in self._decide(batch):
+            async for request in self._decide(batch, listing):
                 yield request
 
-    async def _decide(self, batch: list[Request]) -> AsyncIterator[Request]:
+    async def _decide(self, batch: list[Request], listing: bool = False) -> AsyncIterator[Request]:
         run = runtime_of(self.crawler).run
         if run is None:
             # the run could not begin (the spider is closing): request nothing
             return
         # one batch at a time: a feed and a sitemap listing the same page see each other's marks
         async with self._lock:
-            passed = await self._decide_locked(run, batch)
+            passed = await self._decide_locked(run, batch, listing)
         for request in passed:
             yield request
 
-    async def _decide_locked(self, run: Run, batch: list[Request]) -> list[Request]:
+    async def _decide_locked(self, run: Run, batch: list[Request], listing: bool = False) -> list[Request]:
         keys = [request_key(r, self.key_maker) for r in batch]
         try:
             known = await self.store.scheduled(sorted(set(keys)))
@@ -209,10 +213,16 @@ class ScheduleMiddleware:
                         self._inc(f"recrawler/page/skipped/{was_skipped}", -1)
                     self._inc("recrawler/schedule/due")
                     self._inc(f"recrawler/schedule/due/{decision.reason}")
+                if listing and not earlier and runtime_of(self.crawler).frontier is None:
+                    # without the frontier (which counts the due ones once per key), here
+                    self._inc("recrawler/sitemap/pages")
                 decided[key] = decision
                 passed.append(request)
                 continue
             if not earlier:
+                if listing:
+                    # a stored page: its listed_run marks it for the rest of the run
+                    self._inc("recrawler/sitemap/pages")
                 self._inc("recrawler/page/skipped")
                 self._inc(f"recrawler/page/skipped/{decision.reason}")
                 logger.debug("not due (%(why)s): %(url)s", {"why": decision.reason, "url": request.url})

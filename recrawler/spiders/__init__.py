@@ -27,8 +27,9 @@ from recrawler.extract import Content, ContentExtractor, ExtractionError, looks_
 from recrawler.items import Page
 from recrawler.redact import redact_url
 from recrawler.runtime import find_runtime
+from recrawler.sitemaps import stopped_early
 from recrawler.state.records import LIVE, PageRecord
-from recrawler.urls import KeyMaker, UrlPolicy, key_host
+from recrawler.urls import KeyMaker, UrlPolicy, key_host, resolve_dots
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
@@ -244,6 +245,11 @@ class RecrawlerSpiderMixin:
             self._recrawler_policy = UrlPolicy.for_urls((), domains, any_host=not domains)
         return self._recrawler_policy
 
+    @property
+    def recrawler_home_paths(self) -> tuple[str, ...]:
+        """Paths that are the site's home: a page redirected there was removed (a soft 404)."""
+        return ("/",)
+
     def recrawler_page(self, response: Response, lastmod: str | None = None) -> Page:
         """Return the Page item for *response* (304s are not parsed)."""
         return self._recrawler_page_builder().page(response, lastmod)
@@ -367,6 +373,11 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                 meta={meta.ROLE: meta.ROLE_FEED},
             )
 
+    @property
+    def recrawler_home_paths(self) -> tuple[str, ...]:
+        """The site's root and the folder of each sitemap (``/docs/sitemap.xml``: ``/docs/``)."""
+        return ("/", *(urlsplit(u).path.rsplit("/", 1)[0] + "/" for u in self.sitemap_urls))
+
     def recrawler_role_of(self, request: Request) -> str:
         """What a request yielded while reading a sitemap fetches: a listed page or another sitemap."""
         page = any(request.callback == callback for _, callback in self._page_rules())
@@ -406,6 +417,18 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                 if request is not None:
                     yield request
                 lastmod = None
+        self._check_parsed(response, sitemap)
+
+    def _check_parsed(self, response: Response, sitemap: Sitemap) -> None:
+        """A sitemap the parser stopped reading early is a failed listing: counted, logged."""
+        stopped = stopped_early(sitemap)
+        if stopped is not None:
+            self._inc("recrawler/sitemap/error")
+            logger.error(
+                "sitemap %(url)s stopped parsing at line %(line)d (%(why)s): the listing is "
+                "incomplete; nothing is removed this run",
+                {"url": redact_url(response.url), "line": stopped[0], "why": stopped[1]},
+            )
 
     def _open_sitemap(self, response: Response) -> Sitemap | None:
         """The sitemap in *response* (gzip or not), or None, counted and logged, when it is none."""
@@ -495,7 +518,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             self._inc("recrawler/feed/error")
             logger.warning(
                 "feed %(url)s could not be parsed: %(exc)s",
-                {"url": response.url, "exc": parsed.get("bozo_exception")},
+                {"url": redact_url(response.url), "exc": parsed.get("bozo_exception")},
             )
             return
         self._inc("recrawler/feed/fetched")
@@ -527,7 +550,8 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         self._inc("recrawler/feed/error")
         request = getattr(failure, "request", None)
         logger.warning(
-            "feed %(url)s failed: %(exc)s", {"url": getattr(request, "url", "?"), "exc": failure.value}
+            "feed %(url)s failed: %(exc)s",
+            {"url": redact_url(getattr(request, "url", "?")), "exc": failure.value},
         )
 
     def _links(self, response: TextResponse) -> Iterable[Request]:
@@ -541,9 +565,12 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             self._link_extractor = LinkExtractor(unique=True)
         limit = self.settings.getint("RECRAWLER_FOLLOW_DEPTH_LIMIT")
         for link in self._link_extractor.extract_links(response):
-            if not self._allowed(link.url, "link"):
+            # the page a server answers for /docs/../private/x is /private/x: the prefix test
+            # (and the request) take the path with its dot segments resolved
+            url = resolve_dots(link.url)
+            if not self._allowed(url, "link"):
                 continue
-            if not urlsplit(link.url).path.startswith(self.follow_prefixes):
+            if not urlsplit(url).path.startswith(self.follow_prefixes):
                 self._inc("recrawler/follow/offsite")
                 continue
             if depth > limit:
@@ -552,7 +579,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             # the per-run budget counts pages found, not links: ScheduleMiddleware, which knows
             # which pages are stored, spends it
             yield Request(
-                link.url,
+                url,
                 callback=self.parse,
                 meta={meta.FOUND_VIA: "link", meta.FOUND_FROM: response.url, meta.DEPTH: depth},
             )

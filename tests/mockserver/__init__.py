@@ -1,5 +1,7 @@
 """Local HTTP server for crawl tests: ``ROOT/<site>/<path>`` with validators and a request log.
 
+Paths map to files as nginx maps them: empty segments merged (``//``), dot segments resolved.
+
 Run ``python -m tests.mockserver ROOT``; the first stdout line is the base URL. Per-path options
 come from ``ROOT/<site>/_meta.json`` (see ``OPTIONS``) and each request is appended as one JSON
 line to ``ROOT/<site>/_requests.jsonl`` (requests outside a site go to ``ROOT/_requests.jsonl``).
@@ -13,10 +15,12 @@ import hashlib
 import itertools
 import json
 import os
+import posixpath
 import re
 import secrets
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import formatdate, parsedate_to_datetime
@@ -45,6 +49,9 @@ OPTIONS = {
     "trap": 'on a folder ("cal/"): any page under it links to the next one, forever (a link trap)',
     "lie304": "true answers 304 to any request with If-None-Match or If-Modified-Since, changed or not",
     "content_type": "send this Content-Type instead of the one the file's suffix gives",
+    "status_times": 'with "status": only the first N requests of the path get it, then it is served',
+    "headers": "extra response headers (a dict), on whatever the path answers",
+    "content_encoding": "send the file's bytes as they are with this Content-Encoding (gzip)",
 }
 META = "_meta.json"
 REQUESTS = "_requests.jsonl"
@@ -144,9 +151,13 @@ class SiteTree(Resource):
     def __init__(self, root: Path) -> None:
         super().__init__()
         self.root = root
+        #: requests per (site, path) so far, for "status_times"
+        self.seen: dict[tuple[str, str], int] = {}
 
     def render(self, request: Request) -> bytes | int:
-        path = unquote(request.path.decode("ascii", "replace"))
+        # as nginx maps a path: empty segments merged (merge_slashes), dot segments resolved
+        path = posixpath.normpath(unquote(request.path.decode("ascii", "replace")))
+        path = ("/" + path.lstrip("/")) + ("/" if request.path.endswith(b"/") and path != "/" else "")
         raw_query = request.uri.partition(b"?")[2]
         query = "?" + raw_query.decode("ascii", "replace") if raw_query else ""
         site, _, rest = path.removeprefix("/").partition("/")
@@ -174,6 +185,7 @@ class SiteTree(Resource):
             "if_modified_since": request.getHeader("If-Modified-Since"),
             "status": None if reply is None else reply.status,
             "bytes": sent,
+            "at": time.time(),
         }
         with (log_dir / REQUESTS).open("a", encoding="utf-8") as log:
             log.write(json.dumps(entry) + "\n")
@@ -198,11 +210,26 @@ class SiteTree(Resource):
             return error(404)
         all_options = self.options(site)
         options: dict[str, Any] = all_options.get(key, {})
+        reply = self._reply(request, site, key, parts, options, all_options)
+        if reply is not None:
+            reply.headers.update(options.get("headers") or {})
+        return reply
+
+    def _reply(
+        self,
+        request: Request,
+        site: str,
+        key: str,
+        parts: list[str],
+        options: dict[str, Any],
+        all_options: dict[str, dict[str, Any]],
+    ) -> Reply | None:
+        seen = self.seen[site, key] = self.seen.get((site, key), 0) + 1
         if options.get("hang"):
             return None
         if options.get("gone"):
             return error(410)
-        if "status" in options:
+        if "status" in options and seen <= int(options.get("status_times", seen)):
             return error(int(options["status"]))
         redirect_status = int(options.get("redirect_status", 301))
         if "redirect" in options:
@@ -244,6 +271,8 @@ class SiteTree(Resource):
         headers["Content-Type"] = options.get("content_type") or CONTENT_TYPES.get(
             file.suffix, "application/octet-stream"
         )
+        if options.get("content_encoding"):
+            headers["Content-Encoding"] = str(options["content_encoding"])
         return Reply(200, body, headers)
 
     def options(self, site: str) -> dict[str, dict[str, Any]]:

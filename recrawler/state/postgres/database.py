@@ -168,6 +168,10 @@ class PostgreSQLReader:
             cur.execute(POSTGRES.sql(sql), params)
             yield from cur
 
+    def damage(self) -> list[str]:
+        """Nothing: PostgreSQL checksums and checks its own pages (amcheck, for an operator)."""
+        return []
+
 
 class PostgreSQLDatabase:
     """State in PostgreSQL through psycopg's async pool: the reactor never waits on the database.

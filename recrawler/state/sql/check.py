@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
     from recrawler.state.sql.database import Reader
     from recrawler.state.sql.dialect import Work
 
-__all__ = ["CHECKS", "Finding", "check", "repair"]
+__all__ = ["CHECKS", "UNREPAIRED", "Finding", "check", "repair"]
 
 _PUBLISHED = "SELECT COALESCE(MAX(id), 0) FROM runs WHERE state = 'published'"
 # the current chunk rows of a page: what its stored state says the bot should read
@@ -23,6 +24,10 @@ _CURRENT = "SELECT COUNT(*) FROM chunks c WHERE c.key = p.key AND c.retired_run 
 
 #: what each check verifies, and what ``--repair`` does about it
 CHECKS = {
+    "integrity": "SQLite finds the file damaged (PRAGMA integrity_check; not repaired: restore it "
+    "from a backup; the other checks are not run, and a crawl refuses the file)",
+    "chunk_hash": "a current chunk's text no longer matches its hash (repair: its page is fetched and "
+    "indexed again next run)",
     "chunk_count": "a live page's chunk count disagrees with its current chunk rows (repair: recount)",
     "missing_chunks": "a live, indexed page has no current chunks (repair: fetched and indexed next run)",
     "stray_chunks": "current chunk rows of a page that is not live, or of no page (repair: retired)",
@@ -33,9 +38,16 @@ CHECKS = {
     "refused_url": "a stored page whose URL is not http(s) without credentials (repair: marked gone)",
     "duplicate_key": "two stored pages are one page under the current URL rules (repair: the one "
     "stored under the other key is marked gone)",
+    "duplicate_content": "one text is the live content of several page keys of a site, so search "
+    "shows it twice (not repaired: which address is the page is the site's call; redirect the "
+    "others, or list one)",
     "moved_dangling": "a moved page whose new address is not live (repair: checked again next run)",
     "stale_run": "a run left running with no live lease (repair: marked aborted)",
 }
+
+
+#: checks ``--repair`` reports but leaves alone: the fix is a decision about the site
+UNREPAIRED = frozenset({"duplicate_content", "integrity"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +76,13 @@ def check(conn: Reader, key_maker: Callable[[str], str], *, limit: int = 1000) -
             if n >= limit:
                 break
             found.append(Finding(check=name, key=key, detail=detail))
+
+    problems = conn.damage()
+    if problems:
+        # the other checks would read damaged pages (or fail on them): this is the finding
+        add("integrity", (("-", problem) for problem in problems))
+        return found
+    add("chunk_hash", _chunk_hashes(conn))
 
     add(
         "chunk_count",
@@ -128,6 +147,16 @@ def check(conn: Reader, key_maker: Callable[[str], str], *, limit: int = 1000) -
     add("refused_url", refused)
     add("duplicate_key", _duplicate_keys(conn, key_maker))
     add(
+        "duplicate_content",
+        _rows(
+            conn,
+            f"""SELECT MIN(p.key), 'the same text under ' || COUNT(*) || ' keys: '
+                  || {conn.dialect.group_concat}(p.key, ', ')
+                FROM pages p WHERE p.status = 'live' AND p.content_hash IS NOT NULL AND p.chunks > 0
+                GROUP BY p.site, p.content_hash HAVING COUNT(*) > 1""",
+        ),
+    )
+    add(
         "moved_dangling",
         _rows(
             conn,
@@ -147,6 +176,17 @@ def check(conn: Reader, key_maker: Callable[[str], str], *, limit: int = 1000) -
         ),
     )
     return found
+
+
+def _chunk_hashes(conn: Reader) -> Iterator[tuple[str, str]]:
+    """Current chunks whose text's sha256 is not their ``chunk_hash`` (bytes damaged on disk): the
+    text is read as the bytes stored, so text that no longer decodes is found too."""
+    text = "CAST(c.text AS BLOB)" if conn.dialect.name == "sqlite" else "convert_to(c.text, 'UTF8')"
+    for key, index, stored, data in conn.iter(
+        f"SELECT c.key, c.chunk_index, c.chunk_hash, {text} FROM chunks c WHERE c.retired_run IS NULL"
+    ):
+        if hashlib.sha256(bytes(data or b"")).hexdigest() != stored:
+            yield str(key), f"chunk {index}: its text no longer matches its hash"
 
 
 def _duplicate_keys(conn: Reader, key_maker: Callable[[str], str]) -> Iterator[tuple[str, str]]:
@@ -207,7 +247,7 @@ def repair(findings: list[Finding], *, at: str) -> Work[dict[str, int]]:
         return [(k,) for k in keys.get(name, ())]
 
     # the next run fetches these pages in full (no validators, no hash to compare) and indexes them
-    for name in ("missing_chunks", "visible_mixed", "moved_dangling"):
+    for name in ("missing_chunks", "visible_mixed", "moved_dangling", "chunk_hash"):
         done[name] = yield many(
             """UPDATE pages SET content_hash = NULL, fuzzy_hash = NULL, etag = NULL,
                  last_modified = NULL, noise_key = NULL, next_check_at = NULL WHERE key = ?""",

@@ -43,6 +43,9 @@ class Reader(Protocol):
     def iter(self, sql: str, params: Any = ()) -> Iterator[Any]:
         """Stream the rows of a query (never all in memory)."""
 
+    def damage(self) -> list[str]:
+        """What the backend's own check of its files finds damaged (empty: nothing)."""
+
 
 class Database(Protocol):
     """One backend's connection as the roles use it (SQLite's worker thread, psycopg's pool).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import re
@@ -19,6 +20,7 @@ from recrawler.exceptions import PageWriteError, SchemaVersionError, StateStoreE
 from recrawler.index.visibility import visible_run
 from recrawler.state.sql.database import insert_embeddings, insert_outbox, store_options, undelivered_sql
 from recrawler.state.sql.dialect import SQLITE, drive
+from recrawler.state.sqlite.files import abandon, file_identity, file_trouble
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -32,7 +34,9 @@ if TYPE_CHECKING:
 from recrawler.state.sqlite.versions import (
     SCHEMA_VERSION,
     _execute,
+    check_integrity,
     check_schema,
+    integrity_problems,
     migrate,
     path_from_uri,
     schema_version,
@@ -68,6 +72,10 @@ class SQLiteReader:
         """Stream the rows of a query."""
         return iter(self.conn.execute(sql, params))
 
+    def damage(self) -> list[str]:
+        """What ``PRAGMA integrity_check`` finds (a file too damaged to check: why)."""
+        return integrity_problems(self.conn)
+
 
 class SQLiteDatabase:
     """State in one SQLite file (WAL, ``synchronous=NORMAL``).
@@ -88,8 +96,11 @@ class SQLiteDatabase:
         sink: EventSink | None = None,
         dry_run: bool = False,
         deliver_on_commit: bool = True,
+        integrity_check: bool = True,
     ) -> None:
         self.uri = uri
+        #: refuse a database that fails ``PRAGMA integrity_check`` when it opens
+        self.integrity_check = integrity_check
         self.dialect: Dialect = SQLITE
         #: deliver events after each commit; off when the run publishes as a whole, so events go
         #: out with the run (and a change the run takes back is never announced)
@@ -113,6 +124,9 @@ class SQLiteDatabase:
         self.lost: Counter[str] = Counter()
         self._timer: asyncio.TimerHandle | None = None
         self._background: set[asyncio.Future[None]] = set()
+        #: (st_dev, st_ino) of the file as opened, and why it can no longer be used (None: it can)
+        self._identity: tuple[int, int] | None = None
+        self._lost: str | None = None
 
     @classmethod
     def from_settings(cls, uri: str, settings: BaseSettings) -> Self:
@@ -122,14 +136,36 @@ class SQLiteDatabase:
     async def _call(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recrawler-sqlite")
-        fut = self._executor.submit(func, *args, **kwargs)
+        fut = self._executor.submit(self._checked, func, functools.partial(func, *args, **kwargs))
         return await asyncio.wrap_future(fut)
 
     def call_sync(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Run *func* on the worker thread and wait: before the crawl or outside it, never on the reactor."""
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recrawler-sqlite")
-        return self._executor.submit(func, *args, **kwargs).result()
+        return self._executor.submit(self._checked, func, functools.partial(func, *args, **kwargs)).result()
+
+    def _checked(self, func: object, call: Callable[[], _T]) -> _T:
+        """Run *call* (of *func*) unless the database file is gone or can no longer be written."""
+        if self._conn is not None and self._lost is None:
+            self._lost = file_trouble(self.path, self._identity) if self._identity else None
+            if self._lost is not None:
+                self._abandon()
+        if self._lost is not None and func != self._close:
+            raise StateStoreUnavailable(self._lost)
+        return call()
+
+    def _abandon(self) -> None:
+        """Stop using a connection whose files were deleted or made unwritable (see
+        :func:`~recrawler.state.sqlite.files.file_trouble`): what the open group holds is lost
+        (counted so), and the connection is never closed."""
+        self.lost.update(self._group)
+        self._group.clear()
+        self._pending = 0
+        logger.error("%(why)s: nothing more is written; this run is not published", {"why": self._lost})
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            abandon(conn)
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -185,10 +221,15 @@ class SQLiteDatabase:
             if self.dry_run and self.path != ":memory:" and not Path(self.path).exists():
                 # a dry run against no database compares with empty state and creates no file
                 self.path = ":memory:"
+            existed = self.path != ":memory:" and Path(self.path).exists()
             conn = self._connect()
             try:
                 # check the schema before anything writes: a refused file stays byte-identical
-                check_schema(conn, self.path)
+                version = check_schema(conn, self.path)
+                if version and self.integrity_check:
+                    check_integrity(conn, self.path)
+                if not version and existed:
+                    self._refuse_empty()
                 if self.dry_run:
                     # one transaction for the whole run, rolled back at close: nothing is written
                     conn.execute("BEGIN IMMEDIATE")
@@ -208,7 +249,26 @@ class SQLiteDatabase:
                 conn.close()
                 raise
             self._conn = conn
+            if self.path != ":memory:":
+                self._identity = file_identity(self.path)
         self._deliver()
+
+    def _refuse_empty(self) -> None:
+        """A crawl creates its database only where there is no file: an existing empty (0-byte)
+        file is refused, as every command refuses it (a truncated database is not a new one).
+        One that another process is creating this moment gets its header within milliseconds."""
+        if self.path == ":memory:":
+            return
+        file = Path(self.path)
+        deadline = time.monotonic() + min(self.timeout_secs, 1.0)
+        while file.exists() and file.stat().st_size == 0 and not Path(self.path + "-wal").exists():
+            if time.monotonic() >= deadline:
+                msg = (
+                    f"state database {self.path!r} is an empty (0-byte) file: refused and left "
+                    "untouched (remove it to start a new database, or restore it from a backup)"
+                )
+                raise SchemaVersionError(msg)
+            time.sleep(0.01)
 
     def _enable_wal(self, conn: sqlite3.Connection) -> None:
         """Switch the file to WAL, waiting like any other lock for up to ``timeout_secs``.
@@ -410,6 +470,8 @@ class SQLiteDatabase:
     @contextlib.contextmanager
     def reader(self) -> Iterator[SQLiteReader]:
         """A read-only connection of its own (refused on a newer schema), closed after use."""
+        if self._lost is not None:
+            raise StateStoreUnavailable(self._lost)
         conn = self._reader()
         try:
             yield SQLiteReader(conn)

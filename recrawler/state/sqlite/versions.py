@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sqlite3
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -12,8 +13,6 @@ from recrawler.exceptions import SchemaVersionError
 from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, SQLITE, drive
 
 if TYPE_CHECKING:
-    import sqlite3
-
     from recrawler.state.sql.dialect import Op, Work
 
 _T = TypeVar("_T")
@@ -73,6 +72,29 @@ def check_schema(conn: sqlite3.Connection, path: str) -> int:
         )
         raise SchemaVersionError(msg)
     return version
+
+
+def integrity_problems(conn: sqlite3.Connection, most: int = 20) -> list[str]:
+    """What ``PRAGMA integrity_check`` finds wrong with the file, at most *most* (empty: nothing)."""
+    try:
+        problems = [str(r[0]) for r in conn.execute(f"PRAGMA integrity_check({int(most)})")]
+    except sqlite3.DatabaseError as exc:
+        # too damaged for the check to go on ("database disk image is malformed")
+        return [str(exc)]
+    return [] if problems == ["ok"] else problems
+
+
+def check_integrity(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse a database whose pages SQLite finds damaged (``PRAGMA integrity_check``): written to,
+    it would spread the damage, and its rows would be served as they are. Checked before anything
+    writes, so a refused file stays byte-identical."""
+    problems = integrity_problems(conn, 5)
+    if problems:
+        msg = (
+            f"state database {path!r} is corrupt (PRAGMA integrity_check: {'; '.join(problems)[:300]}); "
+            "it was left untouched: restore it from a backup, or move it away to start afresh"
+        )
+        raise SchemaVersionError(msg)
 
 
 def migrate(conn: sqlite3.Connection, path: str, dry_run: bool) -> None:
