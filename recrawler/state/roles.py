@@ -20,6 +20,8 @@ if TYPE_CHECKING:
         ChangeRow,
         Event,
         FieldsRow,
+        Freshness,
+        HeldRun,
         ListedEntry,
         PageRecord,
         ReconcileResult,
@@ -424,6 +426,22 @@ class Readers(Protocol):
 
     def iter_schedule(self, site: str | None = None) -> Iterator[ScheduledPage]:
         """Yield the schedule's view of live and quarantined pages, soonest due first (CLI)."""
+
+    def freshness(self, site: str | None, *, bound_secs: float, now: datetime) -> Freshness:
+        """How current the live pages of *site* (None: every site) are at *now*.
+
+        ``live``: live pages; ``verified``: those whose ``last_checked`` is at least
+        ``now - bound_secs``; ``oldest_checked`` / ``oldest_url``: the smallest ``last_checked`` of
+        a live page, and that page (the first by key of a tie); ``delisted``: live pages listed
+        once but not by the site's last complete listing (``listing_run``: the last run that
+        finished, was not aborted, read a listing and stored none of ``LISTING_FAILURES`` in its
+        reasons), with the first few of their URLs. Pages found only by links or feeds are never
+        delisted; a site without a complete listing has none.
+        """
+
+    def iter_held_runs(self, site: str | None = None) -> Iterator[HeldRun]:
+        """Runs waiting for a decision (``state`` held) of *site* (None: all), oldest first: the
+        hold reasons and alert of their report, every stored reason, and the removals they staged."""
 
     def iter_trust(self) -> Iterator[TrustRecord]:
         """Yield trust records by host and signal (CLI)."""

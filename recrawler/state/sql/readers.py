@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from recrawler.exceptions import StateStoreError
 from recrawler.state.records import (
     GONE,
+    LISTING_FAILURES,
+    LIVE,
     MOVED,
     QUARANTINED,
+    RUN_ABORTED,
     RUN_HELD,
+    Freshness,
+    HeldRun,
     PageRecord,
     ScheduledPage,
     TrustRecord,
@@ -21,6 +26,8 @@ from recrawler.state.sql.rows import (
     _PAGE_COLUMNS,
     _SCHEDULE_COLUMNS,
     _TRUST_COLUMNS,
+    _at,
+    _dt,
     _row_to_record,
     _row_to_scheduled,
     _row_to_trust,
@@ -31,6 +38,23 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
     from recrawler.state.sql.database import Database, Reader
+
+
+#: how many URLs of delisted pages :meth:`SQLReaders.freshness` names
+_DELISTED_URLS = 5
+# The last complete listing of each site: the last run that finished (not aborted: a taken-over
+# run's end is its takeover) having read a listing (``runs.listed``: pages its sitemaps named; NULL
+# for spiders without one) and with no reason (``runs.reasons``, a JSON list) that says the
+# listing was no evidence.
+_LISTING_RUNS = f"""SELECT r.site, MAX(r.id) AS run FROM runs r
+    WHERE r.finished_at IS NOT NULL AND r.listed IS NOT NULL AND r.state != :aborted
+      AND (CAST(:site AS TEXT) IS NULL OR r.site = :site)
+      {"".join(f" AND COALESCE(r.reasons, '') NOT LIKE :failure{i}" for i in range(len(LISTING_FAILURES)))}
+    GROUP BY r.site"""
+# the run that last listed a live page: its listing mark (``pages.listed_run``, set for every
+# stored page a listing names), else, for a page first stored from a sitemap in a run that had no
+# row for it yet to mark, the run that stored it; pages found by links or feeds alone have none
+_LISTED_IN = "COALESCE(p.listed_run, CASE WHEN p.found_via = 'sitemap' THEN p.changed_run END)"
 
 
 class SQLReaders:
@@ -167,6 +191,77 @@ class SQLReaders:
                     {"run": run_id, "held": RUN_HELD},
                 )
             )
+
+    def freshness(self, site: str | None, *, bound_secs: float, now: datetime) -> Freshness:
+        """How current the live pages of *site* (None: every site) are at *now*: verified within
+        *bound_secs*, the oldest verification, and those missing from the last complete listing."""
+        params = {
+            "site": site,
+            "live": LIVE,
+            "aborted": RUN_ABORTED,
+            "cutoff": _at(now - timedelta(seconds=bound_secs)),
+            **{f"failure{i}": f'%"{why}"%' for i, why in enumerate(LISTING_FAILURES)},
+        }
+        pages = "FROM pages p WHERE p.status = :live AND (CAST(:site AS TEXT) IS NULL OR p.site = :site)"
+        delisted = f"""FROM pages p JOIN ({_LISTING_RUNS}) ref ON ref.site = p.site
+            WHERE p.status = :live AND {_LISTED_IN} < ref.run"""
+        with self.db.reader() as conn:
+            (live, verified, oldest), *_ = conn.iter(
+                f"""SELECT COUNT(*), COUNT(*) FILTER (WHERE p.last_checked >= :cutoff),
+                      MIN(p.last_checked) {pages}""",
+                params,
+            )
+            oldest_url = next(
+                (
+                    str(r[0])
+                    for r in conn.iter(
+                        f"SELECT p.url {pages} AND p.last_checked = :oldest ORDER BY p.key LIMIT 1",
+                        {**params, "oldest": oldest},
+                    )
+                ),
+                None,
+            )
+            (count,), *_ = conn.iter(f"SELECT COUNT(*) {delisted}", params)
+            listing_run = next((r[1] for r in conn.iter(_LISTING_RUNS, params)), None)
+            urls = [
+                str(r[0])
+                for r in conn.iter(f"SELECT p.url {delisted} ORDER BY p.url LIMIT {_DELISTED_URLS}", params)
+            ]
+        return Freshness(
+            site=site,
+            now=now,
+            bound_secs=bound_secs,
+            live=int(live),
+            verified=int(verified),
+            oldest_checked=_dt(oldest),
+            oldest_url=oldest_url,
+            delisted=int(count),
+            delisted_urls=tuple(urls),
+            listing_run=int(listing_run) if site is not None and listing_run is not None else None,
+        )
+
+    def iter_held_runs(self, site: str | None = None) -> Iterator[HeldRun]:
+        """Runs waiting for ``runs approve`` / ``runs discard`` (of *site*; None: every site),
+        oldest first, with why they are held and how many removals they staged."""
+        with self.db.reader() as conn:
+            for row in conn.iter(
+                """SELECT r.id, r.site, r.started_at, r.finished_at, r.reasons, r.report,
+                     (SELECT COUNT(*) FROM run_misses m WHERE m.run_id = r.id) AS staged
+                   FROM runs r WHERE r.state = :held AND (CAST(:site AS TEXT) IS NULL OR r.site = :site)
+                   ORDER BY r.id""",
+                {"held": RUN_HELD, "site": site},
+            ):
+                report = json.loads(row["report"]) if row["report"] else {}
+                yield HeldRun(
+                    id=int(row["id"]),
+                    site=row["site"],
+                    started_at=datetime.fromisoformat(row["started_at"]),
+                    finished_at=_dt(row["finished_at"]),
+                    holds=tuple(str(h) for h in report.get("held") or ()),
+                    alert=report.get("alert"),
+                    reasons=tuple(json.loads(row["reasons"]) if row["reasons"] else ()),
+                    staged_removals=int(row["staged"]),
+                )
 
     def iter_schedule(self, site: str | None = None) -> Iterator[ScheduledPage]:
         """Yield the schedule's view of every live or quarantined page, soonest due first."""
