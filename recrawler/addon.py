@@ -15,6 +15,7 @@ from recrawler.downloadermiddlewares.audit import AuditMiddleware
 from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddleware
 from recrawler.exceptions import ConfigurationError
 from recrawler.extensions.reconcile import Reconciler
+from recrawler.extras import require
 from recrawler.meta import spider_opted_in
 from recrawler.pipelines.classify import ClassifyPipeline
 from recrawler.pipelines.index import IndexPipeline
@@ -87,6 +88,21 @@ def project_db_uri(*, create: bool = False) -> str:
 _OWN_PARSER = frozenset({"RECRAWLER_AUDIT_SAMPLE"})
 
 
+def _check_objects(settings: BaseSettings) -> None:
+    """Every recrawler setting whose default is a dict reads as one (a JSON object given as text,
+    ``-s 'RECRAWLER_INTERVAL_OVERRIDES={"/changelog": [600, 86400]}'``), or one ConfigurationError
+    line names it."""
+    for name in dir(default_settings):
+        if not name.startswith("RECRAWLER_") or not isinstance(getattr(default_settings, name), dict):
+            continue
+        try:
+            settings.getdict(name)
+        except (TypeError, ValueError) as exc:
+            raw = str(settings.get(name))
+            msg = f"{name}: not a JSON object ({exc}), got {raw[:80]!r}{'...' if len(raw) > 80 else ''}"
+            raise ConfigurationError(msg) from None
+
+
 def _check_numbers(settings: BaseSettings) -> None:
     """Every numeric recrawler setting reads as the number its default is, or one
     ConfigurationError line names it (components read them with ``getint`` / ``getfloat``)."""
@@ -152,7 +168,10 @@ class RecrawlerAddon:
         for name, value in PROFILES[profile].items():
             settings.set(name, value, priority="addon")
         _check_numbers(settings)
+        _check_objects(settings)
         if settings.getbool("RECRAWLER_WORKERS_ENABLED"):
+            # scrapy-redis is an extra (recrawler[workers]): one line if it is missing
+            require("scrapy_redis", "RECRAWLER_WORKERS_ENABLED")
             self._shared_frontier(settings)
         # Only replace Scrapy's own fingerprinter, never a user's.
         if (settings.getpriority("REQUEST_FINGERPRINTER_CLASS") or 0) <= 0:

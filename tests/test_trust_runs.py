@@ -180,6 +180,14 @@ def test_exit_codes_and_recorded_outcomes(
         ("RECRAWLER_MAX_REMOVE_RATIO=2", "RECRAWLER_MAX_REMOVE_RATIO"),
         ("RECRAWLER_PUBLISH=sometimes", "RECRAWLER_PUBLISH"),
         ("RECRAWLER_CHUNK_SIZE=5", "RECRAWLER_CHUNK_SIZE"),
+        # malformed JSON objects: one line naming the setting, not a silent exit 1
+        ("RECRAWLER_INTERVAL_OVERRIDES={bad json", "RECRAWLER_INTERVAL_OVERRIDES"),
+        ("RECRAWLER_FUZZY_THRESHOLDS={bad", "RECRAWLER_FUZZY_THRESHOLDS"),
+        ("RECRAWLER_VOLATILE_PATTERNS=[1", "RECRAWLER_VOLATILE_PATTERNS"),
+        ('RECRAWLER_FUZZY_THRESHOLDS={"docs.example.com": "close"}', "RECRAWLER_FUZZY_THRESHOLDS"),
+        # no path: SQLite would open a throwaway database and every run would be a first run
+        ("RECRAWLER_DB_URI=sqlite://", "RECRAWLER_DB_URI"),
+        ("RECRAWLER_DB_URI=sqlite:///", "RECRAWLER_DB_URI"),
     ],
 )
 def test_a_configuration_error_is_one_line_and_exit_2(

@@ -5,11 +5,16 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.documents import Document
-from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, Field, PrivateAttr
+from recrawler.extras import require
 
-from recrawler.index import open_kb
+# one line naming the extra when langchain-core is missing (recrawler[langchain])
+require("langchain_core", "recrawler.integrations.langchain")
+
+from langchain_core.documents import Document  # noqa: E402 (after the check above)
+from langchain_core.retrievers import BaseRetriever  # noqa: E402 (after the check above)
+from pydantic import ConfigDict, Field, PrivateAttr  # noqa: E402 (after the check above)
+
+from recrawler.index import open_kb  # noqa: E402 (after the check above)
 
 if TYPE_CHECKING:
     from langchain_core.callbacks import CallbackManagerForRetrieverRun

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.misc import load_object
 
 from recrawler.exceptions import ConfigurationError
+from recrawler.extras import missing_extra
 from recrawler.state.records import (
     GONE,
     LIVE,
@@ -97,7 +98,14 @@ def store_from_uri(uri: str, settings: BaseSettings) -> StateStore:
     if scheme not in backends:
         msg = f"RECRAWLER_DB_URI: no backend for scheme {scheme!r} in {uri!r} (known: {sorted(backends)})"
         raise ConfigurationError(msg)
-    cls = load_object(backends[scheme])
+    try:
+        cls = load_object(backends[scheme])
+    except ModuleNotFoundError as exc:
+        # the backend's driver is an extra (psycopg: recrawler[postgres])
+        missing = missing_extra(exc, f"RECRAWLER_DB_URI={scheme}://...")
+        if missing is None:
+            raise
+        raise missing from exc
     store: StateStore = cls.from_settings(uri, settings)
     return store
 

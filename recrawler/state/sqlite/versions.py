@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlsplit
 
 from recrawler.detect.boilerplate import EDGE, block_pairs
 from recrawler.detect.hashing import unpack_blocks
-from recrawler.exceptions import SchemaVersionError
+from recrawler.exceptions import ConfigurationError, SchemaVersionError
 from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, SQLITE, drive
 from recrawler.state.sql.rows import _count_pairs, _rehash
 
@@ -44,12 +44,20 @@ SCHEMA_VERSION = max(v for v, _ in _migrations())
 def path_from_uri(uri: str) -> str:
     """Map ``sqlite:///rel.db``, ``sqlite:////abs.db``, ``file:///abs.db`` or a bare path to a path."""
     if "://" not in uri:
-        return uri
-    parts = urlsplit(uri)
-    path = unquote(parts.path)
-    if parts.scheme == "sqlite":
-        # sqlite:///rel.db -> "rel.db"; sqlite:////abs.db -> "/abs.db" (SQLAlchemy's convention)
-        return path[1:] if path.startswith("/") else path
+        path = uri
+    else:
+        parts = urlsplit(uri)
+        path = unquote(parts.path)
+        if parts.scheme == "sqlite":
+            # sqlite:///rel.db -> "rel.db"; sqlite:////abs.db -> "/abs.db" (SQLAlchemy's convention)
+            path = path[1:] if path.startswith("/") else path
+    if not path.strip():
+        # SQLite opens a throwaway database for an empty name: every run would be a first run
+        msg = (
+            f"RECRAWLER_DB_URI: {uri!r} names no database file (state would be lost after each run); "
+            "use sqlite:///recrawler.db (relative) or sqlite:////abs/path/recrawler.db"
+        )
+        raise ConfigurationError(msg)
     return path
 
 
