@@ -166,7 +166,8 @@ def test_missing_extra_reads_the_cause_and_leaves_other_modules_alone() -> None:
     assert isinstance(found, ModuleNotFoundError)
     assert found.name == "psycopg"
     assert str(found) == (
-        "RECRAWLER_DB_URI=postgresql://... needs psycopg, which is not installed: pip install 'recrawler[postgres]'"
+        "RECRAWLER_DB_URI=postgresql://... needs psycopg, which is not installed: "
+        "pip install 'recrawler[postgres]'"
     )
     assert missing_extra(ModuleNotFoundError("No module named 'yaml'", name="yaml")) is None
     assert missing_extra(None) is None
