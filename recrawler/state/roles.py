@@ -449,8 +449,10 @@ class Readers(Protocol):
     def iter_immutable(self) -> Iterator[dict[str, Any]]:
         """Yield stored deltafetch keys (CLI)."""
 
-    def check_sync(self, key_maker: Callable[[str], str]) -> list[Finding]:
-        """Every broken invariant of the database, read-only (``recrawler check``)."""
+    def check_sync(self, key_maker: Callable[[str], str], *, lease_secs: float) -> list[Finding]:
+        """Every broken invariant of the database, read-only (``recrawler check``); a run left
+        running whose lease has no heartbeat for *lease_secs*, or whose holder process on this
+        host is gone, is stale."""
 
     async def repair(self, findings: Sequence[Finding]) -> dict[str, int]:
         """Mend what :meth:`check_sync` found, in one transaction; rows touched per check."""
