@@ -14,6 +14,7 @@ from recrawler import default_settings
 from recrawler.downloadermiddlewares.audit import AuditMiddleware
 from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddleware
 from recrawler.exceptions import ConfigurationError
+from recrawler.extensions.logs import DownloadFailureLog
 from recrawler.extensions.reconcile import Reconciler
 from recrawler.extras import require
 from recrawler.meta import spider_opted_in
@@ -189,10 +190,11 @@ class RecrawlerAddon:
         # the page (state, chunks, events) last, in one transaction.
         settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", ClassifyPipeline, 700)
         settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", IndexPipeline, 800)
-        # Extension order is irrelevant: both work from signals only. The Runtime owns the crawl's
+        # Extension order is irrelevant: they work from signals only. The Runtime owns the crawl's
         # state; every other component finds it with crawler.get_extension(Runtime).
         settings.setdefault_in_component_priority_dict("EXTENSIONS", Runtime, 0)
         settings.setdefault_in_component_priority_dict("EXTENSIONS", Reconciler, 0)
+        settings.setdefault_in_component_priority_dict("EXTENSIONS", DownloadFailureLog, 0)
         # 535: above ConditionalRequestMiddleware (540), so the validators it attaches are on the
         # request and its 304 accounting is done when an audited 304 is turned into a refetch.
         settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", AuditMiddleware, 535)

@@ -86,7 +86,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         error = exc if isinstance(exc, RecrawlerError) else missing_extra(exc)
         if error is None:
             raise
-        sys.stderr.write(f"recrawler: error: {terminal_safe(redact_text(str(error)))}\n")
+        # one line, whatever the driver's message spans
+        line = " ".join(redact_text(str(error)).split())
+        sys.stderr.write(f"recrawler: error: {terminal_safe(line)}\n")
         return 2
     except BrokenPipeError:
         return 0

@@ -90,7 +90,7 @@ class Command(ScrapyCrawlCommand):
         exc = missing_extra(exc) or exc
         code = exit_code_for(exc)
         if code is not None:
-            logger.critical("recrawler: %(exc)s", {"exc": redact_text(str(exc))})
+            logger.critical("recrawler: %(exc)s", {"exc": " ".join(redact_text(str(exc)).split())})
             self.exitcode = code
             return
         if exc is not None:

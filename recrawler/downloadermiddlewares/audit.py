@@ -56,8 +56,9 @@ class AuditMiddleware:
             raise NotConfigured
         s = crawler.settings
         if not parse_audit_sample(s.get("RECRAWLER_AUDIT_SAMPLE")):
-            # no page is sampled: nothing to refetch or compare (nor a signal to hear per page)
-            raise NotConfigured("RECRAWLER_AUDIT_SAMPLE is 0")
+            # no page is sampled: nothing to refetch or compare (nor a signal to hear per page);
+            # silently, as configured (a message would make Scrapy log a WARNING every run)
+            raise NotConfigured
         mw = cls(
             runtime_of(crawler).auditor,
             key_maker=KeyMaker(

@@ -21,7 +21,7 @@ from recrawler.index.publish import Publisher
 from recrawler.items import PageStatus
 from recrawler.outcome import HOLD_MASS_REMOVAL, HOLD_SAME_CONTENT, HOLD_SPIKE, Verdicts
 from recrawler.pipelines.index import publish_mode
-from recrawler.runtime import runtime_of
+from recrawler.runtime import find_runtime, runtime_of
 from recrawler.state import RUN_FINISHED, RUN_HELD, utcnow
 
 if TYPE_CHECKING:
@@ -133,6 +133,7 @@ class Reconciler:
         )
         crawler.signals.connect(ext.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
+        crawler.signals.connect(ext.engine_stopped, signal=signals.engine_stopped)
         return ext
 
     @property
@@ -242,6 +243,12 @@ class Reconciler:
 
     # -- closing -------------------------------------------------------------------------------------
 
+    def engine_stopped(self) -> None:
+        """Log the run's summary line, the crawl's last (Scrapy dumps its stats after spider_closed)."""
+        rt = find_runtime(self.crawler)
+        if rt is not None and rt.summary is not None:
+            logger.log(rt.summary[0], rt.summary[1], extra={"spider": self.crawler.spider})
+
     async def spider_closed(self, reason: str) -> None:
         """Decide, reconcile, publish and report: all ordered work lives here."""
         started = time.monotonic()
@@ -318,8 +325,8 @@ class Reconciler:
         await reports.write_after_run(self.crawler.settings, store, run.id, store.uri)
         # WARNING when the run did not end well, so a quiet cron run (--loglevel WARNING) still says so
         level = logging.INFO if rt.exit_code == outcome.EXIT_OK else logging.WARNING
+        # logged when the engine stops: the last line, below Scrapy's stats dump
         rt.summary = (level, report.summary_line(run_report))
-        logger.log(level, rt.summary[1], extra={"spider": self.crawler.spider})
         if rt.workers is not None:
             await asyncio.to_thread(rt.workers.release)
         await self.crawler.signals.send_catch_log_async(
@@ -372,7 +379,7 @@ class Reconciler:
         for why, text in hold.items():
             c.set(f"recrawler/run/held/{why}", 1)
             logger.error(
-                "run %(run)d held (%(why)s): %(text)s. Nothing is removed, embedded or published until "
+                "run %(run)d held (%(why)s: %(text)s): nothing is removed, embedded or published until "
                 "`recrawler runs approve %(run)d` (or `recrawler runs discard %(run)d`)",
                 {"run": run.id, "why": why, "text": text},
                 extra={"spider": self.crawler.spider},

@@ -99,11 +99,10 @@ class FrontierMiddleware:
         if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
             raise NotConfigured
         s = crawler.settings
-        if not s.getbool("RECRAWLER_FRONTIER_ENABLED"):
-            raise NotConfigured("RECRAWLER_FRONTIER_ENABLED is off")
-        if s.getbool("RECRAWLER_WORKERS_ENABLED"):
-            # several workers share scrapy-redis's frontier instead
-            raise NotConfigured("RECRAWLER_WORKERS_ENABLED: scrapy-redis holds the frontier")
+        # switched off as configured, silently (Scrapy logs a NotConfigured with a message as a
+        # WARNING, on every run): several workers share scrapy-redis's frontier instead
+        if not s.getbool("RECRAWLER_FRONTIER_ENABLED") or s.getbool("RECRAWLER_WORKERS_ENABLED"):
+            raise NotConfigured
         runtime = runtime_of(crawler)
         mw = cls(
             crawler,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from recrawler.events import sink_from_settings
@@ -19,7 +20,17 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-__all__ = ["Database", "Reader", "insert_embeddings", "insert_outbox", "outbox_rows", "store_options"]
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Database",
+    "Reader",
+    "insert_embeddings",
+    "insert_outbox",
+    "log_migrations",
+    "outbox_rows",
+    "store_options",
+]
 
 
 class Reader(Protocol):
@@ -115,3 +126,16 @@ def store_options(settings: BaseSettings) -> dict[str, Any]:
             settings.getbool("RECRAWLER_INDEX_ENABLED") and settings.get("RECRAWLER_PUBLISH") == "run"
         ),
     }
+
+
+def log_migrations(label: str, before: int, applied: list[int]) -> None:
+    """One INFO line for the migrations an open applied: a new database, or one brought forward."""
+    if not applied:
+        return
+    if not before:
+        logger.info("state database %(db)s created (schema %(v)d)", {"db": label, "v": max(applied)})
+        return
+    logger.info(
+        "state database %(db)s migrated from schema %(old)d to %(new)d (%(n)d migrations)",
+        {"db": label, "old": before, "new": max(applied), "n": len(applied)},
+    )

@@ -11,6 +11,7 @@ from urllib.parse import unquote, urlsplit
 from recrawler.detect.boilerplate import EDGE, block_pairs
 from recrawler.detect.hashing import unpack_blocks
 from recrawler.exceptions import ConfigurationError, SchemaVersionError
+from recrawler.state.sql.database import log_migrations
 from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, SQLITE, drive
 from recrawler.state.sql.rows import _count_pairs, _rehash
 
@@ -91,6 +92,7 @@ def migrate(conn: sqlite3.Connection, path: str, dry_run: bool) -> None:
     # each applied number is a row: a migration numbered below one already applied (written
     # on another branch) is still applied once
     applied = {r[0] for r in conn.execute("SELECT version FROM schema_version")} if version else set()
+    done: list[int] = []
     for number, sql in _migrations():
         if number in applied:
             continue
@@ -112,7 +114,8 @@ def migrate(conn: sqlite3.Connection, path: str, dry_run: bool) -> None:
         except BaseException:
             conn.execute("ROLLBACK TO migrate" if dry_run else "ROLLBACK")
             raise
-        logger.info("state database %(path)s migrated to schema %(v)d", {"path": path, "v": number})
+        done.append(number)
+    log_migrations(path, version, done)
     fill_block_pairs(conn, path, dry_run)
 
 
