@@ -176,7 +176,65 @@ class HeldRunsContract(BackendMixin):
             assert list(store.iter_held_runs()) == []
 
 
-class ReadersFreshnessContract(FreshnessContract, HeldRunsContract):
+class RunPagesContract(BackendMixin):
+    @deferred_f_from_coro_f
+    async def test_a_runs_pages_are_shown_as_the_run_ended(self, uri: str, settings: Settings) -> None:
+        t = [T0 + timedelta(minutes=m) for m in range(20)]
+        async with self.opened(uri, settings) as store:
+            run1 = await store.begin_run("docs", SITE, t[0], holder=HOLDER, lease_secs=0)
+            for name in ("a", "b", "c", "d"):
+                await store.record(run1, rec(name, first_seen=t[0], last_checked=t[0]), [])
+            await store.finish_run(run1, reason="finished", at=t[1], report={"counts": {"new": 4}})
+            # run 2 quarantines a (a 404) and makes b gone (a 410)
+            run2 = await store.begin_run("docs", SITE, t[2], holder=HOLDER, lease_secs=0)
+            await store.record_miss(run2, f"{SITE}/a", 404)
+            await store.record_miss(run2, f"{SITE}/b", 410)
+            await store.reconcile(run2, apply=True, gone_after=2, gone_statuses=[410], at=t[3])
+            await store.finish_run(run2, reason="finished", at=t[4], report={"counts": {"quarantined": 1}})
+            # run 3 makes a gone (its second 404)
+            run3 = await store.begin_run("docs", SITE, t[5], holder=HOLDER, lease_secs=0)
+            await store.record_miss(run3, f"{SITE}/a", 404)
+            await store.reconcile(run3, apply=True, gone_after=2, gone_statuses=[410], at=t[6])
+            await store.finish_run(run3, reason="finished", at=t[7], report={"counts": {"gone": 1}})
+            await store.flush()
+
+            def shown(run: Run) -> list[tuple[str, str, str]]:
+                return [
+                    (p["url"].rsplit("/", 1)[1], p["event"], p["status"])
+                    for p in store.iter_run_pages(run.id)
+                ]
+
+            # run 2 still shows a quarantined, as it left it, though run 3 made it gone since
+            assert shown(run2) == [("a", QUARANTINED, QUARANTINED), ("b", GONE, GONE)]
+            assert shown(run3) == [("a", GONE, GONE)]
+            # the pages run 1 made new were live when it ended
+            assert shown(run1) == [
+                ("a", "new", "live"),
+                ("b", "new", "live"),
+                ("c", "new", "live"),
+                ("d", "new", "live"),
+            ]
+
+            # a held run's removals wait; approving it records what the approval took out
+            run4 = await store.begin_run("docs", SITE, t[8], holder=HOLDER, lease_secs=0)
+            await store.record_miss(run4, f"{SITE}/c", 404)
+            await store.reconcile(run4, apply=False, keep=True, gone_after=2, gone_statuses=[410], at=t[9])
+            await store.set_run_state(run4.id, RUN_HELD)
+            await store.finish_run(run4, reason="finished", at=t[10], report={"counts": {}})
+            await store.flush()
+            assert [(p["event"], p["status"]) for p in store.iter_run_pages(run4.id)] == [("held", "live")]
+            await store.apply_held(run4.id, gone_after=2, gone_statuses=[410], at=t[11])
+            await store.publish(run4.id, t[11])
+            await store.flush()
+            assert shown(run4) == [("c", QUARANTINED, QUARANTINED)]
+            # a run still running is shown from the pages as they are now
+            run5 = await store.begin_run("docs", SITE, t[12], holder=HOLDER, lease_secs=0)
+            await store.record(run5, rec("e", first_seen=t[13], last_checked=t[13]), [])
+            await store.flush()
+            assert shown(run5) == [("e", "new", "live")]
+
+
+class ReadersFreshnessContract(FreshnessContract, HeldRunsContract, RunPagesContract):
     """What a backend's test class inherits."""
 
 

@@ -16,7 +16,7 @@ from recrawler.extract import ContentExtractor
 from recrawler.learning import NoiseRegistry
 from recrawler.state import utcnow
 from recrawler.terminal import Progress
-from recrawler.urls import key_host
+from recrawler.urls import UrlPolicy, key_host
 
 if TYPE_CHECKING:
     import argparse
@@ -231,9 +231,22 @@ def _fetch(url: str, settings: Settings) -> bytes:
 def cmd_normalize(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Print the page key of each URL (``--drop``/``--keep`` replace ``RECRAWLER_URL_*_PARAMS``)."""
     keys = key_maker(settings)
+    # the checks every URL passes before it is fetched or stored (any host: no site is known here)
+    policy = UrlPolicy(any_host=True)
+    refused = 0
     for url in args.urls:
-        out.write(f"{keys(url)}\t{url}\n")
-    return 0
+        reason = policy.refusal(url)
+        try:
+            key = keys(url)
+        except ValueError:
+            key = "-"
+        if reason is None:
+            out.write(f"{key}\t{url}\n")
+            continue
+        refused += 1
+        out.write(f"{key}\t{url}\trefused ({reason}): recrawler never fetches or stores this URL\n")
+    # a script can tell: some URL is one the crawler would refuse
+    return 1 if refused else 0
 
 
 def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:

@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 
     from recrawler.cli import Parsers
 
+#: what search and chunks say before any run published a knowledge base
+NOTHING_PUBLISHED = (
+    "no run has published yet: the knowledge base is empty (crawl first, or see `recrawler runs`)"
+)
+
 
 def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Search the published knowledge base; hits scoring ``--min-score`` or less are left out."""
@@ -26,6 +31,11 @@ def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
         empty=f"no match above score {args.min_score:g}",
     )
     with open_kb(db_uri(settings), embedder=args.embedder, **embedder_options(settings)) as kb:
+        if not kb.published_run():
+            # nothing to search: not "no match"
+            if not args.json:
+                out.write(NOTHING_PUBLISHED + "\n")
+            return 0
         # k nearest chunks are k chunks, related or not: a score at or below the floor is no match
         for hit in (h for h in kb.search(args.query, k=args.k, site=args.site) if h.score > args.min_score):
             if args.json:
@@ -47,9 +57,13 @@ def cmd_chunks(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
     table = Table(
         out,
         [Column("CHUNK", right=True), Column("CHARS", right=True), Column("URL", 50), Column("HEADING")],
-        empty="no published chunks (no run has published yet)",
+        empty=NOTHING_PUBLISHED,
     )
     with open_kb(db_uri(settings), embedder="hashing") as kb:
+        if not kb.published_run():
+            if not args.json:
+                out.write(NOTHING_PUBLISHED + "\n")
+            return 0
         for chunk in kb.chunks():
             if args.json:
                 out.write(json_line(chunk.to_dict()))

@@ -44,7 +44,7 @@ def hit_to_document(hit: Hit) -> Document:
 class RecrawlerRetriever(BaseRetriever):
     """Retrieves the published chunks of a recrawler knowledge base as LangChain documents.
 
-        retriever = RecrawlerRetriever(uri="sqlite:///recrawler.db", k=5)
+        retriever = RecrawlerRetriever(k=5)  # or uri="sqlite:///docs.db"
         docs = retriever.invoke("how do I retry failed uploads?")
 
     ``page_content`` is the chunk's text. ``metadata`` holds ``url`` (the page URL with the
@@ -56,8 +56,9 @@ class RecrawlerRetriever(BaseRetriever):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    #: the database (``RECRAWLER_DB_URI``)
-    uri: str
+    #: the database (``RECRAWLER_DB_URI``; None: the one a crawl from the working directory writes,
+    #: as :func:`recrawler.index.open_kb` finds it)
+    uri: str | None = None
     #: documents per query
     k: int = 4
     #: drop hits scoring below this (None: keep all *k*)

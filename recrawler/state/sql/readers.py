@@ -157,29 +157,19 @@ class SQLReaders:
         return data
 
     def iter_run_pages(self, run_id: int) -> Iterator[dict[str, Any]]:
-        """Pages the run made new, quarantined, gone or moved (their state now), then a held run's
-        staged removals. A run's window is its start to its finish (to now while it runs)."""
+        """Pages the run made new, quarantined, gone or moved, then a held run's staged removals.
+
+        A run that ended on schema 11 or later is shown as it ended: its new pages live, the
+        pages it took out as ``run_pages`` recorded them. Any other run (still running, aborted,
+        or ended before schema 11) is shown from the pages' state now, within its window (its
+        start to its finish, to now while it runs)."""
         with self.db.reader() as conn:
-            yield from (
-                dict(row)
-                for row in conn.iter(
-                    """SELECT p.key, p.url, p.title, p.status,
-                         CASE WHEN p.first_seen >= r.started_at
-                                   AND (r.finished_at IS NULL OR p.first_seen <= r.finished_at)
-                              THEN 'new' ELSE p.status END AS event,
-                         t.url AS moved_to, NULL AS http_status
-                       FROM runs r JOIN pages p ON r.site IS NULL OR p.site = r.site
-                       LEFT JOIN pages t ON t.key = p.moved_to
-                       WHERE r.id = :run AND (
-                         (p.first_seen >= r.started_at
-                          AND (r.finished_at IS NULL OR p.first_seen <= r.finished_at))
-                         OR (p.status IN (:quarantined, :gone, :moved)
-                             AND p.last_checked >= r.started_at
-                             AND (r.finished_at IS NULL OR p.last_checked <= r.finished_at)))
-                       ORDER BY p.url""",
-                    {"run": run_id, "quarantined": QUARANTINED, "gone": GONE, "moved": MOVED},
-                )
+            recorded = self._has_table(conn, "run_pages") and any(
+                row[0] is not None
+                for row in conn.iter("SELECT pages_recorded FROM runs WHERE id = :run", {"run": run_id})
             )
+            rows = self._recorded_run_pages(conn, run_id) if recorded else self._run_pages_now(conn, run_id)
+            yield from (dict(row) for row in rows)
             yield from (
                 dict(row)
                 for row in conn.iter(
@@ -191,6 +181,44 @@ class SQLReaders:
                     {"run": run_id, "held": RUN_HELD},
                 )
             )
+
+    @staticmethod
+    def _recorded_run_pages(conn: Reader, run_id: int) -> Iterator[Any]:
+        """A run as it ended: its new pages (live then), and the removals its end recorded."""
+        return conn.iter(
+            f"""SELECT p.key, p.url, p.title, '{LIVE}' AS status, 'new' AS event,
+                 NULL AS moved_to, NULL AS http_status
+               FROM runs r JOIN pages p ON r.site IS NULL OR p.site = r.site
+               WHERE r.id = :run AND p.first_seen >= r.started_at
+                 AND (r.finished_at IS NULL OR p.first_seen <= r.finished_at)
+               UNION ALL
+               SELECT rp.key, rp.url, rp.title, rp.event AS status, rp.event,
+                 t.url AS moved_to, NULL AS http_status
+               FROM run_pages rp LEFT JOIN pages t ON t.key = rp.moved_to WHERE rp.run_id = :run
+               ORDER BY url""",
+            {"run": run_id},
+        )
+
+    @staticmethod
+    def _run_pages_now(conn: Reader, run_id: int) -> Iterator[Any]:
+        """A run's pages as they stand now, within its window."""
+        return conn.iter(
+            """SELECT p.key, p.url, p.title, p.status,
+               CASE WHEN p.first_seen >= r.started_at
+                         AND (r.finished_at IS NULL OR p.first_seen <= r.finished_at)
+                    THEN 'new' ELSE p.status END AS event,
+               t.url AS moved_to, NULL AS http_status
+             FROM runs r JOIN pages p ON r.site IS NULL OR p.site = r.site
+             LEFT JOIN pages t ON t.key = p.moved_to
+             WHERE r.id = :run AND (
+               (p.first_seen >= r.started_at
+                AND (r.finished_at IS NULL OR p.first_seen <= r.finished_at))
+               OR (p.status IN (:quarantined, :gone, :moved)
+                   AND p.last_checked >= r.started_at
+                   AND (r.finished_at IS NULL OR p.last_checked <= r.finished_at)))
+             ORDER BY p.url""",
+            {"run": run_id, "quarantined": QUARANTINED, "gone": GONE, "moved": MOVED},
+        )
 
     def freshness(self, site: str | None, *, bound_secs: float, now: datetime) -> Freshness:
         """How current the live pages of *site* (None: every site) are at *now*: verified within

@@ -36,6 +36,7 @@ from recrawler.state.sql.rows import (
     _ts,
     gone_case,
 )
+from recrawler.state.sql.snapshots import record_run_pages
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -267,6 +268,8 @@ class SQLRuns:
                 ),
             )
             yield count("DELETE FROM leases WHERE site = ? AND run_id = ?", (lease_key, run.id))
+            # what the run took out of the knowledge base, as it stands now: its report, later
+            yield from record_run_pages(run.id, run.site, _ts(run.started_at) or "", _ts(at) or "")
 
         await self.db.transaction(work())
 
@@ -505,6 +508,9 @@ class SQLRuns:
                 raise StateStoreError(f"no run {run_id} in {self.db.label!r}")
             started = _dt(row["started_at"]) or at
             run = Run(id=run_id, spider=row["spider"], site=row["site"], started_at=started)
-            return (yield from self._reconcile(run, True, gone_after, list(gone_statuses), at))
+            result = yield from self._reconcile(run, True, gone_after, list(gone_statuses), at)
+            # its report shows what the approval took out too
+            yield from record_run_pages(run_id, run.site, _ts(at) or "", _ts(at) or "")
+            return result
 
         return await self.db.transaction(work())
