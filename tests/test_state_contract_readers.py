@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.schedule import Revisit
-from recrawler.state import GONE, QUARANTINED, RUN_HELD, RevisitUpdate, Run
+from recrawler.state import GONE, QUARANTINED, RUN_HELD, RUN_PUBLISHED, ChangeRow, RevisitUpdate, Run
 from tests.test_state_contract import HOLDER, SITE, T0, BackendMixin, rec
 
 if TYPE_CHECKING:
@@ -234,7 +234,59 @@ class RunPagesContract(BackendMixin):
             assert shown(run5) == [("e", "new", "live")]
 
 
-class ReadersFreshnessContract(FreshnessContract, HeldRunsContract, RunPagesContract):
+class EventsContract(BackendMixin):
+    @deferred_f_from_coro_f
+    async def test_events_come_from_the_database_whatever_the_events_uri(
+        self, uri: str, settings: Settings
+    ) -> None:
+        settings.set("RECRAWLER_EVENTS_URI", None)
+        t = [T0 + timedelta(minutes=m) for m in range(20)]
+        async with self.opened(uri, settings) as store:
+            run1 = await store.begin_run("docs", SITE, t[0], holder=HOLDER, lease_secs=0)
+            for name in ("a", "b", "c"):
+                await store.record(
+                    run1, rec(name, title=name.upper(), first_seen=t[1], last_checked=t[1]), []
+                )
+            await store.set_run_state(run1.id, RUN_PUBLISHED)
+            await store.finish_run(run1, reason="finished", at=t[2], report={"counts": {}})
+            run2 = await store.begin_run("docs", SITE, t[3], holder=HOLDER, lease_secs=0)
+            b = rec("b", title="B2", content_hash="h-b2", last_checked=t[4])
+            change = ChangeRow(
+                key=b.key, url=b.url, at=t[4], verdict="changed", old_hash="h-b", new_hash="h-b2",
+                changed_fields=["text"], critical=[], diff="-x\n+y",
+            )  # fmt: skip
+            await store.record(run2, b, [], change=change)
+            await store.record_miss(run2, f"{SITE}/c", 410)
+            await store.reconcile(run2, apply=True, gone_after=2, gone_statuses=[410], at=t[5])
+            await store.set_run_state(run2.id, RUN_PUBLISHED)
+            await store.finish_run(run2, reason="finished", at=t[6], report={"counts": {}})
+            # a held run's events are no events (yet)
+            run3 = await store.begin_run("docs", SITE, t[7], holder=HOLDER, lease_secs=0)
+            await store.record(run3, rec("d", first_seen=t[8], last_checked=t[8]), [])
+            await store.set_run_state(run3.id, RUN_HELD)
+            await store.finish_run(run3, reason="finished", at=t[9], report={"counts": {}})
+            await store.flush()
+
+            def listed(**kw: Any) -> list[tuple[int, str, str]]:
+                return [
+                    (e["run_id"], e["action"], e["url"].rsplit("/", 1)[1]) for e in store.iter_events(**kw)
+                ]
+
+            assert listed() == [
+                (run1.id, "new", "a"),
+                (run1.id, "new", "b"),
+                (run1.id, "new", "c"),
+                (run2.id, "changed", "b"),
+                (run2.id, "gone", "c"),
+            ]
+            assert listed(run_id=run2.id) == [(run2.id, "changed", "b"), (run2.id, "gone", "c")]
+            assert listed(since=t[4]) == listed(run_id=run2.id)
+            assert listed(site=OTHER) == []
+            changed = next(e for e in store.iter_events(run_id=run2.id) if e["action"] == "changed")
+            assert (changed["title"], changed["changed_fields"], changed["key"]) == ("B2", ["text"], b.key)
+
+
+class ReadersFreshnessContract(FreshnessContract, HeldRunsContract, RunPagesContract, EventsContract):
     """What a backend's test class inherits."""
 
 

@@ -241,8 +241,9 @@ class KnowledgeBase(Protocol):
     async def set_run_state(self, run_id: int, state: str) -> None:
         """Set a run's state (``RUN_*``)."""
 
-    async def publish(self, run_id: int, at: datetime) -> dict[str, int]:
-        """Make a run visible to search in one statement; garbage-collect what no one can see."""
+    async def publish(self, run_id: int, at: datetime, *, exit_code: int | None = None) -> dict[str, int]:
+        """Make a run visible to search in one statement; garbage-collect what no one can see.
+        With *exit_code*, store the exit code the run now stands at (an approved held run)."""
 
     async def discard(self, run_id: int) -> dict[str, int]:
         """Drop a held run's knowledge-base changes; its pages are checked again next run."""
@@ -412,11 +413,19 @@ class Readers(Protocol):
     def iter_pages(self, status: str | None = None) -> Iterator[PageRecord]:
         """Yield stored pages ordered by key (synchronous; for the CLI)."""
 
+    def page_state(self, key: str) -> dict[str, Any] | None:
+        """A page's stored state, for the CLI (None: no page *key*): ``record`` (its
+        :class:`PageRecord`), ``text`` (the text last stored for it; None when none is kept, as for
+        a gone page), ``first_run`` (the run whose window holds its ``first_seen``) and
+        ``removed_run`` (the last run whose end recorded it quarantined, gone or moved)."""
+
     def iter_runs(self) -> Iterator[dict[str, Any]]:
         """Yield runs, newest first (synchronous; for the CLI)."""
 
     def run_report(self, run_id: int) -> dict[str, Any] | None:
-        """A run's row (as :meth:`iter_runs` yields it) with its stored JSON ``report``; None if unknown."""
+        """A run's row (as :meth:`iter_runs` yields it) with its stored JSON ``report`` and
+        ``pages_recorded`` (how many pages its end recorded in ``run_pages``; None: not recorded);
+        None if unknown."""
 
     def iter_run_pages(self, run_id: int) -> Iterator[dict[str, Any]]:
         """Pages a run made new, quarantined, gone or moved, as they stand now, by URL; then the
@@ -426,6 +435,15 @@ class Readers(Protocol):
 
     def iter_schedule(self, site: str | None = None) -> Iterator[ScheduledPage]:
         """Yield the schedule's view of live and quarantined pages, soonest due first (CLI)."""
+
+    def iter_events(
+        self, *, site: str | None = None, run_id: int | None = None, since: datetime | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """What published or finished runs (of *site*, or run *run_id*) did to pages at or after
+        *since*, oldest first, from the database alone (whatever ``RECRAWLER_EVENTS_URI`` was):
+        ``new`` (first stored by the run), ``changed`` (its history), ``quarantined``, ``gone``
+        and ``moved`` (as its end recorded them). Each: run_id, action, url, key, at (ISO text),
+        title, changed_fields (a list, for ``changed``), moved_to (a URL, for ``moved``)."""
 
     def freshness(self, site: str | None, *, bound_secs: float, now: datetime) -> Freshness:
         """How current the live pages of *site* (None: every site) are at *now*.

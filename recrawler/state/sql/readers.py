@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,9 @@ from recrawler.state.records import (
     MOVED,
     QUARANTINED,
     RUN_ABORTED,
+    RUN_FINISHED,
     RUN_HELD,
+    RUN_PUBLISHED,
     Freshness,
     HeldRun,
     PageRecord,
@@ -126,6 +129,48 @@ class SQLReaders:
             for row in cur:
                 yield _row_to_record(row)
 
+    def page_state(self, key: str) -> dict[str, Any] | None:
+        """A page's stored state (None: no such page): ``record`` (its row), ``text`` (the text
+        it was last stored with, None if not kept), ``first_run`` (the run that first stored it)
+        and ``removed_run`` (the last run whose end recorded it quarantined, gone or moved)."""
+        with self.db.reader() as conn:
+            rows = list(conn.iter(f"SELECT {_PAGE_COLUMNS} FROM pages WHERE key = :key", {"key": key}))
+            if not rows:
+                return None
+            record = _row_to_record(rows[0])
+            text = next(
+                (
+                    zlib.decompress(r[0]).decode("utf-8")
+                    for r in conn.iter("SELECT text FROM page_fields WHERE key = :key", {"key": key})
+                    if r[0]
+                ),
+                None,
+            )
+            first_run = next(
+                (
+                    int(r[0])
+                    for r in conn.iter(
+                        """SELECT MIN(id) FROM runs WHERE started_at <= :at
+                             AND (finished_at IS NULL OR finished_at >= :at)
+                             AND (site IS NULL OR site = :site)""",
+                        {"at": _ts(record.first_seen), "site": record.site},
+                    )
+                    if r[0] is not None
+                ),
+                None,
+            )
+            removed_run = None
+            if self._has_table(conn, "run_pages"):
+                removed_run = next(
+                    (
+                        int(r[0])
+                        for r in conn.iter("SELECT MAX(run_id) FROM run_pages WHERE key = :key", {"key": key})
+                        if r[0] is not None
+                    ),
+                    None,
+                )
+        return {"record": record, "text": text, "first_run": first_run, "removed_run": removed_run}
+
     def iter_runs(self) -> Iterator[dict[str, Any]]:
         """Yield runs newest first."""
         with self.db.reader() as conn:
@@ -139,13 +184,15 @@ class SQLReaders:
                 yield data
 
     def run_report(self, run_id: int) -> dict[str, Any] | None:
-        """A run's row with its stored JSON ``report`` (None: no such run)."""
+        """A run's row with its stored JSON ``report`` and ``pages_recorded`` (None: no such run)."""
         with self.db.reader() as conn:
+            # schema 11 records what a run's end took out (NULL before)
+            recorded = "pages_recorded" if self._has_table(conn, "run_pages") else "NULL AS pages_recorded"
             rows = [
                 dict(row)
                 for row in conn.iter(
                     "SELECT id, spider, site, started_at, finished_at, finish_reason, state, published_at, "
-                    "counts, reasons, listed, exit_code, report FROM runs WHERE id = ?",
+                    f"counts, reasons, listed, exit_code, report, {recorded} FROM runs WHERE id = ?",
                     (run_id,),
                 )
             ]
@@ -219,6 +266,49 @@ class SQLReaders:
              ORDER BY p.url""",
             {"run": run_id, "quarantined": QUARANTINED, "gone": GONE, "moved": MOVED},
         )
+
+    def iter_events(
+        self, *, site: str | None = None, run_id: int | None = None, since: datetime | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """What published (or finished) runs did to pages, oldest first, whatever
+        ``RECRAWLER_EVENTS_URI`` was when they ran: ``new`` (the run first stored the page),
+        ``changed`` (its history), ``quarantined``, ``gone`` and ``moved`` (what the run's end
+        recorded, schema 11 on). Each: run_id, action, url, key, at, title, changed_fields, moved_to."""
+        params = {
+            "site": site,
+            "run": run_id,
+            "since": _at(since) if since is not None else None,
+            "published": RUN_PUBLISHED,
+            "finished": RUN_FINISHED,
+        }
+        runs = """r.state IN (:published, :finished) AND (CAST(:site AS TEXT) IS NULL OR r.site = :site)
+            AND (CAST(:run AS INTEGER) IS NULL OR r.id = :run)"""
+        after = "(CAST(:since AS TEXT) IS NULL OR {at} >= :since)"
+        with self.db.reader() as conn:
+            recorded = self._has_table(conn, "run_pages")
+            removals = f"""UNION ALL
+                SELECT rp.run_id, rp.event AS action, rp.url, rp.key, rp.at, rp.title,
+                  NULL AS changed_fields, t.url AS moved_to
+                FROM run_pages rp JOIN runs r ON r.id = rp.run_id LEFT JOIN pages t ON t.key = rp.moved_to
+                WHERE {runs} AND {after.format(at="rp.at")}"""
+            for row in conn.iter(
+                f"""SELECT r.id AS run_id, 'new' AS action, p.url, p.key, p.first_seen AS at, p.title,
+                      NULL AS changed_fields, NULL AS moved_to
+                    FROM runs r JOIN pages p ON (r.site IS NULL OR p.site = r.site)
+                      AND p.first_seen >= r.started_at AND p.first_seen <= r.finished_at
+                    WHERE {runs} AND {after.format(at="p.first_seen")}
+                    UNION ALL
+                    SELECT c.run_id, 'changed' AS action, c.url, c.key, c.at, p.title,
+                      c.changed_fields, NULL AS moved_to
+                    FROM page_changes c JOIN runs r ON r.id = c.run_id LEFT JOIN pages p ON p.key = c.key
+                    WHERE c.verdict = 'changed' AND {runs} AND {after.format(at="c.at")}
+                    {removals if recorded else ""}
+                    ORDER BY at, key""",
+                params,
+            ):
+                event = dict(row)
+                event["changed_fields"] = json.loads(event["changed_fields"] or "null")
+                yield event
 
     def freshness(self, site: str | None, *, bound_secs: float, now: datetime) -> Freshness:
         """How current the live pages of *site* (None: every site) are at *now*: verified within
