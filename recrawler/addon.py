@@ -69,20 +69,26 @@ ENVIRONMENT_SETTINGS = (
 DEFAULT_DB_FILE = "recrawler.db"
 
 
-def project_db_uri(*, create: bool = False) -> str:
-    """``sqlite:///`` + ``recrawler.db`` in Scrapy's project data directory, as deltafetch and
-    httpcache keep theirs (``.scrapy`` beside ``scrapy.cfg``, or a ``[datadir]`` of Scrapy's config);
-    with *create*, its directory is created when missing."""
+def project_data_path(name: str, *, create: bool = False) -> Path:
+    """*name* in Scrapy's project data directory, as deltafetch and httpcache keep theirs
+    (``.scrapy`` beside ``scrapy.cfg``, or a ``[datadir]`` of Scrapy's config); with *create*, its
+    directory is created when missing."""
     try:
-        path = Path(data_path(DEFAULT_DB_FILE))
+        path = Path(data_path(name))
     except NotConfigured:
         # a settings module but no scrapy.cfg (a Scrapyd job, `recrawler crawl` from anywhere):
         # Scrapy's data directory outside a project, .scrapy in the working directory
-        path = Path(".scrapy", DEFAULT_DB_FILE)
+        path = Path(".scrapy", name)
     path = path.resolve()
     if create:
         path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path}"
+    return path
+
+
+def project_db_uri(*, create: bool = False) -> str:
+    """``sqlite:///`` + ``recrawler.db`` in Scrapy's project data directory (:func:`project_data_path`);
+    with *create*, its directory is created when missing."""
+    return f"sqlite:///{project_data_path(DEFAULT_DB_FILE, create=create)}"
 
 
 #: numeric settings read by a parser of their own (``RECRAWLER_AUDIT_SAMPLE``: ``20``, ``1%``, ``0.01``)

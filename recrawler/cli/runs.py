@@ -6,6 +6,7 @@ import argparse
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from recrawler import outcome
 from recrawler.cli.output import Column, Table, json_line
 from recrawler.cli.settings import db_uri, open_store, require_database
 from recrawler.embedders import embedder_from_spec
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 
     from recrawler.cli import Parsers
 
+#: why a run is held (what approving it decides)
+HOLDS = (outcome.HOLD_MASS_REMOVAL, outcome.HOLD_SPIKE, outcome.HOLD_SAME_CONTENT)
 #: the counts a run's row shows, as the summary line names them
 COUNTS = ("crawled", "new", "changed", "unchanged", "gone", "quarantined", "errors")
 
@@ -102,7 +105,15 @@ async def _approve_or_discard(args: argparse.Namespace, settings: Settings, out:
                 )
         finally:
             embedder.close()
-        gc = await store.publish(args.run_id, utcnow())
+        # approved, the run ends as it would have unheld: 0, or what its other reasons say
+        reasons = set((store.run_report(args.run_id) or {}).get("reasons") or ()) - set(HOLDS)
+        code = outcome.exit_code(
+            state_errors="state_error" in reasons,
+            lease_lost="lease_lost" in reasons,
+            held=False,
+            skipped=bool(reasons),
+        )
+        gc = await store.publish(args.run_id, utcnow(), exit_code=code)
         out.write(
             f"run {args.run_id} approved and published: {texts} texts embedded in {calls} calls, "
             f"{removed.quarantined} pages quarantined, {sum(removed.gone.values())} gone, "

@@ -128,10 +128,11 @@ class SQLKnowledgeBaseWriter:
     def _set_state(run_id: int, state: str) -> Work[None]:
         yield count("UPDATE runs SET state = ? WHERE id = ?", (state, run_id))
 
-    async def publish(self, run_id: int, at: datetime) -> dict[str, int]:
+    async def publish(self, run_id: int, at: datetime, *, exit_code: int | None = None) -> dict[str, int]:
         """Make a run's changes visible to search in one statement, then drop what no one can see.
 
-        Returns counts of chunk rows and embeddings garbage-collected.
+        Returns counts of chunk rows and embeddings garbage-collected. *exit_code*: the exit code
+        the run now stands at (an approved held run's), stored with it.
         """
 
         def work() -> Work[dict[str, int]]:
@@ -139,6 +140,8 @@ class SQLKnowledgeBaseWriter:
                 "UPDATE runs SET state = ?, published_at = COALESCE(published_at, ?) WHERE id = ?",
                 (RUN_PUBLISHED, _ts(at), run_id),
             )
+            if exit_code is not None:
+                yield count("UPDATE runs SET exit_code = ? WHERE id = ?", (exit_code, run_id))
             return (yield from self._gc())
 
         return await self.db.transaction(work())
