@@ -155,3 +155,23 @@ async def test_events_are_listed_without_an_events_uri_and_deliver_counts(site: 
         cli, "events", "deliver", "-s", f"RECRAWLER_EVENTS_URI=file://{events_file}", *db
     )
     assert (code, out) == (0, "0 events delivered; none wait in the outbox\n")
+
+
+@deferred_f_from_coro_f
+async def test_stored_and_cited_urls_drop_tracking_parameters(site: Site, crawls: Crawls) -> None:
+    for i in range(30):
+        site.write(f"p{i}.html", body(f"Page {i}", f"Page {i} explains feature {i}."), mtime=T0)
+    site.write("campaign.html", body("Campaign", "Retry limits are explained here."), mtime=T0)
+    # a sitemap that carries a newsletter's tracking parameters, and one parameter that matters
+    listed = [f"p{i}.html" for i in range(30)]
+    listed += ["campaign.html?utm_source=newsletter&utm_medium=email&version=2&gclid=abc"]
+    await crawls.crawl(site.write_sitemap(listed))
+    db = ["--db", crawls.db_uri]
+    _, out = await asyncio.to_thread(cli, "pages", "--json", *db)
+    stored = {json.loads(line)["url"] for line in out.splitlines()}
+    assert site.url("campaign.html?version=2") in stored
+    assert not [url for url in stored if "utm_" in url or "gclid" in url]
+    code, out = await asyncio.to_thread(cli, "search", "retry limits", "-k", "1", "--json", *db)
+    assert code == 0
+    (hit,) = map(json.loads, out.splitlines())
+    assert hit["url"].split("#")[0] == site.url("campaign.html?version=2")
