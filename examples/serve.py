@@ -4,7 +4,8 @@
 
 Then crawl it: ``scrapy crawl docs -a sitemap_url=http://127.0.0.1:8000/sitemap.xml``. The sitemap
 lists the version's pages at the address the server listens on; pages answer ``304`` to
-``If-Modified-Since`` as any static server does. Stop it with Ctrl-C.
+``If-Modified-Since`` as any static server does. Stop it with Ctrl-C (started with ``&`` in a
+shell: ``kill %1``). A port already taken is one line, exit 2: pass ``--port``.
 """
 
 from __future__ import annotations
@@ -55,7 +56,15 @@ def main() -> None:
     parser.add_argument("--version", choices=["v1", "v2"], default="v1", help="which version of the site")
     args = parser.parse_args()
     handler = functools.partial(DocsHandler, directory=str(SITE / args.version))
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
+    try:
+        server = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
+    except OSError as exc:
+        # one line, not a traceback: the port is most often taken by another server
+        parser.exit(
+            2,
+            f"serve.py: cannot listen on 127.0.0.1:{args.port}: {exc.strerror or exc}; "
+            "use another port (--port 8001, or --port 0 for any free one)\n",
+        )
     host, port = server.server_address[:2]
     print(
         f"serving examples/docsite/{args.version} at http://{host}:{port}/ (sitemap: /sitemap.xml)",
