@@ -175,3 +175,29 @@ async def test_stored_and_cited_urls_drop_tracking_parameters(site: Site, crawls
     assert code == 0
     (hit,) = map(json.loads, out.splitlines())
     assert hit["url"].split("#")[0] == site.url("campaign.html?version=2")
+
+
+@deferred_f_from_coro_f
+async def test_due_ends_with_how_fresh_the_knowledge_base_is(site: Site, crawls: Crawls) -> None:
+    names = [f"p{i}.html" for i in range(40)]
+    for i, name in enumerate(names):
+        site.write(name, body(f"Page {i}", f"Page {i} explains feature {i}."), mtime=T0)
+    await crawls.crawl(site.write_sitemap(names))
+    # the sitemap drops p5, which still answers: checked directly, it stays live
+    await crawls.crawl(site.write_sitemap([n for n in names if n != "p5.html"]))
+    db = ["--db", crawls.db_uri]
+    code, out = await asyncio.to_thread(cli, "due", "-s", "RECRAWLER_MAX_INTERVAL_SECS=86400", *db)
+    assert code == 0
+    last = out.splitlines()[-1]
+    assert last.startswith(
+        "freshness: 40 of 40 live pages (100%) verified within 24 h (RECRAWLER_MAX_INTERVAL_SECS); "
+    )
+    assert last.endswith(
+        f"; 1 delisted but still live (not in run 2's complete listing): {site.url('p5.html')}"
+    )
+    # a week later, nothing was verified within a day
+    later = "2099-01-01T00:00:00Z"
+    code, out = await asyncio.to_thread(
+        cli, "due", "--now", later, "-s", "RECRAWLER_MAX_INTERVAL_SECS=86400", *db
+    )
+    assert out.splitlines()[-1].startswith("freshness: 0 of 40 live pages (0%) verified within 24 h")

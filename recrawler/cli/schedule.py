@@ -104,7 +104,10 @@ def cmd_due(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         )
         if total:
             bound = settings.getfloat("RECRAWLER_MAX_INTERVAL_SECS")
-            out.write(freshness_line(store.freshness(args.site, bound_secs=bound, now=policy.now)) + "\n")
+            # one site stored: its own figures (its last complete listing), as --site would give
+            sites = {r["site"] for r in store.iter_runs() if r["site"]}
+            site = args.site or (sites.pop() if len(sites) == 1 else None)
+            out.write(freshness_line(store.freshness(site, bound_secs=bound, now=policy.now)) + "\n")
     return 0
 
 

@@ -37,7 +37,8 @@ class AuditMiddleware:
     Not installed when ``RECRAWLER_AUDIT_SAMPLE`` is 0 (a host's lost trust still holds: the
     conditional middleware reads it).
 
-    Settings: ``RECRAWLER_AUDIT_SAMPLE``, ``RECRAWLER_AUDIT_DISTRUST_AFTER``.
+    Settings: ``RECRAWLER_AUDIT_SAMPLE``, ``RECRAWLER_AUDIT_DISTRUST_AFTER``,
+    ``RECRAWLER_URL_DROP_PARAMS``, ``RECRAWLER_URL_KEEP_PARAMS``.
     Stats: ``recrawler/audit/{sampled,refetched,checked,lies,distrusted}``,
     ``recrawler/audit/lies/<signal>``. Signals: listens to ``page_classified``.
     """

@@ -43,12 +43,17 @@ class Reconciler:
     ``RECRAWLER_GONE_AFTER_MISSES``, ``RECRAWLER_GONE_STATUSES``, ``RECRAWLER_MAX_ERROR_RATIO``,
     ``RECRAWLER_MAX_REMOVE_RATIO``, ``RECRAWLER_MAX_REMOVE_MIN``, ``RECRAWLER_LISTING_MIN_RATIO``,
     ``RECRAWLER_CHANGE_ALERT_RATIO``, ``RECRAWLER_CHANGE_ALERT_MIN``, ``RECRAWLER_REPORT_FILE``,
-    ``RECRAWLER_REPORT_HTML_FILE``, ``RECRAWLER_REPORT_HTML_RUNS``, ``RECRAWLER_CONDITIONAL_NO_304_AFTER``.
+    ``RECRAWLER_REPORT_HTML_FILE``, ``RECRAWLER_REPORT_HTML_RUNS``, ``RECRAWLER_CONDITIONAL_NO_304_AFTER``,
+    ``RECRAWLER_DB_URI`` (not set: switched off), ``RECRAWLER_INDEX_ENABLED``, ``RECRAWLER_DRY_RUN``,
+    ``RECRAWLER_BOILERPLATE_ENABLED``, ``RECRAWLER_BOILERPLATE_SHARE``,
+    ``RECRAWLER_BOILERPLATE_EXIT_SHARE``, ``RECRAWLER_BOILERPLATE_MIN_PAGES`` (the site's furniture,
+    re-decided when the run reconciles), ``RECRAWLER_MAX_INTERVAL_SECS`` (the HTML report's freshness).
     Stats (mirrored from the counters): ``recrawler/crawled``, ``recrawler/page/{gone,quarantined,moved}``,
     ``recrawler/page/gone/http_<code>``, ``recrawler/reconcile/verified``,
     ``recrawler/reconcile/skipped/<reason>``, ``recrawler/reconcile/elapsed_seconds``,
     ``recrawler/run/held``, ``recrawler/run/held/<reason>``, ``recrawler/alert``.
-    Signals: listens to ``spider_idle`` and ``spider_closed``; sends ``run_held`` and ``run_finished``.
+    Signals: listens to ``spider_idle``, ``spider_closed`` and ``engine_stopped`` (the summary line is
+    the crawl's last); sends ``run_held`` and ``run_finished``.
 
     With ``RECRAWLER_SCHEDULE=adaptive`` only unseen pages due by the run clock are checked:
     pages the schedule, lastmod or deltafetch skipped keep their state and chunks.

@@ -73,7 +73,9 @@ class FrontierMiddleware:
     a batch of them wait in the scheduler, and when the spider goes idle (the Reconciler asks
     first, then checks unseen pages). Memory stays flat however long the listing is.
 
-    Settings: ``RECRAWLER_FRONTIER_ENABLED``, ``RECRAWLER_FRONTIER_BATCH_SIZE``.
+    Settings: ``RECRAWLER_FRONTIER_ENABLED``, ``RECRAWLER_FRONTIER_BATCH_SIZE``,
+    ``RECRAWLER_WORKERS_ENABLED`` (on: switched off, scrapy-redis holds the frontier),
+    ``RECRAWLER_URL_DROP_PARAMS``, ``RECRAWLER_URL_KEEP_PARAMS``.
     Stats: ``recrawler/frontier/{queued,fed}``, ``recrawler/frontier/waiting_max``,
     ``recrawler/state/error/<Exception>``.
     Signals: listens to ``request_reached_downloader`` and ``request_dropped``.
