@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import socket
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -201,3 +202,47 @@ async def test_due_ends_with_how_fresh_the_knowledge_base_is(site: Site, crawls:
         cli, "due", "--now", later, "-s", "RECRAWLER_MAX_INTERVAL_SECS=86400", *db
     )
     assert out.splitlines()[-1].startswith("freshness: 0 of 40 live pages (0%) verified within 24 h")
+
+
+def test_a_database_uri_without_a_file_is_a_configuration_error() -> None:
+    for uri in ("sqlite://", "sqlite:///"):
+        result = subprocess.run(
+            [sys.executable, "-m", "recrawler.cli", "pages", "--db", uri],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 2
+        # not "corrupt (disk I/O error)": what is wrong with the URI, and what to write instead
+        assert result.stderr.splitlines() == [
+            f"recrawler: error: RECRAWLER_DB_URI: {uri!r} names no database file (state would be lost after "
+            "each run); use sqlite:///recrawler.db (relative) or sqlite:////abs/path/recrawler.db"
+        ]
+
+
+def test_an_unreachable_postgresql_is_one_line() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "recrawler.cli",
+            "pages",
+            "--db",
+            f"postgresql://bot:secret@127.0.0.1:{port}/docs",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(
+        f"recrawler: error: cannot reach state database 'postgresql://bot:***@127.0.0.1:{port}/docs'"
+    )
+    assert "Is the server running" in line
+    assert "secret" not in line

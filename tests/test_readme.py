@@ -59,6 +59,10 @@ def checkout(tmp_path: Path) -> Path:
 def test_the_quickstart_runs_as_written_and_prints_what_the_readme_shows(checkout: Path) -> None:
     (quickstart,) = blocks("## Quickstart\n")
     lines = [command(line) for line in quickstart.splitlines()]
+    # a virtualenv first, and how to stop the site at the end
+    assert lines[0].startswith("python3 -m venv .venv && . .venv/bin/activate")
+    assert "kill %1" in lines
+    assert "--port" in quickstart
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
