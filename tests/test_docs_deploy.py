@@ -3,6 +3,7 @@ made: the run's outcome is `scrapy crawl`'s exit code, and errors are one line."
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -53,7 +54,11 @@ def crawl(project: Path, sitemap: str, *settings: str) -> subprocess.CompletedPr
     argv = [sys.executable, "-m", "scrapy", "crawl", "mysitemap", "-a", f"sitemap_url={sitemap}"]
     for setting in ("RETRY_TIMES=0", *settings):
         argv += ["-s", setting]
-    return subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=120, check=False)
+    # the project's scrapy.cfg decides, not a settings module another Scrapy call put in the environment
+    env = {k: v for k, v in os.environ.items() if k not in ("SCRAPY_SETTINGS_MODULE", "SCRAPY_PROJECT")}
+    return subprocess.run(
+        argv, cwd=project, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def test_the_guide_sets_commands_module() -> None:

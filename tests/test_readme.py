@@ -67,7 +67,9 @@ def test_the_quickstart_runs_as_written_and_prints_what_the_readme_shows(checkou
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
     }
-    env.pop("RECRAWLER_DB_URI", None)
+    for name in ("RECRAWLER_DB_URI", "SCRAPY_SETTINGS_MODULE", "SCRAPY_PROJECT"):
+        # this directory's scrapy.cfg decides, as for a user
+        env.pop(name, None)
     server = None
     base = QUICKSTART_BASE
     crawls: list[subprocess.CompletedProcess[str]] = []
