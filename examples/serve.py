@@ -1,17 +1,21 @@
 """Serve the bundled example docs site on 127.0.0.1 with its own sitemap.
 
-    python examples/serve.py [--port 8000] [--version v1|v2]
+    python examples/serve.py [--port 8000] [--version v1|v2 | --dir FOLDER]
 
 Then crawl it: ``scrapy crawl docs -a sitemap_url=http://127.0.0.1:8000/sitemap.xml``. The sitemap
-lists the version's pages at the address the server listens on; pages answer ``304`` to
-``If-Modified-Since`` as any static server does. Stop it with Ctrl-C (started with ``&`` in a
-shell: ``kill %1``). A port already taken is one line, exit 2: pass ``--port``.
+lists the version's pages at the address the server listens on, each with its ``<lastmod>`` (the
+file's modification time, as a static site generator writes it); pages answer ``304`` to
+``If-Modified-Since`` as any static server does. ``--dir`` serves a folder of your own (a copy of
+``examples/docsite/v1`` to edit, say): an edited, added or deleted page shows in the next crawl.
+Stop it with Ctrl-C (started with ``&`` in a shell: ``kill %1``). A port already taken is one
+line, exit 2: pass ``--port``.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+from datetime import UTC, datetime
 from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -31,7 +35,7 @@ class DocsHandler(SimpleHTTPRequestHandler):
         base = f"http://{host}:{port}"
         root = Path(self.directory)
         entries = "".join(
-            f"  <url><loc>{escape(f'{base}/{page.name}')}</loc></url>\n"
+            f"  <url><loc>{escape(f'{base}/{page.name}')}</loc><lastmod>{lastmod(page)}</lastmod></url>\n"
             for page in sorted(root.glob("*.html"))
         )
         body = (
@@ -48,14 +52,21 @@ class DocsHandler(SimpleHTTPRequestHandler):
         pass
 
 
+def lastmod(page: Path) -> str:
+    """The page's last modification, as a sitemap's W3C datetime."""
+    return datetime.fromtimestamp(page.stat().st_mtime, UTC).isoformat(timespec="seconds")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (0: any free one)")
     parser.add_argument("--version", choices=["v1", "v2"], default="v1", help="which version of the site")
+    parser.add_argument("--dir", type=Path, help="serve this folder instead (its *.html pages)")
     args = parser.parse_args()
-    handler = functools.partial(DocsHandler, directory=str(SITE / args.version))
+    folder = args.dir or SITE / args.version
+    handler = functools.partial(DocsHandler, directory=str(folder))
     try:
         server = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
     except OSError as exc:
@@ -67,7 +78,8 @@ def main() -> None:
         )
     host, port = server.server_address[:2]
     print(
-        f"serving examples/docsite/{args.version} at http://{host}:{port}/ (sitemap: /sitemap.xml)",
+        f"serving {args.dir or f'examples/docsite/{args.version}'} at http://{host}:{port}/ "
+        "(sitemap: /sitemap.xml)",
         flush=True,
     )
     try:

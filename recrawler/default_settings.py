@@ -200,8 +200,10 @@ RECRAWLER_SCHEDULE_BATCH_SIZE = 500
 RECRAWLER_NOW: str | None = None
 # Shortest revisit interval of a page.
 RECRAWLER_MIN_INTERVAL_SECS = 3600.0
-# Longest revisit interval of a page (also the latest check of a page lastmod skips).
-RECRAWLER_MAX_INTERVAL_SECS = 30 * 86400.0
+# The staleness bound: the longest revisit interval of a page, so no live page goes unverified
+# longer (with a run at least this often); also the latest check of a page lastmod skips. A check
+# of an unchanged page costs a 304. Per-URL overrides may set a longer one (archived versions).
+RECRAWLER_MAX_INTERVAL_SECS = 86400.0
 # Per-URL bounds: {regex searched in the URL: [min_secs, max_secs]}, first match wins (null: default).
 RECRAWLER_INTERVAL_OVERRIDES: dict[str, list[float | None]] = {}
 # Sitemap lastmod: "skip" (trusted both ways), "hint" (newer makes due, never skips) or "ignore".

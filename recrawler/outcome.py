@@ -73,14 +73,23 @@ def is_spike(*, prior_pages: int, new_changed: int, judged: int, ratio: float, m
     return bool(prior_pages) and new_changed >= minimum and judged > 0 and new_changed / judged > ratio
 
 
-def mass_removal(plan: RemovalPlan, *, ratio: float, minimum: int) -> str | None:
-    """Why removing what the run would remove needs an operator (None: it is within bounds)."""
+def mass_removal(plan: RemovalPlan, *, ratio: float, minimum: int, listing: bool = True) -> str | None:
+    """Why removing what the run would remove needs an operator (None: it is within bounds).
+
+    With a *listing* (a sitemap the outage guard found healthy), a page the listing no longer
+    names that answers 404/410 is confirmed by two signals: a release that drops a section
+    delists it and its pages answer 404. Only removals the listing contradicts (it still names the
+    page: a broken deploy) count against ``RECRAWLER_MAX_REMOVE_RATIO``.
+    """
     allowed = max(ratio * plan.live, minimum)
-    if plan.removals <= allowed:
+    confirmed = plan.delisted if listing else 0
+    doubtful = plan.removals - confirmed
+    if doubtful <= allowed:
         return None
+    named = " while the listing still names them" if listing else ""
     return (
-        f"{plan.removals} of {plan.live} live pages would leave the knowledge base "
-        f"({plan.quarantine} quarantined, {plan.gone} gone, {plan.moved} moved; "
+        f"{doubtful} of {plan.live} live pages would leave the knowledge base{named} "
+        f"({plan.quarantine} quarantined, {plan.gone} gone, {plan.moved} moved in all; "
         f"RECRAWLER_MAX_REMOVE_RATIO={ratio})"
     )
 

@@ -51,6 +51,7 @@ DUE_REASONS = (
     "new",
     "all",
     "audit",
+    "waiting",
     "feed",
     "lastmod",
     "quarantined",
@@ -215,7 +216,7 @@ class SchedulePolicy:
         mode: str = "adaptive",
         lastmod_mode: str = "hint",
         min_secs: float = 3600.0,
-        max_secs: float = 30 * 86400.0,
+        max_secs: float = 86400.0,
         overrides: Mapping[str, Any] | None = None,
     ) -> None:
         if mode not in SCHEDULE_MODES:
@@ -290,11 +291,13 @@ class SchedulePolicy:
         feed_updated: datetime | None = None,
         audit: bool = False,
         lastmod_trusted: bool = True,
+        waiting: bool = False,
     ) -> Decision:
         """Is a listed page due this run? ``revisit`` None (or status gone) means never seen.
 
-        Order: new, ``RECRAWLER_SCHEDULE=all``, audit sample, a feed entry newer than the last
-        check, a quarantined page (its misses must be consecutive), then the sitemap lastmod
+        Order: new, ``RECRAWLER_SCHEDULE=all``, audit sample, a change or removal that waits for a
+        decision (*waiting*: a check brings new evidence), a feed entry newer than the last check,
+        a quarantined page (its misses must be consecutive), then the sitemap lastmod
         (``skip``/``hint``: newer than the last check means due at once; ``skip``: not newer means
         skipped until the max interval has passed), then the adaptive schedule.
         """
@@ -304,6 +307,8 @@ class SchedulePolicy:
             return Decision(True, "all")
         if audit:
             return Decision(True, "audit")
+        if waiting:
+            return Decision(True, "waiting")
         last = revisit.last_check_at
         if feed_updated is not None and (last is None or feed_updated > last):
             return Decision(True, "feed")

@@ -43,7 +43,7 @@ SMALLEST = [
     ),
     pytest.param("bench_detect", ["--skip-corpus", "--synthetic-pages", "6"], "synthetic", id="detect"),
     pytest.param("bench_store", ["--pages", "20", "--repeat", "1"], "phases", id="store"),
-    pytest.param("bench_reconcile", ["--pages", "500"], "reconcile_s", id="reconcile"),
+    pytest.param("bench_reconcile", ["--pages", "500"], "reconcile_publish_s", id="reconcile"),
     pytest.param(
         "bench_frontier",
         ["--sizes", "300", "--per-file", "100", "--off-up-to", "300", "--delay", "0", "--batch", "50"],

@@ -204,7 +204,7 @@ def rss(entries: list[tuple[str, str]]) -> str:
 
 @deferred_f_from_coro_f
 async def test_feed_entries_make_their_pages_due(site: Site, crawls: Crawls) -> None:
-    settings = {"RECRAWLER_MIN_INTERVAL_SECS": 3 * DAY}
+    settings = {"RECRAWLER_MIN_INTERVAL_SECS": 3 * DAY, "RECRAWLER_MAX_INTERVAL_SECS": 30 * DAY}
     for name in ("a", "b", "c"):
         site.write(f"{name}.html", body(name), mtime=T0)
     sitemap = site.write_sitemap(["a.html", "b.html", "c.html"])

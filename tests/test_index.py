@@ -194,7 +194,7 @@ async def test_discarded_run_is_checked_again(site: Site, crawls: Crawls) -> Non
     r2 = await crawls.crawl(sitemap)
     assert r2.report["index"]["state"] == "held"
     out = await _acli(["runs", "discard", str(r2.report["run_id"]), "--db", crawls.db_uri])
-    assert "12 pages will be checked again" in out
+    assert "12 pages back as published (checked again next run)" in out
     assert chunk_texts(crawls) == before
     # the next run sees the pages as changed again (and, still a spike, holds again)
     r3 = await crawls.crawl(sitemap, RECRAWLER_CHANGE_ALERT_RATIO=1.0)

@@ -280,7 +280,7 @@ async def test_a_gone_page_no_longer_counts(tmp_path: Path) -> None:
         assert (count(db, "^ T"), count(db, "F1 F2"), count(db, "b F1")) == (2, 2, 1)
         run2 = await store.begin_run("docs", SITE, T0, lease_secs=0)
         assert await store.record_miss(run2, f"{SITE}/b", 410) == "staged"
-        await store.reconcile(run2, apply=True, gone_after=2, gone_statuses=[410], at=T0)
+        await store.publish_run(run2, at=T0, gone_after=2, gone_statuses=[410])
         # a removal leaves its block-set change for the fold too
         assert await store.fold_block_stats() == 1
         assert (count(db, "^ T"), count(db, "F1 F2"), count(db, "b F1")) == (1, 1, 0)
@@ -330,7 +330,7 @@ async def test_folded_counters_equal_a_count_from_scratch(
             if round_ % 2:
                 for i in rng.sample(range(40), 3):
                     await store.record_miss(run, f"{SITE}/p{i}", 410)
-                await store.reconcile(run, apply=True, gone_after=1, gone_statuses=[410], at=T0)
+                await store.publish_run(run, at=T0, gone_after=1, gone_statuses=[410])
             await store.flush()
             pending = query(db, "SELECT COUNT(*) FROM block_deltas")[0][0]
             assert pending > 0

@@ -24,7 +24,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from recrawler import default_settings
 from recrawler.detect.hashing import pack_blocks, unpack_blocks
 from recrawler.embedders import embedder_from_spec, vector_to_blob
-from recrawler.exceptions import PageWriteError, RunRefused
+from recrawler.exceptions import PageWriteError, RunRefused, StateStoreError
 from recrawler.index import open_kb
 from recrawler.kb.chunking import Chunk
 from recrawler.schedule import Revisit
@@ -32,9 +32,10 @@ from recrawler.state import (
     GONE,
     LIVE,
     MOVED,
+    PENDING_CHANGED,
+    PENDING_NEW,
     QUARANTINED,
     RUN_ABORTED,
-    RUN_HELD,
     RUN_PUBLISHED,
     ChangeRow,
     Event,
@@ -45,6 +46,7 @@ from recrawler.state import (
     StateStore,
     store_from_uri,
 )
+from recrawler.state.records import SETTLE_APPLY, SETTLE_DROP, SETTLE_KEEP, SETTLE_KEEP_LISTED
 from recrawler.state.sql.pages import SQLPages
 
 if TYPE_CHECKING:
@@ -154,15 +156,22 @@ class LifecycleContract(BackendMixin):
             page = rec("a")
             await store.record(run, page, [ev(run, page)])
             assert self.events(events_path) == []
+            # a run's events go out once it is published, never before
+            await store.deliver()
+            assert self.events(events_path) == []
+            await store.publish_run(run, at=T0, gone_after=3, gone_statuses=[410])
             await store.deliver()
             assert [(e["action"], e["key"]) for e in self.events(events_path)] == [("new", page.key)]
+            # delivered once: the log keeps them, marked
+            await store.deliver()
+            assert len(self.events(events_path)) == 1
 
     @deferred_f_from_coro_f
     async def test_pending_events_count_the_outbox_until_delivered(
         self, uri: str, settings: Settings
     ) -> None:
         async with self.opened(uri, settings, RECRAWLER_DB_BATCH_SIZE=100) as store:
-            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, publish_each_page=True)
             assert await store.pending_events() == 0
             for name in ("a", "b"):
                 page = rec(name)
@@ -189,7 +198,7 @@ class PagesContract(BackendMixin):
         self, uri: str, settings: Settings, events_path: Path
     ) -> None:
         async with self.opened(uri, settings) as store:
-            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, publish_each_page=True)
             page = rec("a")
             await store.record(run, page, [ev(run, page)], chunks=chunks(page, "one"), outcome=["new"])
             changed = rec("a", content_hash="h2")
@@ -274,7 +283,7 @@ class PagesContract(BackendMixin):
             )
 
         async with self.opened(uri, settings) as store:
-            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, publish_each_page=True)
             for second in (False, True):
                 done = await asyncio.gather(
                     *(write(store, run, i, second) for i in range(40)), return_exceptions=True
@@ -387,7 +396,10 @@ class RunsContract(BackendMixin):
             plan = await store.removal_plan(run2, gone_after=3, gone_statuses=[410])
             assert (plan.quarantine, plan.gone, plan.removals) == (1, 2, 3)
             assert (await store.get(f"{SITE}/q")).status == LIVE  # type: ignore[union-attr]
-            result = await store.reconcile(run2, apply=True, gone_after=3, gone_statuses=[410], at=T0)
+            await store.settle_misses(run2, SETTLE_APPLY)
+            assert (await store.get(f"{SITE}/q")).status == LIVE  # type: ignore[union-attr]
+            # applied in the transaction that publishes the run
+            result, _ = await store.publish_run(run2, at=T0, gone_after=3, gone_statuses=[410])
             assert (result.applied, result.quarantined, result.gone) == (
                 True, 1, {"http_410": 1, "http_404": 1}
             )  # fmt: skip
@@ -404,19 +416,55 @@ class RunsContract(BackendMixin):
             run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
             await store.record(run, rec("a"), [])
             await store.record_miss(run, f"{SITE}/a", 410)
-            kept = await store.reconcile(
-                run, apply=False, keep=True, gone_after=3, gone_statuses=[410], at=T0
-            )
+            kept = await store.settle_misses(run, SETTLE_KEEP)
             assert (kept.kept, kept.skipped_misses) == (True, 1)
-            await store.set_run_state(run.id, RUN_HELD)
-            held = await store.apply_held(run.id, gone_after=3, gone_statuses=[410], at=T0)
+            await store.hold_run(run)
+            # what `recrawler runs approve` does: the kept misses apply with the publication
+            decided = await store.decision(run.id)
+            assert await store.release_kept(decided) == 1
+            held, _ = await store.publish_run(decided, at=T0, gone_after=3, gone_statuses=[410])
             assert held.gone == {"http_410": 1}
-            await store.publish(run.id, T0)  # what `recrawler runs approve` does next
             run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
             await store.record(run2, rec("b"), [])
             await store.record_miss(run2, f"{SITE}/b", 410)
-            dropped = await store.reconcile(run2, apply=False, gone_after=3, gone_statuses=[410], at=T0)
+            dropped = await store.settle_misses(run2, SETTLE_DROP)
             assert (dropped.applied, dropped.skipped_misses) == (False, 1)
+            result, _ = await store.publish_run(run2, at=T0, gone_after=3, gone_statuses=[410])
+            assert (result.gone, result.quarantined) == ({}, 0)
+            assert (await store.get(f"{SITE}/b")).status == LIVE  # type: ignore[union-attr]
+
+    @deferred_f_from_coro_f
+    async def test_kept_misses_are_carried_until_an_answer_or_a_decision_settles_them(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for name in ("a", "b", "c"):
+                await store.record(run, rec(name), [])
+            await store.record_miss(run, f"{SITE}/a", 404)
+            await store.record_miss(run, f"{SITE}/b", 404)
+            # a's listing no longer names it; b is still listed: only b's removal waits
+            await store.mark_listed(run, [(f"{SITE}/b", None), (f"{SITE}/c", None)])
+            plan = await store.removal_plan(run, gone_after=3, gone_statuses=[410])
+            assert (plan.removals, plan.delisted) == (2, 1)
+            kept = await store.settle_misses(run, SETTLE_KEEP_LISTED)
+            assert kept.skipped_misses == 1
+            result, _ = await store.publish_run(run, at=T0, gone_after=3, gone_statuses=[410])
+            assert result.quarantined == 1
+            # a later run that checks nothing carries the kept miss into its own plan...
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            assert await store.carry_misses(run2) == 1
+            assert (await store.removal_plan(run2, gone_after=3, gone_statuses=[410])).carried == 1
+            await store.settle_misses(run2, SETTLE_KEEP)
+            await store.publish_run(run2, at=T0, gone_after=3, gone_statuses=[410])
+            with pytest.raises(StateStoreError, match=f"carried to run {run2.id}"):
+                await store.decision(run.id)
+            # ...until the page answers again: no decision is left
+            run3 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            await store.record(run3, rec("b"), [])
+            await store.flush()
+            with pytest.raises(StateStoreError, match="nothing of it waits"):
+                await store.decision(run2.id)
             assert (await store.get(f"{SITE}/b")).status == LIVE  # type: ignore[union-attr]
 
     @deferred_f_from_coro_f
@@ -427,7 +475,7 @@ class RunsContract(BackendMixin):
                 await store.record(run, rec(name), [])
             assert await store.record_moves(run, [f"{SITE}/old"], f"{SITE}/new", http_status=301) == 1
             assert await store.record_moves(run, [f"{SITE}/old2"], f"{SITE}/nowhere", http_status=301) == 1
-            result = await store.reconcile(run, apply=True, gone_after=3, gone_statuses=[410], at=T0)
+            result, _ = await store.publish_run(run, at=T0, gone_after=3, gone_statuses=[410])
             assert result.moved == 1
             old = await store.get(f"{SITE}/old")
             assert old is not None
@@ -453,10 +501,11 @@ class KnowledgeBaseContract(BackendMixin):
             a2 = rec("a", content_hash="h-a2")
             await store.record(run2, a2, [], chunks=chunks(a2, "a3"))
             await store.record_miss(run2, b.key, 410)
-            await store.reconcile(run2, apply=True, gone_after=3, gone_statuses=[410], at=T0)
+            await store.settle_misses(run2, SETTLE_APPLY)
+            await store.flush()
             with open_kb(uri, embedder="hashing") as kb:
                 assert sorted(c.text for c in kb.chunks()) == ["a1", "a2", "b1"]  # run 1 still
-            await store.publish(run2.id, T0)
+            await store.publish_run(run2, at=T0, gone_after=3, gone_statuses=[410])
             with open_kb(uri, embedder="hashing") as kb:
                 assert [c.text for c in kb.chunks()] == ["a3"]
                 assert kb.published_run() == run2.id
@@ -471,20 +520,59 @@ class KnowledgeBaseContract(BackendMixin):
             await store.record(run, a, [], chunks=chunks(a, "v1"))
             await store.publish(run.id, T0)
             run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
-            a2 = rec("a", content_hash="h2")
-            await store.record(run2, a2, [], chunks=chunks(a2, "v2"))
-            await store.set_run_state(run2.id, RUN_HELD)
+            a2 = rec("a", content_hash="h2", title="A two", pending=PENDING_CHANGED)
+            b = rec("b", pending=PENDING_NEW)
+            await store.record(run2, a2, [ev(run2, a2, "changed")], chunks=chunks(a2, "v2"))
+            await store.record(run2, b, [ev(run2, b)], chunks=chunks(b, "b1"))
+            await store.hold_run(run2)
             run3 = await store.begin_run("docs", "other.example.com", T0, holder=HOLDER)
             await store.publish(run3.id, T0)
             with open_kb(uri, embedder="hashing") as kb:
                 assert [c.text for c in kb.chunks()] == ["v1"]
-            assert await store.discard(run2.id) == {"pages": 1, "chunks_dropped": 1}
+            # readers see the published state: the held page as it was, the new one not at all
+            assert [(p.key, p.content_hash, p.title) for p in store.iter_pages()] == [(a.key, "h-a", None)]
+            assert await store.discard(run2.id) == {"pages": 2, "chunks_dropped": 2, "misses": 0}
             got = await store.get(a.key)
             assert got is not None
-            assert got.content_hash is None  # checked again next run
+            # as it was published: its next check is due at once
+            assert (got.content_hash, got.title, got.pending) == ("h-a", None, None)
+            assert await store.get(b.key) is None
+            assert await store.pending_events() == 0
             info = await store.run_info(run.id)
             assert info is not None
             assert info["state"] == RUN_PUBLISHED
+
+    @deferred_f_from_coro_f
+    async def test_a_page_back_to_its_published_state_is_reverted_alone(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            a, b = rec("a"), rec("b")
+            await store.record(run, a, [], chunks=chunks(a, "v1"))
+            await store.record(run, b, [], chunks=chunks(b, "b1"))
+            await store.publish(run.id, T0)
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            for page, text in ((a, "v2"), (b, "b2")):
+                page2 = replace(page, content_hash=f"{page.content_hash}-2", pending=PENDING_CHANGED)
+                await store.record(run2, page2, [ev(run2, page2, "changed")], chunks=chunks(page2, text))
+            await store.hold_run(run2)
+            assert (await store.pending_changes(SITE))["changed"] == 2
+            got = await store.get(a.key)
+            assert got is not None
+            assert (got.pending, got.published_hash) == (PENDING_CHANGED, "h-a")
+            run3 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            await store.record(run3, replace(got, content_hash="h-a", pending=None), [], revert=True)
+            await store.flush()
+            assert (await store.pending_changes(SITE))["changed"] == 1
+            await store.supersede(run3)
+            await store.publish_run(run3, at=T0, gone_after=3, gone_statuses=[410])
+            with open_kb(uri, embedder="hashing") as kb:
+                assert sorted(c.text for c in kb.chunks()) == ["b2", "v1"]
+            # a's change was never published: it is announced nowhere
+            with store.reader() as conn:
+                actions = sorted((r[0], r[1]) for r in conn.iter("SELECT key, action FROM outbox"))
+            assert actions == [(b.key, "changed")]
 
     @deferred_f_from_coro_f
     async def test_each_site_publishes_on_its_own(self, uri: str, settings: Settings) -> None:
@@ -551,6 +639,9 @@ class HistoryContract(BackendMixin):
             await store.record(run, rec("a"), [], fields=fields, change=change)
             assert await store.get_fields(f"{SITE}/a") == replace(fields, samples={})
             await store.flush()
+            # history is what published runs did
+            assert list(store.iter_changes(key=f"{SITE}/a")) == []
+            await store.publish_run(run, at=T0, gone_after=3, gone_statuses=[410])
             (row,) = list(store.iter_changes(key=f"{SITE}/a"))
             assert (row["verdict"], row["changed_fields"], row["run_id"]) == ("changed", ["text"], run.id)
 
@@ -818,7 +909,7 @@ class ReadersContract(BackendMixin):
             )  # fmt: skip
             await store.record(run2, b, [], change=change)
             assert await store.record_miss(run2, f"{SITE}/a", 404) == "staged"
-            await store.reconcile(run2, apply=True, gone_after=2, gone_statuses=[410], at=t[4])
+            await store.publish_run(run2, at=t[4], gone_after=2, gone_statuses=[410])
             await store.finish_run(run2, reason="finished", at=t[5], report={"counts": {"new": 1}})
             await store.flush()
             assert store.run_report(999) is None
@@ -841,8 +932,8 @@ class ReadersContract(BackendMixin):
             # a held run lists the removals it staged, with their HTTP status
             run3 = await store.begin_run("docs", SITE, t[6], holder=HOLDER, lease_secs=0)
             await store.record_miss(run3, f"{SITE}/b", 410)
-            await store.reconcile(run3, apply=False, keep=True, gone_after=2, gone_statuses=[410], at=t[7])
-            await store.set_run_state(run3.id, RUN_HELD)
+            await store.settle_misses(run3, SETTLE_KEEP)
+            await store.hold_run(run3)
             await store.flush()
             assert [(p["url"], p["event"], p["http_status"]) for p in store.iter_run_pages(run3.id)] == [
                 (f"https://{SITE}/b", "held", 410)

@@ -4,15 +4,16 @@ on every backend (SQLite and PostgreSQL): :meth:`Readers.freshness` and :meth:`R
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.schedule import Revisit
-from recrawler.state import GONE, QUARANTINED, RUN_HELD, RUN_PUBLISHED, ChangeRow, RevisitUpdate, Run
-from tests.test_state_contract import HOLDER, SITE, T0, BackendMixin, rec
+from recrawler.state import GONE, QUARANTINED, RevisitUpdate, Run
+from recrawler.state.records import SETTLE_APPLY, SETTLE_KEEP
+from tests.test_state_contract import HOLDER, SITE, T0, BackendMixin, ev, rec
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -133,21 +134,23 @@ class FreshnessContract(BackendMixin):
 
 class HeldRunsContract(BackendMixin):
     @deferred_f_from_coro_f
-    async def test_held_runs_with_their_reasons_and_staged_removals(
+    async def test_runs_that_wait_for_a_decision_with_their_reasons(
         self, uri: str, settings: Settings
     ) -> None:
         async with self.opened(uri, settings) as store:
             run1 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
             for name in ("a", "b", "c"):
                 await store.record(run1, rec(name, last_checked=T0), [])
+            await store.publish_run(run1, at=T0, gone_after=2, gone_statuses=[410])
             await store.finish_run(run1, reason="finished", at=T0, report={"counts": {}})
             assert list(store.iter_held_runs()) == []
 
+            # run 2's removals wait (a mass removal): the rest of it is published
             run2 = await store.begin_run("docs", SITE, T0 + timedelta(hours=1), holder=HOLDER, lease_secs=0)
             for name in ("a", "b"):
                 await store.record_miss(run2, f"{SITE}/{name}", 404)
-            await store.reconcile(run2, apply=False, keep=True, gone_after=2, gone_statuses=[410], at=T0)
-            await store.set_run_state(run2.id, RUN_HELD)
+            await store.settle_misses(run2, SETTLE_KEEP)
+            await store.publish_run(run2, at=T0, gone_after=2, gone_statuses=[410])
             alert = "mass_removal: 2 of 3 live pages would leave the knowledge base"
             report = {"counts": {}, "held": ["mass_removal"], "alert": alert}
             finished = T0 + timedelta(hours=2)
@@ -171,7 +174,19 @@ class HeldRunsContract(BackendMixin):
             assert held.staged_removals == 2
             assert [r.id for r in store.iter_held_runs(SITE)] == [run2.id]
             assert list(store.iter_held_runs(OTHER)) == []
-            await store.discard(run2.id)
+
+            # run 3 is held whole (a change spike)
+            run3 = await store.begin_run("docs", SITE, T0 + timedelta(hours=3), holder=HOLDER, lease_secs=0)
+            await store.hold_run(run3)
+            spike = {"counts": {}, "held": ["change_spike"], "alert": "change_spike: 3 of 3 pages"}
+            await store.finish_run(
+                run3, reason="finished", at=finished, report=spike, reasons=["change_spike"]
+            )
+            await store.flush()
+            assert [(r.id, r.holds) for r in store.iter_held_runs()][-1] == (run3.id, ("change_spike",))
+            # decided: nothing waits any more
+            for run in {r.id for r in store.iter_held_runs()}:
+                await store.discard(run)
             await store.flush()
             assert list(store.iter_held_runs()) == []
 
@@ -181,20 +196,26 @@ class RunPagesContract(BackendMixin):
     async def test_a_runs_pages_are_shown_as_the_run_ended(self, uri: str, settings: Settings) -> None:
         t = [T0 + timedelta(minutes=m) for m in range(20)]
         async with self.opened(uri, settings) as store:
+
+            async def publish(run: Run, at: datetime) -> None:
+                await store.settle_misses(run, SETTLE_APPLY)
+                await store.publish_run(run, at=at, gone_after=2, gone_statuses=[410])
+
             run1 = await store.begin_run("docs", SITE, t[0], holder=HOLDER, lease_secs=0)
             for name in ("a", "b", "c", "d"):
                 await store.record(run1, rec(name, first_seen=t[0], last_checked=t[0]), [])
+            await publish(run1, t[0])
             await store.finish_run(run1, reason="finished", at=t[1], report={"counts": {"new": 4}})
             # run 2 quarantines a (a 404) and makes b gone (a 410)
             run2 = await store.begin_run("docs", SITE, t[2], holder=HOLDER, lease_secs=0)
             await store.record_miss(run2, f"{SITE}/a", 404)
             await store.record_miss(run2, f"{SITE}/b", 410)
-            await store.reconcile(run2, apply=True, gone_after=2, gone_statuses=[410], at=t[3])
+            await publish(run2, t[3])
             await store.finish_run(run2, reason="finished", at=t[4], report={"counts": {"quarantined": 1}})
             # run 3 makes a gone (its second 404)
             run3 = await store.begin_run("docs", SITE, t[5], holder=HOLDER, lease_secs=0)
             await store.record_miss(run3, f"{SITE}/a", 404)
-            await store.reconcile(run3, apply=True, gone_after=2, gone_statuses=[410], at=t[6])
+            await publish(run3, t[6])
             await store.finish_run(run3, reason="finished", at=t[7], report={"counts": {"gone": 1}})
             await store.flush()
 
@@ -208,23 +229,19 @@ class RunPagesContract(BackendMixin):
             assert shown(run2) == [("a", QUARANTINED, QUARANTINED), ("b", GONE, GONE)]
             assert shown(run3) == [("a", GONE, GONE)]
             # the pages run 1 made new were live when it ended
-            assert shown(run1) == [
-                ("a", "new", "live"),
-                ("b", "new", "live"),
-                ("c", "new", "live"),
-                ("d", "new", "live"),
-            ]
+            assert shown(run1) == [(n, "new", "live") for n in ("a", "b", "c", "d")]
 
-            # a held run's removals wait; approving it records what the approval took out
+            # a run's removals wait for a decision; approving them records what they took out
             run4 = await store.begin_run("docs", SITE, t[8], holder=HOLDER, lease_secs=0)
             await store.record_miss(run4, f"{SITE}/c", 404)
-            await store.reconcile(run4, apply=False, keep=True, gone_after=2, gone_statuses=[410], at=t[9])
-            await store.set_run_state(run4.id, RUN_HELD)
+            await store.settle_misses(run4, SETTLE_KEEP)
+            await store.publish_run(run4, at=t[9], gone_after=2, gone_statuses=[410])
             await store.finish_run(run4, reason="finished", at=t[10], report={"counts": {}})
             await store.flush()
             assert [(p["event"], p["status"]) for p in store.iter_run_pages(run4.id)] == [("held", "live")]
-            await store.apply_held(run4.id, gone_after=2, gone_statuses=[410], at=t[11])
-            await store.publish(run4.id, t[11])
+            decided = await store.decision(run4.id)
+            await store.release_kept(decided)
+            await store.publish_run(decided, at=t[11], gone_after=2, gone_statuses=[410])
             await store.flush()
             assert shown(run4) == [("c", QUARANTINED, QUARANTINED)]
             # a run still running is shown from the pages as they are now
@@ -236,7 +253,7 @@ class RunPagesContract(BackendMixin):
 
 class EventsContract(BackendMixin):
     @deferred_f_from_coro_f
-    async def test_events_come_from_the_database_whatever_the_events_uri(
+    async def test_events_are_read_from_the_outbox_whatever_the_events_uri(
         self, uri: str, settings: Settings
     ) -> None:
         settings.set("RECRAWLER_EVENTS_URI", None)
@@ -244,26 +261,22 @@ class EventsContract(BackendMixin):
         async with self.opened(uri, settings) as store:
             run1 = await store.begin_run("docs", SITE, t[0], holder=HOLDER, lease_secs=0)
             for name in ("a", "b", "c"):
-                await store.record(
-                    run1, rec(name, title=name.upper(), first_seen=t[1], last_checked=t[1]), []
-                )
-            await store.set_run_state(run1.id, RUN_PUBLISHED)
+                page = rec(name, title=name.upper(), first_seen=t[1], last_checked=t[1])
+                await store.record(run1, page, [replace(ev(run1, page), at=t[1])])
+            await store.publish_run(run1, at=t[2], gone_after=2, gone_statuses=[410])
             await store.finish_run(run1, reason="finished", at=t[2], report={"counts": {}})
             run2 = await store.begin_run("docs", SITE, t[3], holder=HOLDER, lease_secs=0)
             b = rec("b", title="B2", content_hash="h-b2", last_checked=t[4])
-            change = ChangeRow(
-                key=b.key, url=b.url, at=t[4], verdict="changed", old_hash="h-b", new_hash="h-b2",
-                changed_fields=["text"], critical=[], diff="-x\n+y",
-            )  # fmt: skip
-            await store.record(run2, b, [], change=change)
+            await store.record(run2, b, [replace(ev(run2, b, "changed"), at=t[4])])
             await store.record_miss(run2, f"{SITE}/c", 410)
-            await store.reconcile(run2, apply=True, gone_after=2, gone_statuses=[410], at=t[5])
-            await store.set_run_state(run2.id, RUN_PUBLISHED)
+            await store.settle_misses(run2, SETTLE_APPLY)
+            await store.publish_run(run2, at=t[5], gone_after=2, gone_statuses=[410])
             await store.finish_run(run2, reason="finished", at=t[6], report={"counts": {}})
             # a held run's events are no events (yet)
             run3 = await store.begin_run("docs", SITE, t[7], holder=HOLDER, lease_secs=0)
-            await store.record(run3, rec("d", first_seen=t[8], last_checked=t[8]), [])
-            await store.set_run_state(run3.id, RUN_HELD)
+            d = rec("d", first_seen=t[8], last_checked=t[8])
+            await store.record(run3, d, [replace(ev(run3, d), at=t[8])])
+            await store.hold_run(run3)
             await store.finish_run(run3, reason="finished", at=t[9], report={"counts": {}})
             await store.flush()
 
@@ -282,8 +295,11 @@ class EventsContract(BackendMixin):
             assert listed(run_id=run2.id) == [(run2.id, "changed", "b"), (run2.id, "gone", "c")]
             assert listed(since=t[4]) == listed(run_id=run2.id)
             assert listed(site=OTHER) == []
-            changed = next(e for e in store.iter_events(run_id=run2.id) if e["action"] == "changed")
-            assert (changed["title"], changed["changed_fields"], changed["key"]) == ("B2", ["text"], b.key)
+            # approved, the held run's events are events
+            decided = await store.decision(run3.id)
+            await store.publish_run(decided, at=t[10], gone_after=2, gone_statuses=[410])
+            await store.flush()
+            assert listed(run_id=run3.id) == [(run3.id, "new", "d")]
 
 
 class ReadersFreshnessContract(FreshnessContract, HeldRunsContract, RunPagesContract, EventsContract):

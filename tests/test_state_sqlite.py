@@ -20,6 +20,7 @@ from recrawler.events import JsonLinesSink
 from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
 from recrawler.index import open_kb
 from recrawler.state import Event, PageRecord, Run, store_from_uri
+from recrawler.state.records import SETTLE_APPLY, SETTLE_DROP
 from recrawler.state.sqlite import SCHEMA_VERSION, SQLiteStateStore, path_from_uri
 
 if TYPE_CHECKING:
@@ -426,7 +427,8 @@ async def test_commit_secs_bounds_the_wait_of_a_lone_write(db: Path) -> None:
 async def test_events_are_delivered_after_commit(db: Path, events_path: Path) -> None:
     sink = JsonLinesSink(str(events_path))
     async with opened(db, batch_size=3, commit_secs=3600, sink=sink) as store:
-        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
+        # each page published as it commits: its events go out with the commit
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0, publish_each_page=True)
         a, b = rec("a", content_hash="ha"), rec("b", content_hash="hb")
         await store.record(run, a, [event(run, a)])
         await store.record(run, b, [event(run, b), event(run, b, "restored")])
@@ -443,8 +445,8 @@ async def test_events_are_delivered_after_commit(db: Path, events_path: Path) ->
             assert datetime.fromisoformat(e["at"]) == T0
         assert delivered[0]["content_hash"] == "ha"
         assert delivered[0]["url"] == "https://example.com/a"
-        # delivered events leave the outbox
-        assert query(db, "SELECT COUNT(*) FROM outbox") == [(0,)]
+        # delivered events stay in the log, marked
+        assert query(db, "SELECT COUNT(*), SUM(delivered) FROM outbox") == [(3, 3)]
         d = rec("d", content_hash=None)
         await store.record(run, d, [event(run, d)])
         assert len(lines(events_path)) == 3
@@ -454,14 +456,16 @@ async def test_events_are_delivered_after_commit(db: Path, events_path: Path) ->
 
 
 @deferred_f_from_coro_f
-async def test_no_sink_writes_no_events(db: Path) -> None:
-    """RECRAWLER_EVENTS_URI=None: no events are written, so the outbox never grows."""
+async def test_no_sink_keeps_the_log_and_nothing_waits(db: Path) -> None:
+    """RECRAWLER_EVENTS_URI=None: events are still logged (``recrawler changes`` reads them), marked
+    delivered, so nothing waits for a sink configured later."""
     async with opened(db, batch_size=1) as store:
         run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         a = rec("a", content_hash="h")
         await store.record(run, a, [event(run, a)])
         await store.record_miss(await store.begin_run("docs", SITE, T0, lease_secs=0), a.key, 410)
-    assert query(db, "SELECT COUNT(*) FROM outbox") == [(0,)]
+        assert await store.pending_events() == 0
+    assert query(db, "SELECT key, action, delivered FROM outbox") == [(a.key, "new", 1)]
     assert pages(db) == {a.key: ("live", 0)}
 
 
@@ -503,7 +507,7 @@ async def test_failed_page_write_leaves_earlier_state_and_no_event(db: Path, eve
     store = FailingOutboxStore(str(db), batch_size=3, commit_secs=3600, sink=JsonLinesSink(str(events_path)))
     await store.open()
     try:
-        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0, publish_each_page=True)
         a, b = rec("a", content_hash="h1"), rec("b")
         await store.record(run, a, [event(run, a)])
         await store.record(run, b, [])  # same group transaction, still uncommitted
@@ -528,7 +532,7 @@ async def test_failed_page_write_leaves_earlier_state_and_no_event(db: Path, eve
 @deferred_f_from_coro_f
 async def test_check_constraint_violation_is_a_state_store_error(db: Path, events_path: Path) -> None:
     async with opened(db, batch_size=1, sink=JsonLinesSink(str(events_path))) as store:
-        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
+        run = await store.begin_run("docs", SITE, T0, lease_secs=0, publish_each_page=True)
         a = rec("a", content_hash="h1")
         await store.record(run, a, [event(run, a)])
         bogus = rec("a", content_hash="h2", status="bogus")
@@ -555,8 +559,11 @@ async def seed(store: SQLiteStateStore, *names: str, site: str = SITE) -> Run:
 
 
 async def reconcile(store: SQLiteStateStore, run: Run, *, apply: bool = True) -> Any:
-    return await store.reconcile(
-        run, apply=apply, gone_after=2, gone_statuses=[410], at=T0 + timedelta(hours=1)
+    """What a run's end does: its misses settled, applied as it is published (or dropped)."""
+    settled = await store.settle_misses(run, SETTLE_APPLY if apply else SETTLE_DROP)
+    result, _ = await store.publish_run(run, at=T0 + timedelta(hours=1), gone_after=2, gone_statuses=[410])
+    return (
+        result if apply else dataclasses.replace(result, applied=False, skipped_misses=settled.skipped_misses)
     )
 
 

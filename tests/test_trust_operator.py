@@ -1,9 +1,12 @@
-"""Operator paths are exact: whatever sequence of runs, holds, approves and discards, the bot sees the
-chunks of each live page's current stored state, each once (a property-based test on a real database)."""
+"""Operator paths are exact: whatever sequence of runs, holds, approves, discards and killed runs, the
+bot sees each live page once, as published; and history, events and page metadata read exactly as if
+the discarded runs never ran (a property-based test on real databases, SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import sqlite3
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -12,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -19,30 +23,33 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
 from recrawler.detect.hashing import content_hash
+from recrawler.detect.verdict import Verdict
 from recrawler.index.sqlite import SQLiteKnowledgeBase
+from recrawler.index.visibility import visible_from, visible_run, visible_where
+from recrawler.items import PageStatus
 from recrawler.kb.chunking import Chunk
-from recrawler.state import RUN_HELD, PageRecord, Run
-from recrawler.state.sqlite import SQLiteStateStore
+from recrawler.pipelines.classify import pending_after, unified_diff
+from recrawler.state import PENDING_CHANGED, ChangeRow, Event, FieldsRow, PageRecord, Run, store_from_uri
+from recrawler.state.records import SETTLE_APPLY, SETTLE_KEEP
 from tests import docsite
 
 if TYPE_CHECKING:
-    import pytest
+    from collections.abc import Callable
 
+    from recrawler.state import StateStore
     from tests.conftest import Crawls
     from tests.conftest_mockserver import Site
+    from tests.postgres import PostgresServer
 
 SITE = "docs.example.com"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 KEYS = [f"{SITE}/p{i}" for i in range(5)]
-TEXTS = ["alpha", "beta", "gamma", "delta"]
+TEXTS = ["alpha one", "beta two", "gamma three", "delta four"]
 # a page's next answer: a text version, a 404 or a 410
 ANSWERS = st.sampled_from([*TEXTS, 404, 410])
-
-
-def visible(path: Path) -> list[tuple[str, str]]:
-    """What the bot can read: (page key, chunk text) of every published chunk."""
-    with SQLiteKnowledgeBase(str(path), embedder="hashing") as kb:
-        return sorted((c.key, c.text) for c in kb.chunks())
+# how a run ends: published, held (its changes wait), its removals held (the rest published), or
+# killed before its end
+ENDINGS = st.sampled_from(["publish", "hold", "hold_removals", "kill"])
 
 
 def current(path: Path) -> list[tuple[str, str]]:
@@ -62,106 +69,294 @@ def current(path: Path) -> list[tuple[str, str]]:
     return sorted(rows)
 
 
+def visible(store: StateStore) -> list[tuple[str, str]]:
+    """What the bot can read: (page key, chunk text) of every published chunk."""
+    with store.reader() as conn:
+        return sorted(
+            (r[0], r[1])
+            for r in conn.iter(
+                f"SELECT c.key, c.text FROM chunks c {visible_from('c')} WHERE {visible_where('c')}"
+            )
+        )
+
+
+def readers(store: StateStore) -> dict[str, Any]:
+    """Everything a reader can see, run ids aside (they differ where runs were discarded)."""
+    pages = [
+        (p.key, p.status, p.content_hash, p.title, p.last_changed, p.misses, p.chunks)
+        for p in store.iter_pages()
+    ]
+    history = sorted(
+        (h["key"], h["verdict"], h["old_hash"], h["new_hash"], tuple(h["changed_fields"]), h["diff"])
+        for h in store.iter_changes()
+    )
+    with store.reader() as conn:
+        events = sorted(
+            tuple((k, v) for k, v in sorted(json.loads(r[0]).items()) if k not in ("run_id", "at"))
+            for r in conn.iter(f"SELECT payload FROM outbox WHERE {visible_run('run_id')}")
+        )
+    return {"chunks": visible(store), "pages": pages, "history": history, "events": events}
+
+
+class Driver:
+    """Drives one store as the pipelines, the closing extension and the CLI drive it."""
+
+    def __init__(self, store: StateStore, run: Callable[[Any], Any]) -> None:
+        self.store = store
+        self.run_until = run
+
+    def crawl(self, answers: dict[str, str | int], ending: str) -> int:
+        store = self.store
+        run: Run = self.run_until(store.begin_run("docs", SITE, T0, lease_secs=0))
+        for key, answer in answers.items():
+            self.answer(run, key, answer)
+        self.run_until(store.flush())
+        if ending == "kill":
+            return run.id
+        self.run_until(store.carry_misses(run))
+        action = {"hold": SETTLE_KEEP, "hold_removals": SETTLE_KEEP}.get(ending, SETTLE_APPLY)
+        self.run_until(store.settle_misses(run, action))
+        if ending == "hold":
+            self.run_until(store.hold_run(run))
+        else:
+            self.run_until(store.supersede(run))
+            self.run_until(store.publish_run(run, at=T0, gone_after=2, gone_statuses=[410]))
+        self.run_until(store.finish_run(run, reason="finished", at=T0, report={}))
+        return run.id
+
+    def answer(self, run: Run, key: str, answer: str | int) -> None:
+        store = self.store
+        rec: PageRecord | None = self.run_until(store.get(key))
+        if isinstance(answer, int):
+            if rec is not None:
+                self.run_until(store.record_miss(run, key, answer))
+            return
+        h = content_hash(answer)
+        url = f"https://{key}"
+        if rec is None or rec.status in ("gone", "moved"):
+            status = PageStatus.NEW
+        elif (
+            rec.pending == PENDING_CHANGED
+            and rec.status == "live"
+            and rec.content_hash != h
+            and rec.published_hash == h
+        ):
+            # the page is back to what the knowledge base shows
+            self.run_until(
+                store.record(
+                    run,
+                    dataclasses.replace(rec, status="live", misses=0, pending=None, last_checked=T0),
+                    [],
+                    revert=True,
+                )
+            )
+            return
+        elif rec.content_hash == h:
+            status = PageStatus.UNCHANGED
+        else:
+            status = PageStatus.CHANGED
+        pending = pending_after(rec, Verdict(status=status), each_page=False)
+        if status == PageStatus.UNCHANGED:
+            assert rec is not None
+            restore = rec.status == "quarantined"
+            events = [_event(run, PageStatus.RESTORED, key, h)] if restore else []
+            page = dataclasses.replace(rec, status="live", misses=0, last_checked=T0, pending=pending)
+            self.run_until(store.record(run, page, events, restore=restore))
+            return
+        old = self.run_until(store.get_fields(key)) if rec is not None else None
+        change = None
+        if old is not None and status == PageStatus.CHANGED:
+            change = ChangeRow(
+                key=key,
+                url=url,
+                at=T0,
+                verdict="changed",
+                old_hash=rec.content_hash if rec else None,
+                new_hash=h,
+                changed_fields=["text"],
+                diff=unified_diff(old.text, answer, url=url, limit=20_000),
+            )
+        page = PageRecord(
+            key=key,
+            site=SITE,
+            url=url,
+            content_hash=h,
+            title=answer.split()[0],
+            first_seen=rec.first_seen if rec else T0,
+            last_checked=T0,
+            last_changed=T0,
+            changed_run=run.id,
+            pending=pending,
+        )
+        chunk = Chunk(key=key, url=url, chunk_index=0, heading="", text=answer, chunk_hash=h)
+        fields = FieldsRow(title=page.title or "", headings=[], code=[], links=[], text=answer, blocks=b"")
+        self.run_until(
+            store.record(
+                run,
+                page,
+                [_event(run, status, key, h)],
+                chunks=[chunk],
+                fields=fields,
+                change=change,
+            )
+        )
+
+    def decision(self) -> int | None:
+        """The run whose decision waits, if any."""
+        with self.store.reader() as conn:
+            found = list(
+                conn.iter(
+                    "SELECT MAX(id) FROM runs WHERE state = 'held' "
+                    "OR id IN (SELECT run_id FROM run_misses WHERE kept = 1)"
+                )
+            )
+        return found[0][0] if found and found[0][0] is not None else None
+
+    def approve(self, run_id: int) -> None:
+        store = self.store
+        run: Run = self.run_until(store.decision(run_id))
+        self.run_until(store.release_kept(run))
+        self.run_until(store.supersede(run))
+        self.run_until(store.publish_run(run, at=T0, gone_after=2, gone_statuses=[410]))
+
+    def discard(self, run_id: int) -> list[int]:
+        """Discard; the runs the decision covered (discarded with it)."""
+        with self.store.reader() as conn:
+            covered = [
+                r[0]
+                for r in conn.iter(
+                    """SELECT id FROM runs WHERE id <= ? AND (state = 'held' OR id > COALESCE(
+                         (SELECT MAX(id) FROM runs WHERE state = 'published'), 0))""",
+                    (run_id,),
+                )
+            ]
+        self.run_until(self.store.discard(run_id))
+        return covered
+
+
+def _event(run: Run, action: str, key: str, h: str) -> Event:
+    return Event(
+        run_id=run.id, action=action, url=f"https://{key}", key=key, content_hash=h, status="live", at=T0
+    )
+
+
 class Operations(RuleBasedStateMachine):
-    """Runs against one real SQLite file, driven as the pipelines and the CLI drive the store."""
+    """Runs against a real database, driven as the pipelines and the CLI drive the store, beside a
+    shadow database that replays only what was never discarded: every reader (chunks, page
+    metadata, history, events) must read alike on both."""
+
+    #: a fresh database URI for each store (SQLite files by default)
+    new_uri: Callable[[], str] | None = None
 
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.dir = Path(self.loop.run_until_complete(asyncio.to_thread(_tempdir)))
-        self.path = self.dir / "state.db"
-        self.store = SQLiteStateStore(f"sqlite:///{self.path}", batch_size=1)
-        self.run_until(self.store.open())
-        #: the site as a stored page would show it: key -> text (None: never stored)
-        self.stored: dict[str, str | None] = dict.fromkeys(KEYS)
+        self.n = 0
+        self.main = self.open()
+        self.shadow = self.open()
+        #: what happened, in order: ("run", answers, ending, run id) and ("approve",)
+        self.log: list[tuple[Any, ...]] = []
+        self.discarded: set[int] = set()
         #: what the bot saw after the last publication
         self.published: list[tuple[str, str]] = []
-        self.held: int | None = None
-        self.runs = 0
+        self.settled = True
+
+    def open(self) -> Driver:
+        self.n += 1
+        uri = self.new_uri() if self.new_uri is not None else f"sqlite:///{self.dir / f'db{self.n}.db'}"
+        store = store_from_uri(uri, _settings())
+        self.run_until(store.open())
+        return Driver(store, self.run_until)
 
     def run_until(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)
 
     def teardown(self) -> None:
-        self.run_until(self.store.close())
+        for d in (self.main, self.shadow):
+            self.run_until(d.store.close())
         self.loop.close()
 
     @initialize()
     def first_run(self) -> None:
-        self.crawl(dict(zip(KEYS, TEXTS * 2, strict=False)), hold=False)
+        self.crawl(dict(zip(KEYS, TEXTS * 2, strict=False)), "publish")
 
-    def crawl(self, answers: dict[str, str | int], *, hold: bool) -> None:
-        self.runs += 1
-        run: Run = self.run_until(self.store.begin_run("docs", SITE, T0, lease_secs=0))
-        for key, answer in answers.items():
-            rec = self.run_until(self.store.get(key))
-            if isinstance(answer, int):
-                if rec is not None:
-                    self.run_until(self.store.record_miss(run, key, answer))
-                continue
-            page = PageRecord(
-                key=key, site=SITE, url=f"https://{key}", content_hash=content_hash(answer), first_seen=T0
-            )
-            if rec is not None and rec.status == "live" and rec.content_hash == page.content_hash:
-                # unchanged: a state write without chunks
-                self.run_until(self.store.record(run, page, []))
-            elif rec is not None and rec.status == "quarantined" and rec.content_hash == page.content_hash:
-                self.run_until(self.store.record(run, page, [], restore=True))
-            else:
-                chunk = Chunk(
-                    key=key,
-                    url=page.url,
-                    chunk_index=0,
-                    heading="",
-                    text=answer,
-                    chunk_hash=content_hash(answer),
-                )
-                self.run_until(self.store.record(run, page, [], chunks=[chunk]))
-        self.run_until(self.store.flush())
-        result = self.run_until(
-            self.store.reconcile(run, apply=not hold, keep=hold, gone_after=2, gone_statuses=[410], at=T0)
-        )
-        assert result.applied != hold
-        if hold:
-            self.run_until(self.store.set_run_state(run.id, RUN_HELD))
-            self.held = run.id
+    def crawl(self, answers: dict[str, str | int], ending: str) -> None:
+        run_id = self.main.crawl(answers, ending)
+        self.shadow.crawl(answers, ending)
+        self.log.append(("run", answers, ending, run_id))
+        if ending == "publish" or ending == "hold_removals":
+            self.published = visible(self.main.store)
+            self.settled = True
         else:
-            self.run_until(self.store.publish(run.id, T0))
-            self.published = visible(self.path)
-        self.run_until(
-            self.store.finish_run(run, reason="finished", at=T0, report={}, reasons=["x"] if hold else [])
-        )
+            self.settled = False
 
-    @precondition(lambda self: self.held is None)
-    @rule(answers=st.dictionaries(st.sampled_from(KEYS), ANSWERS, max_size=len(KEYS)), hold=st.booleans())
-    def run(self, answers: dict[str, str | int], hold: bool) -> None:
-        self.crawl(answers, hold=hold)
+    @rule(answers=st.dictionaries(st.sampled_from(KEYS), ANSWERS, max_size=len(KEYS)), ending=ENDINGS)
+    def run(self, answers: dict[str, str | int], ending: str) -> None:
+        self.crawl(answers, ending)
 
-    @precondition(lambda self: self.held is not None)
+    @precondition(lambda self: self.main.decision() is not None)
     @rule()
     def approve(self) -> None:
-        assert self.held is not None
-        self.run_until(self.store.apply_held(self.held, gone_after=2, gone_statuses=[410], at=T0))
-        self.run_until(self.store.publish(self.held, T0))
-        self.held = None
-        self.published = visible(self.path)
+        run_id = self.main.decision()
+        assert run_id is not None
+        self.main.approve(run_id)
+        shadow_run = self.shadow.decision()
+        assert shadow_run is not None
+        self.shadow.approve(shadow_run)
+        self.log.append(("approve",))
+        self.published = visible(self.main.store)
+        self.settled = True
 
-    @precondition(lambda self: self.held is not None)
+    @precondition(lambda self: self.main.decision() is not None)
     @rule()
     def discard(self) -> None:
-        assert self.held is not None
-        self.run_until(self.store.discard(self.held))
-        self.held = None
+        run_id = self.main.decision()
+        assert run_id is not None
+        self.discarded.update(self.main.discard(run_id))
+        self.log.append(("discard",))
+        # the shadow never saw the discarded runs: replayed from the start without them
+        self.run_until(self.shadow.store.close())
+        self.shadow = self.open()
+        for entry in self.log:
+            if entry[0] == "run" and entry[3] not in self.discarded:
+                self.shadow.crawl(entry[1], entry[2])
+            elif entry[0] in ("approve", "discard") and (decided := self.shadow.decision()) is not None:
+                if entry[0] == "approve":
+                    self.shadow.approve(decided)
+                else:
+                    self.shadow.discard(decided)
+        self.settled = False
+        self.published = visible(self.main.store)
 
     @invariant()
-    def the_bot_sees_each_live_page_once_as_stored(self) -> None:
-        seen = visible(self.path)
+    def the_bot_sees_each_live_page_once_as_published(self) -> None:
+        seen = visible(self.main.store)
         assert all(n == 1 for n in Counter(key for key, _ in seen).values()), seen
-        if self.held is None:
-            assert seen == current(self.path)
+        # what the knowledge base shows of each page is what its published metadata says
+        shown = {p.key: p for p in self.main.store.iter_pages()}
+        for key, text in seen:
+            assert shown[key].status == "live", key
+            assert shown[key].content_hash == content_hash(text), key
+        if self.settled and self.main.decision() is None and self.new_uri is None:
+            assert seen == current(self.dir / "db1.db")
         else:
-            # a held run changes nothing the bot can see
             assert seen == self.published
+
+    @invariant()
+    def readers_read_as_if_discarded_runs_never_ran(self) -> None:
+        assert readers(self.main.store) == readers(self.shadow.store)
+
+
+def _settings() -> Any:
+    from scrapy.settings import Settings
+
+    from recrawler import default_settings
+
+    s = Settings()
+    s.setmodule(default_settings)
+    s.set("RECRAWLER_DB_BATCH_SIZE", 1)
+    return s
 
 
 def _tempdir() -> str:
@@ -170,14 +365,30 @@ def _tempdir() -> str:
     return tempfile.mkdtemp(prefix="recrawler-operator-")
 
 
-def test_any_sequence_of_runs_holds_approves_and_discards_keeps_the_visible_kb_exact() -> None:
-    machine = Operations.TestCase
-    machine.settings = settings(
-        max_examples=60, stateful_step_count=8, deadline=None, suppress_health_check=list(HealthCheck)
+def _run_machine(machine: type[Operations], examples: int) -> None:
+    case = machine.TestCase
+    case.settings = settings(
+        max_examples=examples, stateful_step_count=8, deadline=None, suppress_health_check=list(HealthCheck)
     )
     # the reactor's loop runs in this thread: the machine gets a thread (and event loop) of its own
     with ThreadPoolExecutor(1) as pool:
-        pool.submit(machine().runTest).result()
+        pool.submit(case().runTest).result()
+
+
+@pytest.mark.timeout(600)
+def test_any_sequence_of_runs_holds_approves_and_discards_keeps_the_visible_kb_exact() -> None:
+    _run_machine(Operations, 60)
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(600)
+def test_any_sequence_of_runs_holds_approves_and_discards_on_postgresql(
+    postgres_server: PostgresServer,
+) -> None:
+    class OnPostgres(Operations):
+        new_uri = staticmethod(postgres_server.database)
+
+    _run_machine(OnPostgres, 15)
 
 
 # --- the observed sequence, end to end -----------------------------------------------------------
@@ -187,8 +398,20 @@ def body(i: int, edition: str) -> str:
     return docsite.page(f"Page {i}", [("Overview", [f"Page {i}, {edition}: feature {i} explained."])])
 
 
+def kb_chunks(path: Path) -> list[tuple[str, str]]:
+    """What the bot reads of a database file: (page key, chunk text) of every published chunk."""
+    with SQLiteKnowledgeBase(str(path), embedder="hashing") as kb:
+        return sorted((c.key, c.text) for c in kb.chunks())
+
+
+def cli_out(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    capsys.readouterr()
+    code = cli_main(argv)
+    return code, capsys.readouterr().out
+
+
 @deferred_f_from_coro_f
-async def test_discard_then_approve_leaves_every_chunk_once(
+async def test_discard_recrawl_approve_leaves_history_as_if_the_discarded_runs_never_ran(
     site: Site, crawls: Crawls, capsys: pytest.CaptureFixture[str]
 ) -> None:
     names = [f"p{i}.html" for i in range(12)]
@@ -200,20 +423,49 @@ async def test_discard_then_approve_leaves_every_chunk_once(
         site.write(name, body(i, "second edition"), mtime=1_760_000_100)
     r2 = await crawls.crawl(sitemap)
     assert r2.report["index"]["state"] == "held"
-    # the next cron run while run 2 still waits for a decision: refused (it used to run and
-    # hold too, and `discard 2` then `approve 3` left every chunk in search twice)
-    held = r2.report["run_id"]
+    # nothing of a held run is announced or read: no event, no history, the published metadata
+    assert [e for e in r2.events if e["action"] == "changed"] == []
+    assert list(open_store_at(crawls).iter_changes()) == []
+    # the next cron run goes on and carries the decision (it holds again: the site still says so)
     r3 = await crawls.crawl(sitemap)
-    assert r3.finish_reason == "recrawler_held"
-    assert "is held" in str(r3.failure)
-    await asyncio.to_thread(cli_main, ["runs", "discard", str(r2.report["run_id"]), "--db", crawls.db_uri])
-    if held == r2.report["run_id"]:
-        r3 = await crawls.crawl(sitemap)
-        assert r3.report["index"]["state"] == "held"
-        held = r3.report["run_id"]
-    await asyncio.to_thread(cli_main, ["runs", "approve", str(held), "--db", crawls.db_uri])
+    assert (r3.finish_reason, r3.report["index"]["state"]) == ("finished", "held")
+    code, out = await asyncio.to_thread(
+        cli_out, ["runs", "discard", str(r2.report["run_id"]), "--db", crawls.db_uri], capsys
+    )
+    assert code == 2
+    await asyncio.to_thread(cli_main, ["runs", "discard", str(r3.report["run_id"]), "--db", crawls.db_uri])
+    assert all("first edition" in text for _, text in kb_chunks(crawls.db_path))
+    assert list(open_store_at(crawls).iter_changes()) == []
+    # the site still says "second edition": held again, then approved
+    r4 = await crawls.crawl(sitemap)
+    assert r4.report["index"]["state"] == "held"
+    await asyncio.to_thread(cli_main, ["runs", "approve", str(r4.report["run_id"]), "--db", crawls.db_uri])
+    history = list(open_store_at(crawls).iter_changes())
+    assert len(history) == 12
+    assert {h["run_id"] for h in history} == {r4.report["run_id"]}
+    assert all("-Page" in h["diff"] or "first edition" in h["diff"] for h in history)
+    assert all("+" in h["diff"] and "second edition" in h["diff"] for h in history)
+    code, out = await asyncio.to_thread(cli_out, ["diff", site.url(names[0]), "--db", crawls.db_uri], capsys)
+    assert code == 0
+    assert "fields: -" not in out
+    assert "second edition" in out
+    code, out = await asyncio.to_thread(
+        cli_out, ["report", str(r4.report["run_id"]), "--db", crawls.db_uri, "-o", "-"], capsys
+    )
+    assert code == 0
+    assert out.count("second edition") >= 12
     await crawls.crawl(sitemap)
-    seen = visible(crawls.db_path)
+    # each changed page is announced once: the approved run's events (the next delivery sent them)
+    changed = [e for e in crawls._events() if e["action"] == "changed"]
+    assert sorted(e["url"] for e in changed) == sorted(site.url(n) for n in names)
+    assert {e["run_id"] for e in changed} == {r4.report["run_id"]}
+    seen = kb_chunks(crawls.db_path)
     assert Counter(key for key, _ in seen) == {f"{site.url(n).split('://')[1]}": 1 for n in names}
     assert all("second edition" in text for _, text in seen)
     assert seen == current(crawls.db_path)
+
+
+def open_store_at(crawls: Crawls) -> Any:
+    from recrawler.state.sqlite import SQLiteStateStore
+
+    return SQLiteStateStore(crawls.db_uri)

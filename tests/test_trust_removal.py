@@ -23,11 +23,11 @@ MAINTENANCE = (
 )
 
 
-def body(i: int) -> str:
+def body(i: int, note: str = "") -> str:
     return docsite.page(
         f"Page {i}",
         [
-            ("Overview", [f"Page {i} explains feature number {i} in detail, with its own examples."]),
+            ("Overview", [f"Page {i} explains feature number {i} in detail, with its own examples. {note}"]),
             ("Usage", [f"Call feature_{i}() with the options it needs."], f"tool --feature {i}"),
         ],
     )
@@ -51,13 +51,13 @@ def statuses(crawls: Crawls) -> dict[str, int]:
         return dict(conn.execute("SELECT status, COUNT(*) FROM pages GROUP BY status").fetchall())
 
 
-async def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+async def cli(argv: list[str], capsys: pytest.CaptureFixture[str], *, code: int = 0) -> str:
     import asyncio
 
     capsys.readouterr()
-    code = await asyncio.to_thread(cli_main, argv)
-    assert code == 0
-    return str(capsys.readouterr().out)
+    assert await asyncio.to_thread(cli_main, argv) == code
+    out = capsys.readouterr()
+    return str(out.out + out.err)
 
 
 @pytest.mark.parametrize("gone", [False, True], ids=["404", "410"])
@@ -80,14 +80,19 @@ async def test_a_bad_deploy_that_loses_most_pages_is_held_not_applied(
     assert r.report["held"] == ["mass_removal"]
     assert r.report["outcome"]["exit_code"] == 3
     assert r.stats["recrawler/run/held/mass_removal"] == 1
-    # the next cron run is refused until an operator decides (exit 3, one line), before a request
-    served = len(site.requests())
-    refused = await crawls.crawl(sitemap)
-    assert (refused.finish_reason, refused.exit_code) == ("recrawler_held", 3)
-    assert "is held (mass_removal)" in str(refused.failure)
-    assert len(site.requests()) == served
+    # the next cron run goes on (a pending decision never stops the site staying current) and
+    # carries the decision: the same removals wait, nothing else is held
+    site.write(names[0], body(0, "edited while the decision waits"), mtime=T0 + 60)
+    r2 = await crawls.crawl(sitemap)
+    assert (r2.finish_reason, r2.exit_code, r2.report["held"]) == ("finished", 3, ["mass_removal"])
+    assert r2.report["index"]["state"] == "published"
+    assert r2.counts["changed"] == 1
+    assert statuses(crawls) == {"live": 40}
+    # the decision is the latest run's: the first one names it
+    out = await cli(["runs", "approve", str(r.report["run_id"]), "--db", crawls.db_uri], capsys, code=2)
+    assert f"carried to run {r2.report['run_id']}" in out
     # the operator confirms: the removal happens now, exactly as it would have
-    out = await cli(["runs", "approve", str(r.report["run_id"]), "--db", crawls.db_uri], capsys)
+    out = await cli(["runs", "approve", str(r2.report["run_id"]), "--db", crawls.db_uri], capsys)
     assert "approved and published" in out
     assert statuses(crawls) == ({"live": 2, "gone": 38} if gone else {"live": 2, "quarantined": 38})
     assert visible_chunks(crawls, capsys) == 2 * before // 40

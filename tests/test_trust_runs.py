@@ -210,15 +210,16 @@ def test_exit_codes_and_recorded_outcomes(
     assert "reconcile skipped: sitemap_failed" in failed.stderr
     site.options("sitemap.xml", status=None)
 
-    # most pages vanish: held for an operator (3); the next run is refused with 3 too
+    # most listed pages vanish: the removals wait for an operator (3); the next run goes on,
+    # carries them and says so with 3 too
     for i in range(2, 12):
         site.remove(f"p{i}.html")
     held = crawl(sitemap, db)
     assert held.returncode == 3
-    blocked = crawl(sitemap, db)
-    assert blocked.returncode == 3
-    assert "runs approve" in blocked.stderr
-    assert "Traceback" not in blocked.stderr
+    carried = crawl(sitemap, db)
+    assert carried.returncode == 3
+    assert "runs approve 4" in carried.stderr
+    assert "Traceback" not in carried.stderr
 
     capsys.readouterr()
     assert cli_main(["runs", "--json", "--db", f"sqlite:///{db}"]) == 0
@@ -226,9 +227,11 @@ def test_exit_codes_and_recorded_outcomes(
     by_id = {r["id"]: r for r in listed}
     assert by_id[2]["reasons"] == ["sitemap_failed"]
     assert by_id[2]["exit_code"] == 4
-    assert by_id[3]["state"] == "held"
+    # the run itself was published: only its removals wait
+    assert by_id[3]["state"] == "published"
     assert by_id[3]["reasons"] == ["mass_removal"]
     assert by_id[3]["exit_code"] == 3
+    assert (by_id[4]["reasons"], by_id[4]["exit_code"]) == (["mass_removal"], 3)
     assert cli_main(["runs", "--db", f"sqlite:///{db}"]) == 0
     assert "mass_removal" in capsys.readouterr().out
 

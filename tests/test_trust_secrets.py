@@ -157,7 +157,8 @@ async def test_crawl_leaves_no_secret_behind(
     assert report_files
     for report in report_files:
         assert leaks(report.read_text()) == []
-    assert leaks(crawls.events_path.read_text()) == []
+    # an unpublished run announces nothing; whatever was written leaks nothing
+    assert leaks(crawls.events_path.read_text() if crawls.events_path.exists() else "") == []
     assert [(t, c) for t, c, v in text_values(crawls.db_path) if leaks(v)] == []
 
     # the embedding server refused the credentials and said them back: the run stays unpublished

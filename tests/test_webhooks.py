@@ -135,8 +135,9 @@ def write_site(site: Site, n: int = 3) -> str:
 
 
 def outbox(crawls: Crawls) -> int:
+    """Events waiting for delivery (delivered ones stay in the log, marked)."""
     with closing(sqlite3.connect(crawls.db_path)) as conn:
-        return int(conn.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
+        return int(conn.execute("SELECT COUNT(*) FROM outbox WHERE delivered = 0").fetchone()[0])
 
 
 async def cli(*argv: str) -> tuple[int, str]:
@@ -322,7 +323,7 @@ async def test_a_webhook_is_called_on_delivery_never_from_a_commit(
     store = SQLiteStateStore(str(tmp_path / "state.db"), batch_size=1, sink=sink, deliver_on_commit=True)
     await store.open()
     try:
-        run = await store.begin_run("docs", SITE, T0_DT, holder=lease_holder())
+        run = await store.begin_run("docs", SITE, T0_DT, holder=lease_holder(), publish_each_page=True)
         for name in ("a", "b"):
             page = rec(name)
             await store.record(run, page, [ev(run, page)])
@@ -356,3 +357,31 @@ def test_an_answer_that_is_not_http_is_retried_then_kept(tmp_path: Path) -> None
         with pytest.raises(EventDeliveryError, match="failed 2 times"):
             sink.deliver(['{"run_id": 1, "action": "new", "key": "h/a", "at": "t"}'])
         thread.join(timeout=10)
+
+
+@deferred_f_from_coro_f
+async def test_a_held_run_posts_nothing_until_approved_and_a_discarded_one_never(
+    site: Site, crawls: Crawls, receiver: Receiver
+) -> None:
+    sitemap = write_site(site, 12)
+    await crawls.crawl(sitemap, **webhook(receiver.url))
+    posted = len(receiver.delivered())
+    assert posted == 12
+    for i in range(12):
+        site.write(
+            f"p{i}.html", docsite.page(f"P{i}", [("Intro", [f"Text {i}, second edition."])]), mtime=T0 + 60
+        )
+    r2 = await crawls.crawl(sitemap, **webhook(receiver.url))
+    assert r2.report["held"] == ["change_spike"]
+    assert len(receiver.delivered()) == posted
+    # discarded: its events are gone, never POSTed
+    assert (await cli("runs", "discard", str(r2.report["run_id"]), "--db", crawls.db_uri))[0] == 0
+    r3 = await crawls.crawl(sitemap, **webhook(receiver.url))
+    assert r3.report["held"] == ["change_spike"]
+    assert len(receiver.delivered()) == posted
+    # approved: its events go out with the next delivery, once each
+    assert (await cli("runs", "approve", str(r3.report["run_id"]), "--db", crawls.db_uri))[0] == 0
+    await crawls.crawl(sitemap, **webhook(receiver.url))
+    changed = [e for e in receiver.delivered()[posted:] if e["action"] == "changed"]
+    assert sorted(e["key"].rsplit("/", 1)[1] for e in changed) == sorted(f"p{i}.html" for i in range(12))
+    assert {e["run_id"] for e in changed} == {r3.report["run_id"]}

@@ -60,7 +60,7 @@ def _list(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
             out.write(json_line(event))
             continue
         url = event["url"]
-        if event["moved_to"]:
+        if event.get("moved_to"):
             url += f" -> {event['moved_to']}"
         table.row(str(event["at"])[:16].replace("T", " "), event["run_id"], event["action"], url)
     if not args.json:

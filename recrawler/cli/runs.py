@@ -8,12 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from recrawler import outcome
 from recrawler.cli.output import Column, Table, json_line
-from recrawler.cli.settings import db_uri, open_store, require_database
+from recrawler.cli.settings import open_store, require_database
 from recrawler.embedders import embedder_from_spec
-from recrawler.exceptions import ConfigurationError
+from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.index.publish import embed_missing
 from recrawler.index.sqlite import embedder_spec
-from recrawler.redact import redact_url
 from recrawler.state import RUN_HELD, utcnow
 from recrawler.terminal import Progress
 
@@ -77,34 +76,39 @@ async def _approve_or_discard(args: argparse.Namespace, settings: Settings, out:
     require_database(store)
     await store.open()
     try:
-        info = await store.run_info(args.run_id)
-        if info is None:
-            raise ConfigurationError(f"no run {args.run_id} in {redact_url(db_uri(settings))}")
-        if info["state"] != RUN_HELD:
-            raise ConfigurationError(f"run {args.run_id} is {info['state']}, not held")
-        if args.action == "discard":
-            result = await store.discard(args.run_id)
-            out.write(
-                f"run {args.run_id} discarded: {result['chunks_dropped']} staged chunks dropped, "
-                f"{result['pages']} pages will be checked again next run\n"
-            )
-            return 0
-        # the removals a mass-removal hold kept go first: they retire chunks in the held run
-        removed = await store.apply_held(
-            args.run_id,
-            gone_after=settings.getint("RECRAWLER_GONE_AFTER_MISSES"),
-            gone_statuses=[int(x) for x in settings.getlist("RECRAWLER_GONE_STATUSES")],
-            at=utcnow(),
-        )
-        spec, options = embedder_spec(info["embedder"], embedder_options(settings))
-        embedder = embedder_from_spec(args.embedder or spec, **options)
         try:
-            with Progress(f"run {args.run_id}: embedding", unit="texts") as progress:
-                texts, calls = await embed_missing(
-                    store, embedder, include_run=args.run_id, progress=progress.advance
+            run = await store.decision(args.run_id)
+        except StateStoreError as exc:
+            raise ConfigurationError(str(exc)) from None
+        info = await store.run_info(run.id)
+        assert info is not None
+        if args.action == "discard":
+            result = await store.discard(run.id)
+            parts = []
+            if info["state"] == RUN_HELD:
+                parts.append(
+                    f"{result['chunks_dropped']} staged chunks dropped, {result['pages']} pages back as "
+                    "published (checked again next run)"
                 )
-        finally:
-            embedder.close()
+            parts.append(f"{result['misses']} removals dropped")
+            out.write(f"run {args.run_id} discarded: {', '.join(parts)}\n")
+            return 0
+        gone_after = settings.getint("RECRAWLER_GONE_AFTER_MISSES")
+        gone_statuses = [int(x) for x in settings.getlist("RECRAWLER_GONE_STATUSES")]
+        # the removals kept for the decision apply with the publication
+        await store.release_kept(run)
+        texts = calls = 0
+        if info["state"] == RUN_HELD:
+            await store.supersede(run)
+            spec, options = embedder_spec(info["embedder"], embedder_options(settings))
+            embedder = embedder_from_spec(args.embedder or spec, **options)
+            try:
+                with Progress(f"run {args.run_id}: embedding", unit="texts") as progress:
+                    texts, calls = await embed_missing(
+                        store, embedder, include_run=args.run_id, progress=progress.advance
+                    )
+            finally:
+                embedder.close()
         # approved, the run ends as it would have unheld: 0, or what its other reasons say
         reasons = set((store.run_report(args.run_id) or {}).get("reasons") or ()) - set(HOLDS)
         code = outcome.exit_code(
@@ -113,7 +117,10 @@ async def _approve_or_discard(args: argparse.Namespace, settings: Settings, out:
             held=False,
             skipped=bool(reasons),
         )
-        gc = await store.publish(args.run_id, utcnow(), exit_code=code)
+        removed, gc = await store.publish_run(
+            run, at=utcnow(), gone_after=gone_after, gone_statuses=gone_statuses, exit_code=code
+        )
+        await store.deliver()
         out.write(
             f"run {args.run_id} approved and published: {texts} texts embedded in {calls} calls, "
             f"{removed.quarantined} pages quarantined, {sum(removed.gone.values())} gone, "
@@ -138,9 +145,13 @@ def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     actions.add_parser(
         "list", parents=[*db, listing(argparse.SUPPRESS)], help="list runs, newest first (the default)"
     )
-    a = actions.add_parser("approve", parents=db, help="apply a held run's removals, embed and publish it")
+    a = actions.add_parser(
+        "approve", parents=db, help="publish a held run (embedding it), and apply the removals it keeps"
+    )
     a.add_argument("run_id", type=int, metavar="RUN_ID")
     a.add_argument("--embedder", help="embedder spec (default: the one the run used)")
     a.add_argument("--base-url", help="OpenAI-protocol base URL (as RECRAWLER_EMBEDDER_BASE_URL)")
-    d = actions.add_parser("discard", parents=db, help="drop a held run's changes and removals")
+    d = actions.add_parser(
+        "discard", parents=db, help="drop a held run's changes (as if it never ran) and the removals it keeps"
+    )
     d.add_argument("run_id", type=int, metavar="RUN_ID")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from difflib import SequenceMatcher
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
@@ -81,3 +82,28 @@ def without_furniture(blocks: Sequence[int], boilerplate: Collection[tuple[int, 
         if kind != _FURNITURE:
             out.extend(blocks[start:end])
     return out
+
+
+def joins_furniture(old: Sequence[int], new: Sequence[int], furniture: Collection[int]) -> bool:
+    """Whether every block *new* adds to *old* is furniture: it replaces a block of *furniture*
+    (the site's boilerplate before the change) in place, or sits next to one, or next to an added
+    block that is. A block added next to a page's own content is content, however many pages it
+    is on (a site-wide edit, such as a deprecation notice)."""
+    joined: set[int] = set()
+    added: set[int] = set()
+    for op, i1, i2, j1, j2 in SequenceMatcher(a=list(old), b=list(new), autojunk=False).get_opcodes():
+        if op in ("replace", "insert"):
+            added.update(range(j1, j2))
+            if op == "replace" and any(b in furniture for b in old[i1:i2]):
+                joined.update(range(j1, j2))
+    grew = True
+    while grew:
+        grew = False
+        for i in added - joined:
+            if any(
+                j in joined or (0 <= j < len(new) and j not in added and new[j] in furniture)
+                for j in (i - 1, i + 1)
+            ):
+                joined.add(i)
+                grew = True
+    return joined == added

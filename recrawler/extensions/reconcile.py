@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -23,6 +24,7 @@ from recrawler.outcome import HOLD_MASS_REMOVAL, HOLD_SAME_CONTENT, HOLD_SPIKE, 
 from recrawler.pipelines.index import publish_mode
 from recrawler.runtime import find_runtime, runtime_of
 from recrawler.state import RUN_FINISHED, RUN_HELD, utcnow
+from recrawler.state.records import SETTLE_APPLY, SETTLE_DROP, SETTLE_KEEP, SETTLE_KEEP_LISTED
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -169,11 +171,18 @@ class Reconciler:
         if workers is not None and not (workers.others_idle() and workers.frontier_empty()):
             # pages the other workers are still on are not unseen: wait for them
             raise DontCloseSpider
+        why = self._sitemap_failure()
         if self._verifier is None:
             policy = rt.schedule
             due_at = policy.now if policy.mode == "adaptive" else None
-            self._verifier = UnseenVerifier(self.crawler, rt, batch=self.verify_batch, due_at=due_at)
-        why = self._sitemap_failure()
+            # a whole listing's silence about a page is news: the page is checked in this run
+            listed, last = self._listed(), rt.run.last_listed
+            whole = (
+                why is None and listed is not None and not (last and listed < self.listing_min_ratio * last)
+            )
+            self._verifier = UnseenVerifier(
+                self.crawler, rt, batch=self.verify_batch, due_at=due_at, delisted=whole
+            )
         self._verifier.idle(rt.run, skip_reason=why if why != "sitemap_incomplete" else None)
 
     # -- the guards --------------------------------------------------------------------------------
@@ -216,30 +225,34 @@ class Reconciler:
         return Verdicts.from_outcomes(store.outcomes, store.lost, self._taken_back)
 
     async def _change_holds(self, run: Run) -> dict[str, str]:
-        """A change spike, or the same text on many pages at once (a maintenance page), holds the run."""
+        """A change spike, or the same text on many pages at once (a maintenance page), holds the
+        run. Both judge everything the site has not published, whichever run stored it (a killed
+        run's pages too); a first run (nothing published yet) is never a spike."""
         rt = self.runtime
         holds: dict[str, str] = {}
-        new_changed, judged = outcome.spike_figures(
-            self.verdicts(), skipped=rt.counters["recrawler/page/skipped"], backfill=run.backfill
-        )
+        pending = await rt.store.pending_changes(run.site)
+        new = 0 if run.backfill else max(pending["new"] - self.verdicts().moved_in, 0)
+        new_changed = new + pending["changed"]
+        judged = pending["published"] + pending["new"]
         if outcome.is_spike(
-            prior_pages=run.prior_pages,
+            prior_pages=pending["published"],
             new_changed=new_changed,
             judged=judged,
             ratio=self.alert_ratio,
             minimum=self.alert_min,
         ):
             holds[HOLD_SPIKE] = (
-                f"{new_changed} of {judged} pages new or changed "
-                f"(> RECRAWLER_CHANGE_ALERT_RATIO={self.alert_ratio}): template change or noisy hash?"
+                f"{new_changed} of {judged} pages new or changed and not published yet "
+                f"(> RECRAWLER_CHANGE_ALERT_RATIO={self.alert_ratio}): a template change or a noisy hash?"
             )
-        if run.prior_pages:
+        if pending["published"]:
             group = await rt.store.largest_same_content(run)
             if group is not None and group[0] >= self.alert_min:
                 size, sample = group
                 holds[HOLD_SAME_CONTENT] = (
-                    f"{size} pages changed to the same text this run (RECRAWLER_CHANGE_ALERT_MIN="
-                    f"{self.alert_min}): a maintenance or error page? e.g. {sample}"
+                    f"{size} pages changed to the same text and are not published yet "
+                    f"(RECRAWLER_CHANGE_ALERT_MIN={self.alert_min}): a maintenance or error page? "
+                    f"e.g. {sample}"
                 )
         if rt.counters["recrawler/run/held"]:
             # page mode held the run as soon as the spike showed
@@ -279,22 +292,38 @@ class Reconciler:
             folded = await store.fold_block_stats()
             noise = await self._learn_boilerplate(run)
             skipped = self._guard(reason, run)
+            # misses earlier runs kept for a decision are this run's to decide too
+            await store.carry_misses(run)
             plan = await store.removal_plan(run, gone_after=self.gone_after, gone_statuses=self.gone_statuses)
+            removal = None
             if not skipped:
-                why = outcome.mass_removal(plan, ratio=self.max_remove_ratio, minimum=self.max_remove_min)
-                if why:
-                    hold[HOLD_MASS_REMOVAL] = why
-            hold.update(await self._change_holds(run))
-            if hold and (self.dry_run or rt.lease_lost):
-                hold = {}
-            result = await store.reconcile(
-                run,
-                apply=not skipped and not hold,
-                keep=bool(hold) and not skipped,
-                gone_after=self.gone_after,
-                gone_statuses=self.gone_statuses,
-                at=utcnow(),
-            )
+                removal = outcome.mass_removal(
+                    plan,
+                    ratio=self.max_remove_ratio,
+                    minimum=self.max_remove_min,
+                    listing=self._listed() is not None,
+                )
+            changes = await self._change_holds(run)
+            if self.dry_run or rt.lease_lost:
+                changes, removal = {}, None
+            hold = {**changes, **({HOLD_MASS_REMOVAL: removal} if removal else {})}
+            if changes:
+                # the whole run waits: its removals with it
+                action = SETTLE_KEEP
+            elif removal:
+                # only the removals the listing does not confirm wait; the rest of the run goes on
+                action = SETTLE_KEEP_LISTED if self._listed() is not None else SETTLE_KEEP
+            else:
+                action = SETTLE_DROP if skipped else SETTLE_APPLY
+            settled = await store.settle_misses(run, action)
+            index, result = await self._publish(run, reason, changes)
+            if result is None:
+                result = settled
+            elif action != SETTLE_APPLY:
+                # published, but the removals were dropped or kept (moves the outage guard lets through)
+                result = dataclasses.replace(
+                    result, applied=False, skipped_misses=settled.skipped_misses, kept=settled.kept
+                )
             # and those of the pages this reconciliation removed
             folded += await store.fold_block_stats()
             c.set("recrawler/reconcile/block_deltas", folded)
@@ -303,12 +332,12 @@ class Reconciler:
             self._log_guard(skipped, result)
             run_report = self._report(run, reason, result, skipped, hold)
             run_report["noise"] = noise
-            run_report["index"] = await self._publish(run, reason, hold)
+            run_report["index"] = index
             if hold:
-                await self._hold(run, hold, run_report)
+                await self._hold(run, hold, run_report, whole=bool(changes))
             await store.deliver()
             c.set("recrawler/reconcile/elapsed_seconds", round(time.monotonic() - started, 3))
-            self._finish_outcome(run_report, skipped, hold)
+            self._finish_outcome(run_report, skipped, hold, whole=bool(changes))
             await store.finish_run(
                 run,
                 reason=reason,
@@ -377,15 +406,25 @@ class Reconciler:
                 {"why": ", ".join(skipped)},
             )
 
-    async def _hold(self, run: Run, hold: dict[str, str], run_report: dict[str, Any]) -> None:
+    async def _hold(self, run: Run, hold: dict[str, str], run_report: dict[str, Any], *, whole: bool) -> None:
         c = self.runtime.counters
         c.set("recrawler/run/held", 1)
         c.set("recrawler/alert", 1)
         for why, text in hold.items():
             c.set(f"recrawler/run/held/{why}", 1)
+            if whole:
+                then = (
+                    "nothing of it (nor of earlier unpublished runs) is embedded or published until "
+                    "`recrawler runs approve %(run)d` or `recrawler runs discard %(run)d`; later runs go "
+                    "on and carry the decision"
+                )
+            else:
+                then = (
+                    "the rest of the run is published; these removals wait for `recrawler runs approve "
+                    "%(run)d` (or `discard %(run)d`), and later runs carry them until a page answers again"
+                )
             logger.error(
-                "run %(run)d held (%(why)s: %(text)s): nothing is removed, embedded or published until "
-                "`recrawler runs approve %(run)d` (or `recrawler runs discard %(run)d`)",
+                "run %(run)d held (%(why)s: %(text)s): " + then,
                 {"run": run.id, "why": why, "text": text},
                 extra={"spider": self.crawler.spider},
             )
@@ -393,7 +432,9 @@ class Reconciler:
             recrawler_signals.run_held, run=run, reasons=dict(hold), report=run_report
         )
 
-    def _finish_outcome(self, run_report: dict[str, Any], skipped: list[str], hold: dict[str, str]) -> None:
+    def _finish_outcome(
+        self, run_report: dict[str, Any], skipped: list[str], hold: dict[str, str], *, whole: bool = True
+    ) -> None:
         rt = self.runtime
         code = outcome.exit_code(
             state_errors=bool(self._state_errors()) or "state_error" in skipped,
@@ -404,7 +445,7 @@ class Reconciler:
         rt.exit_code = code
         index_state = (run_report.get("index") or {}).get("state")
         self.outcome = {
-            "state": RUN_HELD if hold else (index_state or RUN_FINISHED),
+            "state": RUN_HELD if hold and whole else (index_state or RUN_FINISHED),
             "reasons": [*skipped, *hold],
             "exit_code": code,
         }
@@ -442,10 +483,22 @@ class Reconciler:
             )
         return result
 
-    async def _publish(self, run: Run, reason: str, hold: dict[str, str]) -> dict[str, Any]:
-        if not self.index_enabled:
-            return {"state": "disabled"}
+    async def _publish(
+        self, run: Run, reason: str, hold: dict[str, str]
+    ) -> tuple[dict[str, Any], ReconcileResult | None]:
+        """Hold the run, or publish it (its misses applied in the same transaction); the report's
+        ``index``, and what the misses did (None: the run was not published)."""
         rt = self.runtime
+        if not self.index_enabled:
+            if hold:
+                await rt.store.hold_run(run)
+                return {"state": "disabled"}, None
+            if reason != "finished" or self._state_errors():
+                return {"state": "disabled"}, None
+            result, _ = await rt.store.publish_run(
+                run, at=utcnow(), gone_after=self.gone_after, gone_statuses=self.gone_statuses
+            )
+            return {"state": "disabled"}, result
         publisher = Publisher(
             rt.store,
             rt.embedder,
@@ -453,6 +506,8 @@ class Reconciler:
             dry_run=self.dry_run,
             each_page=self.publish_each_page,
             pool=rt.cpu_pool,
+            gone_after=self.gone_after,
+            gone_statuses=self.gone_statuses,
         )
         return await publisher.publish(run, reason, held=bool(hold), state_errors=bool(self._state_errors()))
 

@@ -30,11 +30,21 @@ class UnseenVerifier:
     (``DontCloseSpider``); the spider closes once a read finds nothing left.
     """
 
-    def __init__(self, crawler: Crawler, runtime: Runtime, *, batch: int, due_at: datetime | None) -> None:
+    def __init__(
+        self,
+        crawler: Crawler,
+        runtime: Runtime,
+        *,
+        batch: int,
+        due_at: datetime | None,
+        delisted: bool = False,
+    ) -> None:
         self.crawler = crawler
         self.runtime = runtime
         self.batch = batch
         self.due_at = due_at
+        #: the listing is whole: pages it no longer names are checked now, due or not
+        self.delisted = delisted
         self.done = False
         self._reading: asyncio.Task[None] | None = None
 
@@ -61,7 +71,9 @@ class UnseenVerifier:
         policy = getattr(spider, "recrawler_url_policy", None)
         while True:
             try:
-                batch = await self.runtime.store.unseen(run, self.batch, due_at=self.due_at)
+                batch = await self.runtime.store.unseen(
+                    run, self.batch, due_at=self.due_at, delisted=self.delisted
+                )
             except StateStoreError as exc:
                 c.inc(f"recrawler/state/error/{type(exc).__name__}")
                 logger.error("could not list unseen pages: %(exc)s", {"exc": exc})

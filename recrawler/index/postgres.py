@@ -10,7 +10,7 @@ import numpy as np
 from recrawler.embedders import Embedder, embedder_from_spec
 from recrawler.exceptions import StateStoreError, StateStoreUnavailable
 from recrawler.index.records import ChunkRow, Hit
-from recrawler.index.visibility import visible_from, visible_where
+from recrawler.index.visibility import published_pages, visible_from, visible_where
 from recrawler.redact import redact_text, redact_url
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ class PostgreSQLKnowledgeBase:
         distance = f"CAST(e.embedding AS vector({dims})) <=> CAST(%(q)s AS vector({dims}))"
         sql = f"""SELECT {_CHUNK}, p.title, p.last_checked, p.last_changed, {distance} AS distance
                   FROM embeddings e JOIN chunks c ON c.chunk_hash = e.text_hash
-                  {visible_from("c")} LEFT JOIN pages p ON p.key = c.key
+                  {visible_from("c")} LEFT JOIN {published_pages()} p ON p.key = c.key
                   WHERE {where} ORDER BY {distance} LIMIT %(k)s"""
         try:
             found = self._conn.execute(sql, params).fetchall()

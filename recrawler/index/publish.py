@@ -14,12 +14,12 @@ from recrawler.state import RUN_FINISHED, RUN_HELD, RUN_PUBLISHED, utcnow
 from recrawler.terminal import Progress
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from recrawler.counters import RunCounters
     from recrawler.cpu import CpuPool
     from recrawler.embedders import Embedder
-    from recrawler.state import Run, StateStore
+    from recrawler.state import ReconcileResult, Run, StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +144,11 @@ class Publisher:
         dry_run: bool,
         each_page: bool,
         pool: CpuPool | None = None,
+        gone_after: int = 2,
+        gone_statuses: Sequence[int] = (410,),
     ) -> None:
+        self.gone_after = gone_after
+        self.gone_statuses = tuple(gone_statuses)
         self.store = store
         self.pool = pool
         self.embedder = embedder
@@ -152,8 +156,11 @@ class Publisher:
         self.dry_run = dry_run
         self.each_page = each_page
 
-    async def publish(self, run: Run, reason: str, *, held: bool, state_errors: bool) -> dict[str, Any]:
-        """Hold, or embed what is new and publish the run in one statement; the report's ``index``."""
+    async def publish(
+        self, run: Run, reason: str, *, held: bool, state_errors: bool
+    ) -> tuple[dict[str, Any], ReconcileResult | None]:
+        """Hold, or embed what is new and publish the run (its staged misses applied in the same
+        transaction); the report's ``index`` and what the misses did (None: not published)."""
         c = self.counters
         counts = await self.store.run_index_counts(run.id, self.embedder.id)
         info: dict[str, Any] = {
@@ -171,23 +178,27 @@ class Publisher:
                 would_publish=counts["chunks_added"],
                 would_delete=counts["chunks_retired"],
             )
-            return info
+            # a dry run's store writes nothing: this only counts what the misses would do
+            result, _ = await self._publish_run(run)
+            return info, result
         if held:
-            await self.store.set_run_state(run.id, RUN_HELD)
+            await self.store.hold_run(run)
             info["state"] = RUN_HELD
-            return info
+            return info, None
         if state_errors:
             # a write failed: what did commit is published by the next run, with what it adds
             await self.store.set_run_state(run.id, RUN_FINISHED)
             info.update(state="unpublished", reason="state_error: the next run completes and publishes it")
-            return info
+            return info, None
         if reason != "finished" and not self.each_page:
             await self.store.set_run_state(run.id, RUN_FINISHED)
             info.update(
                 state="unpublished", reason=f"run ended with {reason}: the next run publishes its work"
             )
-            return info
+            return info, None
         started = time.monotonic()
+        # held runs before it are this run's to publish now: their chunk texts are embedded with its own
+        await self.store.supersede(run)
         try:
             with Progress(f"run {run.id}: embedding", unit="texts") as progress:
                 if progress.active:
@@ -200,7 +211,7 @@ class Publisher:
             logger.error("run %(run)d not published, embedding failed: %(exc)s", {"run": run.id, "exc": exc})
             await self.store.set_run_state(run.id, RUN_FINISHED)
             info.update(state="unpublished", reason=str(exc))
-            return info
+            return info, None
         if embedded:
             # the run's total, as the summary line's texts_embedded: the workers' too
             total = info["texts_embedded"] + embedded
@@ -221,7 +232,7 @@ class Publisher:
             )
         c.inc("recrawler/embed/texts", embedded)
         c.inc("recrawler/embed/calls", calls)
-        gc = await self.store.publish(run.id, utcnow())
+        result, gc = await self._publish_run(run)
         c.set("recrawler/index/deleted", gc["chunks_deleted"])
         info.update(
             state=RUN_PUBLISHED,
@@ -229,7 +240,12 @@ class Publisher:
             embed_calls=info["embed_calls"] + calls,
             chunks_deleted=gc["chunks_deleted"],
         )
-        return info
+        return info, result
+
+    async def _publish_run(self, run: Run) -> tuple[ReconcileResult, dict[str, int]]:
+        return await self.store.publish_run(
+            run, at=utcnow(), gone_after=self.gone_after, gone_statuses=self.gone_statuses
+        )
 
 
 __all__ = ["Publisher", "embed_missing"]

@@ -13,7 +13,7 @@ import numpy as np
 from recrawler.embedders import Embedder, embedder_from_spec
 from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
 from recrawler.index.records import ChunkRow, Hit
-from recrawler.index.visibility import visible_from, visible_where
+from recrawler.index.visibility import published_pages, visible_from, visible_where
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -187,7 +187,7 @@ class SQLiteKnowledgeBase:
             for r in self._conn.execute(
                 f"""SELECT c.id, c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash,
                            p.title, p.last_checked, p.last_changed
-                    FROM chunks c LEFT JOIN pages p ON p.key = c.key
+                    FROM chunks c LEFT JOIN {published_pages()} p ON p.key = c.key
                     WHERE c.id IN ({",".join("?" * len(ids))})""",
                 ids,
             )

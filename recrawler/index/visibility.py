@@ -8,7 +8,16 @@ run id with no row (a damaged database) is judged by the last published run of a
 
 from __future__ import annotations
 
-__all__ = ["WATERMARKS", "visible_from", "visible_where"]
+__all__ = [
+    "BEFORE_COLUMNS",
+    "PAGE_COLUMNS",
+    "WATERMARKS",
+    "published_pages",
+    "unpublished_runs",
+    "visible_from",
+    "visible_run",
+    "visible_where",
+]
 
 #: the last published run of each site
 WATERMARKS = (
@@ -35,3 +44,81 @@ def visible_where(c: str = "c") -> str:
         AND ({c}.retired_run IS NULL
              OR {c}.retired_run > COALESCE({c}_wr.p, CASE WHEN {c}_rr.id IS NULL THEN {_ANY} ELSE 0 END)
              OR COALESCE({c}_rr.state, '') IN ('held', 'discarded'))"""
+
+
+def visible_run(column: str) -> str:
+    """The condition that the run named in *column* is visible: a published run of its site, or
+    one a later publication of its site covers, never held or discarded (NULL: from before runs
+    were named, visible). History rows and events are read and delivered under it."""
+    return f"""({column} IS NULL OR {column} IN (
+        SELECT r.id FROM runs r JOIN ({WATERMARKS}) w ON w.site = COALESCE(r.site, '')
+        WHERE r.id <= w.p AND r.state NOT IN ('held', 'discarded')))"""
+
+
+def unpublished_runs(site: str) -> str:
+    """The runs of the site given by the parameter *site* (``:site`` or ``?``) that no
+    publication covers yet: held ones, and every run after the site's last published one."""
+    same = f"COALESCE(site, '') = COALESCE(CAST({site} AS TEXT), '')"
+    return f"""(SELECT id FROM runs WHERE {same} AND (state = 'held' OR id > COALESCE(
+        (SELECT MAX(id) FROM runs WHERE {same} AND state = 'published'), 0)))"""
+
+
+#: the columns of a page row, in their order; those the knowledge base shows from ``page_before``
+#: while the page is pending
+PAGE_COLUMNS = (
+    "key",
+    "site",
+    "url",
+    "etag",
+    "last_modified",
+    "lastmod",
+    "content_hash",
+    "fuzzy_hash",
+    "title",
+    "status",
+    "misses",
+    "first_seen",
+    "last_checked",
+    "last_changed",
+    "last_seen_run",
+    "chunks",
+    "noise_key",
+    "found_depth",
+    "moved_to",
+    "changed_run",
+    "pending",
+)
+BEFORE_COLUMNS = (
+    "url",
+    "etag",
+    "last_modified",
+    "lastmod",
+    "content_hash",
+    "fuzzy_hash",
+    "title",
+    "status",
+    "misses",
+    "last_checked",
+    "last_changed",
+    "changed_run",
+    "chunks",
+    "noise_key",
+    "found_depth",
+    "moved_to",
+)
+
+
+def published_pages() -> str:
+    """The pages as the knowledge base shows them (a subquery to alias): a pending page's state
+    before its change, and no page that no publication has brought in yet."""
+    cols = []
+    for c in PAGE_COLUMNS:
+        if c == "pending":
+            cols.append("CAST(NULL AS TEXT) AS pending")
+        elif c in BEFORE_COLUMNS:
+            cols.append(f"CASE WHEN b.key IS NULL THEN p.{c} ELSE b.{c} END AS {c}")
+        else:
+            cols.append(f"p.{c}")
+    return f"""(SELECT {", ".join(cols)} FROM pages p
+        LEFT JOIN page_before b ON b.key = p.key AND b.kind = 'changed'
+        WHERE p.pending IS NULL OR p.pending != 'new')"""

@@ -57,6 +57,7 @@ async def commit(
             update.events,
             chunks=chunks,
             restore=restore,
+            revert=update.revert,
             embeddings=embeddings,
             fields=update.fields,
             change=update.change,

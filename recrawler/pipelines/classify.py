@@ -13,7 +13,7 @@ from scrapy.exceptions import DropItem, NotConfigured
 from recrawler import meta
 from recrawler.detect import decide, fingerprint
 from recrawler.detect.hashing import pack_blocks
-from recrawler.detect.verdict import BY_HASH, RESTORED
+from recrawler.detect.verdict import BY_HASH, RESTORED, Verdict
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import Page, PageStatus
 from recrawler.pipelines import PageUpdate, commit
@@ -22,6 +22,8 @@ from recrawler.state import (
     GONE,
     LIVE,
     MOVED,
+    PENDING_CHANGED,
+    PENDING_NEW,
     QUARANTINED,
     ChangeRow,
     Event,
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from recrawler.cpu import Worked
-    from recrawler.detect import Fingerprint, SiteNoise, Verdict
+    from recrawler.detect import Fingerprint, SiteNoise
     from recrawler.learning import NoiseRegistry
     from recrawler.runtime import Runtime
     from recrawler.state import Run, StateStore
@@ -76,6 +78,17 @@ def unified_diff(old: str, new: str, *, url: str, limit: int) -> str:
     return diff
 
 
+def pending_after(rec: PageRecord | None, verdict: Verdict, *, each_page: bool) -> str | None:
+    """Whether the page's new state waits for a publication: ``new`` (the knowledge base never
+    held it), ``changed`` (it shows an earlier state), None (published, or nothing moved)."""
+    if each_page:
+        return None
+    if rec is None:
+        return PENDING_NEW
+    moved = verdict.status in (PageStatus.NEW, PageStatus.CHANGED) or rec.status != LIVE
+    return rec.pending or (PENDING_CHANGED if moved else None)
+
+
 def next_record(
     page: Page,
     rec: PageRecord | None,
@@ -84,13 +97,17 @@ def next_record(
     fp: Fingerprint | None = None,
     noise_key: str | None = None,
     run_id: int | None = None,
+    *,
+    each_page: bool = True,
 ) -> PageRecord:
-    """Build the page's new stored state."""
+    """Build the page's new stored state (*each_page*: published as it is written)."""
+    pending = pending_after(rec, verdict, each_page=each_page)
     if page.http_status == 304:
         assert rec is not None
         # RFC 9110 §15.4.5: a 304 carries the validators a 200 would have had; keep ours otherwise.
         return dataclasses.replace(
             rec,
+            pending=pending,
             url=page.url,
             etag=page.etag or rec.etag,
             last_modified=page.last_modified or rec.last_modified,
@@ -125,6 +142,7 @@ def next_record(
         found_depth=page.found_depth,
         moved_to=None,
         changed_run=run_id if changed else (rec.changed_run if rec else None),
+        pending=pending,
     )
 
 
@@ -251,6 +269,15 @@ class ClassifyPipeline:
                 self._inc("recrawler/cpu/worker_fingerprints")
             else:
                 fp = await self.runtime.offload(fingerprint, item.text, noise)
+            if (
+                rec is not None
+                and rec.pending == PENDING_CHANGED
+                and rec.status == LIVE
+                and fp.content_hash != rec.content_hash
+                and fp.content_hash == rec.published_hash
+            ):
+                # back to what the knowledge base shows: what the unpublished runs saw is undone
+                return await self._revert(run, item, rec, fp, noise, now)
             if rec is not None and rec.status not in _REMOVED and fp.content_hash != rec.content_hash:
                 old = await self._old_fields(item)
                 if self._recheck(item, rec, old):
@@ -309,7 +336,9 @@ class ClassifyPipeline:
     ) -> Any:
         assert self.crawler is not None
         status = verdict.status
-        new_rec = next_record(item, rec, verdict, now, fp, noise.key if noise else None, run.id)
+        new_rec = next_record(
+            item, rec, verdict, now, fp, noise.key if noise else None, run.id, each_page=run.each_page
+        )
         if fp is not None:
             item.content_hash = new_rec.content_hash
         restored = rec is not None and (rec.status == QUARANTINED or verdict.how == RESTORED)
@@ -371,6 +400,26 @@ class ClassifyPipeline:
             and rec is not None
             and (rec.chunks == 0 or verdict.how == RESTORED),
         )
+        return await self._hand_over(run, item, update)
+
+    async def _revert(
+        self, run: Run, item: Page, rec: PageRecord, fp: Fingerprint, noise: SiteNoise | None, now: datetime
+    ) -> Any:
+        verdict = Verdict(status=PageStatus.UNCHANGED, how=BY_HASH)
+        new_rec = next_record(item, rec, verdict, now, fp, noise.key if noise else None, run.id)
+        item.content_hash = new_rec.content_hash
+        update = PageUpdate(
+            page=item,
+            status=PageStatus.UNCHANGED,
+            how=BY_HASH,
+            record=dataclasses.replace(new_rec, pending=None),
+            revert=True,
+        )
+        self._inc("recrawler/page/reverted")
+        return await self._hand_over(run, item, update)
+
+    async def _hand_over(self, run: Run, item: Page, update: PageUpdate) -> Any:
+        status = update.status
         item.raw_body = None
         assert self.runtime is not None
         pending = self.runtime.handover

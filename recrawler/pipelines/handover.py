@@ -29,6 +29,9 @@ class PageUpdate:
     restored: bool = False
     #: the page has text but no chunks yet (stored before indexing was on): index it
     backfill: bool = False
+    #: the page answers with what the knowledge base shows again: what unpublished runs changed
+    #: of it is undone
+    revert: bool = False
 
 
 class PendingUpdates:

@@ -158,7 +158,8 @@ def collect(
         totals[event] = totals.get(event, 0) + 1
         if len(pages.setdefault(event, [])) < MAX_PAGES:
             pages[event].append(page)
-    held = run["state"] == RUN_HELD
+    # held: the run waits; or its removals do (the rest of it is published)
+    held = run["state"] == RUN_HELD or totals.get("held", 0) > 0
     db_flag = f" --db {shlex.quote(redact_url(db))}" if db else ""
     history = _history(store, run, runs)
     index: dict[str, Any] = report.get("index") or {}

@@ -125,6 +125,8 @@ def collect_digest(
     totals = dict.fromkeys(pages, 0)
     for event in store.iter_events(site=site, since=since):
         action = event["action"]
+        if action not in pages:
+            continue
         totals[action] = totals.get(action, 0) + 1
         if len(pages.setdefault(action, [])) < MAX_PAGES:
             pages[action].append(event)
@@ -137,7 +139,7 @@ def collect_digest(
         for row in store.iter_changes(run_id=int(run["id"])):
             if row["verdict"] == "changed" and len(changes) < MAX_DIFFS:
                 changes.append({**row, "lines": diff_lines(row["diff"] or "", row["critical"])})
-    titles = {e["key"]: e["title"] for e in pages["changed"]}
+    titles = {e["key"]: e.get("title") for e in pages["changed"]}
     for change in changes:
         change["title"] = titles.get(change["key"])
     db_flag = f" --db {shlex.quote(redact_url(db))}" if db else ""
@@ -146,7 +148,7 @@ def collect_digest(
             "run": h,
             "reasons": _hold_reasons({"held": list(h.holds), "alert": h.alert}) or list(h.holds or h.reasons),
             "commands": [f"recrawler runs {action} {h.id}{db_flag}" for action in ("approve", "discard")],
-            "waiting": ago(h.finished_at or h.started_at, now).removesuffix(" ago"),
+            "since": (h.finished_at or h.started_at).strftime("%Y-%m-%d %H:%M"),
         }
         for h in store.iter_held_runs(site)
     ]

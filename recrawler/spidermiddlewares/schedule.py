@@ -48,12 +48,16 @@ class ScheduleMiddleware:
     check are stored in the page's own write (it registers as the Runtime's ``revisits``), and
     its lastmod's claim is audited.
 
+    Links (``-a follow_links=1``) to pages no one stored spend the run's budget of pages found
+    through links (``RECRAWLER_FOLLOW_MAX_LINKS``); beyond it they are dropped.
+
     Settings: ``RECRAWLER_SCHEDULE``, ``RECRAWLER_SCHEDULE_BATCH_SIZE``, ``RECRAWLER_NOW``,
     ``RECRAWLER_MIN_INTERVAL_SECS``, ``RECRAWLER_MAX_INTERVAL_SECS``,
-    ``RECRAWLER_INTERVAL_OVERRIDES``, ``RECRAWLER_LASTMOD_MODE``, ``RECRAWLER_URL_DROP_PARAMS``,
-    ``RECRAWLER_URL_KEEP_PARAMS``.
+    ``RECRAWLER_INTERVAL_OVERRIDES``, ``RECRAWLER_LASTMOD_MODE``, ``RECRAWLER_FOLLOW_MAX_LINKS``,
+    ``RECRAWLER_URL_DROP_PARAMS``, ``RECRAWLER_URL_KEEP_PARAMS``.
     Stats: ``recrawler/schedule/due``, ``recrawler/schedule/due/<reason>``,
     ``recrawler/page/skipped``, ``recrawler/page/skipped/{schedule,lastmod}``,
+    ``recrawler/follow/{links,max_links}`` (pages found through links, and refused past the budget),
     ``recrawler/state/error/<Exception>``.
     Meta: reads ``recrawler_lastmod``, ``recrawler_feed_updated``, ``recrawler_found_via``;
     sets ``recrawler_due``.
@@ -69,9 +73,16 @@ class ScheduleMiddleware:
         counters: RunCounters | None = None,
         batch_size: int = 500,
         key_maker: KeyMaker | None = None,
+        max_links: int = 0,
     ) -> None:
         if batch_size < 1:
             raise ConfigurationError(f"RECRAWLER_SCHEDULE_BATCH_SIZE: bad value {batch_size!r}")
+        if max_links < 0:
+            raise ConfigurationError(f"RECRAWLER_FOLLOW_MAX_LINKS: bad value {max_links!r}")
+        #: pages found through links this run, at most (0: no limit)
+        self.max_links = max_links
+        #: the pages links found this run that no one stored before (at most max_links of them)
+        self._discovered: set[str] = set()
         self.store = store
         self.policy = policy
         self.auditor = auditor
@@ -98,6 +109,7 @@ class ScheduleMiddleware:
             key_maker=KeyMaker(
                 s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS")
             ),
+            max_links=s.getint("RECRAWLER_FOLLOW_MAX_LINKS"),
         )
         crawler.signals.connect(mw.spider_opened, signal=signals.spider_opened)
         runtime.revisits = mw
@@ -159,10 +171,18 @@ class ScheduleMiddleware:
             return batch
         decided: dict[str, Decision] = {}
         passed: list[Request] = []
+        in_frontier = await self._listed_now(run, batch, keys, known)
         for request, key in zip(batch, keys, strict=True):
             request.meta[meta.KEY] = key
             lastmod = str(request.meta.get(meta.LASTMOD) or "") or None
             info = known.get(key)
+            if (
+                info is None
+                and key not in in_frontier
+                and request.meta.get(meta.FOUND_VIA) == "link"
+                and not self._discover(key)
+            ):
+                continue
             decision = decided.get(key) or self._decision(request, key, info, lastmod)
             # an earlier listing of the page in this run (a sitemap variant, a feed, a link), and
             # the layer that skipped it then (None: it was requested)
@@ -207,6 +227,39 @@ class ScheduleMiddleware:
             logger.error("could not mark listed pages: %(exc)s", {"exc": exc})
         return passed
 
+    async def _listed_now(
+        self, run: Run, batch: list[Request], keys: list[str], known: dict[str, ScheduledPage]
+    ) -> set[str]:
+        """Keys of links in *batch* to pages no one stored that this run's listing named already
+        (a first run's navigation links): not discoveries."""
+        unknown = sorted(
+            {
+                k
+                for r, k in zip(batch, keys, strict=True)
+                if k not in known and r.meta.get(meta.FOUND_VIA) == "link"
+            }
+        )
+        if not unknown:
+            return set()
+        try:
+            return await self.store.frontier_has(run, unknown)
+        except StateStoreError as exc:
+            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            return set()
+
+    def _discover(self, key: str) -> bool:
+        """A link reached a page no one stored: within the run's budget of such pages? (A link trap
+        costs the budget, links between known pages cost nothing.)"""
+        if key in self._discovered:
+            return True
+        if self.max_links and len(self._discovered) >= self.max_links:
+            self._inc("recrawler/follow/max_links")
+            return False
+        self._inc("recrawler/follow/links")
+        if self.max_links:
+            self._discovered.add(key)
+        return True
+
     def _decision(
         self, request: Request, key: str, info: ScheduledPage | None, lastmod: str | None
     ) -> Decision:
@@ -225,6 +278,7 @@ class ScheduleMiddleware:
             feed_updated=feed_updated,
             audit=self.auditor.in_sample(key),
             lastmod_trusted=self.auditor.trusted(host, "lastmod"),
+            waiting=info is not None and info.waiting,
         )
 
     def revisit_update(self, page: Page, status: PageStatus) -> RevisitUpdate | None:

@@ -302,7 +302,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
     after a page's last check makes it due at once), ``follow_links`` (``1``: also follow links
     found on fetched pages, same host, under ``follow_prefix``, by default the first sitemap's
     folder, at most ``RECRAWLER_FOLLOW_DEPTH_LIMIT`` links away from a listed page, across runs,
-    and at most ``RECRAWLER_FOLLOW_MAX_LINKS`` link requests per run).
+    and at most ``RECRAWLER_FOLLOW_MAX_LINKS`` pages found through links per run).
 
     Only ``http``/``https`` URLs on the sitemap's host (or ``allowed_hosts``) without credentials
     are ever requested or stored: any other entry, feed item or link is refused and counted by
@@ -349,7 +349,6 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         self._link_extractor: LinkExtractor | None = None
         self._rules: list[tuple[re.Pattern[str], Any]] | None = None
         self._follow_patterns: list[re.Pattern[str]] | None = None
-        self._follow_requests = 0
 
     async def start(self) -> AsyncIterator[Any]:
         """Start from the sitemaps (SitemapSpider's own start), then the feeds."""
@@ -542,7 +541,6 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         if self._link_extractor is None:
             self._link_extractor = LinkExtractor(unique=True)
         limit = self.settings.getint("RECRAWLER_FOLLOW_DEPTH_LIMIT")
-        most = self.settings.getint("RECRAWLER_FOLLOW_MAX_LINKS")
         for link in self._link_extractor.extract_links(response):
             if not self._allowed(link.url, "link"):
                 continue
@@ -552,11 +550,8 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             if depth > limit:
                 self._inc("recrawler/follow/depth_limit")
                 continue
-            if most and self._follow_requests >= most:
-                self._inc("recrawler/follow/max_links")
-                continue
-            self._follow_requests += 1
-            self._inc("recrawler/follow/links")
+            # the per-run budget counts pages found, not links: ScheduleMiddleware, which knows
+            # which pages are stored, spends it
             yield Request(
                 link.url,
                 callback=self.parse,

@@ -17,6 +17,8 @@ __all__ = [
     "GONE",
     "LIVE",
     "MOVED",
+    "PENDING_CHANGED",
+    "PENDING_NEW",
     "QUARANTINED",
     "RUN_ABORTED",
     "RUN_DISCARDED",
@@ -24,6 +26,11 @@ __all__ = [
     "RUN_HELD",
     "RUN_PUBLISHED",
     "RUN_RUNNING",
+    "RUN_SUPERSEDED",
+    "SETTLE_APPLY",
+    "SETTLE_DROP",
+    "SETTLE_KEEP",
+    "SETTLE_KEEP_LISTED",
     "TRUST_SIGNALS",
     "ChangeRow",
     "Event",
@@ -41,6 +48,8 @@ __all__ = [
 ]
 
 LIVE, QUARANTINED, GONE, MOVED = "live", "quarantined", "gone", "moved"
+#: a page's state not published yet: not in the knowledge base at all, or changed since
+PENDING_NEW, PENDING_CHANGED = "new", "changed"
 # run states: published runs are what search reads; held runs wait for a person; aborted runs
 # died without finishing (their lease was taken over)
 RUN_RUNNING, RUN_FINISHED, RUN_HELD, RUN_PUBLISHED, RUN_DISCARDED, RUN_ABORTED = (
@@ -51,6 +60,12 @@ RUN_RUNNING, RUN_FINISHED, RUN_HELD, RUN_PUBLISHED, RUN_DISCARDED, RUN_ABORTED =
     "discarded",
     "aborted",
 )
+#: a held run whose decision a later run of its site carries (published or held with it)
+RUN_SUPERSEDED = "superseded"
+#: what a run's end does with its staged misses (``settle_misses``): apply them when it publishes,
+#: keep them for a decision (all, or those of pages its listing still names), or drop its own
+#: (the outage guard: its moves still apply, and misses kept before wait on)
+SETTLE_APPLY, SETTLE_KEEP, SETTLE_KEEP_LISTED, SETTLE_DROP = "apply", "keep", "keep_listed", "drop"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,6 +112,11 @@ class PageRecord:
     moved_to: str | None = None
     #: the run that last made the page new or changed
     changed_run: int | None = None
+    #: not published yet: :data:`PENDING_NEW` (not in the knowledge base at all) or
+    #: :data:`PENDING_CHANGED` (the knowledge base shows its state before); None: published
+    pending: str | None = None
+    #: with ``pending`` changed: the content hash the knowledge base shows (read, never written)
+    published_hash: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,6 +181,8 @@ class ScheduledPage:
     #: the layer that skipped the page in ``listed_run`` (None: it was requested)
     listed_skip: str | None = None
     audit_run: int | None = None
+    #: a change or removal of the page waits for a decision (a check brings new evidence)
+    waiting: bool = False
 
 
 #: the signals a host's trust is kept for: sitemap lastmod, ETag (If-None-Match), Last-Modified
@@ -188,15 +210,19 @@ class Run:
     spider: str
     site: str | None
     started_at: datetime
-    #: live or quarantined pages of the site stored before the run (0: a first run)
+    #: live or quarantined pages of the site the knowledge base held before the run (0: a first
+    #: run, or every earlier run was left unpublished)
     prior_pages: int = 0
-    #: live pages of the site stored before the run
+    #: live pages of the site the knowledge base held before the run
     prior_live: int = 0
     #: how many pages the listing of the site's last finished run named (None: unknown)
     last_listed: int | None = None
     #: the site's previous run did not complete its writes (aborted, or a write failed): pages it
     #: left unstored come back as new, and do not count toward a change spike
     backfill: bool = False
+    #: each page is published as it is written (``RECRAWLER_PUBLISH=page``, or no knowledge base):
+    #: nothing the run writes is ever pending
+    each_page: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -239,6 +265,10 @@ class RemovalPlan:
     quarantine: int = 0
     gone: int = 0
     moved: int = 0
+    #: removals of pages this run's listing no longer names (two signals agree: listing and answer)
+    delisted: int = 0
+    #: misses earlier runs kept for a decision, carried into this run's plan
+    carried: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -332,3 +362,5 @@ class HeldRun:
     reasons: tuple[str, ...] = ()
     #: removals it staged for approval
     staged_removals: int = 0
+    #: ``held``: none of it is published; otherwise its removals alone wait (the rest is published)
+    state: str = "held"

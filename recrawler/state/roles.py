@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from recrawler.state.sql.check import Finding
 
 __all__ = [
+    "Decisions",
     "Frontier",
     "History",
     "KnowledgeBase",
@@ -100,6 +101,7 @@ class Pages(Protocol):
         *,
         chunks: Sequence[Chunk] | None = None,
         restore: bool = False,
+        revert: bool = False,
         embeddings: Sequence[tuple[str, str, bytes]] = (),
         fields: FieldsRow | None = None,
         change: ChangeRow | None = None,
@@ -122,16 +124,17 @@ class Pages(Protocol):
         run reconciles, if *target* is live by then)."""
 
     async def unseen(
-        self, run: Run, limit: int, *, due_at: datetime | None = None
+        self, run: Run, limit: int, *, due_at: datetime | None = None, delisted: bool = False
     ) -> list[tuple[str, str, int]]:
         """Return up to *limit* (key, url, link depth) of the run's site not reached yet, marking them.
 
         Pages this run's listing decided are not unseen; with *due_at*, only pages due by then
-        (and quarantined or audited ones) are.
+        (and quarantined or audited ones, pages whose change or removal waits for a decision, and
+        with *delisted* pages an earlier listing named) are.
         """
 
     def unseen_sync(
-        self, run: Run, limit: int, *, due_at: datetime | None = None
+        self, run: Run, limit: int, *, due_at: datetime | None = None, delisted: bool = False
     ) -> list[tuple[str, str, int]]:
         """Blocking :meth:`unseen`, for ``spider_idle`` handlers (sync signals, nothing in flight)."""
 
@@ -140,9 +143,8 @@ class Runs(Protocol):
     """Runs, the one-run-per-site lease, and a run's staged removals.
 
     Guarantees: a live lease (beating within its window, holder alive) refuses a second run; a
-    lapsed one is taken over and its run marked aborted; ``reconcile`` applies or drops the run's
-    staged misses and moves in one transaction (moves only onto live pages); ``finish_run``
-    releases the lease.
+    lapsed one is taken over and its run marked aborted (its staged misses dropped); a held run of
+    the site never refuses a later one; ``finish_run`` releases the lease.
     """
 
     async def begin_run(
@@ -157,7 +159,7 @@ class Runs(Protocol):
         lease_secs: float = 60.0,
     ) -> Run:
         """Take the site's lease and start a run (published at once when each page publishes
-        itself). Raises RunRefused while another live run holds the lease or a held run waits."""
+        itself). Raises RunRefused while another live run holds the lease."""
 
     def begin_run_sync(
         self,
@@ -188,29 +190,62 @@ class Runs(Protocol):
     ) -> None:
         """Record how the run ended and release the site's lease."""
 
+
+class Decisions(Protocol):
+    """What a run's end may remove, what waits for an operator, publishing and discarding.
+
+    Guarantees: a run's staged misses and moves apply only in the transaction that publishes it
+    (a run killed on the way applies nothing); misses kept for a decision are carried from run to
+    run until approved, discarded, or settled by the page's own answer; publishing a run covers
+    every unpublished run of its site before it and takes their pending pages as published;
+    discarding a held run puts every pending page of its site back as the knowledge base shows
+    it, so history, events and page metadata read as if the discarded runs never ran.
+    """
+
+    async def carry_misses(self, run: Run) -> int:
+        """Misses earlier runs kept for a decision join this run's (its own answers settle them)."""
+
     async def removal_plan(self, run: Run, *, gone_after: int, gone_statuses: Sequence[int]) -> RemovalPlan:
         """What applying the run's staged misses and moves would do; nothing is changed."""
 
-    async def reconcile(
+    async def settle_misses(self, run: Run, action: str) -> ReconcileResult:
+        """``apply`` (with the run's publication), ``keep`` (for a decision) or ``drop`` the run's
+        own misses (its moves, and misses kept before, stay)."""
+
+    async def publish_run(
         self,
         run: Run,
         *,
-        apply: bool,
+        at: datetime,
         gone_after: int,
         gone_statuses: Sequence[int],
-        at: datetime,
-        keep: bool = False,
-    ) -> ReconcileResult:
-        """Apply the run's staged misses and moves (quarantine, gone, moved, with their events),
-        drop them, or keep them for ``runs approve`` (*keep*)."""
+        exit_code: int | None = None,
+    ) -> tuple[ReconcileResult, dict[str, int]]:
+        """Apply the run's misses and moves, publish it (and the site's unpublished runs before
+        it) and garbage-collect, in one transaction; record what it took out (``run_pages``) and,
+        with *exit_code*, the exit code it now stands at (an approved held run)."""
 
-    async def apply_held(
-        self, run_id: int, *, gone_after: int, gone_statuses: Sequence[int], at: datetime
-    ) -> ReconcileResult:
-        """Apply the misses and moves a held run kept."""
+    async def supersede(self, run: Run) -> None:
+        """Held runs of the site before *run* hand their decision to it."""
+
+    async def hold_run(self, run: Run) -> None:
+        """Hold the run for a decision (held runs before it hand theirs to it)."""
+
+    async def decision(self, run_id: int) -> Run:
+        """The run a decision names (held, or published with removals waiting); StateStoreError
+        otherwise, naming the run that carries it."""
+
+    async def release_kept(self, run: Run) -> int:
+        """The misses kept for the run's decision apply with its publication (``runs approve``)."""
+
+    async def discard(self, run_id: int) -> dict[str, int]:
+        """Drop what waits for the run's decision (see the class docstring)."""
+
+    async def pending_changes(self, site: str | None) -> dict[str, int]:
+        """The site's pending ``new`` and ``changed`` pages and its ``published`` ones."""
 
     async def largest_same_content(self, run: Run) -> tuple[int, str] | None:
-        """The largest group of pages the run made new or changed that now say the same thing."""
+        """The largest group of the site's pending pages that now say the same thing."""
 
 
 class KnowledgeBase(Protocol):
@@ -241,12 +276,8 @@ class KnowledgeBase(Protocol):
     async def set_run_state(self, run_id: int, state: str) -> None:
         """Set a run's state (``RUN_*``)."""
 
-    async def publish(self, run_id: int, at: datetime, *, exit_code: int | None = None) -> dict[str, int]:
-        """Make a run visible to search in one statement; garbage-collect what no one can see.
-        With *exit_code*, store the exit code the run now stands at (an approved held run)."""
-
-    async def discard(self, run_id: int) -> dict[str, int]:
-        """Drop a held run's knowledge-base changes; its pages are checked again next run."""
+    async def publish(self, run_id: int, at: datetime) -> dict[str, int]:
+        """Make a run visible to search in one statement; garbage-collect what no one can see."""
 
     async def run_info(self, run_id: int) -> dict[str, Any] | None:
         """A run's row, or None."""
@@ -346,6 +377,9 @@ class Frontier(Protocol):
         """Queue (key, priority, serialised request) rows; a key already queued this run is
         ignored. Returns how many were new."""
 
+    async def frontier_has(self, run: Run, keys: Sequence[str]) -> set[str]:
+        """Those of *keys* this run's frontier holds (its listing named them)."""
+
     async def frontier_claim(self, run: Run, key: str) -> bool:
         """Mark page *key* as fetched this run outside the frontier (a redirect reached it); False
         when the frontier already holds it (it is fetched from there)."""
@@ -439,11 +473,9 @@ class Readers(Protocol):
     def iter_events(
         self, *, site: str | None = None, run_id: int | None = None, since: datetime | None = None
     ) -> Iterator[dict[str, Any]]:
-        """What published or finished runs (of *site*, or run *run_id*) did to pages at or after
-        *since*, oldest first, from the database alone (whatever ``RECRAWLER_EVENTS_URI`` was):
-        ``new`` (first stored by the run), ``changed`` (its history), ``quarantined``, ``gone``
-        and ``moved`` (as its end recorded them). Each: run_id, action, url, key, at (ISO text),
-        title, changed_fields (a list, for ``changed``), moved_to (a URL, for ``moved``)."""
+        """The events of runs a publication covers (of *site*, or run *run_id*), at or after
+        *since*, oldest first, as the outbox keeps them whatever ``RECRAWLER_EVENTS_URI`` was
+        (the documented event fields: ``run_id``, ``action``, ``url``, ``key``, ``at``, ...)."""
 
     def freshness(self, site: str | None, *, bound_secs: float, now: datetime) -> Freshness:
         """How current the live pages of *site* (None: every site) are at *now*.
@@ -458,8 +490,9 @@ class Readers(Protocol):
         """
 
     def iter_held_runs(self, site: str | None = None) -> Iterator[HeldRun]:
-        """Runs waiting for a decision (``state`` held) of *site* (None: all), oldest first: the
-        hold reasons and alert of their report, every stored reason, and the removals they staged."""
+        """Runs waiting for a decision of *site* (None: all), oldest first: held runs (``state``
+        held) and runs whose removals wait (kept misses; the rest of the run published), with the
+        hold reasons and alert of their report, every stored reason, and the removals they keep."""
 
     def iter_trust(self) -> Iterator[TrustRecord]:
         """Yield trust records by host and signal (CLI)."""
@@ -477,7 +510,7 @@ class Readers(Protocol):
 
 
 class StateStore(
-    Lifecycle, Pages, Runs, KnowledgeBase, History, Schedule, Frontier, Trust, Readers, Protocol
+    Lifecycle, Pages, Runs, Decisions, KnowledgeBase, History, Schedule, Frontier, Trust, Readers, Protocol
 ):
     """Every role on one object: what ``RECRAWLER_STATE_BACKENDS`` classes implement.
 

@@ -78,11 +78,20 @@ pages = Table(
     Column("found_depth", Integer, nullable=False, server_default=text("0")),
     Column("moved_to", Text),
     Column("changed_run", Integer),
+    # not published yet: 'new' (not in the knowledge base) or 'changed'; see page_before (schema 10)
+    Column("pending", Text),
     CheckConstraint("status IN ('live', 'quarantined', 'gone', 'moved')"),
     Index("pages_site_seen", "site", "last_seen_run"),
     Index("pages_site_due", "site", "next_check_at"),
     Index("pages_changed_run", "changed_run"),
     Index("pages_site_status", "site", "status", "key"),
+    Index(
+        "pages_site_pending",
+        "site",
+        "pending",
+        sqlite_where=text("pending IS NOT NULL"),
+        postgresql_where=text("pending IS NOT NULL"),
+    ),
 )
 
 # 404/410 answers and permanent redirects of a run, applied only when the run is trustworthy
@@ -93,6 +102,8 @@ run_misses = Table(
     Column("key", Text, primary_key=True),
     Column("http_status", Integer, nullable=False),
     Column("moved_to", Text),
+    # kept by a mass-removal hold for a decision, carried from run to run (schema 10)
+    Column("kept", Integer, nullable=False, server_default=text("0")),
 )
 
 # events written in the same transaction as the change they describe, delivered after commit
@@ -101,6 +112,13 @@ outbox = Table(
     metadata,
     Column("id", Integer, primary_key=True),
     Column("payload", Text, nullable=False),
+    # a durable log: each event's run and page; it goes out once its run is published (schema 10)
+    Column("run_id", Integer),
+    Column("key", Text),
+    Column("action", Text),
+    Column("delivered", Integer, nullable=False, server_default=text("0")),
+    Index("outbox_undelivered", "delivered", "id"),
+    Index("outbox_run", "run_id", "key"),
 )
 
 # a chunk row is visible to search when a published run added it and no published run retired it
@@ -295,6 +313,42 @@ block_deltas = Table(
     Column("old_blocks", LargeBinary, nullable=False),
     Column("new_blocks", LargeBinary, nullable=False),
     Column("samples", Text),
+)
+
+# the published state of a page that is pending (schema 10): dropped when its run is published,
+# put back when it is discarded
+page_before = Table(
+    "page_before",
+    metadata,
+    Column("key", Text, primary_key=True),
+    Column("site", Text, nullable=False),
+    Column("run_id", Integer, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("url", Text),
+    Column("etag", Text),
+    Column("last_modified", Text),
+    Column("lastmod", Text),
+    Column("content_hash", Text),
+    Column("fuzzy_hash", Text),
+    Column("title", Text),
+    Column("status", Text),
+    Column("misses", Integer),
+    Column("last_checked", Text),
+    Column("last_changed", Text),
+    Column("changed_run", Integer),
+    Column("chunks", Integer),
+    Column("noise_key", Text),
+    Column("found_depth", Integer),
+    Column("moved_to", Text),
+    Column("f_present", Integer, nullable=False, server_default=text("0")),
+    Column("f_title", Text),
+    Column("f_headings", Text),
+    Column("f_code", Text),
+    Column("f_links", Text),
+    Column("f_text", LargeBinary),
+    Column("f_blocks", LargeBinary),
+    CheckConstraint("kind IN ('new', 'changed')"),
+    Index("page_before_site", "site"),
 )
 
 # what each run took out of the knowledge base, as it stood when the run ended (schema 11)

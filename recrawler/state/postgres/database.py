@@ -13,9 +13,16 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from recrawler.exceptions import PageWriteError, StateStoreError, StateStoreUnavailable
+from recrawler.index.visibility import visible_run
 from recrawler.redact import redact_text, redact_url
 from recrawler.state.postgres.versions import FIRST_VERSION, check_schema, migrate
-from recrawler.state.sql.database import insert_embeddings, insert_outbox, log_migrations, store_options
+from recrawler.state.sql.database import (
+    insert_embeddings,
+    insert_outbox,
+    log_migrations,
+    store_options,
+    undelivered_sql,
+)
 from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, POSTGRES, Row, count, drive, one
 
 if TYPE_CHECKING:
@@ -457,21 +464,23 @@ class PostgreSQLDatabase:
             await self._deliver(asked=True)
 
     async def pending_events(self) -> int:
-        """How many committed events wait in the outbox for delivery."""
+        """How many committed events of published runs wait in the outbox for delivery."""
         async with self._lock:
             await self._commit()
             try:
-                cur = await self._writer().execute("SELECT COUNT(*) FROM outbox")
+                cur = await self._writer().execute(
+                    "SELECT COUNT(*) FROM outbox WHERE delivered = 0 AND " + visible_run("run_id")
+                )
                 row = await cur.fetchone()
             except psycopg.Error as exc:
                 raise self._error(exc, ": counting the outbox failed") from exc
             return int(row[0]) if row else 0
 
     async def _deliver(self, *, asked: bool = False) -> None:
-        """Send committed outbox events to the sink, a batch at a time, then delete them
-        (at-least-once). Rows are claimed with ``SKIP LOCKED``: two crawls on one database never
-        send one event twice. A sink that is not ``immediate`` (a webhook) is only called when a
-        delivery is *asked* for."""
+        """Send committed outbox events of published runs to the sink, a batch at a time, then mark
+        them delivered (at-least-once). Rows are claimed with ``SKIP LOCKED``: two crawls on one
+        database never send one event twice. A sink that is not ``immediate`` (a webhook) is only
+        called when a delivery is *asked* for."""
         if self.sink is None or self._in_txn or not (asked or self.sink.immediate):
             return
         conn = self._writer()
@@ -479,8 +488,7 @@ class PostgreSQLDatabase:
             try:
                 async with conn.transaction():
                     cur = await conn.execute(
-                        "SELECT id, payload FROM outbox ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED",
-                        (self.sink.batch_size,),
+                        self.dialect.sql(undelivered_sql(self.dialect)), (self.sink.batch_size,)
                     )
                     found = await cur.fetchall()
                     if not found:
@@ -493,7 +501,9 @@ class PostgreSQLDatabase:
                             {"sink": getattr(self.sink, "path", self.sink), "exc": exc},
                         )
                         return
-                    await conn.execute("DELETE FROM outbox WHERE id = ANY(%s)", ([r[0] for r in found],))
+                    await conn.execute(
+                        "UPDATE outbox SET delivered = 1 WHERE id = ANY(%s)", ([r[0] for r in found],)
+                    )
             except psycopg.Error as exc:
                 raise self._error(exc, ": event delivery failed") from exc
 

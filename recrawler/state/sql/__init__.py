@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from recrawler.state.sql.decisions import SQLDecisions
 from recrawler.state.sql.frontier import SQLFrontier
 from recrawler.state.sql.history import SQLHistory
 from recrawler.state.sql.kb import SQLKnowledgeBaseWriter
@@ -25,13 +26,14 @@ __all__ = ["RoleMethods"]
 
 
 class RoleMethods:
-    """Every role over one database, as attributes (``pages``, ``runs``, ``kb``, ``history``,
+    """Every role over one database, as attributes (``pages``, ``runs``, ``decisions``, ``kb``, ``history``,
     ``schedule``, ``signals`` for trust, ``readers``) and as the store's own methods, bound once,
     so callers may type a store by :class:`~recrawler.state.roles.StateStore` or by one role."""
 
     def _bind_roles(self, db: Database) -> None:
         self.pages = SQLPages(db)
         self.runs = SQLRuns(db)
+        self.decisions = SQLDecisions(db)
         self.kb = SQLKnowledgeBaseWriter(db)
         self.history = SQLHistory(db)
         self.schedule = SQLSchedule(db)
@@ -49,10 +51,17 @@ class RoleMethods:
         self.begin_run_sync = self.runs.begin_run_sync
         self.heartbeat = self.runs.heartbeat
         self.finish_run = self.runs.finish_run
-        self.removal_plan = self.runs.removal_plan
-        self.reconcile = self.runs.reconcile
-        self.apply_held = self.runs.apply_held
-        self.largest_same_content = self.runs.largest_same_content
+        self.carry_misses = self.decisions.carry_misses
+        self.removal_plan = self.decisions.removal_plan
+        self.settle_misses = self.decisions.settle_misses
+        self.publish_run = self.decisions.publish_run
+        self.supersede = self.decisions.supersede
+        self.hold_run = self.decisions.hold_run
+        self.decision = self.decisions.decision
+        self.release_kept = self.decisions.release_kept
+        self.discard = self.decisions.discard
+        self.pending_changes = self.decisions.pending_changes
+        self.largest_same_content = self.decisions.largest_same_content
         self.missing_embeddings = self.kb.missing_embeddings
         self.count_missing = self.kb.count_missing
         self.missing_for = self.kb.missing_for
@@ -60,7 +69,6 @@ class RoleMethods:
         self.run_index_counts = self.kb.run_index_counts
         self.set_run_state = self.kb.set_run_state
         self.publish = self.kb.publish
-        self.discard = self.kb.discard
         self.run_info = self.kb.run_info
         self.get_fields = self.history.get_fields
         self.load_regions = self.history.load_regions
@@ -80,6 +88,7 @@ class RoleMethods:
         self.listing_read = self.frontier.listing_read
         self.listing = self.frontier.listing
         self.frontier_add = self.frontier.frontier_add
+        self.frontier_has = self.frontier.frontier_has
         self.frontier_next = self.frontier.frontier_next
         self.frontier_claim = self.frontier.frontier_claim
         self.records = self.frontier.records

@@ -6,6 +6,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from recrawler.events import sink_from_settings
+from recrawler.index.visibility import visible_run
 from recrawler.state.sql.dialect import values
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ _T = TypeVar("_T")
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "OUTBOX_COLUMNS",
     "Database",
     "Reader",
     "insert_embeddings",
@@ -30,6 +32,7 @@ __all__ = [
     "log_migrations",
     "outbox_rows",
     "store_options",
+    "undelivered_sql",
 ]
 
 
@@ -89,15 +92,29 @@ class Database(Protocol):
         """Write *events* to the outbox (in the caller's transaction)."""
 
 
-def outbox_rows(events: Sequence[Event]) -> list[tuple[str]]:
-    """The outbox rows of *events*."""
-    return [(e.to_json(),) for e in events]
+def outbox_rows(events: Sequence[Event], *, delivered: bool = False) -> list[tuple[Any, ...]]:
+    """The outbox rows of *events* (payload, run, page key, action, delivered)."""
+    return [(e.to_json(), e.run_id, e.key, str(e.action), int(delivered)) for e in events]
+
+
+#: the outbox row's columns :func:`outbox_rows` fills
+OUTBOX_COLUMNS = "payload, run_id, key, action, delivered"
 
 
 def insert_outbox(sink: EventSink | None, events: Sequence[Event]) -> Work[None]:
-    """Write *events* to the outbox when a sink will deliver them (in their order)."""
-    if sink is not None and events:
-        yield from values("INSERT INTO outbox (payload)", outbox_rows(events))
+    """Write *events* to the outbox (in their order): the durable log of what each run did, sent
+    to the sink once their run is published (with no sink, marked delivered as written)."""
+    if events:
+        yield from values(
+            f"INSERT INTO outbox ({OUTBOX_COLUMNS})", outbox_rows(events, delivered=sink is None)
+        )
+
+
+def undelivered_sql(d: Dialect) -> str:
+    """The next batch of events to send (parameter: the batch size): not sent yet, of a run a
+    publication covers (never a held or discarded one), oldest first."""
+    return f"""SELECT id, payload FROM outbox WHERE delivered = 0 AND {visible_run("run_id")}
+        ORDER BY id LIMIT ?{d.skip_locked}"""
 
 
 def insert_embeddings(d: Dialect, rows: Sequence[tuple[str, str, bytes]]) -> Work[None]:

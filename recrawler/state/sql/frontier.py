@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from recrawler.state.records import ListedEntry, PageRecord, SitemapFile
 from recrawler.state.sql.dialect import count, many, one, rows
-from recrawler.state.sql.rows import _PAGE_COLUMNS, _row_to_record, _ts
+from recrawler.state.sql.rows import _PAGE_SELECT, _row_to_record, _ts
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -94,6 +94,22 @@ class SQLFrontier:
             self._seq[run.id] = seq
         return seq
 
+    async def frontier_has(self, run: Run, keys: Sequence[str]) -> set[str]:
+        """Those of *keys* this run's frontier holds (its listing named them)."""
+
+        d = self.db.dialect
+
+        def work() -> Work[set[str]]:
+            found = yield rows(
+                f"SELECT key FROM frontier WHERE run_id = ? AND key {d.in_list('?')}",
+                (run.id, d.list_param(keys)),
+            )
+            return {r[0] for r in found}
+
+        if not keys:
+            return set()
+        return await self.db.run(work())
+
     async def frontier_add(self, run: Run, requests: Sequence[tuple[str, int, bytes]]) -> int:
         """Queue (key, priority, serialised request) rows; a key already queued this run is
         ignored. Returns how many were new."""
@@ -134,7 +150,7 @@ class SQLFrontier:
         def work() -> Work[dict[str, PageRecord]]:
             d = self.db.dialect
             found = yield rows(
-                f"SELECT {_PAGE_COLUMNS} FROM pages WHERE key {d.in_list('?')}", (d.list_param(keys),)
+                f"SELECT {_PAGE_SELECT} FROM pages WHERE key {d.in_list('?')}", (d.list_param(keys),)
             )
             return {r["key"]: _row_to_record(r) for r in found}
 

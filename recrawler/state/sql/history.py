@@ -6,7 +6,7 @@ import json
 import zlib
 from typing import TYPE_CHECKING
 
-from recrawler.detect.boilerplate import kept_blocks
+from recrawler.detect.boilerplate import EDGE, joins_furniture, kept_blocks
 from recrawler.detect.hashing import unpack_blocks
 from recrawler.state.records import (
     LIVE,
@@ -38,6 +38,8 @@ class SQLHistory:
         self.db = db
         #: pairs a boilerplate update switched off, per site (changes they explain are taken back)
         self._flipped_off: dict[str, set[tuple[int, int]]] = {}
+        #: pairs a boilerplate update switched on, per site (new furniture: see the take-back)
+        self._flipped_on: dict[str, set[tuple[int, int]]] = {}
 
     async def get_fields(self, key: str) -> FieldsRow | None:
         """The page's stored field-level record, or None."""
@@ -142,6 +144,12 @@ class SQLHistory:
                     "UPDATE site_pairs SET boilerplate = 0 WHERE site = ? AND boilerplate = 1", (site,)
                 )
             else:
+                entering = yield rows(
+                    "SELECT prev, block FROM site_pairs "
+                    "WHERE site = ? AND boilerplate = 0 AND pages >= ? * ?",
+                    (site, enter_share, live),
+                )
+                self._flipped_on[site] = {(r[0], r[1]) for r in entering}
                 on = yield count(
                     "UPDATE site_pairs SET boilerplate = 1 WHERE site = ? AND boilerplate = 0 "
                     "AND pages >= ? * ?",
@@ -166,11 +174,14 @@ class SQLHistory:
         Returns the page keys taken back.
         """
 
-        d = self.db.dialect
-
         def work() -> Work[list[str]]:
             # a pair that was boilerplate when the run started still counts as noise here
-            boiler = self._flipped_off.get(site, set()) | (yield from _boilerplate_pairs(site))
+            now = yield from _boilerplate_pairs(site)
+            boiler = self._flipped_off.get(site, set()) | now
+            # furniture is what was there before: the blocks of the pairs that were boilerplate
+            # when the run started
+            before = (now - self._flipped_on.get(site, set())) | self._flipped_off.get(site, set())
+            furniture = {b for pair in before for b in pair} - {EDGE}
             changes = yield rows(
                 """SELECT c.id, c.key, c.old_blocks, f.blocks FROM page_changes c
                    JOIN page_fields f ON f.key = c.key JOIN pages p ON p.key = c.key
@@ -180,9 +191,12 @@ class SQLHistory:
             )
             taken: list[str] = []
             for change_id, key, old_blob, new_blob in changes:
-                old = kept_blocks(unpack_blocks(old_blob), boiler)
-                new = kept_blocks(unpack_blocks(new_blob), boiler)
-                if old != new:
+                old_list, new_list = unpack_blocks(old_blob), unpack_blocks(new_blob)
+                if kept_blocks(old_list, boiler) != kept_blocks(new_list, boiler):
+                    continue
+                if not joins_furniture(old_list, new_list, furniture):
+                    # a block newly on many pages at once, beside their own content: a site-wide
+                    # edit (a deprecation notice), not furniture; it reaches the knowledge base
                     continue
                 taken.append(key)
                 yield count(
@@ -200,11 +214,15 @@ class SQLHistory:
                     "WHERE c.key = pages.key AND c.retired_run IS NULL) WHERE key = ?",
                     (key,),
                 )
+                # as published, unless an earlier unpublished run changed it too
                 yield count(
-                    f"""DELETE FROM outbox WHERE {d.json_text("payload", "key")} = ?
-                         AND {d.json_int("payload", "run_id")} = ?
-                         AND {d.json_text("payload", "action")} = 'changed'""",
+                    "UPDATE pages SET pending = NULL WHERE key = ? AND pending = 'changed' AND key IN "
+                    "(SELECT key FROM page_before WHERE run_id = ?)",
                     (key, run.id),
+                )
+                yield count("DELETE FROM page_before WHERE key = ? AND run_id = ?", (key, run.id))
+                yield count(
+                    "DELETE FROM outbox WHERE key = ? AND run_id = ? AND action = 'changed'", (key, run.id)
                 )
             return taken
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from recrawler.exceptions import StateStoreError
 from recrawler.index.visibility import WATERMARKS
 from recrawler.state.records import (
     RUN_DISCARDED,
     RUN_HELD,
     RUN_PUBLISHED,
 )
-from recrawler.state.sql.dialect import count, many, one, rows
+from recrawler.state.sql.dialect import count, one, rows
 from recrawler.state.sql.rows import _RETIRED_QUARANTINED, _ts
 
 if TYPE_CHECKING:
@@ -128,11 +127,10 @@ class SQLKnowledgeBaseWriter:
     def _set_state(run_id: int, state: str) -> Work[None]:
         yield count("UPDATE runs SET state = ? WHERE id = ?", (state, run_id))
 
-    async def publish(self, run_id: int, at: datetime, *, exit_code: int | None = None) -> dict[str, int]:
+    async def publish(self, run_id: int, at: datetime) -> dict[str, int]:
         """Make a run's changes visible to search in one statement, then drop what no one can see.
 
-        Returns counts of chunk rows and embeddings garbage-collected. *exit_code*: the exit code
-        the run now stands at (an approved held run's), stored with it.
+        Returns counts of chunk rows and embeddings garbage-collected.
         """
 
         def work() -> Work[dict[str, int]]:
@@ -140,73 +138,7 @@ class SQLKnowledgeBaseWriter:
                 "UPDATE runs SET state = ?, published_at = COALESCE(published_at, ?) WHERE id = ?",
                 (RUN_PUBLISHED, _ts(at), run_id),
             )
-            if exit_code is not None:
-                yield count("UPDATE runs SET exit_code = ? WHERE id = ?", (exit_code, run_id))
-            return (yield from self._gc())
-
-        return await self.db.transaction(work())
-
-    @staticmethod
-    def _gc() -> Work[dict[str, int]]:
-        # rows retired by a run at or before its site's last published run are invisible for good
-        # (another site's publication leaves them alone); quarantine-kept rows stay
-        n = yield count(
-            f"""DELETE FROM chunks
-               WHERE retired_run IN (
-                 SELECT r.id FROM runs r JOIN ({WATERMARKS}) w ON w.site = COALESCE(r.site, '')
-                 WHERE r.id <= w.p AND r.state NOT IN ('held', 'discarded'))
-                 AND (retired_why != :why
-                      -- rows a quarantine kept, once their page is no longer quarantined
-                      OR key NOT IN (SELECT key FROM pages WHERE status = 'quarantined'))""",
-            {"why": _RETIRED_QUARANTINED},
-        )
-        # Embeddings stay in the cache (keyed by text hash; they hold no text): a replaced version
-        # that comes back, a moved page's text under its new key and a removed page that returns
-        # with the content it had cost no embedding.
-        return {"chunks_deleted": n}
-
-    async def discard(self, run_id: int) -> dict[str, int]:
-        """Drop a held run's knowledge-base changes; its pages are checked again next run."""
-
-        def work() -> Work[dict[str, int]]:
-            row = yield one("SELECT state FROM runs WHERE id = ?", (run_id,))
-            if row is None:
-                raise StateStoreError(f"no run {run_id} in {self.db.label!r}")
-            if row[0] != RUN_HELD:
-                raise StateStoreError(f"run {run_id} is {row[0]}, not held: only held runs can be discarded")
-            later = "NOT EXISTS (SELECT 1 FROM chunks c2 WHERE c2.key = chunks.key AND c2.added_run > :run)"
-            found = yield rows(
-                f"""SELECT DISTINCT key FROM chunks
-                    WHERE (added_run = :run OR retired_run = :run) AND {later} ORDER BY key""",
-                {"run": run_id},
-            )
-            touched = [(r[0],) for r in found]
-            dropped = yield count("DELETE FROM chunks WHERE added_run = ?", (run_id,))
-            yield count(
-                f"UPDATE chunks SET retired_run = NULL, retired_why = 0 WHERE retired_run = :run AND {later}",
-                {"run": run_id},
-            )
-            if touched:
-                # pages the run saw first have no rows left: forget them, so the next run finds them
-                # new; the others lose hash and validators, so the next run fetches and re-indexes them
-                yield many(
-                    "DELETE FROM pages WHERE key = ? "
-                    "AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.key = pages.key)",
-                    touched,
-                )
-                # checked again next run: due now, whatever their schedule said
-                yield many(
-                    """UPDATE pages SET content_hash = NULL, fuzzy_hash = NULL, etag = NULL,
-                         last_modified = NULL, status = 'live', misses = 0, next_check_at = NULL,
-                         chunks = (SELECT COUNT(*) FROM chunks c
-                                   WHERE c.key = pages.key AND c.retired_run IS NULL)
-                       WHERE key = ?""",
-                    touched,
-                )
-            # removals a mass-removal hold kept for approval are dropped with the run
-            yield count("DELETE FROM run_misses WHERE run_id = ?", (run_id,))
-            yield count("UPDATE runs SET state = ? WHERE id = ?", (RUN_DISCARDED, run_id))
-            return {"pages": len(touched), "chunks_dropped": dropped}
+            return (yield from gc_chunks())
 
         return await self.db.transaction(work())
 
@@ -222,3 +154,23 @@ class SQLKnowledgeBaseWriter:
             return dict(row) if row is not None else None
 
         return await self.db.run(work())
+
+
+def gc_chunks() -> Work[dict[str, int]]:
+    """Drop the chunk rows no one can see any more (in the publishing transaction)."""
+    # rows retired by a run at or before its site's last published run are invisible for good
+    # (another site's publication leaves them alone); quarantine-kept rows stay
+    n = yield count(
+        f"""DELETE FROM chunks
+           WHERE retired_run IN (
+             SELECT r.id FROM runs r JOIN ({WATERMARKS}) w ON w.site = COALESCE(r.site, '')
+             WHERE r.id <= w.p AND r.state NOT IN ('held', 'discarded'))
+             AND (retired_why != :why
+                  -- rows a quarantine kept, once their page is no longer quarantined
+                  OR key NOT IN (SELECT key FROM pages WHERE status = 'quarantined'))""",
+        {"why": _RETIRED_QUARANTINED},
+    )
+    # Embeddings stay in the cache (keyed by text hash; they hold no text): a replaced version
+    # that comes back, a moved page's text under its new key and a removed page that returns
+    # with the content it had cost no embedding.
+    return {"chunks_deleted": n}

@@ -25,8 +25,10 @@ from recrawler.state.records import (
     samples_json,
 )
 from recrawler.state.sql.dialect import count, one, rows, values
+from recrawler.state.sql.pending import keep_published, revert_page
 from recrawler.state.sql.rows import (
     _PAGE_COLUMNS,
+    _PAGE_SELECT,
     _RETIRED_QUARANTINED,
     _RETIRED_REPLACED,
     FOLD_BATCH,
@@ -69,7 +71,8 @@ def _page_upsert_sql(replaced: bool) -> str:
       title = excluded.title, status = excluded.status, misses = excluded.misses,
       last_checked = excluded.last_checked, last_changed = excluded.last_changed,
       last_seen_run = excluded.last_seen_run, found_depth = excluded.found_depth,
-      moved_to = excluded.moved_to, changed_run = excluded.changed_run{chunks}"""
+      moved_to = excluded.moved_to, changed_run = excluded.changed_run,
+      pending = excluded.pending{chunks}"""
 
 
 def _page_params(run: Run, rec: PageRecord) -> tuple[Any, ...]:
@@ -94,6 +97,7 @@ def _page_params(run: Run, rec: PageRecord) -> tuple[Any, ...]:
         rec.found_depth,
         rec.moved_to,
         rec.changed_run,
+        rec.pending,
     )
 
 
@@ -130,6 +134,7 @@ class _PageWrite:
     events: Sequence[Event]
     chunks: Sequence[Chunk] | None
     restore: bool
+    revert: bool
     embeddings: Sequence[tuple[str, str, bytes]]
     fields: FieldsRow | None
     change: ChangeRow | None
@@ -158,7 +163,7 @@ class SQLPages:
 
     @staticmethod
     def _get(key: str) -> Work[PageRecord | None]:
-        row = yield one(f"SELECT {_PAGE_COLUMNS} FROM pages WHERE key = ?", (key,))
+        row = yield one(f"SELECT {_PAGE_SELECT} FROM pages WHERE key = ?", (key,))
         return _row_to_record(row) if row is not None else None
 
     async def record(
@@ -169,6 +174,7 @@ class SQLPages:
         *,
         chunks: Sequence[Chunk] | None = None,
         restore: bool = False,
+        revert: bool = False,
         embeddings: Sequence[tuple[str, str, bytes]] = (),
         fields: FieldsRow | None = None,
         change: ChangeRow | None = None,
@@ -185,8 +191,14 @@ class SQLPages:
         ``chunks`` replaces the page's current chunks (old rows retired by this run, new rows
         added by it: search switches when the run publishes); ``restore`` brings back the rows a
         quarantine kept; ``embeddings`` are (embedder, text hash, vector) cache rows.
-        Any staged miss of the page is lifted. ``revisit`` stores the page's next revisit state
-        in the same transaction; the state before it is returned (None without ``revisit``).
+        Any staged miss of the page is lifted, and any a mass-removal hold keeps. ``revisit`` stores
+        the page's next revisit state in the same transaction; the state before it is returned
+        (None without ``revisit``).
+
+        A record with ``pending`` set is not published yet: the first such write since the page
+        was last published keeps its published state (row and field record) in ``page_before``.
+        ``revert`` says the page is back to its published state: what unpublished runs changed of
+        it (chunks, field record, history, events) is undone, and it is no longer pending.
         """
 
         if chunks is not None and rec.chunks != len(chunks):
@@ -198,6 +210,7 @@ class SQLPages:
             events=events,
             chunks=chunks,
             restore=restore,
+            revert=revert,
             embeddings=embeddings,
             fields=fields,
             change=change,
@@ -279,17 +292,28 @@ class SQLPages:
         """The writes of *batch* (distinct pages), statement by statement for all of them; each
         page as :meth:`record` describes, its revisit state before the write returned."""
         d = self.db.dialect
+        runs = sorted({w.run.id for w in batch})
+        for run_id in runs:
+            # the published state of each page this write makes pending, before it goes
+            becoming = [
+                (w.rec.key, w.rec.site) for w in batch if w.run.id == run_id and w.rec.pending is not None
+            ]
+            if becoming:
+                yield from keep_published(d, run_id, becoming)
         for replaced in (False, True):
             yield from values(
                 f"INSERT INTO pages ({_PAGE_COLUMNS})",
                 [_page_params(w.run, w.rec) for w in batch if (w.chunks is not None) is replaced],
                 f" {_page_upsert_sql(replaced)}",
             )
-        runs = {w.run.id for w in batch}
-        for run_id in sorted(runs):
+        for w in batch:
+            if w.revert:
+                yield from revert_page(w.rec.key, w.rec.site)
+        for run_id in runs:
             keys = [w.rec.key for w in batch if w.run.id == run_id]
+            # an answer lifts the run's staged miss of the page, and any a hold keeps
             yield count(
-                f"DELETE FROM run_misses WHERE run_id = ? AND key {d.in_list('?')}",
+                f"DELETE FROM run_misses WHERE (run_id = ? OR kept = 1) AND key {d.in_list('?')}",
                 (run_id, d.list_param(keys)),
             )
             # the current version is superseded by this run's version. A row already retired
@@ -434,9 +458,13 @@ class SQLPages:
 
         return await self.db.page_write(work())
 
-    def _unseen(self, run: Run, limit: int, due_at: datetime | None) -> Work[list[tuple[str, str, int]]]:
+    def _unseen(
+        self, run: Run, limit: int, due_at: datetime | None, delisted: bool = False
+    ) -> Work[list[tuple[str, str, int]]]:
         # Pages the run's listing decided (requested, or skipped by the schedule, lastmod or
-        # deltafetch) are not unseen; with *due_at*, neither are pages not due by then.
+        # deltafetch) are not unseen; with *due_at*, neither are pages not due by then, but for
+        # quarantined and audited pages, pages whose change or removal waits for a decision, and
+        # (*delisted*: the listing is whole) pages a listing found that this one no longer names.
         found = yield rows(
             """UPDATE pages SET verify_run = :run
                WHERE key IN (
@@ -446,7 +474,9 @@ class SQLPages:
                    AND (verify_run IS NULL OR verify_run != :run)
                    AND (listed_run IS NULL OR listed_run != :run)
                    AND (CAST(:due AS TEXT) IS NULL OR status = :quarantined OR audit_run = :run
-                        OR next_check_at IS NULL OR next_check_at <= :due)
+                        OR next_check_at IS NULL OR next_check_at <= :due OR pending = 'changed'
+                        OR key IN (SELECT m.key FROM run_misses m WHERE m.kept = 1)
+                        OR (:delisted = 1 AND (found_via IS NULL OR found_via != 'link')))
                  ORDER BY key LIMIT :limit)
                RETURNING key, url, found_depth""",
             {
@@ -457,6 +487,7 @@ class SQLPages:
                 "due": _at(due_at),
                 "limit": limit,
                 "after": self._unseen_after.get(run.id, ""),
+                "delisted": int(delisted),
             },
         )
         if found:
@@ -466,7 +497,7 @@ class SQLPages:
         return sorted((r["key"], r["url"], r["found_depth"] or 0) for r in found)
 
     def unseen_sync(
-        self, run: Run, limit: int, *, due_at: datetime | None = None
+        self, run: Run, limit: int, *, due_at: datetime | None = None, delisted: bool = False
     ) -> list[tuple[str, str, int]]:
         """Return up to *limit* pages of the run's site not reached this run, marking them.
 
@@ -476,15 +507,15 @@ class SQLPages:
         """
         if run.site is None:
             return []
-        return self.db.transaction_sync(self._unseen(run, limit, due_at))
+        return self.db.transaction_sync(self._unseen(run, limit, due_at, delisted))
 
     async def unseen(
-        self, run: Run, limit: int, *, due_at: datetime | None = None
+        self, run: Run, limit: int, *, due_at: datetime | None = None, delisted: bool = False
     ) -> list[tuple[str, str, int]]:
         """Async form of :meth:`unseen_sync`."""
         if run.site is None:
             return []
-        return await self.db.transaction(self._unseen(run, limit, due_at))
+        return await self.db.transaction(self._unseen(run, limit, due_at, delisted))
 
     async def record_moves(self, run: Run, keys: Sequence[str], target: str, *, http_status: int) -> int:
         """Stage a permanent redirect of stored pages *keys* to page *target*; returns how many.

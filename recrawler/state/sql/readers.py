@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from recrawler.exceptions import StateStoreError
+from recrawler.index.visibility import published_pages, visible_run
 from recrawler.state.records import (
     GONE,
     LISTING_FAILURES,
@@ -15,9 +16,8 @@ from recrawler.state.records import (
     MOVED,
     QUARANTINED,
     RUN_ABORTED,
-    RUN_FINISHED,
+    RUN_DISCARDED,
     RUN_HELD,
-    RUN_PUBLISHED,
     Freshness,
     HeldRun,
     PageRecord,
@@ -107,9 +107,9 @@ class SQLReaders:
             if site is not None:
                 where.append("(key = ? OR key LIKE ? || '/%' OR key LIKE ? || '?%')")
                 params.extend([site, site, site])
-            sql = "SELECT * FROM page_changes"
-            if where:
-                sql += " WHERE " + " AND ".join(where)
+            # history of published runs only: a held run's changes are not history yet
+            where.append(visible_run("run_id"))
+            sql = "SELECT * FROM page_changes WHERE " + " AND ".join(where)
             sql += " ORDER BY id DESC"
             if limit:
                 sql += f" LIMIT {int(limit)}"
@@ -122,10 +122,14 @@ class SQLReaders:
     def iter_pages(self, status: str | None = None) -> Iterator[PageRecord]:
         """Yield pages ordered by key, streaming (never all in memory)."""
         with self.db.reader() as conn:
+            # as the knowledge base shows them: a pending page as published, a new one not yet
+            pages = f"{published_pages()} pp"
             if status:
-                cur = conn.iter(f"SELECT {_PAGE_COLUMNS} FROM pages WHERE status = ? ORDER BY key", (status,))
+                cur = conn.iter(
+                    f"SELECT {_PAGE_COLUMNS} FROM {pages} WHERE status = ? ORDER BY key", (status,)
+                )
             else:
-                cur = conn.iter(f"SELECT {_PAGE_COLUMNS} FROM pages ORDER BY key")
+                cur = conn.iter(f"SELECT {_PAGE_COLUMNS} FROM {pages} ORDER BY key")
             for row in cur:
                 yield _row_to_record(row)
 
@@ -222,10 +226,9 @@ class SQLReaders:
                 for row in conn.iter(
                     """SELECT p.key, p.url, p.title, p.status, 'held' AS event,
                          t.url AS moved_to, m.http_status
-                       FROM run_misses m JOIN runs r ON r.id = m.run_id AND r.state = :held
-                       JOIN pages p ON p.key = m.key LEFT JOIN pages t ON t.key = m.moved_to
-                       WHERE m.run_id = :run ORDER BY p.url""",
-                    {"run": run_id, "held": RUN_HELD},
+                       FROM run_misses m JOIN pages p ON p.key = m.key LEFT JOIN pages t ON t.key = m.moved_to
+                       WHERE m.run_id = :run AND m.kept = 1 ORDER BY p.url""",
+                    {"run": run_id},
                 )
             )
 
@@ -270,45 +273,23 @@ class SQLReaders:
     def iter_events(
         self, *, site: str | None = None, run_id: int | None = None, since: datetime | None = None
     ) -> Iterator[dict[str, Any]]:
-        """What published (or finished) runs did to pages, oldest first, whatever
-        ``RECRAWLER_EVENTS_URI`` was when they ran: ``new`` (the run first stored the page),
-        ``changed`` (its history), ``quarantined``, ``gone`` and ``moved`` (what the run's end
-        recorded, schema 11 on). Each: run_id, action, url, key, at, title, changed_fields, moved_to."""
-        params = {
-            "site": site,
-            "run": run_id,
-            "since": _at(since) if since is not None else None,
-            "published": RUN_PUBLISHED,
-            "finished": RUN_FINISHED,
-        }
-        runs = """r.state IN (:published, :finished) AND (CAST(:site AS TEXT) IS NULL OR r.site = :site)
-            AND (CAST(:run AS INTEGER) IS NULL OR r.id = :run)"""
-        after = "(CAST(:since AS TEXT) IS NULL OR {at} >= :since)"
+        """The events of runs a publication covers, oldest first, from the outbox (the durable log
+        every run writes, whatever ``RECRAWLER_EVENTS_URI`` was): as delivered, one dict each."""
         with self.db.reader() as conn:
-            recorded = self._has_table(conn, "run_pages")
-            removals = f"""UNION ALL
-                SELECT rp.run_id, rp.event AS action, rp.url, rp.key, rp.at, rp.title,
-                  NULL AS changed_fields, t.url AS moved_to
-                FROM run_pages rp JOIN runs r ON r.id = rp.run_id LEFT JOIN pages t ON t.key = rp.moved_to
-                WHERE {runs} AND {after.format(at="rp.at")}"""
+            # schema 10 names each event's run (and made the outbox a log kept with or without a sink)
+            if not self._has_table(conn, "page_before"):
+                return
+            d = conn.dialect
             for row in conn.iter(
-                f"""SELECT r.id AS run_id, 'new' AS action, p.url, p.key, p.first_seen AS at, p.title,
-                      NULL AS changed_fields, NULL AS moved_to
-                    FROM runs r JOIN pages p ON (r.site IS NULL OR p.site = r.site)
-                      AND p.first_seen >= r.started_at AND p.first_seen <= r.finished_at
-                    WHERE {runs} AND {after.format(at="p.first_seen")}
-                    UNION ALL
-                    SELECT c.run_id, 'changed' AS action, c.url, c.key, c.at, p.title,
-                      c.changed_fields, NULL AS moved_to
-                    FROM page_changes c JOIN runs r ON r.id = c.run_id LEFT JOIN pages p ON p.key = c.key
-                    WHERE c.verdict = 'changed' AND {runs} AND {after.format(at="c.at")}
-                    {removals if recorded else ""}
-                    ORDER BY at, key""",
-                params,
+                f"""SELECT o.payload FROM outbox o LEFT JOIN runs r ON r.id = o.run_id
+                    WHERE o.run_id IS NOT NULL AND {visible_run("o.run_id")}
+                      AND (CAST(:site AS TEXT) IS NULL OR r.site = :site)
+                      AND (CAST(:run AS INTEGER) IS NULL OR o.run_id = :run)
+                      AND (CAST(:since AS TEXT) IS NULL OR {d.json_text("o.payload", "at")} >= :since)
+                    ORDER BY o.id""",
+                {"site": site, "run": run_id, "since": _at(since) if since is not None else None},
             ):
-                event = dict(row)
-                event["changed_fields"] = json.loads(event["changed_fields"] or "null")
-                yield event
+                yield json.loads(row[0])
 
     def freshness(self, site: str | None, *, bound_secs: float, now: datetime) -> Freshness:
         """How current the live pages of *site* (None: every site) are at *now*: verified within
@@ -360,14 +341,22 @@ class SQLReaders:
 
     def iter_held_runs(self, site: str | None = None) -> Iterator[HeldRun]:
         """Runs waiting for ``runs approve`` / ``runs discard`` (of *site*; None: every site),
-        oldest first, with why they are held and how many removals they staged."""
+        oldest first: held runs, and runs whose removals wait (kept misses, schema 10; a held run a
+        later run supersedes hands its decision to that run), with why and how many removals."""
         with self.db.reader() as conn:
+            # before schema 10 a held run's staged misses were its removals, and only held runs waited
+            kept, waits = (
+                ("m.kept = 1", "m.kept = 1") if self._has_table(conn, "page_before") else ("1 = 1", "1 = 0")
+            )
             for row in conn.iter(
-                """SELECT r.id, r.site, r.started_at, r.finished_at, r.reasons, r.report,
-                     (SELECT COUNT(*) FROM run_misses m WHERE m.run_id = r.id) AS staged
-                   FROM runs r WHERE r.state = :held AND (CAST(:site AS TEXT) IS NULL OR r.site = :site)
+                f"""SELECT r.id, r.site, r.started_at, r.finished_at, r.reasons, r.report, r.state,
+                     (SELECT COUNT(*) FROM run_misses m WHERE m.run_id = r.id AND {kept}) AS staged
+                   FROM runs r
+                   WHERE (r.state = :held OR (r.state NOT IN (:discarded, :aborted) AND EXISTS (
+                       SELECT 1 FROM run_misses m WHERE m.run_id = r.id AND {waits})))
+                     AND (CAST(:site AS TEXT) IS NULL OR r.site = :site)
                    ORDER BY r.id""",
-                {"held": RUN_HELD, "site": site},
+                {"held": RUN_HELD, "discarded": RUN_DISCARDED, "aborted": RUN_ABORTED, "site": site},
             ):
                 report = json.loads(row["report"]) if row["report"] else {}
                 yield HeldRun(
@@ -379,6 +368,7 @@ class SQLReaders:
                     alert=report.get("alert"),
                     reasons=tuple(json.loads(row["reasons"]) if row["reasons"] else ()),
                     staged_removals=int(row["staged"]),
+                    state=str(row["state"]),
                 )
 
     def iter_schedule(self, site: str | None = None) -> Iterator[ScheduledPage]:

@@ -30,13 +30,20 @@ _RETIRED_REPLACED, _RETIRED_QUARANTINED, _RETIRED_GONE = 0, 1, 2
 _SCHEDULE_COLUMNS = (
     "key, url, status, lastmod, listed_run, listed_skip, audit_run, "
     "COALESCE(last_check_at, last_checked) AS last_check_at, "
-    "next_check_at, check_interval, check_count, change_count, checked_secs, change_rate"
+    "next_check_at, check_interval, check_count, change_count, checked_secs, change_rate, "
+    # a change or a removal of the page waits for a decision: check it again (later evidence)
+    "(pending = 'changed' OR key IN (SELECT m.key FROM run_misses m WHERE m.kept = 1)) AS waiting"
 )
 _TRUST_COLUMNS = "host, signal, checks, lies, trusted, last_lie_at, last_lie_url"
 _PAGE_COLUMNS = (
     "key, site, url, etag, last_modified, lastmod, content_hash, fuzzy_hash, title, status, "
     "misses, first_seen, last_checked, last_changed, last_seen_run, chunks, noise_key, "
-    "found_depth, moved_to, changed_run"
+    "found_depth, moved_to, changed_run, pending"
+)
+#: a page row as read: with, for a pending page, the content hash the knowledge base shows
+_PAGE_SELECT = (
+    f"{_PAGE_COLUMNS}, CASE WHEN pending = 'changed' THEN "
+    "(SELECT b.content_hash FROM page_before b WHERE b.key = pages.key) END AS published_hash"
 )
 
 
@@ -85,6 +92,7 @@ def _row_to_scheduled(row: Any) -> ScheduledPage:
         listed_run=row["listed_run"],
         listed_skip=row["listed_skip"],
         audit_run=row["audit_run"],
+        waiting=bool(row["waiting"]),
     )
 
 
@@ -124,6 +132,8 @@ def _row_to_record(row: Any) -> PageRecord:
         found_depth=row["found_depth"] or 0,
         moved_to=row["moved_to"],
         changed_run=row["changed_run"],
+        pending=row["pending"],
+        published_hash=row["published_hash"] if "published_hash" in row.keys() else None,  # noqa: SIM118 (rows are not dicts)
     )
 
 
@@ -290,7 +300,7 @@ def _rehash(d: Dialect, site: str) -> Work[int]:
             (site, after),
         )
         if not batch:
-            return moved
+            break
         updates = []
         for key, old_hash, blob in batch:
             new_hash = page_hash(kept_blocks(unpack_blocks(blob), boiler))
@@ -300,3 +310,23 @@ def _rehash(d: Dialect, site: str) -> Work[int]:
             yield many("UPDATE pages SET content_hash = ? WHERE key = ?", updates)
         moved += len(updates)
         after = batch[-1][0]
+    # the published state of pending pages too: it is compared with like
+    after = ""
+    while True:
+        batch = yield rows(
+            """SELECT key, content_hash, f_blocks FROM page_before
+               WHERE site = ? AND f_present = 1 AND noise_key IS NOT NULL AND key > ?
+               ORDER BY key LIMIT 2000""",
+            (site, after),
+        )
+        if not batch:
+            break
+        updates = [
+            (new_hash, key)
+            for key, old_hash, blob in batch
+            if (new_hash := page_hash(kept_blocks(unpack_blocks(blob or b""), boiler))) != old_hash
+        ]
+        if updates:
+            yield many("UPDATE page_before SET content_hash = ? WHERE key = ?", updates)
+        after = batch[-1][0]
+    return moved

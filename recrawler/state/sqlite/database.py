@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import sqlite3
@@ -15,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
 
 from recrawler.exceptions import PageWriteError, SchemaVersionError, StateStoreError, StateStoreUnavailable
-from recrawler.state.sql.database import insert_embeddings, insert_outbox, store_options
+from recrawler.index.visibility import visible_run
+from recrawler.state.sql.database import insert_embeddings, insert_outbox, store_options, undelivered_sql
 from recrawler.state.sql.dialect import SQLITE, drive
 
 if TYPE_CHECKING:
@@ -273,27 +275,29 @@ class SQLiteDatabase:
         await self._call(self._guard, work)
 
     async def pending_events(self) -> int:
-        """How many committed events wait in the outbox for delivery."""
+        """How many committed events of published runs wait in the outbox for delivery."""
 
         def work() -> int:
             self._commit()
-            return int(self.conn.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
+            return int(
+                self.conn.execute(
+                    "SELECT COUNT(*) FROM outbox WHERE delivered = 0 AND " + visible_run("run_id")
+                ).fetchone()[0]
+            )
 
         return await self._call(self._guard, work)
 
     def _deliver(self, *, asked: bool = False) -> None:
-        """Send committed outbox events to the sink, a batch at a time, deleting each batch once
-        the sink took it (at-least-once). A sink that is not ``immediate`` (a webhook) is only
-        called when a delivery is *asked* for."""
+        """Send committed outbox events of published runs to the sink, a batch at a time, marking
+        each batch delivered once the sink took it (at-least-once). A sink that is not
+        ``immediate`` (a webhook) is only called when a delivery is *asked* for."""
         if self.sink is None or not (asked or self.sink.immediate):
             return
         conn = self.conn
         if conn.in_transaction:
             return
         while True:
-            rows = conn.execute(
-                "SELECT id, payload FROM outbox ORDER BY id LIMIT ?", (self.sink.batch_size,)
-            ).fetchall()
+            rows = conn.execute(undelivered_sql(self.dialect), (self.sink.batch_size,)).fetchall()
             if not rows:
                 return
             try:
@@ -305,7 +309,10 @@ class SQLiteDatabase:
                     {"sink": getattr(self.sink, "path", self.sink), "exc": exc},
                 )
                 return
-            conn.execute("DELETE FROM outbox WHERE id <= ?", (rows[-1]["id"],))
+            conn.execute(
+                "UPDATE outbox SET delivered = 1 WHERE id IN (SELECT value FROM json_each(?))",
+                (json.dumps([r["id"] for r in rows]),),
+            )
 
     def _drive(self, work: Work[_T]) -> _T:
         conn = self.conn
@@ -500,4 +507,16 @@ class SQLiteDatabase:
                 f"recrawler's {SCHEMA_VERSION}; upgrade recrawler"
             )
             raise SchemaVersionError(msg)
+        if version < SCHEMA_VERSION:
+            # an older schema (recrawler was upgraded, no crawl ran since): migrated forward
+            # first, as the next crawl would, so readers see the columns they read
+            conn.close()
+            rw = self._connect()
+            try:
+                migrate(rw, self.path, False)
+            except sqlite3.DatabaseError as exc:
+                raise self._wrap_open_error(exc) from exc
+            finally:
+                rw.close()
+            conn = self._connect(readonly=True)
         return conn
