@@ -129,7 +129,9 @@ def test_the_quickstart_runs_as_written_and_prints_what_the_readme_shows(checkou
     assert len(got) == len(expected), searched.stdout
     for pattern, line in zip(expected, got, strict=True):
         assert re.fullmatch(pattern, line), (pattern, line)
-    assert searches[0].stdout == searched.stdout
+    # the quickstart's own search (before the second crawl: its times may be a minute earlier)
+    for pattern, line in zip(expected, searches[0].stdout.splitlines(), strict=True):
+        assert re.fullmatch(pattern, line), (pattern, line)
 
     # the README's Python snippets, pasted into a file in this directory, find that database
     for snippet, expect in (
