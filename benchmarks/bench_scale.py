@@ -623,34 +623,38 @@ class PostgresFill:
                 copy.write(struct.pack(">h", -1))
         self.seconds += time.perf_counter() - t0
 
-    def finish(self, dims: int, maintenance_work_mem: str) -> dict[str, Any]:
-        from recrawler.state.postgres.database import hnsw_index
+    def finish(self, dims: int, embedder_id: str, maintenance_work_mem: str) -> dict[str, Any]:
+        from recrawler.state.postgres.database import ensure_vector_index, vector_index_name
 
         self.conn.execute("ANALYZE")
         t0 = time.perf_counter()
         self.conn.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")
-        self.conn.execute(hnsw_index(dims))
+        # the store's own build (none for the hashing embedder: its vectors are searched exactly)
+        built = ensure_vector_index(self.conn, dims, embedder_id, min_rows=0)
         index_s = time.perf_counter() - t0
         self.conn.execute("ANALYZE")
-        name = f"embeddings_hnsw_{dims}"
-        index_bytes = self.conn.execute("SELECT pg_relation_size(%s::regclass)", (name,)).fetchone()[0]
+        name = vector_index_name(dims, embedder_id)
+        index_bytes = self.conn.execute("SELECT pg_relation_size(to_regclass(%s))", (name,)).fetchone()[0]
         self.conn.close()
         return {
             "fill_s": self.seconds,
-            "index_s": index_s,
-            "index_bytes": int(index_bytes),
+            "index_s": index_s if built else None,
+            "index_bytes": int(index_bytes) if index_bytes is not None else None,
             "db_bytes": database_size(self.uri),
         }
 
 
-def hnsw_scans(uri: str, dims: int) -> int:
+def hnsw_scans(uri: str, dims: int, embedder_id: str) -> int:
     """How many scans the HNSW index has served (``pg_stat_user_indexes``)."""
     import psycopg
+
+    from recrawler.state.postgres.database import vector_index_name
 
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("SELECT pg_stat_force_next_flush()")
         row = conn.execute(
-            "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = %s", (f"embeddings_hnsw_{dims}",)
+            "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = %s",
+            (vector_index_name(dims, embedder_id),),
         ).fetchone()
     return int(row[0]) if row else 0
 
@@ -746,7 +750,7 @@ def part_search(args: argparse.Namespace, pg: Postgres | None, tmp: Path) -> lis
         done = {"numpy": fills["numpy"].finish()}
         if "pgvector" in fills:
             log("search: building the HNSW index ...")
-            done["pgvector"] = fills["pgvector"].finish(embedder.dim, args.maintenance_work_mem)
+            done["pgvector"] = fills["pgvector"].finish(embedder.dim, embedder.id, args.maintenance_work_mem)
         exact: list[Any] | None = None
         runs = [("numpy", "numpy", None), ("pgvector", "pgvector", None)]
         runs += [("pgvector", f"pgvector ef_search={ef}", ef) for ef in args.ef_search]
@@ -758,11 +762,11 @@ def part_search(args: argparse.Namespace, pg: Postgres | None, tmp: Path) -> lis
                 continue
             row |= done[backend]
             uri = fills[backend].uri
-            scans = hnsw_scans(uri, embedder.dim) if backend == "pgvector" else None
+            scans = hnsw_scans(uri, embedder.dim, embedder.id) if backend == "pgvector" else None
             log(f"search: {n} chunks, {label}: {args.queries} queries ...")
             row |= run_search_child(uri, queries_path, args.timeout, ef)
             if scans is not None and row["exit"] == 0:
-                row["hnsw_index_scans"] = hnsw_scans(uri, embedder.dim) - scans
+                row["hnsw_index_scans"] = hnsw_scans(uri, embedder.dim, embedder.id) - scans
             hits = row.pop("hits", None)
             if backend == "numpy":
                 exact = hits

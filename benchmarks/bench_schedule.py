@@ -28,6 +28,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +176,7 @@ def simulate(site: list[Page], strategy: Strategy, days: int, seed: int, runs_pe
             seen[page.url] = version
     for page in site:
         days_checked = checked_on[page.url]
-        gaps = [b - a for a, b in zip(days_checked, days_checked[1:], strict=False)]
+        gaps = [b - a for a, b in pairwise(days_checked)]
         if days_checked:
             gaps.append(days - days_checked[-1])
         result.worst_stale_days = max([result.worst_stale_days, *gaps])

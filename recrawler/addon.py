@@ -16,6 +16,7 @@ from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddle
 from recrawler.exceptions import ConfigurationError
 from recrawler.extensions.logs import DownloadFailureLog
 from recrawler.extensions.reconcile import Reconciler
+from recrawler.extensions.sinks import VectorStoreSinks
 from recrawler.extras import require
 from recrawler.meta import spider_opted_in
 from recrawler.pipelines.classify import ClassifyPipeline
@@ -201,6 +202,8 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict("EXTENSIONS", Runtime, 0)
         settings.setdefault_in_component_priority_dict("EXTENSIONS", Reconciler, 0)
         settings.setdefault_in_component_priority_dict("EXTENSIONS", DownloadFailureLog, 0)
+        # off unless RECRAWLER_VECTORSTORE_SINKS names a store (NotConfigured): after a publication
+        settings.setdefault_in_component_priority_dict("EXTENSIONS", VectorStoreSinks, 0)
         # 535: above ConditionalRequestMiddleware (540), so the validators it attaches are on the
         # request and its 304 accounting is done when an audited 304 is turned into a refetch.
         settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", AuditMiddleware, 535)

@@ -14,6 +14,9 @@ RECRAWLER_DB_BATCH_SIZE = 1000
 RECRAWLER_DB_COMMIT_SECS = 2.0
 # How long to wait for a lock held by another process before giving up.
 RECRAWLER_DB_TIMEOUT_SECS = 10.0
+# PostgreSQL: stored vectors of one size get their HNSW index once there are this many (built
+# once, when a run's store closes); fewer are searched exactly.
+RECRAWLER_DB_VECTOR_INDEX_MIN_ROWS = 10_000
 # One run at a time per site: a run's lease lapses when its holder misses heartbeats this long
 # (heartbeats come every quarter of it); a later run then takes over and marks it aborted.
 RECRAWLER_LEASE_SECS = 60.0
@@ -188,6 +191,9 @@ RECRAWLER_EMBEDDER_TIMEOUT_SECS = 60.0
 RECRAWLER_PUBLISH = "run"
 # A change spike (see RECRAWLER_CHANGE_ALERT_RATIO) needs at least this many new+changed pages.
 RECRAWLER_CHANGE_ALERT_MIN = 10
+# LangChain vector stores mirrored after each published run: {name: import path of a callable
+# that returns the VectorStore} (recrawler.kb.sync; empty: none).
+RECRAWLER_VECTORSTORE_SINKS: dict[str, str] = {}
 # Crawl and classify, report what would be embedded, deleted and published; write nothing.
 RECRAWLER_DRY_RUN = False
 

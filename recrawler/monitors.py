@@ -7,6 +7,10 @@
 List the suite under ``SPIDERMON_ENGINE_STOP_MONITORS``: the run report is built by the
 Reconciler's ``spider_closed`` handler, which Spidermon's own ``spider_closed`` handler does not
 wait for (Scrapy runs the handlers of one signal concurrently); ``engine_stopped`` comes after it.
+A run refused when the spider opens (the site busy, the database unreachable) closes the spider before
+the engine starts, and Scrapy sends no ``engine_stopped`` then: the Runtime runs those suites
+itself (:func:`run_engine_stop_monitors`), and every monitor fails with "the recrawler run did
+not begin".
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ __all__ = [
     "OutageGuardMonitor",
     "RunMonitor",
     "RunOutcomeMonitorSuite",
+    "run_engine_stop_monitors",
 ]
 
 
@@ -170,3 +175,15 @@ class RunOutcomeMonitorSuite(MonitorSuite):  # type: ignore[misc]  # spidermon i
         ErrorRatioMonitor,
         AuditLiesMonitor,
     ]
+
+
+def run_engine_stop_monitors(crawler: Crawler) -> bool:
+    """Run Spidermon's ``SPIDERMON_ENGINE_STOP_MONITORS`` now (a run refused at start, whose
+    engine never started, never sends ``engine_stopped``); False without Spidermon's extension."""
+    from spidermon.contrib.scrapy.extensions import Spidermon
+
+    ext = crawler.get_extension(Spidermon)
+    if ext is None:
+        return False
+    ext.engine_stopped()
+    return True

@@ -12,6 +12,8 @@ if TYPE_CHECKING:
 
 #: exit codes of ``scrapy crawl`` / ``recrawler crawl`` (1 stays Scrapy's own: a crash)
 EXIT_OK, EXIT_CONFIG, EXIT_HELD, EXIT_GUARD, EXIT_STATE, EXIT_BUSY = 0, 2, 3, 4, 5, 6
+#: a worker of the run (or its leader) died mid-run: the run is unfinished
+EXIT_WORKER_LOST = 7
 #: hold reasons: the run waits for ``recrawler runs approve`` / ``discard``
 HOLD_MASS_REMOVAL, HOLD_SPIKE, HOLD_SAME_CONTENT = "mass_removal", "change_spike", "same_content"
 
@@ -133,12 +135,16 @@ def outage_reasons(
     return why
 
 
-def exit_code(*, state_errors: bool, lease_lost: bool, held: bool, skipped: bool) -> int:
+def exit_code(
+    *, state_errors: bool, lease_lost: bool, held: bool, skipped: bool, worker_lost: bool = False
+) -> int:
     """The exit code of a run that ran (see ``EXIT_*``)."""
     if state_errors:
         return EXIT_STATE
     if lease_lost:
         return EXIT_BUSY
+    if worker_lost:
+        return EXIT_WORKER_LOST
     if held:
         return EXIT_HELD
     if skipped:
@@ -153,6 +159,7 @@ __all__ = [
     "EXIT_HELD",
     "EXIT_OK",
     "EXIT_STATE",
+    "EXIT_WORKER_LOST",
     "HOLD_MASS_REMOVAL",
     "HOLD_SAME_CONTENT",
     "HOLD_SPIKE",

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, Self, TypeVar
 
 from scrapy import signals
@@ -77,8 +78,10 @@ class Runtime:
     Settings: ``RECRAWLER_DB_URI``, ``RECRAWLER_LEASE_SECS``, ``RECRAWLER_AUDIT_SAMPLE``,
     ``RECRAWLER_AUDIT_DISTRUST_AFTER``, ``RECRAWLER_INDEX_ENABLED``, ``RECRAWLER_EMBEDDER*``,
     ``RECRAWLER_PUBLISH``, ``RECRAWLER_DRY_RUN``, ``RECRAWLER_CPU_*``, ``RECRAWLER_GC_THRESHOLD``,
-    ``RECRAWLER_WORKERS_ENABLED``.
-    Signals: listens to ``spider_opened`` and ``engine_stopped``.
+    ``RECRAWLER_WORKERS_ENABLED``, ``RECRAWLER_REPORT_FILE`` (a refused run's report),
+    ``SPIDERMON_ENABLED`` (a refused run's monitors).
+    Signals: listens to ``spider_opened``, ``spider_closed`` (a refused run's Spidermon
+    engine-stop monitors) and ``engine_stopped``.
     """
 
     def __init__(
@@ -136,7 +139,7 @@ class Runtime:
         self._opened = asyncio.Event()
         self._heartbeat: asyncio.Task[None] | None = None
         self._closed = False
-        #: refusal reasons already logged this run (each is logged once, then only counted)
+        #: refusal and failure reasons already logged this run (each logged once, then counted)
         self._refusals_logged: set[str] = set()
         #: with RECRAWLER_WORKERS_ENABLED: this process's part in a run shared with other workers
         self.workers: SharedRun | None = None
@@ -173,6 +176,7 @@ class Runtime:
             if s.getbool("RECRAWLER_CPU_EMBED") and not s.getbool("RECRAWLER_DRY_RUN"):
                 runtime.cpu_pool.embed_with(embedder)
         crawler.signals.connect(runtime.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(runtime.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(runtime.engine_stopped, signal=signals.engine_stopped)
         if s.getbool("RECRAWLER_WORKERS_ENABLED"):
             from recrawler.workers import SharedRun
@@ -181,6 +185,13 @@ class Runtime:
             crawler.signals.connect(runtime.worker_idle, signal=signals.spider_idle)
             crawler.signals.connect(runtime.worker_busy, signal=signals.request_reached_downloader)
         return runtime
+
+    def first(self, what: str) -> bool:
+        """True the first time *what* happens this run: a reason logged once, then only counted."""
+        if what in self._refusals_logged:
+            return False
+        self._refusals_logged.add(what)
+        return True
 
     def refused(self, url: str, reason: str, source: str) -> None:
         """Count a URL the policy refused, from any source; the first of each reason this run is
@@ -203,6 +214,15 @@ class Runtime:
 
             self._embedder = embedder_from_settings(self.crawler.settings)
         return self._embedder
+
+    def wake(self) -> None:
+        """Have the engine look for work (and go idle again) now: a read that kept an idle
+        spider open is in. Scrapy offers nothing public for it; without it the engine would
+        look again at its next heartbeat, 5 seconds later."""
+        slot = getattr(self.crawler.engine, "_slot", None)
+        nextcall = getattr(slot, "nextcall", None)
+        if nextcall is not None:
+            nextcall.schedule()
 
     async def offload(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Run pure per-page CPU work on the CPU threads (``RECRAWLER_CPU_THREADS``), or inline.
@@ -243,6 +263,7 @@ class Runtime:
             await self.auditor.ready(self.run)
         except (RunRefused, StateStoreError, ConfigurationError) as exc:
             await self._refuse(exc)
+            self._report_refusal(exc)
             raise CloseSpider(self._close_reason(exc)) from exc
         finally:
             self._opened.set()
@@ -265,6 +286,35 @@ class Runtime:
         # exit (where Python 3.11's executor shutdown can race and print a traceback)
         self._stop_cpu()
         await self._close_store()
+
+    def _report_refusal(self, exc: BaseException) -> None:
+        """A refused run leaves no run row: ``RECRAWLER_REPORT_FILE`` says what happened instead
+        (a Scrapyd job shows as finished either way)."""
+        path = self.crawler.settings.get("RECRAWLER_REPORT_FILE")
+        if not path:
+            return
+        reason = self._close_reason(exc)
+        refusal = {
+            "run_id": None,
+            "finish_reason": reason,
+            "outcome": {"state": "refused", "reasons": [reason], "exit_code": self.exit_code},
+            "error": redact_text(str(exc)),
+        }
+        try:
+            Path(path).write_text(json.dumps(refusal, indent=2) + "\n", encoding="utf-8")
+        except OSError as exc_:
+            logger.error("could not write the run report %(path)s: %(exc)s", {"path": path, "exc": exc_})
+
+    def spider_closed(self) -> None:
+        """A run refused when the spider opened: the engine never started, so Scrapy sends no
+        ``engine_stopped``; Spidermon's engine-stop monitors (``recrawler.monitors``) run now."""
+        if self.failure is None or not self.crawler.settings.getbool("SPIDERMON_ENABLED"):
+            return
+        try:
+            from recrawler.monitors import run_engine_stop_monitors
+        except ImportError:
+            return
+        run_engine_stop_monitors(self.crawler)
 
     async def _join(self) -> Run:
         """A joining worker: the leader's run (its audit sample is the leader's to check)."""
@@ -313,6 +363,14 @@ class Runtime:
             if self.workers.state != self.workers.BUSY:
                 self.workers.set_state(self.workers.BUSY)
 
+    def worker_counts(self) -> dict[str, int | float]:
+        """A joining worker's counts for its leader: its counters, and the page writes its store
+        committed (``outcome:``) and lost (``lost:``)."""
+        counts: dict[str, int | float] = dict(self.counters.items())
+        counts.update({f"outcome:{k}": v for k, v in self.store.outcomes.items()})
+        counts.update({f"lost:{k}": v for k, v in self.store.lost.items()})
+        return counts
+
     @staticmethod
     def _close_reason(exc: BaseException) -> str:
         if isinstance(exc, RunRefused):
@@ -360,6 +418,8 @@ class Runtime:
             if self.workers is not None:
                 await asyncio.to_thread(self.workers.beat)
                 if not self.workers.leader:
+                    # this worker's work so far, counted by the leader should this process die
+                    await asyncio.to_thread(self.workers.report, self.worker_counts())
                     continue
             try:
                 held = await self.store.heartbeat(run)

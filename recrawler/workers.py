@@ -78,7 +78,9 @@ class SharedRun:
     """One run, many workers: the first worker to start leads (takes the site's lease, reads the
     listing, checks unseen pages and does the closing work once, after the last worker); the others
     join its run through Redis, fetch and classify from the shared scrapy-redis frontier, and leave
-    their counts for the leader. A worker whose leader is gone closes; its writes are committed.
+    their counts for the leader (as of each heartbeat, and when they leave). A worker whose
+    leader is gone closes, its writes committed, and the run stays unfinished; a worker that stops
+    beating without leaving is lost, and the leader ends the run unfinished too (nothing removed).
 
     Settings: ``RECRAWLER_WORKERS_ENABLED``, ``RECRAWLER_WORKERS_WAIT_SECS``,
     ``RECRAWLER_WORKERS_TTL_SECS``, ``REDIS_URL`` (scrapy-redis's connection settings).
@@ -136,10 +138,17 @@ class SharedRun:
 
     def publish_run(self, run: Run) -> None:
         """Leader: clear the last run's frontier (its seen-set would skip every page) and announce the run."""
+        old = self._members()
         pipe = self.server.pipeline()
         pipe.delete(*self.frontier, self._key("workers"), self._key("counts"), self._key("closing"))
+        pipe.delete(self._key("members"), self._key("left"), *(self._key(f"counts:{m}") for m in old))
         pipe.set(self._key("run"), _run_to_json(run), ex=self._ttl() * 1000)
         pipe.execute()
+
+    def _members(self) -> list[str]:
+        """Every worker that took part in the run (alive, left or lost)."""
+        found = self.server.smembers(self._key("members"))
+        return sorted(m.decode() if isinstance(m, bytes) else m for m in found)
 
     async def joined_run(self) -> Run | None:
         """Worker: the leader's run, once it is announced (None after ``RECRAWLER_WORKERS_WAIT_SECS``)."""
@@ -156,6 +165,7 @@ class SharedRun:
         """Renew this worker's presence (and the leader's claim)."""
         pipe = self.server.pipeline()
         pipe.hset(self._key("workers"), self.worker, self.state)
+        pipe.sadd(self._key("members"), self.worker)
         pipe.set(self._key(f"alive:{self.worker}"), 1, ex=self._ttl())
         if self.leader:
             pipe.set(self._key("leader"), self.worker, ex=self._ttl())
@@ -198,17 +208,37 @@ class SharedRun:
             return int(self.server.llen(queue)) == 0
         return kind == "none"
 
+    def report(self, counts: dict[str, int | float]) -> None:
+        """Worker: this worker's counts so far (with each heartbeat): a worker that dies has its
+        work up to its last heartbeat counted by the leader."""
+        pipe = self.server.pipeline()
+        self._report(pipe, counts)
+        pipe.execute()
+
+    def _report(self, pipe: Any, counts: dict[str, int | float]) -> None:
+        key = self._key(f"counts:{self.worker}")
+        pipe.delete(key)
+        if counts:
+            pipe.hset(key, mapping={k: repr(v) for k, v in counts.items()})
+        pipe.expire(key, self._ttl() * 1000)
+
     def leave(self, counts: dict[str, int | float]) -> None:
         """Worker: hand this worker's counts to the leader and leave the run."""
         pipe = self.server.pipeline()
-        for key, value in counts.items():
-            if isinstance(value, float):
-                pipe.hincrbyfloat(self._key("counts"), key, value)
-            else:
-                pipe.hincrby(self._key("counts"), key, int(value))
+        self._report(pipe, counts)
+        pipe.sadd(self._key("left"), self.worker)
         pipe.hdel(self._key("workers"), self.worker)
         pipe.delete(self._key(f"alive:{self.worker}"))
         pipe.execute()
+
+    def lost(self) -> list[str]:
+        """Leader: the workers of the run that stopped beating without leaving it (killed)."""
+        left = {m.decode() if isinstance(m, bytes) else m for m in self.server.smembers(self._key("left"))}
+        return [
+            m
+            for m in self._members()
+            if m != self.worker and m not in left and not self.server.exists(self._key(f"alive:{m}"))
+        ]
 
     async def wait_for_workers(self) -> None:
         """Leader: announce closing and wait until every live worker has left."""
@@ -225,15 +255,28 @@ class SharedRun:
         return [n for n in names if n != self.worker and self.server.exists(self._key(f"alive:{n}"))]
 
     def gathered(self) -> dict[str, float]:
-        """Leader: the counts every worker left."""
-        return {
-            (k.decode() if isinstance(k, bytes) else k): float(v)
-            for k, v in self.server.hgetall(self._key("counts")).items()
-        }
+        """Leader: the counts every other worker left (a lost one's, as of its last heartbeat)."""
+        total: dict[str, float] = {}
+        for member in self._members():
+            if member == self.worker:
+                continue
+            for k, v in self.server.hgetall(self._key(f"counts:{member}")).items():
+                name = k.decode() if isinstance(k, bytes) else k
+                total[name] = total.get(name, 0.0) + float(v)
+        return total
 
     def release(self) -> None:
         """Leader: the run is over; the next run elects a leader again."""
-        self.server.delete(self._key("leader"), self._key("run"), self._key("workers"), self._key("counts"))
+        members = self._members()
+        self.server.delete(
+            self._key("leader"),
+            self._key("run"),
+            self._key("workers"),
+            self._key("counts"),
+            self._key("members"),
+            self._key("left"),
+            *(self._key(f"counts:{m}") for m in members),
+        )
 
 
 __all__ = ["PageKeyDupeFilter", "SharedRun", "frontier_keys"]

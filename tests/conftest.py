@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from dataclasses import dataclass, field
@@ -12,13 +13,14 @@ import pytest
 from scrapy import signals
 from scrapy.crawler import AsyncCrawlerRunner, Crawler, CrawlerRunner
 from scrapy.statscollectors import DummyStatsCollector
+from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.reactor import is_reactor_installed
 from scrapy.utils.test import get_reactor_settings
 
 from recrawler.runtime import Runtime
 from recrawler.spiders.docs import DocsSpider
 from tests.conftest_mockserver import *  # noqa: F403 (fixtures: mockserver, site)
-from tests.postgres import postgres_server, postgres_uri  # noqa: F401 (fixtures)
+from tests.postgres import own_postgres, postgres_server, postgres_uri  # noqa: F401 (fixtures)
 
 
 def make_crawler(spidercls: type[Any], settings: dict[str, Any]) -> Crawler:
@@ -121,3 +123,12 @@ class Crawls:
 @pytest.fixture
 def crawls(tmp_path: Path) -> Crawls:
     return Crawls(tmp_path)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """langchain-tests' async standard tests are plain coroutines: they run as asyncio tasks on
+    the reactor's loop (as the suite's own async tests do, through ``deferred_f_from_coro_f``)."""
+    for item in items:
+        function = getattr(item, "obj", None)
+        if "langchain_standard" in item.nodeid and inspect.iscoroutinefunction(function):
+            item.obj = deferred_f_from_coro_f(function)  # type: ignore[attr-defined]

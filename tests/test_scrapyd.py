@@ -7,6 +7,7 @@ Scrapyd 1.6 needs ``pkg_resources`` (setuptools < 81), so it lives in its own vi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -62,6 +63,8 @@ class Scrapyd:
     url: str
     workdir: Path
     venv: Path
+    project: str = "recrawler"
+    spider: str = "docs"
 
     def get(self, endpoint: str, **params: str) -> Any:
         with urllib.request.urlopen(f"{self.url}{endpoint}?{urllib.parse.urlencode(params)}") as resp:
@@ -74,7 +77,7 @@ class Scrapyd:
 
     def schedule(self, sitemap_url: str, **settings: str) -> str:
         """``curl .../schedule.json -d project=recrawler -d spider=docs -d sitemap_url=...``."""
-        fields = [("project", "recrawler"), ("spider", "docs"), ("sitemap_url", sitemap_url)]
+        fields = [("project", self.project), ("spider", self.spider), ("sitemap_url", sitemap_url)]
         fields += [("setting", f"{name}={value}") for name, value in settings.items()]
         answer = self.post("schedule.json", fields)
         assert answer["status"] == "ok", answer
@@ -84,23 +87,29 @@ class Scrapyd:
         """Wait until Scrapyd lists *job* as finished."""
         deadline = time.monotonic() + deadline_secs
         while time.monotonic() < deadline:
-            jobs = self.get("listjobs.json", project="recrawler")
+            jobs = self.get("listjobs.json", project=self.project)
             if any(j["id"] == job for j in jobs["finished"]):
                 return
             time.sleep(0.2)  # Scrapyd reports job state by polling only
         pytest.fail(f"job {job} did not finish:\n{self.log(job)}")
 
     def log(self, job: str) -> str:
-        path = self.workdir / "logs" / "recrawler" / "docs" / f"{job}.log"
+        path = self.workdir / "logs" / self.project / self.spider / f"{job}.log"
         return path.read_text(encoding="utf-8") if path.exists() else "(no log)"
 
 
 @pytest.fixture
 def scrapyd(tmp_path: Path) -> Iterator[Scrapyd]:
     assert SCRAPYD_VENV is not None
-    venv = Path(SCRAPYD_VENV)
+    with running_scrapyd(tmp_path, Path(SCRAPYD_VENV)) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def running_scrapyd(tmp_path: Path, venv: Path) -> Iterator[Scrapyd]:
+    """Scrapyd from *venv* on a free loopback port, with its own folders under *tmp_path*."""
     if not (venv / "bin" / "scrapyd").exists():
-        pytest.fail(f"RECRAWLER_TEST_SCRAPYD_VENV={SCRAPYD_VENV}: no bin/scrapyd in it")
+        pytest.fail(f"{venv}: no bin/scrapyd in it")
     workdir = tmp_path / "scrapyd"
     workdir.mkdir()
     port = free_port()
@@ -206,3 +215,76 @@ def test_docs_on_scrapyd_twice(scrapyd: Scrapyd, site: Site, tmp_path: Path) -> 
     assert db.exists()
     assert first["db"] == second["db"] == f"sqlite:///{db}"
     assert not (scrapyd.workdir / "recrawler.db").exists()
+
+    # a job refused at start (here: a corrupt database) is "finished" to Scrapyd like any other;
+    # its report file says what happened, without Scrapyd's log
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"not a database" * 100)
+    report = tmp_path / "refused.json"
+    job = scrapyd.schedule(
+        sitemap, RECRAWLER_DB_URI=f"sqlite:///{corrupt}", RECRAWLER_REPORT_FILE=str(report), **common
+    )
+    scrapyd.wait(job)
+    assert report.exists(), scrapyd.log(job)
+    refused = json.loads(report.read_text(encoding="utf-8"))
+    assert refused["outcome"] == {"state": "refused", "reasons": ["recrawler_state_error"], "exit_code": 5}
+    assert "corrupt" in refused["error"]
+
+
+USER_VENV = os.environ.get("RECRAWLER_TEST_SCRAPYD_USER_VENV")
+USER_SETTINGS = """\
+BOT_NAME = "docsbot"
+SPIDER_MODULES = ["docsbot.spiders"]
+ADDONS = {"recrawler.addon.RecrawlerAddon": 0}
+"""
+USER_SPIDER = """\
+from recrawler.spiders import RecrawlSitemapSpider
+
+
+class SupportDocsSpider(RecrawlSitemapSpider):
+    name = "supportdocs"
+"""
+
+
+@pytest.mark.skipif(
+    not USER_VENV,
+    reason="RECRAWLER_TEST_SCRAPYD_USER_VENV is not set: Scrapyd's virtualenv for projects that "
+    "depend on recrawler (recrawler installed in it; .ci/run builds one)",
+)
+def test_a_project_that_depends_on_recrawler_deploys_to_scrapyd_with_recrawler_installed(
+    site: Site, tmp_path: Path
+) -> None:
+    """A user's own Scrapy project (its egg carries its spiders, not recrawler): Scrapyd's
+    virtualenv has recrawler installed, as docs/deploy.md says."""
+    assert USER_VENV is not None
+    project = tmp_path / "docsbot"
+    (project / "docsbot" / "spiders").mkdir(parents=True)
+    (project / "docsbot" / "__init__.py").write_text("", encoding="utf-8")
+    (project / "docsbot" / "settings.py").write_text(USER_SETTINGS, encoding="utf-8")
+    (project / "docsbot" / "spiders" / "__init__.py").write_text("", encoding="utf-8")
+    (project / "docsbot" / "spiders" / "support.py").write_text(USER_SPIDER, encoding="utf-8")
+    with running_scrapyd(tmp_path, Path(USER_VENV)) as server:
+        server.project, server.spider = "docsbot", "supportdocs"
+        (project / "scrapy.cfg").write_text(
+            f"[settings]\ndefault = docsbot.settings\n\n[deploy]\nurl = {server.url}\nproject = docsbot\n",
+            encoding="utf-8",
+        )
+        done = subprocess.run(
+            [str(server.venv / "bin" / "scrapyd-deploy")],
+            cwd=project,
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, output
+        assert '"status": "ok"' in output, output
+        assert server.get("listspiders.json", project="docsbot")["spiders"] == ["supportdocs"]
+        report = tmp_path / "report.json"
+        job = server.schedule(write_site(site), RECRAWLER_REPORT_FILE=str(report), RECRAWLER_AUDIT_SAMPLE="0")
+        server.wait(job)
+        assert report.exists(), server.log(job)
+        counts = json.loads(report.read_text(encoding="utf-8"))["counts"]
+        assert (counts["new"], counts["errors"]) == (2, 0)

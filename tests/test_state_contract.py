@@ -600,8 +600,10 @@ class KnowledgeBaseContract(BackendMixin):
             with open_kb(uri, embedder=embedder) as kb:
                 assert sorted(c.text for c in kb.chunks()) == ["alpha one", "omega"]
                 assert [h.text for h in kb.search("alpha", k=5, site=SITE)] == ["alpha one"]
-                assert [h.text for h in kb.search("alpha", k=5, site=other)] == ["omega"]
-                assert sorted(h.text for h in kb.search("alpha", k=5)) == ["alpha one", "omega"]
+                assert [h.text for h in kb.search("omega", k=5, site=other)] == ["omega"]
+                # no padding: another site's chunk that shares nothing with the query is no hit
+                assert [h.text for h in kb.search("alpha", k=5, site=other)] == []
+                assert sorted(h.text for h in kb.search("alpha omega", k=5)) == ["alpha one", "omega"]
             await store.publish(run2.id, T0)
             with open_kb(uri, embedder="hashing") as kb:
                 assert sorted(c.text for c in kb.chunks()) == ["alpha two", "omega"]

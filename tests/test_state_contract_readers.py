@@ -171,22 +171,32 @@ class HeldRunsContract(BackendMixin):
                 alert,
                 ("error_ratio", "mass_removal"),
             )
-            assert held.staged_removals == 2
+            assert (held.staged_removals, held.state) == (2, "published")
             assert [r.id for r in store.iter_held_runs(SITE)] == [run2.id]
             assert list(store.iter_held_runs(OTHER)) == []
 
-            # run 3 is held whole (a change spike)
-            run3 = await store.begin_run("docs", SITE, T0 + timedelta(hours=3), holder=HOLDER, lease_secs=0)
+            # decided: nothing waits any more
+            await store.discard(run2.id)
+            await store.flush()
+            assert list(store.iter_held_runs()) == []
+
+            # a run held whole (a change spike) of another site
+            run3 = await store.begin_run("docs", OTHER, T0 + timedelta(hours=3), holder=HOLDER, lease_secs=0)
             await store.hold_run(run3)
             spike = {"counts": {}, "held": ["change_spike"], "alert": "change_spike: 3 of 3 pages"}
             await store.finish_run(
                 run3, reason="finished", at=finished, report=spike, reasons=["change_spike"]
             )
             await store.flush()
-            assert [(r.id, r.holds) for r in store.iter_held_runs()][-1] == (run3.id, ("change_spike",))
-            # decided: nothing waits any more
-            for run in {r.id for r in store.iter_held_runs()}:
-                await store.discard(run)
+            (whole,) = store.iter_held_runs()
+            assert (whole.id, whole.site, whole.holds, whole.state) == (
+                run3.id,
+                OTHER,
+                ("change_spike",),
+                "held",
+            )
+            assert list(store.iter_held_runs(SITE)) == []
+            await store.discard(run3.id)
             await store.flush()
             assert list(store.iter_held_runs()) == []
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -15,18 +16,21 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler import default_settings
 from recrawler.cli import main as cli_main
-from recrawler.exceptions import SchemaVersionError, StateStoreUnavailable
+from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
 from recrawler.index import open_kb
 from recrawler.state import store_from_uri
 from recrawler.state.postgres import SCHEMA_VERSION
+from recrawler.state.postgres.database import vector_index_name
 from tests import docsite
 from tests.conftest import Crawls
+from tests.embedserver import EmbedServer
 from tests.test_crawl import build_site
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from tests.conftest_mockserver import Site
+    from tests.postgres import PostgresServer
 
 pytestmark = pytest.mark.postgres
 
@@ -35,10 +39,11 @@ PASSWORD = "s3cret-pw-in-uri"
 
 
 def with_password(uri: str) -> str:
-    """*uri* with a password (the test server trusts its socket: any password logs in)."""
+    """*uri* with a password (the test server trusts its socket or loopback: any password logs in)."""
     parts = urlsplit(uri)
     user = parts.username or "postgres"
-    return urlunsplit(parts._replace(netloc=f"{user}:{PASSWORD}@{parts.hostname or ''}"))
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"{user}:{PASSWORD}@{parts.hostname or ''}{port}"))
 
 
 def settings() -> Settings:
@@ -145,26 +150,59 @@ async def test_every_cli_command_reads_postgresql(
     assert "stale_run: 1" in capsys.readouterr().out
 
 
+def hnsw_indexes(uri: str) -> dict[str, int]:
+    """The HNSW indexes on the embeddings and how many scans each has served."""
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        found = conn.execute(
+            "SELECT indexrelname, idx_scan FROM pg_stat_user_indexes "
+            "WHERE indexrelname LIKE 'embeddings_hnsw_%'"
+        ).fetchall()
+    return {r[0]: int(r[1]) for r in found}
+
+
 @deferred_f_from_coro_f
-async def test_search_reads_the_hnsw_index_of_the_published_run(
+async def test_search_of_the_hashing_embedders_vectors_is_exact_and_reads_the_published_run(
     site: Site, tmp_path: Path, postgres_uri: str
 ) -> None:
     crawls = Crawls(tmp_path)
     crawls.db_uri = postgres_uri
-    await crawls.crawl(build_site(site))
-    with psycopg.connect(postgres_uri) as conn:
-        indexes = [
-            r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'embeddings'")
-        ]
-        assert any(name.startswith("embeddings_hnsw_") for name in indexes)
-        conn.execute("SET enable_seqscan = off")
-        with open_kb(postgres_uri) as kb:
-            assert "Run it like this" in kb.search("Run it like this", k=1)[0].text
+    # however many vectors: the lexical hashing embedder's nearest chunks are found by a scan
+    await crawls.crawl(build_site(site), RECRAWLER_DB_VECTOR_INDEX_MIN_ROWS=1)
+    assert hnsw_indexes(postgres_uri) == {}
+    with open_kb(postgres_uri) as kb:
+        assert "Run it like this" in kb.search("Run it like this", k=1)[0].text
     # a run that has not published yet is invisible to search
     site.write("strong.html", docsite.page("Strong", [("Overview", ["Zebra crossing."])]), mtime=T0 + 5)
     with open_kb(postgres_uri) as kb:
         before = [h.text for h in kb.search("Zebra crossing", k=20)]
     assert not any("Zebra" in t for t in before)
+
+
+@deferred_f_from_coro_f
+async def test_a_model_embedders_vectors_get_an_hnsw_index_of_their_own_once_there_are_enough(
+    site: Site, tmp_path: Path, postgres_uri: str
+) -> None:
+    crawls = Crawls(tmp_path)
+    crawls.db_uri = postgres_uri
+    with EmbedServer(dim=16) as server:
+        model = {"RECRAWLER_EMBEDDER": "openai:test-model", "RECRAWLER_EMBEDDER_BASE_URL": server.url}
+        # fewer vectors than the bound (10,000): no index, they are searched exactly
+        await crawls.crawl(build_site(site), **model)
+        assert hnsw_indexes(postgres_uri) == {}
+        # a run that stores vectors (a changed page) builds it once there are enough
+        sitemap = build_site(site)
+        site.write("flaky.html", docsite.page("Flaky", [("Overview", ["Changed words."])]), mtime=T0 + 5)
+        await crawls.crawl(sitemap, RECRAWLER_DB_VECTOR_INDEX_MIN_ROWS=2, **model)
+        with psycopg.connect(postgres_uri) as conn:
+            embedders = conn.execute("SELECT DISTINCT embedder FROM embeddings").fetchall()
+        assert len(embedders) == 1
+        name = vector_index_name(16, embedders[0][0])
+        assert hnsw_indexes(postgres_uri) == {name: 0}
+        # (a planner that scans so few rows rather than read an index is told not to)
+        with open_kb(f"{postgres_uri}?options=-c%20enable_seqscan%3Doff") as kb:
+            assert len(kb.search("Run it like this", k=3)) == 3
+        assert hnsw_indexes(postgres_uri)[name] >= 1
 
 
 @deferred_f_from_coro_f
@@ -271,34 +309,76 @@ async def test_a_dry_run_writes_nothing(site: Site, tmp_path: Path, postgres_uri
 
 
 @deferred_f_from_coro_f
-async def test_two_runs_storing_their_first_vectors_at_once_do_not_deadlock(postgres_uri: str) -> None:
-    """Each store makes the HNSW index for its vector size on its first vectors. Two sites
+async def test_two_runs_building_the_vector_index_at_once_do_not_deadlock(postgres_uri: str) -> None:
+    """Each store builds the HNSW index of the vectors it stored when it closes. Two sites
     publishing at once deadlocked (seen in CI: run 2 of a site left unpublished, "deadlock
-    detected ... pg_class_relname_nsp_index"): one had made the index and was inserting, the other
-    was making it too. Whoever makes the index now holds a lock to the end of its transaction."""
-    from recrawler.state.postgres.database import INDEX_LOCK_KEY, hnsw_index
-    from recrawler.state.sql.dialect import POSTGRES, vector_literal
-
-    store = store_from_uri(postgres_uri, settings())
+    detected ... pg_class_relname_nsp_index") when both made the index: whoever makes it now
+    holds a lock to the end of its transaction, and the other finds it made."""
+    s = settings()
+    s.set("RECRAWLER_DB_VECTOR_INDEX_MIN_ROWS", 2)
+    stores = [store_from_uri(postgres_uri, s) for _ in range(2)]
+    for store in stores:
+        await store.open()
+    vector = bytes(range(16))  # four float32s
+    for n, store in enumerate(stores):
+        await store.store_embeddings([("model:4", f"text{n}", vector)])
+    await asyncio.wait_for(asyncio.gather(*(store.close() for store in stores)), 30)
+    assert list(hnsw_indexes(postgres_uri)) == [vector_index_name(4, "model:4")]
+    store = store_from_uri(postgres_uri, s)
     await store.open()
-    vector = bytes(16)  # four float32 zeros
     try:
-        async with await psycopg.AsyncConnection.connect(postgres_uri) as other:
-            # another run storing its first vectors: the index made, its rows not inserted yet
-            await other.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (INDEX_LOCK_KEY,))
-            await other.execute(hnsw_index(4))
-            storing = asyncio.ensure_future(store.store_embeddings([("hashing:v1:4", "mine", vector)]))
-            await asyncio.sleep(0.5)
-            assert not storing.done()  # it waits for the other run's transaction
-            await other.execute(
-                POSTGRES.sql(
-                    f"INSERT INTO embeddings ({POSTGRES.embedding_columns}) "
-                    f"VALUES ({POSTGRES.embedding_values})"
-                ),
-                ("hashing:v1:4", "theirs", vector, vector_literal(vector)),
-            )
-            await other.commit()
-        await asyncio.wait_for(storing, 10)
-        assert await store.missing_for("hashing:v1:4", ["mine", "theirs", "none"]) == ["none"]
+        assert await store.missing_for("model:4", ["text0", "text1", "none"]) == ["none"]
     finally:
         await store.close()
+
+
+@deferred_f_from_coro_f
+async def test_a_superuser_creates_the_vector_extension_and_the_apps_own_role_needs_no_more(
+    postgres_server: PostgresServer,
+) -> None:
+    """As the PostgreSQL guide says: pgvector is not a trusted extension, so a superuser creates it
+    once in recrawler's database; the role recrawler connects as owns that database, nothing more."""
+    role, db = f"app_{uuid.uuid4().hex[:8]}", f"recrawler_app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_server.admin_uri, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER')
+        admin.execute(f'CREATE DATABASE "{db}" OWNER "{role}"')
+    admin_of_db = postgres_server.uri_for(db)
+    parts = urlsplit(admin_of_db)
+    port = f":{parts.port}" if parts.port else ""
+    uri = urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname or ''}{port}"))
+    try:
+        store = store_from_uri(uri, settings())
+        with pytest.raises(StateStoreError) as refused:
+            await store.open()
+        assert "a superuser runs `CREATE EXTENSION vector;` in that database once" in str(refused.value)
+        with psycopg.connect(uri) as conn:
+            assert conn.execute("SELECT COUNT(*) FROM pg_tables WHERE schemaname = 'public'").fetchone() == (
+                0,
+            )
+        with psycopg.connect(admin_of_db, autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION vector")
+        store = store_from_uri(uri, settings())
+        await store.open()
+        await store.close()
+        with psycopg.connect(uri) as conn:
+            assert conn.execute("SELECT MAX(version) FROM schema_version").fetchone() == (SCHEMA_VERSION,)
+    finally:
+        with psycopg.connect(postgres_server.admin_uri, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+            admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+def test_search_finds_the_exact_top_10_with_the_visibility_and_site_filters(postgres_uri: str) -> None:
+    """recall@10 against an exact scan, over two sites, a held run and retired chunks (the PostgreSQL
+    top 10 held 0.4 of the exact one through the HNSW index): benchmarks/bench_pgvector.py's
+    knowledge base, small."""
+    from benchmarks.bench_pgvector import SITE_B, build_index, fill, measure
+    from benchmarks.bench_scale import make_queries
+    from recrawler.embedders import HashingEmbedder
+
+    embedder = HashingEmbedder()
+    vectors, vis, site_b, _ = fill(postgres_uri, 3000, 1, embedder.id)
+    build_index(postgres_uri, embedder.dim, embedder.id, "64MB")
+    masks = {"all sites": vis, f"--site {SITE_B}": vis & site_b}
+    rows = measure(postgres_uri, vectors, masks, make_queries(31, 1), 10)
+    assert [(r["filter"], r["recall"]) for r in rows] == [(f, 1.0) for f in masks]

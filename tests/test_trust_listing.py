@@ -249,7 +249,12 @@ async def test_a_link_to_a_listed_page_gets_the_listings_lastmod_decision(site: 
         site.write(f"{n}.html", body(n, extra=f" {nav}"), mtime=T0)
     lastmod = (START - timedelta(days=3)).date().isoformat()
     sitemap = site.write_sitemap([(f"{n}.html", lastmod) for n in names])
-    settings: dict[str, Any] = {"RECRAWLER_SCHEDULE": "adaptive", "RECRAWLER_LASTMOD_MODE": "skip"}
+    settings: dict[str, Any] = {
+        "RECRAWLER_SCHEDULE": "adaptive",
+        "RECRAWLER_LASTMOD_MODE": "skip",
+        # a week-long staleness bound: lastmod alone decides the next day
+        "RECRAWLER_MAX_INTERVAL_SECS": 7 * 86400,
+    }
     await crawls.crawl(sitemap, RECRAWLER_NOW=START.isoformat(), **settings)
     site.clear_requests()
     # a day later only p0 says it changed; its links to the other listed pages must not make

@@ -24,6 +24,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from recrawler.cli import main as cli_main
 from recrawler.detect.hashing import content_hash
 from recrawler.detect.verdict import Verdict
+from recrawler.exceptions import StateStoreError
 from recrawler.index.sqlite import SQLiteKnowledgeBase
 from recrawler.index.visibility import visible_from, visible_run, visible_where
 from recrawler.items import PageStatus
@@ -212,6 +213,14 @@ class Driver:
             )
         return found[0][0] if found and found[0][0] is not None else None
 
+    def latest(self, run_id: int) -> bool:
+        """Whether no run came after *run_id* (a decision is taken on the latest run)."""
+        with self.store.reader() as conn:
+            later = list(
+                conn.iter("SELECT COUNT(*) FROM runs WHERE id > ? AND state != 'discarded'", (run_id,))
+            )
+        return not later[0][0]
+
     def approve(self, run_id: int) -> None:
         store = self.store
         run: Run = self.run_until(store.decision(run_id))
@@ -300,6 +309,11 @@ class Operations(RuleBasedStateMachine):
     def approve(self) -> None:
         run_id = self.main.decision()
         assert run_id is not None
+        if not self.main.latest(run_id):
+            # a later (killed) run's pages wait on the same decision: refused until a run ends
+            with pytest.raises(StateStoreError, match="not the site's latest run"):
+                self.main.approve(run_id)
+            return
         self.main.approve(run_id)
         shadow_run = self.shadow.decision()
         assert shadow_run is not None
@@ -313,6 +327,10 @@ class Operations(RuleBasedStateMachine):
     def discard(self) -> None:
         run_id = self.main.decision()
         assert run_id is not None
+        if not self.main.latest(run_id):
+            with pytest.raises(StateStoreError, match="not the site's latest run"):
+                self.main.discard(run_id)
+            return
         self.discarded.update(self.main.discard(run_id))
         self.log.append(("discard",))
         # the shadow never saw the discarded runs: replayed from the start without them

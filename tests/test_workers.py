@@ -172,3 +172,78 @@ def test_two_workers_share_one_run_and_leave_what_one_worker_would(
     assert state(many) == state(one)
     # each page classified once: one event per change, none twice
     assert actions(many, 2) == actions(one, 2) == Counter({"changed": 3, "gone": 1})
+
+
+def start_worker(sitemap: str, db: Path, redis_url: str, log: Path) -> subprocess.Popen[bytes]:
+    """One worker process (as :func:`workers` starts them), its log in *log*."""
+    extra = (
+        "-s", "RECRAWLER_WORKERS_ENABLED=1", "-s", f"REDIS_URL={redis_url}",
+        "-s", "RECRAWLER_WORKERS_TTL_SECS=2",
+        "-s", "CONCURRENT_REQUESTS_PER_DOMAIN=1", "-s", "DOWNLOAD_DELAY=0.1",
+    )  # fmt: skip
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            argv(sitemap, db, *extra), cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=out
+        )
+
+
+def wait_for(predicate: Any, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def killed_mid_run(site: Site, tmp_path: Path, redis_url: str, *, kill: str) -> dict[str, Any]:
+    """Two workers on a first run of a 150-page site; *kill* (``leader`` or ``worker``) is
+    SIGKILLed once the other joined and 40 pages were fetched. The survivor's exit code and log."""
+    names = [f"p{i}.html" for i in range(150)]
+    for i, name in enumerate(names):
+        site.write(name, docsite.page(f"P{i}", [("Intro", [f"Text of page {i}."])]), mtime=T0)
+    sitemap = site.write_sitemap(names)
+    db = tmp_path / "many.db"
+    logs = {role: tmp_path / f"{role}.log" for role in ("leader", "worker")}
+    procs = {"leader": start_worker(sitemap, db, redis_url, logs["leader"])}
+    wait_for(lambda: "recrawler run 1" in logs["leader"].read_text())
+    procs["worker"] = start_worker(sitemap, db, redis_url, logs["worker"])
+    try:
+        wait_for(lambda: "joined run 1 as a worker" in logs["worker"].read_text())
+        wait_for(lambda: sum(1 for r in site.requests() if r["path"].startswith("p")) >= 40)
+        procs[kill].kill()
+        procs[kill].wait(timeout=10)
+        survivor = "worker" if kill == "leader" else "leader"
+        code = procs[survivor].wait(timeout=120)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return {"code": code, "log": logs[survivor].read_text(), "db": db, "sitemap": sitemap}
+
+
+def test_a_worker_killed_mid_run_is_noticed_and_the_run_ends_unfinished(
+    site: Site, tmp_path: Path, redis_url: str
+) -> None:
+    got = killed_mid_run(site, tmp_path, redis_url, kill="worker")
+    log = got["log"]
+    assert got["code"] == 7, log[-3000:]
+    assert "stopped without leaving it" in log
+    summary = next(line for line in log.splitlines() if "crawled:" in line)
+    assert "reconcile skipped: worker_lost" in summary
+    assert summary.endswith("| exit 7")
+    # the pages it had taken, and those never fetched, are checked by the next run: none is lost
+    with closing(sqlite3.connect(got["db"])) as conn:
+        assert conn.execute("SELECT state, exit_code FROM runs").fetchall()[0][1] == 7
+    nxt = single(got["sitemap"], got["db"])
+    assert nxt.returncode == 0, nxt.stderr[-2000:]
+    with closing(sqlite3.connect(got["db"])) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM pages WHERE status = 'live'").fetchone()[0] == 150
+
+
+def test_a_worker_whose_leader_was_killed_says_the_run_is_unfinished(
+    site: Site, tmp_path: Path, redis_url: str
+) -> None:
+    got = killed_mid_run(site, tmp_path, redis_url, kill="leader")
+    assert got["code"] == 7, got["log"][-3000:]
+    assert "the leader of run 1 is gone: the run is unfinished" in got["log"]
+    assert "the leader closes run" not in got["log"]

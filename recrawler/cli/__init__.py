@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from recrawler import __version__
-from recrawler.cli import check, crawl, detect, events, kb, pages, report, runs, schedule
+from recrawler.cli import kb
 from recrawler.cli.output import TerminalOut, terminal_safe
 from recrawler.cli.settings import build_settings, setting_pair
 from recrawler.exceptions import RecrawlerError
@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     # --db and -s after the command too (SUPPRESS: a flag given before it is not overwritten)
     _, db = _flag_parsers(argparse.SUPPRESS)
+    # the commands' modules load Scrapy and the store: only when a command needs the whole parser
+    from recrawler.cli import check, crawl, detect, events, pages, report, runs, schedule
+
     pages.add_parsers(sub, [db])
     runs.add_parsers(sub, [db])
     report.add_parsers(sub, [db])
@@ -77,10 +80,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Entry point of the ``recrawler`` console script."""
-    args = build_parser().parse_args(argv)
     try:
+        # `recrawler search --db URI` outside a Scrapy project: the settings it reads are its flags
+        # and the environment, so it answers without loading Scrapy (see cli/kb.py)
+        terminal: Any = TerminalOut(out or sys.stdout)  # a TextIO for the commands
+        fast = kb.fast_search(argv, _flag_parsers, terminal)
+        if fast is not None:
+            return fast
+        args = build_parser().parse_args(argv)
         settings = build_settings(args)
-        code: int = args.func(args, settings, TerminalOut(out or sys.stdout))
+        code: int = args.func(args, settings, terminal)
     except (RecrawlerError, ModuleNotFoundError) as exc:
         # a module an extra installs (psycopg for a postgresql:// database) is one line too
         error = exc if isinstance(exc, RecrawlerError) else missing_extra(exc)

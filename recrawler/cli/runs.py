@@ -120,6 +120,13 @@ async def _approve_or_discard(args: argparse.Namespace, settings: Settings, out:
         removed, gc = await store.publish_run(
             run, at=utcnow(), gone_after=gone_after, gone_statuses=gone_statuses, exit_code=code
         )
+        # the vector blocks search reads, for the vectors the run added
+        spec, options = embedder_spec(info["embedder"], embedder_options(settings))
+        vectors = embedder_from_spec(args.embedder or spec, **options)
+        try:
+            await store.index_vectors(vectors.id)
+        finally:
+            vectors.close()
         await store.deliver()
         out.write(
             f"run {args.run_id} approved and published: {texts} texts embedded in {calls} calls, "

@@ -6,19 +6,19 @@ import os
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from scrapy.settings import Settings
-from scrapy.utils.project import ENVVAR, get_project_settings, inside_project
-
-from recrawler.addon import RecrawlerAddon
 from recrawler.exceptions import ConfigurationError
-from recrawler.state import store_from_uri
-from recrawler.urls import KeyMaker
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Awaitable, Callable
 
+    from scrapy.settings import Settings
+
     from recrawler.state import StateStore
+    from recrawler.urls import KeyMaker
+
+# Scrapy, the add-on and the store load when a command builds its settings, not when the CLI
+# starts: `recrawler search` outside a project reads the knowledge base without them
 
 _T = TypeVar("_T")
 
@@ -37,6 +37,9 @@ FALLBACK_SETTINGS_MODULE = "recrawler.settings"
 
 def project_settings() -> Settings:
     """The Scrapy project's settings when run inside one, else recrawler's own ``recrawler.settings``."""
+    from scrapy.settings import Settings
+    from scrapy.utils.project import ENVVAR, get_project_settings, inside_project
+
     module = os.environ.get(ENVVAR)
     if module:
         try:
@@ -59,6 +62,8 @@ def build_settings(args: argparse.Namespace | None = None, **flags: Any) -> Sett
     environment and the crawl profile are applied by ``RecrawlerAddon.update_settings`` itself.
     *flags* (same names as the ``args`` attributes) are for callers without a parser.
     """
+    from recrawler.addon import RecrawlerAddon
+
     values = {**(vars(args) if args is not None else {}), **flags}
     settings = project_settings()
     # as `scrapy crawl`: -s first, then the named flags, then the add-ons (which respect both)
@@ -86,10 +91,12 @@ def setting_pair(text: str) -> tuple[str, str]:
 
 def open_store(settings: Settings) -> StateStore:
     """Build (not open) the store ``RECRAWLER_DB_URI`` names, through ``RECRAWLER_STATE_BACKENDS``."""
+    from recrawler.state import store_from_uri
+
     return store_from_uri(db_uri(settings), settings)
 
 
-def db_uri(settings: Settings) -> str:
+def db_uri(settings: Settings | dict[str, Any]) -> str:
     """The database URI of *settings* (crawl state and the knowledge base share the database)."""
     uri = settings.get("RECRAWLER_DB_URI")
     if not uri:
@@ -99,6 +106,8 @@ def db_uri(settings: Settings) -> str:
 
 def key_maker(settings: Settings) -> KeyMaker:
     """The page-key function of a run with *settings* (``RECRAWLER_URL_*_PARAMS``)."""
+    from recrawler.urls import KeyMaker
+
     return KeyMaker(
         settings.getlist("RECRAWLER_URL_DROP_PARAMS"), settings.getlist("RECRAWLER_URL_KEEP_PARAMS")
     )

@@ -217,6 +217,8 @@ class Reconciler:
         )
         if self.runtime.lease_lost:
             why.append("lease_lost")
+        if self.runtime.counters["recrawler/workers/lost"]:
+            why.append("worker_lost")
         return why
 
     def verdicts(self) -> Verdicts:
@@ -375,16 +377,32 @@ class Reconciler:
             await rt.store.flush()
         except StateStoreError as exc:
             rt.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
-        counts: dict[str, int | float] = dict(rt.counters.items())
-        counts.update({f"outcome:{k}": v for k, v in rt.store.outcomes.items()})
-        counts.update({f"lost:{k}": v for k, v in rt.store.lost.items()})
-        await asyncio.to_thread(rt.workers.leave, counts)
-        logger.info("worker done: the leader closes run %(run)d", {"run": rt.run.id if rt.run else 0})
+        await asyncio.to_thread(rt.workers.leave, rt.worker_counts())
+        run_id = rt.run.id if rt.run else 0
+        if not await asyncio.to_thread(rt.workers.leader_alive):
+            # nobody closes this run: it stays unfinished until the next run takes the site over
+            rt.exit_code = outcome.EXIT_WORKER_LOST
+            logger.error(
+                "the leader of run %(run)d is gone: the run is unfinished (nothing removed or published; "
+                "the next run takes the site over and marks it aborted)",
+                {"run": run_id},
+            )
+            return
+        logger.info("worker done: the leader closes run %(run)d", {"run": run_id})
 
     async def _gather(self, rt: Runtime) -> None:
         """The leader: wait for every worker to leave, then count their pages as its own."""
         assert rt.workers is not None
         await rt.workers.wait_for_workers()
+        lost = await asyncio.to_thread(rt.workers.lost)
+        if lost:
+            # the pages it had taken are not checked this run: the run ends unfinished
+            rt.counters.set("recrawler/workers/lost", len(lost))
+            logger.error(
+                "%(n)d worker(s) of run %(run)d stopped without leaving it (%(names)s): the pages they "
+                "had taken are not checked this run, their work is counted as of their last heartbeat",
+                {"n": len(lost), "run": rt.run.id if rt.run else 0, "names": ", ".join(lost)},
+            )
         for key, value in (await asyncio.to_thread(rt.workers.gathered)).items():
             kind, _, label = key.partition(":")
             if kind == "outcome":
@@ -441,6 +459,7 @@ class Reconciler:
             lease_lost=rt.lease_lost,
             held=bool(hold),
             skipped=bool(skipped),
+            worker_lost="worker_lost" in skipped,
         )
         rt.exit_code = code
         index_state = (run_report.get("index") or {}).get("state")

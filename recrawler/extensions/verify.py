@@ -27,7 +27,8 @@ class UnseenVerifier:
     """Requests, batch by batch, the stored pages this run has not reached yet (that are due).
 
     The next batch is read from the database off the reactor while the spider stays open
-    (``DontCloseSpider``); the spider closes once a read finds nothing left.
+    (``DontCloseSpider``); once a read finds nothing left the engine is woken, and the spider
+    closes when no other idle handler keeps it open.
     """
 
     def __init__(
@@ -80,13 +81,9 @@ class UnseenVerifier:
                 batch = []
             if not batch:
                 self.done = True
-                frontier = self.runtime.frontier
-                if frontier is not None and frontier.idle():
-                    # links found on the pages checked meanwhile: fed, the spider is busy again
-                    return
-                if engine.spider_is_idle():
-                    # nothing wakes an idle engine before its next heartbeat: close now, as it would
-                    await engine.close_spider_async(reason="finished")
+                # the spider goes idle again now: the frontier (links found on the pages checked
+                # meanwhile) and every other idle handler have their say before it closes
+                self.runtime.wake()
                 return
             c.inc("recrawler/reconcile/verified", len(batch))
             logger.info("checking %(n)d stored pages this run did not reach", {"n": len(batch)})

@@ -1,4 +1,5 @@
-"""Vector search over the published chunks of a PostgreSQL knowledge base (pgvector's HNSW index)."""
+"""Search over the published chunks of a PostgreSQL knowledge base: pgvector's HNSW index for the
+vectors, the full-text index for the words, fused as on SQLite."""
 
 from __future__ import annotations
 
@@ -11,6 +12,17 @@ from recrawler.embedders import Embedder, embedder_from_spec
 from recrawler.exceptions import StateStoreError, StateStoreUnavailable
 from recrawler.index.records import ChunkRow, Hit
 from recrawler.index.visibility import published_pages, visible_from, visible_where
+from recrawler.kb.changes import ChangeBatch, read_changes
+from recrawler.kb.search import (
+    MODES,
+    Ranked,
+    bm25,
+    candidates,
+    fuse,
+    keyword_terms,
+    similarity_order,
+    term_limit,
+)
 from recrawler.redact import redact_text, redact_url
 
 if TYPE_CHECKING:
@@ -18,7 +30,13 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 _PUBLISHED = "SELECT COALESCE(MAX(id), 0) FROM runs WHERE state = 'published'"
+#: pgvector's ``hnsw.ef_search`` for indexed searches (its default, 40, misses near neighbours)
+EF_SEARCH = 200
+#: nearest vectors a search takes before the filters (at least, and per hit asked for)
+NEAREST_MIN, NEAREST_PER_HIT = 200, 20
 _CHUNK = "c.id, c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash"
+# a chunk's words as the full-text index (migration 010) holds them: letters and digits
+_WORDS = "to_tsvector('simple', regexp_replace(c.heading || ' ' || c.text, '[^[:alnum:]]+', ' ', 'g'))"
 
 
 def _dt(value: str | None) -> datetime | None:
@@ -28,9 +46,11 @@ def _dt(value: str | None) -> datetime | None:
 class PostgreSQLKnowledgeBase:
     """Reads the published knowledge base from PostgreSQL; nearest chunks by cosine distance.
 
-    ``ORDER BY embedding <=> query LIMIT k`` over the vectors of the query's size, served by the
-    HNSW index the store builds per vector size (iterative scans keep *k* hits when few chunks
-    pass the visibility or site filter). Scores are ``1 - cosine distance``, as the SQLite reader's.
+    ``ORDER BY embedding <=> query LIMIT k`` over the embedder's vectors of the query's size:
+    exact for the hashing embedder (no index finds its nearest chunks), else served by the HNSW
+    index the store builds per embedder and vector size (``hnsw.ef_search`` 200; iterative scans
+    keep *k* hits when few chunks pass the visibility or site filter). Scores are
+    ``1 - cosine distance``, as the SQLite reader's.
     """
 
     def __init__(self, uri: str, *, embedder: Embedder | str | None = None, **embedder_options: Any) -> None:
@@ -54,8 +74,10 @@ class PostgreSQLKnowledgeBase:
             applied = drive(check_schema(self.label), lambda op: _execute_sync(self._conn, op))
             if not applied:
                 raise StateStoreUnavailable(f"no knowledge base at {self.label!r} (run a crawl first)")
-            # exact order among the index's candidates, and more candidates when filters drop some
+            # exact order among the index's candidates, more candidates when filters drop some,
+            # and a wider candidate list than pgvector's 40
             self._conn.execute("SET hnsw.iterative_scan = strict_order")
+            self._conn.execute(f"SET hnsw.ef_search = {EF_SEARCH}")
             if embedder is None:
                 row = self._conn.execute(
                     "SELECT embedder FROM runs WHERE state = 'published' AND embedder IS NOT NULL "
@@ -68,6 +90,9 @@ class PostgreSQLKnowledgeBase:
         self.embedder: Embedder = (
             embedder_from_spec(embedder, **embedder_options) if isinstance(embedder, str) else embedder
         )
+        from recrawler.state.postgres.database import exact_only
+
+        self._exact = exact_only(self.embedder.id)
 
     def __enter__(self) -> Self:
         return self
@@ -87,39 +112,169 @@ class PostgreSQLKnowledgeBase:
         row = self._conn.execute(_PUBLISHED).fetchone()
         return int(row[0]) if row is not None else 0
 
-    def search(self, query: str, k: int = 5, *, site: str | None = None) -> list[Hit]:
-        """Return the *k* published chunks nearest to *query* (cosine), best first; only chunks of
-        *site*'s pages when given."""
+    def search(self, query: str, k: int = 5, *, site: str | None = None, mode: str = "hybrid") -> list[Hit]:
+        """Return at most *k* published chunks that match *query*, best first; only chunks of
+        *site*'s pages when given. *mode*: ``hybrid`` (keyword and vector lists fused),
+        ``vector`` (cosine) or ``keyword`` (PostgreSQL full text). No chunk is a hit that neither
+        list has, as on SQLite."""
+        if mode not in MODES:
+            raise ValueError(f"search mode {mode!r}: expected one of {', '.join(MODES)}")
         if k <= 0 or not query.strip():
             return []
+        # the vector list alone needs k chunks; fused lists need more of each
+        n = k if mode == "vector" else candidates(k)
+        try:
+            # one snapshot: the lists and the rows come from the same published state
+            with self._conn.transaction():
+                self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                vector = self._vector(query, n, site) if mode != "keyword" else []
+                keyword = self._keyword(query, n, site) if mode != "vector" else []
+                return self._hits(fuse(vector, keyword, mode, k))
+        except self._psycopg_error as exc:
+            raise StateStoreError(f"knowledge base {self.label!r}: {redact_text(str(exc))}") from exc
+
+    def _vector(self, query: str, n: int, site: str | None) -> list[Ranked]:
+        """The *n* visible chunks nearest to *query* whose cosine is above 0, best first."""
+        k = n
         q = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
-        dims = int(q.shape[0])
-        vector = "[" + ",".join(repr(float(x)) for x in q) + "]"
-        where = f"e.embedder = %(emb)s AND vector_dims(e.embedding) = {dims} AND {visible_where('c')}"
-        params: dict[str, Any] = {"emb": self.embedder.id, "q": vector, "k": k}
+        # twice the hits asked for: a cut between chunks whose cosines round alike is made as on
+        # SQLite (page key and position), not by the last digits of PostgreSQL's sums
+        found = self._nearest(q, 2 * k, site)
+        ranked = [
+            Ranked(r["id"], r["key"], r["chunk_index"], 1.0 - float(r["distance"]))
+            for r in found
+            # a zero vector (no word the embedder knows) has no distance; cosine 0 or less is no match
+            if r["distance"] is not None and not np.isnan(r["distance"]) and 1.0 - float(r["distance"]) > 0.0
+        ]
+        ranked.sort(key=similarity_order)
+        return ranked[:k]
+
+    def _keyword(self, query: str, n: int, site: str | None) -> list[Ranked]:
+        """The *n* visible chunks that best match *query*'s words (``ts_rank_cd``, a heading
+        counting more), best first; words in too many chunks are left out, as on SQLite."""
+        terms = keyword_terms(query)
+        if not terms:
+            return []
+        top = self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM chunks").fetchone()
+        size = int(top[0]) if top is not None else 0
+        limit = term_limit(size)
+        df: dict[str, int] = {}
+        for term in terms:
+            row = self._conn.execute(
+                f"SELECT COUNT(*) FROM (SELECT 1 FROM chunks c WHERE {_WORDS} @@ to_tsquery('simple', %(t)s) "
+                "LIMIT %(limit)s) m",
+                {"t": f"'{term}'", "limit": limit + 1},
+            ).fetchone()
+            if row is not None and 0 < int(row[0]) <= limit:
+                df[term] = int(row[0])
+        if not df:
+            return []
+        params: dict[str, Any] = {"q": " | ".join(f"'{t}'" for t in df), "n": 4 * n}
+        where = f"{_WORDS} @@ to_tsquery('simple', %(q)s) AND {visible_where('c')}"
         if site is not None:
             where += " AND p.site = %(site)s"
             params["site"] = site
-        distance = f"CAST(e.embedding AS vector({dims})) <=> CAST(%(q)s AS vector({dims}))"
-        sql = f"""SELECT {_CHUNK}, p.title, p.last_checked, p.last_changed, {distance} AS distance
-                  FROM embeddings e JOIN chunks c ON c.chunk_hash = e.text_hash
-                  {visible_from("c")} LEFT JOIN {published_pages()} p ON p.key = c.key
-                  WHERE {where} ORDER BY {distance} LIMIT %(k)s"""
-        try:
-            found = self._conn.execute(sql, params).fetchall()
-        except self._psycopg_error as exc:
-            raise StateStoreError(f"knowledge base {self.label!r}: {redact_text(str(exc))}") from exc
+        rank = (
+            "ts_rank_cd(setweight(to_tsvector('simple', "
+            "regexp_replace(c.heading, '[^[:alnum:]]+', ' ', 'g')), 'A') "
+            "|| to_tsvector('simple', regexp_replace(c.text, '[^[:alnum:]]+', ' ', 'g')), "
+            "to_tsquery('simple', %(q)s), 1)"
+        )
+        # the best few times n matches by PostgreSQL's rank, then ranked as SQLite ranks them
+        sql = f"""SELECT c.id, c.key, c.chunk_index, c.heading, c.text, {rank} AS rank
+                  FROM chunks c {visible_from("c")} LEFT JOIN {published_pages()} p ON p.key = c.key
+                  WHERE {where} ORDER BY rank DESC, c.key, c.chunk_index LIMIT %(n)s"""
+        pool = [
+            (Ranked(r["id"], r["key"], r["chunk_index"]), r["heading"], r["text"])
+            for r in self._conn.execute(sql, params)
+        ]
+        return bm25(pool, df, size, n)
+
+    def _hits(self, ranked: list[tuple[Ranked, float]]) -> list[Hit]:
+        if not ranked:
+            return []
+        found = {
+            r["id"]: r
+            for r in self._conn.execute(
+                f"""SELECT {_CHUNK}, p.title, p.last_checked, p.last_changed
+                    FROM chunks c LEFT JOIN {published_pages()} p ON p.key = c.key
+                    WHERE c.id = ANY(%(ids)s)""",
+                {"ids": [r.id for r, _ in ranked]},
+            )
+        }
         return [
             Hit(
-                score=1.0 - float(r["distance"]),
-                chunk=_chunk(r),
-                title=r["title"],
-                last_checked=_dt(r["last_checked"]),
-                last_changed=_dt(r["last_changed"]),
+                score=score,
+                chunk=_chunk(found[r.id]),
+                title=found[r.id]["title"],
+                last_checked=_dt(found[r.id]["last_checked"]),
+                last_changed=_dt(found[r.id]["last_changed"]),
+                similarity=r.similarity,
             )
-            for r in found
-            if r["distance"] is not None and not np.isnan(r["distance"])
+            for r, score in ranked
         ]
+
+    def _nearest(self, q: np.ndarray, k: int, site: str | None) -> list[Any]:
+        """The *k* visible chunk rows (of *site*) nearest to *q*, with their distance.
+
+        The embedder's nearest vectors come first, then the visibility and site filters keep the
+        published chunks among them: when fewer than *k* pass, the search goes on with eight
+        times as many vectors, up to all of them. The vectors are ranked by an exact scan for the
+        hashing embedder, else by its HNSW index (iterative scans go past ``hnsw.ef_search``).
+        """
+        dims = int(q.shape[0])
+        if self._exact:
+            # the distance over the column itself, which no index serves: an exact scan
+            distance = f"e.embedding <=> CAST(%(q)s AS vector({dims}))"
+        else:
+            # the expression of the embedder's HNSW index (recrawler.state.postgres.database)
+            distance = f"CAST(e.embedding AS vector({dims})) <=> CAST(%(q)s AS vector({dims}))"
+        where = visible_where("c") + (" AND p.site = %(site)s" if site is not None else "")
+        sql = f"""WITH nearest AS MATERIALIZED (
+                    SELECT e.text_hash, {distance} AS distance FROM embeddings e
+                    WHERE e.embedder = %(emb)s AND vector_dims(e.embedding) = {dims}
+                    ORDER BY {distance} LIMIT %(n)s)
+                  SELECT {_CHUNK}, p.title, p.last_checked, p.last_changed, n.distance
+                  FROM nearest n JOIN chunks c ON c.chunk_hash = n.text_hash
+                  {visible_from("c")} LEFT JOIN {published_pages()} p ON p.key = c.key
+                  WHERE {where} ORDER BY n.distance, c.key, c.chunk_index LIMIT %(k)s"""
+        params: dict[str, Any] = {
+            "emb": self.embedder.id,
+            "q": "[" + ",".join(repr(float(x)) for x in q) + "]",
+            "k": k,
+            "site": site,
+        }
+        n = max(NEAREST_MIN, NEAREST_PER_HIT * k)
+        while True:
+            params["n"] = n
+            found = self._conn.execute(sql, params).fetchall()
+            if len(found) >= k or n >= self._vectors(dims):
+                return found
+            n *= 8
+
+    def _vectors(self, dims: int) -> int:
+        """How many vectors of *dims* dimensions the embedder has stored (an upper bound for a search)."""
+        row = self._conn.execute(
+            "SELECT COUNT(*) FROM embeddings WHERE embedder = %s AND vector_dims(embedding) = %s",
+            (self.embedder.id, dims),
+        ).fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def changes(
+        self, since: int | None = None, *, cursor: str | None = None, limit: int = 100, key: str | None = None
+    ) -> ChangeBatch:
+        """The pages the published runs after run *since* changed (:mod:`recrawler.kb.changes`)."""
+        from recrawler.state.sql.dialect import POSTGRES
+
+        def query(sql: str, params: dict[str, Any]) -> list[Any]:
+            return self._conn.execute(POSTGRES.sql(sql), params).fetchall()
+
+        try:
+            with self._conn.transaction():
+                self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                return read_changes(query, since=since, cursor=cursor, limit=limit, key=key)
+        except self._psycopg_error as exc:
+            raise StateStoreError(f"knowledge base {self.label!r}: {redact_text(str(exc))}") from exc
 
     def chunks(self) -> Iterator[ChunkRow]:
         """Yield every published chunk by page key and position, streaming (a server-side cursor)."""

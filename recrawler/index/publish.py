@@ -234,6 +234,10 @@ class Publisher:
         c.inc("recrawler/embed/calls", calls)
         result, gc = await self._publish_run(run)
         c.set("recrawler/index/deleted", gc["chunks_deleted"])
+        # the blocks search reads, for the vectors this run added (a block per 16,384 of them)
+        blocks = await self.store.index_vectors(self.embedder.id)
+        if blocks:
+            logger.info("run %(run)d: %(n)d vector blocks written for search", {"run": run.id, "n": blocks})
         info.update(
             state=RUN_PUBLISHED,
             texts_embedded=info["texts_embedded"] + embedded,

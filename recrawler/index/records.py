@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from recrawler.embedders import Embedder
+    from recrawler.kb.changes import ChangeBatch
 
 __all__ = ["ChunkRow", "Hit", "KnowledgeBase"]
 
@@ -40,13 +41,19 @@ class ChunkRow:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Hit:
-    """A search result: the chunk, its cosine score, and how fresh its page is."""
+    """A search result: the chunk, its score, and how fresh its page is.
+
+    ``score`` ranks the hits: the cosine in ``vector`` mode, else the fused reciprocal rank in
+    (0, 1] (1.0: first in every list searched). ``similarity`` is the cosine when the vector
+    search found the chunk (None for a chunk only its words found).
+    """
 
     score: float
     chunk: ChunkRow
     title: str | None
     last_checked: datetime | None
     last_changed: datetime | None
+    similarity: float | None = None
 
     @property
     def url(self) -> str:
@@ -67,6 +74,7 @@ class Hit:
         """The JSON shape of ``recrawler search --json``."""
         return {
             "score": round(self.score, 6),
+            "similarity": round(self.similarity, 6) if self.similarity is not None else None,
             **self.chunk.to_dict(),
             "title": self.title,
             "last_checked": self.last_checked.isoformat() if self.last_checked else None,
@@ -79,11 +87,18 @@ class KnowledgeBase(Protocol):
 
     embedder: Embedder
 
-    def search(self, query: str, k: int = 5, *, site: str | None = None) -> list[Hit]:
-        """Return the *k* published chunks closest to *query*, best first (of *site* only, if given)."""
+    def search(self, query: str, k: int = 5, *, site: str | None = None, mode: str = "hybrid") -> list[Hit]:
+        """Return at most *k* published chunks that match *query*, best first (of *site* only, if
+        given): *mode* ``hybrid`` (words and vectors), ``vector`` or ``keyword``."""
 
     def chunks(self) -> Iterator[ChunkRow]:
         """Yield every published chunk, by page key and position."""
+
+    def changes(
+        self, since: int | None = None, *, cursor: str | None = None, limit: int = 100, key: str | None = None
+    ) -> ChangeBatch:
+        """The pages the published runs after run *since* changed, *limit* at a time, by page key
+        (resume with the batch's ``cursor``); only page *key* when given."""
 
     def published_run(self) -> int:
         """Return the id of the last published run (0: none yet)."""

@@ -1,4 +1,4 @@
-"""Exact vector search over the published chunks of a SQLite knowledge base (numpy, no extension)."""
+"""Search over the published chunks of a SQLite knowledge base: exact vectors, FTS5 words, fused."""
 
 from __future__ import annotations
 
@@ -14,6 +14,18 @@ from recrawler.embedders import Embedder, embedder_from_spec
 from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
 from recrawler.index.records import ChunkRow, Hit
 from recrawler.index.visibility import published_pages, visible_from, visible_where
+from recrawler.kb.changes import ChangeBatch, read_changes
+from recrawler.kb.search import (
+    MODES,
+    Ranked,
+    bm25,
+    candidates,
+    fuse,
+    keyword_terms,
+    similarity_order,
+    term_limit,
+)
+from recrawler.kb.vectors import VectorScan
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -43,9 +55,11 @@ def _dt(value: str | None) -> datetime | None:
 class SQLiteKnowledgeBase:
     """Reads the published knowledge base with a read-only connection (a bot never locks a crawl).
 
-    Vectors of the published chunks are loaded once into one float32 matrix and searched exactly
-    (cosine on normalised vectors); the matrix is reloaded only when another connection committed
-    (``PRAGMA data_version``), so searches between runs cost one matrix product.
+    Vector search is exact without loading the vectors (:mod:`recrawler.kb.vectors`: the cached
+    vectors in blocks a dimension at a time, read where the query vector is not zero); keyword
+    search is SQLite's FTS5 (BM25); the two lists are fused (:mod:`recrawler.kb.search`). Every
+    search reads one snapshot, and only the chunks the bot sees
+    (:mod:`recrawler.index.visibility`).
     """
 
     def __init__(self, path: str, *, embedder: Embedder | str | None = None, **embedder_options: Any) -> None:
@@ -68,10 +82,10 @@ class SQLiteKnowledgeBase:
         except SchemaVersionError:
             self._conn.close()
             raise
-        if "chunks" not in tables:
+        if "chunks" not in tables or "vector_blocks" not in tables:
             self._conn.close()
             raise SchemaVersionError(
-                f"{path!r} has no knowledge base yet (schema older than 2): run a crawl to upgrade it"
+                f"{path!r} has no search index yet (schema older than 11): run a crawl to upgrade it"
             )
         if embedder is None:
             row = self._conn.execute(
@@ -82,11 +96,7 @@ class SQLiteKnowledgeBase:
         self.embedder: Embedder = (
             embedder_from_spec(embedder, **embedder_options) if isinstance(embedder, str) else embedder
         )
-        self._version: tuple[int, int] | None = None
-        self._ids = np.empty(0, dtype=np.int64)
-        self._matrix = np.empty((0, 0), dtype=np.float32)
-        #: chunk ids of one site's pages, per site searched (dropped on reload)
-        self._site_ids: dict[str, np.ndarray[Any, np.dtype[np.int64]]] = {}
+        self._scan = VectorScan(self._conn, self.embedder.id)
 
     def __enter__(self) -> Self:
         return self
@@ -97,91 +107,172 @@ class SQLiteKnowledgeBase:
         self.close()
 
     def close(self) -> None:
-        """Close the connection and drop the vectors."""
+        """Close the connection."""
         self._conn.close()
-        self._matrix = np.empty((0, 0), dtype=np.float32)
         self.embedder.close()
 
     def published_run(self) -> int:
         """The last published run's id (0: nothing published yet)."""
         return int(self._conn.execute(_PUBLISHED).fetchone()[0])
 
-    def _load(self) -> None:
-        version = (self._conn.execute("PRAGMA data_version").fetchone()[0], self.published_run())
-        if version == self._version:
-            return
-        # one read transaction: the watermark, the count and the rows come from one snapshot
-        self._conn.execute("BEGIN")
+    def search(self, query: str, k: int = 5, *, site: str | None = None, mode: str = "hybrid") -> list[Hit]:
+        """Return at most *k* published chunks that match *query*, best first; only chunks of
+        *site*'s pages when given. *mode*: ``hybrid`` (keyword and vector lists fused),
+        ``vector`` (cosine, exact) or ``keyword`` (FTS5's BM25). No chunk is a hit that neither
+        list has: a query with no word and no vector in common with the pages finds nothing."""
+        if mode not in MODES:
+            raise ValueError(f"search mode {mode!r}: expected one of {', '.join(MODES)}")
+        if k <= 0 or not query.strip():
+            return []
+        # the vector list alone needs k chunks; fused lists need more of each
+        n = k if mode == "vector" else candidates(k)
+        q = None
+        if mode != "keyword":
+            q = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
         try:
-            # embeddings first: one sequential pass over the embedder's vectors, one indexed
-            # lookup per vector (3-4x faster than SQLite's own chunks-first plan; see
-            # benchmarks/bench_vector.py)
-            source = f"""FROM embeddings e CROSS JOIN chunks c ON c.chunk_hash = e.text_hash
-                         {visible_from("c")}
-                         WHERE e.embedder = :emb AND {visible_where("c")}"""
-            params = {"emb": self.embedder.id}
-            n = self._conn.execute(f"SELECT COUNT(*) {source}", params).fetchone()[0]
-            cur = self._conn.execute(f"SELECT c.id, e.vector {source}", params)
-            ids = np.empty(n, dtype=np.int64)
-            matrix: np.ndarray[Any, np.dtype[np.float32]] | None = None
-            i = 0
-            # stream the rows into one preallocated matrix: peak memory is the matrix itself
-            while i < n and (batch := cur.fetchmany(4096)):
-                for cid, blob in batch:
-                    if matrix is None:
-                        matrix = np.empty((n, len(blob) // 4), dtype=np.float32)
-                    matrix[i] = np.frombuffer(blob, dtype="<f4")
-                    ids[i] = cid
-                    i += 1
-        finally:
-            self._conn.execute("COMMIT")
-        if matrix is not None and i:
-            self._matrix, self._ids = matrix[:i], ids[:i]
-        else:
-            self._matrix = np.empty((0, 0), dtype=np.float32)
-            self._ids = np.empty(0, dtype=np.int64)
-        self._site_ids = {}
-        self._version = version
-
-    def _in_site(self, site: str) -> np.ndarray[Any, np.dtype[np.bool_]]:
-        """Which loaded vectors belong to chunks of *site*'s pages."""
-        if site not in self._site_ids:
-            ids = [
-                r[0]
-                for r in self._conn.execute(
-                    "SELECT c.id FROM chunks c JOIN pages p ON p.key = c.key WHERE p.site = ?", (site,)
-                )
-            ]
-            self._site_ids[site] = np.array(ids, dtype=np.int64)
-        return np.isin(self._ids, self._site_ids[site])
-
-    def search(self, query: str, k: int = 5, *, site: str | None = None) -> list[Hit]:
-        """Return the *k* published chunks most similar to *query* (cosine), best first; only
-        chunks of *site*'s pages when given."""
-        try:
-            self._load()
-            mask = self._in_site(site) if site is not None else None
+            # one snapshot: the lists and the rows come from the same published state
+            self._conn.execute("BEGIN")
+            try:
+                vector = self._vector(q, n, site) if q is not None else []
+                keyword = self._keyword(query, n, site) if mode != "vector" else []
+                ranked = fuse(vector, keyword, mode, k)
+                return self._hits(ranked)
+            finally:
+                self._conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise StateStoreError(f"knowledge base {self.path!r}: {exc}") from exc
-        if k <= 0 or not len(self._ids) or not query.strip():
+
+    def _visible(self, where: str, params: list[Any], site: str | None, source: str = "chunks c") -> str:
+        site_join = "JOIN pages sp ON sp.key = c.key" if site is not None else ""
+        if site is not None:
+            params.append(site)
+        return f"""FROM {source} {visible_from("c")} {site_join}
+                   WHERE {where} AND {visible_where("c")} {"AND sp.site = ?" if site is not None else ""}"""
+
+    def _resolve(self, rowids: list[int], site: str | None) -> dict[int, list[Ranked]]:
+        """The visible chunks (of *site*) whose text is each of the cached vectors *rowids*."""
+        found: dict[int, list[Ranked]] = {}
+        for start in range(0, len(rowids), 500):
+            part = rowids[start : start + 500]
+            params: list[Any] = list(part)
+            sql = "SELECT e.rowid AS rid, c.id, c.key, c.chunk_index " + self._visible(
+                f"e.rowid IN ({','.join('?' * len(part))})",
+                params,
+                site,
+                "embeddings e CROSS JOIN chunks c ON c.chunk_hash = e.text_hash",
+            )
+            for r in self._conn.execute(sql, params):
+                found.setdefault(r["rid"], []).append(Ranked(r["id"], r["key"], r["chunk_index"]))
+        return found
+
+    def _allowed(self, site: str | None) -> set[int]:
+        """Every cached vector (rowid) of a visible chunk of *site* (for filters few chunks pass)."""
+        params: list[Any] = [self.embedder.id]
+        sql = "SELECT DISTINCT e.rowid " + self._visible(
+            "1 = 1",
+            params,
+            site,
+            "chunks c JOIN embeddings e ON e.embedder = ? AND e.text_hash = c.chunk_hash",
+        )
+        return {r[0] for r in self._conn.execute(sql, params)}
+
+    def _vector(self, q: np.ndarray[Any, np.dtype[np.float32]], n: int, site: str | None) -> list[Ranked]:
+        """The *n* visible chunks of highest cosine above 0, exact, best first."""
+        scores, errors = self._scan.scores(q)
+        total = len(scores)
+        if not total:
             return []
-        q = self.embedder.embed([query])[0].astype(np.float32)
-        if q.shape[0] != self._matrix.shape[1]:
+        if self._scan.dims is not None and q.shape[0] != self._scan.dims:
             msg = (
-                f"the query vector has {q.shape[0]} dimensions, the index {self._matrix.shape[1]}: "
+                f"the query vector has {q.shape[0]} dimensions, the index {self._scan.dims}: "
                 f"search with the embedder the knowledge base was built with"
             )
             raise StateStoreError(msg)
-        scores = self._matrix @ q
-        if mask is not None:
-            scores = np.where(mask, scores, -np.inf)
-            k = min(k, int(mask.sum()))
-            if not k:
-                return []
-        k = min(k, len(scores))
-        top = np.argpartition(-scores, k - 1)[:k]
-        top = top[np.argsort(-scores[top], kind="stable")]
-        ids = [int(self._ids[i]) for i in top]
+        upper, lower = scores + errors, scores - errors
+        resolved: dict[int, list[Ranked]] = {}
+        wanted = min(total, n + 32)
+        masked = False
+        while True:
+            top = np.argpartition(-upper, wanted - 1)[:wanted] if wanted < total else np.arange(total)
+            top = top[np.argsort(-upper[top], kind="stable")]
+            fresh = [int(p) for p in top if int(p) not in resolved]
+            if fresh:
+                ids = self._scan.rowids(np.array(fresh, dtype=np.int64))
+                by_row = self._resolve([int(i) for i in ids], site)
+                for pos, rowid in zip(fresh, ids.tolist(), strict=True):
+                    resolved[pos] = by_row.get(rowid, [])
+            bounds = sorted((float(lower[p]) for p, hits in resolved.items() for _ in hits), reverse=True)
+            floor = max(0.0, bounds[n - 1]) if len(bounds) >= n else 0.0
+            # every vector not looked at yet scores at most this
+            frontier = float(upper[top[-1]]) if wanted < total else -np.inf
+            if frontier <= floor:
+                break
+            if wanted >= 16 * 4096 and not masked:
+                # few cached vectors pass the filter (a small site, an old cache): score only those
+                allowed = self._allowed(site)
+                all_rows = self._scan.rowids(np.arange(total, dtype=np.int64))
+                keep = np.isin(all_rows, np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
+                upper = np.where(keep, upper, -np.inf)
+                masked = True
+            wanted = min(total, wanted * 4)
+        rescore = [p for p, hits in resolved.items() if hits and upper[p] >= floor]
+        rowids = {p: int(self._scan.rowids(np.array([p], dtype=np.int64))[0]) for p in rescore}
+        exact = self._scan.exact(list(rowids.values()), q)
+        ranked = [
+            Ranked(r.id, r.key, r.chunk_index, exact[rowids[p]])
+            for p in rescore
+            for r in resolved[p]
+            if exact.get(rowids[p], 0.0) > 0.0
+        ]
+        ranked.sort(key=similarity_order)
+        return ranked[:n]
+
+    def _keyword(self, query: str, n: int, site: str | None) -> list[Ranked]:
+        """The *n* visible chunks that best match *query*'s words, best first: FTS5 finds the
+        best few times *n* matches, :func:`~recrawler.kb.search.bm25` ranks them (as on
+        PostgreSQL)."""
+        terms = keyword_terms(query)
+        if not terms:
+            return []
+        size = int(self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM chunks").fetchone()[0])
+        limit = term_limit(size)
+        df: dict[str, int] = {}
+        for term in terms:
+            row = self._conn.execute("SELECT doc FROM chunks_fts_terms WHERE term = ?", (term,)).fetchone()
+            if row is not None and 0 < row[0] <= limit:
+                df[term] = int(row[0])
+        if not df:
+            return []
+        match = " OR ".join(f'"{t}"' for t in df)
+        pool: list[tuple[Ranked, str, str]] = []
+        offset, page = 0, 4 * n
+        while len(pool) < 4 * n:
+            ids = [
+                r[0]
+                for r in self._conn.execute(
+                    "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? "
+                    "ORDER BY bm25(chunks_fts, 2.0, 1.0), rowid LIMIT ? OFFSET ?",
+                    (match, page, offset),
+                )
+            ]
+            if not ids:
+                break
+            params: list[Any] = list(ids)
+            sql = "SELECT c.id, c.key, c.chunk_index, c.heading, c.text " + self._visible(
+                f"c.id IN ({','.join('?' * len(ids))})", params, site
+            )
+            pool.extend(
+                (Ranked(r["id"], r["key"], r["chunk_index"]), r["heading"], r["text"])
+                for r in self._conn.execute(sql, params)
+            )
+            offset += page
+            page *= 4
+        return bm25(pool, df, size, n)
+
+    def _hits(self, ranked: list[tuple[Ranked, float]]) -> list[Hit]:
+        if not ranked:
+            return []
+        ids = [r.id for r, _ in ranked]
         rows = {
             r["id"]: r
             for r in self._conn.execute(
@@ -192,21 +283,34 @@ class SQLiteKnowledgeBase:
                 ids,
             )
         }
-        hits = []
-        for i, cid in zip(top, ids, strict=True):
-            r = rows.get(cid)
-            if r is None:  # retired by a commit between load and lookup: next search reloads
-                continue
-            hits.append(
-                Hit(
-                    score=float(scores[i]),
-                    chunk=_chunk(r),
-                    title=r["title"],
-                    last_checked=_dt(r["last_checked"]),
-                    last_changed=_dt(r["last_changed"]),
-                )
+        return [
+            Hit(
+                score=score,
+                chunk=_chunk(rows[r.id]),
+                title=rows[r.id]["title"],
+                last_checked=_dt(rows[r.id]["last_checked"]),
+                last_changed=_dt(rows[r.id]["last_changed"]),
+                similarity=r.similarity,
             )
-        return hits
+            for r, score in ranked
+        ]
+
+    def changes(
+        self, since: int | None = None, *, cursor: str | None = None, limit: int = 100, key: str | None = None
+    ) -> ChangeBatch:
+        """The pages the published runs after run *since* changed (:mod:`recrawler.kb.changes`)."""
+
+        def query(sql: str, params: dict[str, Any]) -> list[sqlite3.Row]:
+            return self._conn.execute(sql, params).fetchall()
+
+        try:
+            self._conn.execute("BEGIN")
+            try:
+                return read_changes(query, since=since, cursor=cursor, limit=limit, key=key)
+            finally:
+                self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StateStoreError(f"knowledge base {self.path!r}: {exc}") from exc
 
     def chunks(self) -> Iterator[ChunkRow]:
         """Yield every published chunk by page key and position, streaming."""

@@ -15,6 +15,7 @@ from langchain_core.retrievers import BaseRetriever  # noqa: E402 (after the che
 from pydantic import ConfigDict, Field, PrivateAttr  # noqa: E402 (after the check above)
 
 from recrawler.index import open_kb  # noqa: E402 (after the check above)
+from recrawler.redact import redact_url  # noqa: E402 (after the check above)
 
 if TYPE_CHECKING:
     from langchain_core.callbacks import CallbackManagerForRetrieverRun
@@ -37,6 +38,7 @@ def hit_to_document(hit: Hit) -> Document:
             "last_checked": hit.last_checked.isoformat() if hit.last_checked else None,
             "last_changed": hit.last_changed.isoformat() if hit.last_changed else None,
             "score": round(hit.score, 6),
+            "similarity": round(hit.similarity, 6) if hit.similarity is not None else None,
         },
     )
 
@@ -46,47 +48,67 @@ class RecrawlerRetriever(BaseRetriever):
 
         retriever = RecrawlerRetriever(k=5)  # or uri="sqlite:///docs.db"
         docs = retriever.invoke("how do I retry failed uploads?")
+        docs = retriever.invoke("retry_limit", k=1)  # k per call
 
     ``page_content`` is the chunk's text. ``metadata`` holds ``url`` (the page URL with the
     nearest heading's anchor), ``heading`` (the heading path), ``title``, ``key``,
-    ``chunk_index``, ``last_checked`` and ``last_changed`` (ISO 8601, UTC) and ``score`` (cosine).
+    ``chunk_index``, ``last_checked`` and ``last_changed`` (ISO 8601, UTC), ``score`` (what ranks
+    the hits: see ``mode``) and ``similarity`` (the cosine, when the vector search found it).
     Only the last published run is read (never a held or half-written one); a run published later
-    is seen by the next query. The database is opened read-only on first use.
+    is seen by the next query. The database is opened read-only on first use. A password in the
+    URI never shows in the retriever's ``repr``, ``str`` or ``model_dump()`` (``uri`` holds it
+    masked), nor do ``embedder_options``.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    #: the database (``RECRAWLER_DB_URI``; None: the one a crawl from the working directory writes,
-    #: as :func:`recrawler.index.open_kb` finds it)
+    #: the database (``RECRAWLER_DB_URI``; shown with its password masked; None: the one a crawl
+    #: from the working directory writes, as :func:`recrawler.index.open_kb` finds it)
     uri: str | None = None
-    #: documents per query
+    #: documents per query, at most (``invoke(query, k=...)`` sets it for one call)
     k: int = 4
-    #: drop hits scoring below this (None: keep all *k*)
+    #: ``hybrid`` (keyword and vector lists fused), ``vector`` (cosine) or ``keyword``
+    mode: str = "hybrid"
+    #: drop hits scoring below this (None: keep all hits)
     score_threshold: float | None = None
     #: the embedder spec (None: the one the last published run indexed with)
     embedder: str | None = None
-    #: embedder options (``base_url``, ``api_key``, ...); kept out of the repr
-    embedder_options: dict[str, Any] = Field(default_factory=dict, repr=False)
+    #: embedder options (``base_url``, ``api_key``, ...); kept out of the repr and of model_dump
+    embedder_options: dict[str, Any] = Field(default_factory=dict, repr=False, exclude=True)
 
+    _uri: str = PrivateAttr(default="")
     _kb: KnowledgeBase | None = PrivateAttr(default=None)
     # the knowledge base keeps one connection: LangChain may call from executor threads
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
+    def __init__(self, **data: Any) -> None:
+        uri = str(data.get("uri", ""))
+        if uri:
+            data["uri"] = redact_url(uri)
+        super().__init__(**data)
+        self._uri = uri
+
     def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
         with self._lock:
             if self._kb is None:
-                self._kb = open_kb(self.uri, embedder=self.embedder, **self.embedder_options)
-            hits = self._kb.search(query, k=self.k)
+                self._kb = open_kb(self._uri or None, embedder=self.embedder, **self.embedder_options)
+            hits = self._kb.search(query, k=self.k if k is None else k, mode=self.mode)
         return [
             hit_to_document(hit)
             for hit in hits
             if self.score_threshold is None or hit.score >= self.score_threshold
         ]
 
+    def __del__(self) -> None:
+        # a retriever dropped without close() (as LangChain's own tests do) releases its connection
+        kb = getattr(self, "__pydantic_private__", None) and self._kb
+        if kb is not None:
+            kb.close()
+
     def close(self) -> None:
-        """Release the connection and the in-memory vectors (reopened on the next query)."""
+        """Release the connection (reopened on the next query)."""
         with self._lock:
             if self._kb is not None:
                 self._kb.close()

@@ -65,9 +65,17 @@ async def commit(
             revisit=revisit,
         )
     except StateStoreError as exc:
-        counters.inc(f"recrawler/state/error/{type(exc).__name__}")
-        logger.error("state write failed for %(url)s: %(exc)s", {"url": page.url, "exc": exc})
-        raise DropItem(f"state write failed: {exc}") from exc
+        # the store counts the page as lost (the summary's write_failed); each reason is logged
+        # once a run, then only counted (a database gone mid-run fails every page after it)
+        reason = type(exc).__name__
+        counters.inc(f"recrawler/state/error/{reason}")
+        if runtime.first(f"write_failed/{reason}"):
+            logger.error(
+                "state write failed for %(url)s: %(exc)s; further %(reason)s write failures are only counted",
+                {"url": page.url, "exc": exc, "reason": reason},
+            )
+            raise DropItem(f"state write failed: {exc}") from exc
+        raise DropItem(f"state write failed: {exc}", log_level="DEBUG") from exc
     page.status = status
     # live monitoring; the run's report counts what committed (the store's outcomes)
     for label in outcome:

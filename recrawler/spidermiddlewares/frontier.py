@@ -71,7 +71,9 @@ class FrontierMiddleware:
     instead of Scrapy's in-memory scheduler, once per page key and run. They come back
     ``RECRAWLER_FRONTIER_BATCH_SIZE`` at a time, highest priority first: whenever fewer than half
     a batch of them wait in the scheduler, and when the spider goes idle (the Reconciler asks
-    first, then checks unseen pages). Memory stays flat however long the listing is.
+    first, then checks unseen pages). Memory stays flat however long the listing is. Every read
+    runs on the store's own connection, off the reactor: an idle spider stays open while one is
+    under way, and the engine is woken when it is in.
 
     Settings: ``RECRAWLER_FRONTIER_ENABLED``, ``RECRAWLER_FRONTIER_BATCH_SIZE``,
     ``RECRAWLER_WORKERS_ENABLED`` (on: switched off, scrapy-redis holds the frontier),
@@ -93,7 +95,9 @@ class FrontierMiddleware:
         #: fed requests not yet in the downloader (waiting in Scrapy's scheduler)
         self.waiting = 0
         self._reading: asyncio.Future[None] | None = None
-        self._queued = 0
+        #: rows queued and not fed yet, as far as this process knows (0 once a read found none);
+        #: unknown before the first read (a resumed run's rows): read once
+        self._queued = 1
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -192,6 +196,9 @@ class FrontierMiddleware:
         except StateStoreError as exc:
             self.runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
             logger.error("could not read the frontier: %(exc)s", {"exc": exc})
+            # the rest of the run goes on without it (the next write reads again)
+            self._queued = 0
+            self.runtime.wake()
             return
         for key in keys:
             self.runtime.hints.put(key, records.get(key))
@@ -205,8 +212,10 @@ class FrontierMiddleware:
     def _crawl(self, requests: list[Request]) -> None:
         engine = self.crawler.engine
         if not requests:
-            # nothing queued now: wait for the next write
+            # nothing queued now: wait for the next write; an idle spider that waited for this
+            # read looks again now, not at the engine's next heartbeat
             self._queued = 0
+            self.runtime.wake()
             return
         if engine is None:
             return
@@ -221,21 +230,21 @@ class FrontierMiddleware:
         self.runtime.counters.max("recrawler/frontier/waiting_max", self.waiting)
 
     def idle(self) -> bool:
-        """On ``spider_idle``: feed the next batch; False when the frontier is empty (read blocking:
-        nothing else is in flight)."""
+        """On ``spider_idle``: True while the frontier may still hold requests (a read is started,
+        or one is under way); False once a read found it empty and nothing was queued since.
+
+        The read never runs on the reactor: a blocking read on a connection of its own waited for
+        row locks held by the store's open group transaction, which only the reactor can commit.
+        """
         run = self.runtime.run
         if run is None:
             return False
         if self._reading is not None and not self._reading.done():
             return True
-        try:
-            requests = self._decode(self.runtime.store.frontier_next_sync(run, self.batch_size))
-        except StateStoreError as exc:
-            self.runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
-            logger.error("could not read the frontier: %(exc)s", {"exc": exc})
+        if not self._queued:
             return False
-        self._crawl(requests)
-        return bool(requests)
+        self._reading = asyncio.ensure_future(self._feed(run))
+        return True
 
 
 __all__ = ["FrontierMiddleware"]

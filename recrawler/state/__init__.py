@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from scrapy.utils.misc import load_object
-
 from recrawler.exceptions import ConfigurationError
 from recrawler.extras import missing_extra
 from recrawler.state.records import (
@@ -106,6 +104,9 @@ def store_from_uri(uri: str, settings: BaseSettings) -> StateStore:
     if scheme not in backends:
         msg = f"RECRAWLER_DB_URI: no backend for scheme {scheme!r} in {uri!r} (known: {sorted(backends)})"
         raise ConfigurationError(msg)
+    # imported here: a reader of the knowledge base (open_kb, `recrawler search`) never loads Scrapy
+    from scrapy.utils.misc import load_object
+
     try:
         cls = load_object(backends[scheme])
     except ModuleNotFoundError as exc:

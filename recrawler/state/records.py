@@ -246,6 +246,9 @@ class Event:
         data["at"] = self.at.isoformat()
         extra = data.pop("extra")
         data.update(extra)
+        if self.action != "error":
+            # the page as published: `recrawler changes --since N --key KEY` (open_kb(...).changes)
+            data["changes_since"] = self.run_id - 1
         return json.dumps({k: v for k, v in data.items() if v is not None or k in _KEEP_NULL})
 
 

@@ -136,7 +136,8 @@ class Pages(Protocol):
     def unseen_sync(
         self, run: Run, limit: int, *, due_at: datetime | None = None, delisted: bool = False
     ) -> list[tuple[str, str, int]]:
-        """Blocking :meth:`unseen`, for ``spider_idle`` handlers (sync signals, nothing in flight)."""
+        """Blocking :meth:`unseen`, for the CLI and tests: never on the reactor (it would wait for
+        locks the store's own open transaction holds)."""
 
 
 class Runs(Protocol):
@@ -282,6 +283,10 @@ class KnowledgeBase(Protocol):
     async def run_info(self, run_id: int) -> dict[str, Any] | None:
         """A run's row, or None."""
 
+    async def index_vectors(self, embedder: str) -> int:
+        """Write the search index's blocks of cached vectors that are full and not written yet
+        (committed; SQLite only, 0 elsewhere); return how many blocks were written."""
+
 
 class History(Protocol):
     """Change detection's memory: field records, learned regions and boilerplate block pairs.
@@ -389,9 +394,6 @@ class Frontier(Protocol):
 
     async def frontier_next(self, run: Run, limit: int) -> list[bytes]:
         """Take up to *limit* queued requests of the run: highest priority first, then oldest."""
-
-    def frontier_next_sync(self, run: Run, limit: int) -> list[bytes]:
-        """Blocking :meth:`frontier_next`, for ``spider_idle`` handlers."""
 
 
 class Trust(Protocol):

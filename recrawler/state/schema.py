@@ -351,7 +351,40 @@ page_before = Table(
     Index("page_before_site", "site"),
 )
 
-# what each run took out of the knowledge base, as it stood when the run ended (schema 11)
+# the cached vectors of one embedder in blocks of 16,384, one float16 column per dimension (schema
+# 11, SQLite only: PostgreSQL searches with pgvector); chunks_fts, the FTS5 keyword index, is a
+# virtual table and not described here
+vector_blocks = Table(
+    "vector_blocks",
+    metadata,
+    Column("embedder", Text, primary_key=True),
+    Column("block", Integer, primary_key=True),
+    Column("last_row", Integer, nullable=False),
+    Column("last_hash", Text, nullable=False),
+    Column("rowids", LargeBinary, nullable=False),
+)
+
+vector_columns = Table(
+    "vector_columns",
+    metadata,
+    Column("embedder", Text, primary_key=True),
+    Column("dim", Integer, primary_key=True),
+    Column("block", Integer, primary_key=True),
+    Column("data", LargeBinary, nullable=False),
+)
+
+# the chunks each vector-store sink put into its store (state 1) or is putting there (0)
+sink_chunks = Table(
+    "sink_chunks",
+    metadata,
+    Column("sink", Text, primary_key=True),
+    Column("id", Text, primary_key=True),
+    Column("key", Text, nullable=False),
+    Column("chunk_hash", Text, nullable=False),
+    Column("state", Integer, nullable=False, server_default=text("0")),
+)
+
+# what each run took out of the knowledge base, as it stood when the run ended (schema 12)
 run_pages = Table(
     "run_pages",
     metadata,

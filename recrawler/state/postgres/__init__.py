@@ -23,7 +23,8 @@ class PostgreSQLStateStore(PostgreSQLDatabase, RoleMethods):
     """State in one PostgreSQL database: the same roles, queries and guarantees as SQLite's store.
 
     Several crawls (one per site, each with its own lease and run) may share the database; each
-    site publishes its own runs. Search reads pgvector's HNSW index (``recrawler.index.open_kb``).
+    site publishes its own runs. Search reads pgvector's HNSW index (``recrawler.index.open_kb``),
+    built once ``RECRAWLER_DB_VECTOR_INDEX_MIN_ROWS`` vectors of a size are stored.
     """
 
     def __init__(
@@ -36,6 +37,7 @@ class PostgreSQLStateStore(PostgreSQLDatabase, RoleMethods):
         sink: EventSink | None = None,
         dry_run: bool = False,
         deliver_on_commit: bool = True,
+        vector_index_min_rows: int = 10_000,
     ) -> None:
         super().__init__(
             uri,
@@ -45,6 +47,7 @@ class PostgreSQLStateStore(PostgreSQLDatabase, RoleMethods):
             sink=sink,
             dry_run=dry_run,
             deliver_on_commit=deliver_on_commit,
+            vector_index_min_rows=vector_index_min_rows,
         )
         self._bind_roles(self)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections import Counter
@@ -96,13 +97,63 @@ async def _drive(conn: psycopg.AsyncConnection[Any], work: Work[_T]) -> _T:
 INDEX_LOCK_KEY = "recrawler embeddings index"
 
 
-def hnsw_index(dims: int) -> str:
-    """The HNSW (cosine) index over the stored vectors of *dims* dimensions."""
+def exact_only(embedder: str) -> bool:
+    """True for the vectors of an embedder searched exactly, never through an HNSW index: the
+    lexical hashing embedder's short, sparse queries find 0.16-0.44 of the exact top 10 through
+    the graph (benchmarks/bench_pgvector.py), and no search setting brings that to 0.95."""
+    return embedder.startswith("hashing:")
+
+
+def vector_index_name(dims: int, embedder: str) -> str:
+    """The name of the HNSW index over *embedder*'s stored vectors of *dims* dimensions."""
+    return f"embeddings_hnsw_{dims}_{hashlib.sha256(embedder.encode()).hexdigest()[:12]}"
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def hnsw_index(dims: int, embedder: str) -> str:
+    """The HNSW (cosine) index over *embedder*'s stored vectors of *dims* dimensions: one embedder's
+    vectors only, so that a search never wades through another's."""
     return (
-        f"CREATE INDEX IF NOT EXISTS embeddings_hnsw_{dims} ON embeddings "
+        f"CREATE INDEX IF NOT EXISTS {vector_index_name(dims, embedder)} ON embeddings "
         f"USING hnsw ((CAST(embedding AS vector({dims}))) vector_cosine_ops) "
-        f"WHERE vector_dims(embedding) = {dims}"
+        f"WHERE embedder = {_literal(embedder)} AND vector_dims(embedding) = {dims}"
     )
+
+
+def vector_index_work(dims: int, embedder: str, min_rows: int) -> Work[bool]:
+    """Build the HNSW index over *embedder*'s vectors of *dims* dimensions once at least
+    *min_rows* are stored (fewer are searched exactly, and cost nothing to store); True when it
+    was built now. An :func:`exact_only` embedder's vectors get none.
+
+    One build after the vectors are in costs a fraction of keeping the index up to date row by
+    row while a first run stores them. The builder holds a lock to the end of its transaction:
+    two runs building at once otherwise deadlocked.
+    """
+    if exact_only(embedder) or not 0 < dims <= _HNSW_MAX_DIMS:
+        return False
+    name = vector_index_name(dims, embedder)
+    row = yield one("SELECT to_regclass(?) IS NOT NULL AS present", (name,))
+    if row[0]:
+        return False
+    row = yield one(
+        "SELECT COUNT(*) AS n FROM (SELECT 1 FROM embeddings WHERE embedder = ? "
+        "AND vector_dims(embedding) = ? LIMIT ?) AS counted",
+        (embedder, dims, max(min_rows, 1)),
+    )
+    if int(row[0]) < min_rows:
+        return False
+    yield one(str(POSTGRES.lock_sql), (INDEX_LOCK_KEY,))
+    yield count(hnsw_index(dims, embedder))
+    return True
+
+
+def ensure_vector_index(conn: psycopg.Connection[Any], dims: int, embedder: str, *, min_rows: int) -> bool:
+    """:func:`vector_index_work` in a transaction of its own on *conn* (a bulk load's last step)."""
+    with conn.transaction():
+        return drive(vector_index_work(dims, embedder, min_rows), lambda op: _execute_sync(conn, op))
 
 
 class PostgreSQLReader:
@@ -143,6 +194,7 @@ class PostgreSQLDatabase:
         sink: EventSink | None = None,
         dry_run: bool = False,
         deliver_on_commit: bool = True,
+        vector_index_min_rows: int = 10_000,
     ) -> None:
         self.uri = uri
         #: the URI as messages show it: never its password
@@ -165,13 +217,19 @@ class PostgreSQLDatabase:
         self.lost: Counter[str] = Counter()
         self._timer: asyncio.TimerHandle | None = None
         self._background: set[asyncio.Future[None]] = set()
-        #: vector sizes whose HNSW index this store made sure of
-        self._indexed: set[int] = set()
+        #: stored vectors of a size get their HNSW index once there are this many
+        self.vector_index_min_rows = vector_index_min_rows
+        #: (embedder, vector size) this store stored: their index is seen to when it closes
+        self._vector_kinds: set[tuple[str, int]] = set()
 
     @classmethod
     def from_settings(cls, uri: str, settings: BaseSettings) -> Self:
         """Build the store from a crawler's settings."""
-        return cls(uri, **store_options(settings))
+        return cls(
+            uri,
+            **store_options(settings),
+            vector_index_min_rows=settings.getint("RECRAWLER_DB_VECTOR_INDEX_MIN_ROWS"),
+        )
 
     # -- errors ---------------------------------------------------------------------------------
 
@@ -254,12 +312,35 @@ class PostgreSQLDatabase:
                 else:
                     await self._commit()
                     await self._deliver()
+                    await self._index_vectors(conn)
             finally:
                 self._conn = self._pool = None
                 await pool.putconn(conn)
                 await pool.close()
                 if self.sink is not None:
                     self.sink.close()
+
+    async def _index_vectors(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Build the HNSW index of each embedder's vectors this store stored, once there are enough."""
+        for embedder, dims in sorted(self._vector_kinds):
+            t0 = time.monotonic()
+            try:
+                async with conn.transaction():
+                    work = vector_index_work(dims, embedder, self.vector_index_min_rows)
+                    built = await _drive(conn, work)
+            except psycopg.Error as exc:
+                # search stays exact (and slower) until a later run builds it
+                logger.error(
+                    "could not build the vector index of %(uri)s: %(exc)s",
+                    {"uri": self.label, "exc": redact_text(str(exc).strip())},
+                )
+                continue
+            if built:
+                logger.info(
+                    "built the vector index of %(uri)s (%(embedder)s) in %(secs).1f s",
+                    {"uri": self.label, "embedder": embedder, "secs": time.monotonic() - t0},
+                )
+        self._vector_kinds.clear()
 
     @contextlib.contextmanager
     def _sync_conn(self) -> Iterator[psycopg.Connection[Any]]:
@@ -353,41 +434,17 @@ class PostgreSQLDatabase:
                 raise self._error(exc) from exc
 
     async def page_write(self, work: Work[_T], outcome: Sequence[str] = (), *, units: int = 1) -> _T:
-        """Run *work* as one page write (of *units* pages): a savepoint in the group transaction."""
+        """Run *work* as one page write (of *units* pages): a savepoint in the group transaction.
+
+        A write that fails is lost, its *outcome* counted once in :attr:`lost` (never a verdict).
+        """
         async with self._lock:
-            conn = self._writer()
-            if self._in_txn and self._pending and self._pending + units > self.batch_size:
-                # a group holds at most batch_size pages: commit it before a unit it has no room for
-                # (if that fails, the unit's pages are lost with it: never written, counted so)
-                try:
-                    await self._commit()
-                except StateStoreError:
-                    self.lost.update(outcome)
-                    raise
             try:
-                await self._begin()
-                await conn.execute("SAVEPOINT page")
-            except psycopg.Error as exc:
-                await self._rollback_group()
-                raise self._error(exc, ": page write failed") from exc
-            try:
-                result = await _drive(conn, work)
-            except BaseException as exc:
-                undone = True
-                try:
-                    await conn.execute("ROLLBACK TO SAVEPOINT page")
-                    await conn.execute("RELEASE SAVEPOINT page")
-                except psycopg.Error:
-                    await self._rollback_group()
-                    undone = False
-                if isinstance(exc, psycopg.Error):
-                    error = self._error(exc, ": page write failed")
-                    if undone and type(error) is StateStoreError:
-                        # the write's own statements: undone, the group stands
-                        error = PageWriteError(str(error))
-                    raise error from exc
+                result = await self._write_unit(work, units)
+            except StateStoreError:
+                # never written (a write that reached the group counts with the group if it is lost)
+                self.lost.update(outcome)
                 raise
-            await conn.execute("RELEASE SAVEPOINT page")
             if self.dry_run:
                 self.outcomes.update(outcome)
             else:
@@ -397,6 +454,42 @@ class PostgreSQLDatabase:
         if self._timer is None and pending:
             # bound the wait of the group's last page: commit within commit_secs
             self._timer = asyncio.get_running_loop().call_later(self.commit_secs, self._timed_flush)
+        return result
+
+    async def _write_unit(self, work: Work[_T], units: int) -> _T:
+        conn = self._writer()
+        if self._in_txn and self._pending and self._pending + units > self.batch_size:
+            # a group holds at most batch_size pages: commit it before a unit it has no room for
+            # (if that fails, the unit's pages are lost with it: never written)
+            await self._commit()
+        try:
+            await self._begin()
+            await conn.execute("SAVEPOINT page")
+        except psycopg.Error as exc:
+            await self._rollback_group()
+            raise self._error(exc, ": page write failed") from exc
+        try:
+            result = await _drive(conn, work)
+        except BaseException as exc:
+            undone = True
+            try:
+                await conn.execute("ROLLBACK TO SAVEPOINT page")
+                await conn.execute("RELEASE SAVEPOINT page")
+            except psycopg.Error:
+                await self._rollback_group()
+                undone = False
+            if isinstance(exc, psycopg.Error):
+                error = self._error(exc, ": page write failed")
+                if undone and type(error) is StateStoreError:
+                    # the write's own statements: undone, the group stands
+                    error = PageWriteError(str(error))
+                raise error from exc
+            raise
+        try:
+            await conn.execute("RELEASE SAVEPOINT page")
+        except psycopg.Error as exc:
+            await self._rollback_group()
+            raise self._error(exc, ": page write failed") from exc
         return result
 
     async def transaction(self, work: Work[_T], *, concurrent: bool = False) -> _T:
@@ -511,14 +604,7 @@ class PostgreSQLDatabase:
         return insert_outbox(self.sink, events)
 
     def embeddings_work(self, rows: Sequence[tuple[str, str, bytes]]) -> Work[None]:
-        """Add (embedder, text hash, vector) rows to the cache, with an HNSW index per vector size.
-
-        The index is made under a lock held to the end of the transaction: two runs storing their
-        first vectors at once (two sites on one database) otherwise deadlocked, each creating the
-        index while the other, having created it, inserted rows."""
-        for dims in sorted({len(v) // 4 for _, _, v in rows} - self._indexed):
-            if 0 < dims <= _HNSW_MAX_DIMS:
-                yield one(str(self.dialect.lock_sql), (INDEX_LOCK_KEY,))
-                yield count(hnsw_index(dims))
-            self._indexed.add(dims)
+        """Add (embedder, text hash, vector) rows to the cache; their size's HNSW index is built
+        when the store closes, once there are ``RECRAWLER_DB_VECTOR_INDEX_MIN_ROWS`` of them."""
+        self._vector_kinds.update((embedder, len(v) // 4) for embedder, _, v in rows)
         yield from insert_embeddings(self.dialect, rows)

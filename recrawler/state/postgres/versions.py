@@ -6,7 +6,7 @@ import re
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from recrawler.exceptions import SchemaVersionError
+from recrawler.exceptions import SchemaVersionError, StateStoreError
 from recrawler.state.sql.dialect import POSTGRES, count, one, rows
 from recrawler.state.sqlite.versions import _split_sql
 
@@ -56,6 +56,29 @@ def check_schema(label: str) -> Work[set[int]]:
     return applied
 
 
+def _check_vector_extension(label: str) -> Work[None]:
+    """Refuse, in one line that says who can fix it, a database without pgvector's ``vector``
+    extension that this role may not create (pgvector is not a trusted extension: creating it
+    takes a superuser; recrawler's own role then needs no more than to own its database)."""
+    row = yield one("SELECT 1 FROM pg_extension WHERE extname = 'vector'")
+    if row is not None:
+        return
+    row = yield one("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'")
+    if row is None:
+        msg = (
+            f"state database {label!r}: the server has no pgvector (extension 'vector'); install "
+            "pgvector 0.8 or later on the PostgreSQL server"
+        )
+        raise StateStoreError(msg)
+    row = yield one("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+    if row is None or not row[0]:
+        msg = (
+            f"state database {label!r}: pgvector's extension is not created in it, and this role may "
+            "not create it: a superuser runs `CREATE EXTENSION vector;` in that database once"
+        )
+        raise StateStoreError(msg)
+
+
 def migrate(label: str) -> Work[list[int]]:
     """Apply the missing migrations in the caller's transaction; return their numbers.
 
@@ -65,6 +88,7 @@ def migrate(label: str) -> Work[list[int]]:
     yield one("SELECT pg_advisory_xact_lock(hashtext('recrawler schema'))")
     applied = yield from check_schema(label)
     if not applied:
+        yield from _check_vector_extension(label)
         yield count("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
     done = []
     for number, sql in _migrations():

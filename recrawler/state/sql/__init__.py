@@ -9,16 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from recrawler.state.sql.decisions import SQLDecisions
-from recrawler.state.sql.frontier import SQLFrontier
-from recrawler.state.sql.history import SQLHistory
-from recrawler.state.sql.kb import SQLKnowledgeBaseWriter
-from recrawler.state.sql.pages import SQLPages
-from recrawler.state.sql.readers import SQLReaders
-from recrawler.state.sql.runs import SQLRuns
-from recrawler.state.sql.schedule import SQLSchedule
-from recrawler.state.sql.trust import SQLTrust
-
 if TYPE_CHECKING:
     from recrawler.state.sql.database import Database
 
@@ -31,6 +21,18 @@ class RoleMethods:
     so callers may type a store by :class:`~recrawler.state.roles.StateStore` or by one role."""
 
     def _bind_roles(self, db: Database) -> None:
+        # imported here: a reader of the dialect or of one role (open_kb) loads none of the others
+        from recrawler.state.sql.decisions import SQLDecisions
+        from recrawler.state.sql.frontier import SQLFrontier
+        from recrawler.state.sql.history import SQLHistory
+        from recrawler.state.sql.kb import SQLKnowledgeBaseWriter
+        from recrawler.state.sql.pages import SQLPages
+        from recrawler.state.sql.readers import SQLReaders
+        from recrawler.state.sql.runs import SQLRuns
+        from recrawler.state.sql.schedule import SQLSchedule
+        from recrawler.state.sql.search import SQLSearchIndex
+        from recrawler.state.sql.trust import SQLTrust
+
         self.pages = SQLPages(db)
         self.runs = SQLRuns(db)
         self.decisions = SQLDecisions(db)
@@ -40,6 +42,8 @@ class RoleMethods:
         self.signals = SQLTrust(db)
         self.readers = SQLReaders(db)
         self.frontier = SQLFrontier(db)
+        self.search_index = SQLSearchIndex(db)
+        self.index_vectors = self.search_index.index_vectors
         self.get = self.pages.get
         self.record = self.pages.record
         self.record_error = self.pages.record_error
@@ -92,7 +96,6 @@ class RoleMethods:
         self.frontier_next = self.frontier.frontier_next
         self.frontier_claim = self.frontier.frontier_claim
         self.records = self.frontier.records
-        self.frontier_next_sync = self.frontier.frontier_next_sync
         self.trust = self.signals.trust
         self.record_trust = self.signals.record_trust
         self.reset_trust = self.signals.reset_trust

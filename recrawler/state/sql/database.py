@@ -80,7 +80,8 @@ class Database(Protocol):
         beside the store's other work, on a connection of its own, where the backend has one)."""
 
     def transaction_sync(self, work: Work[_T]) -> _T:
-        """Blocking :meth:`transaction` (startup and ``spider_idle``)."""
+        """Blocking :meth:`transaction` on a connection of its own: never on the reactor (it would
+        wait for locks the store's own open transaction holds, which only the reactor commits)."""
 
     def reader(self) -> AbstractContextManager[Reader]:
         """A read-only connection of its own, refused on a newer schema."""

@@ -355,6 +355,18 @@ class SQLDecisions:
                 else:
                     msg = f"run {run_id} is {row['state']}: nothing of it waits for a decision"
                 raise StateStoreError(msg)
+            later = yield one(
+                """SELECT id, state FROM runs WHERE site IS NOT DISTINCT FROM ? AND id > ?
+                     AND state != ? ORDER BY id DESC LIMIT 1""",
+                (row["site"], run_id, RUN_DISCARDED),
+            )
+            if later is not None:
+                # a later run's pages wait on the same decision: it is taken on the latest run
+                msg = (
+                    f"run {run_id} is not the site's latest run (run {later['id']} is {later['state']}): "
+                    "decide after the next run ends, on the run that carries the decision then"
+                )
+                raise StateStoreError(msg)
             started = _dt(row["started_at"])
             assert started is not None
             return Run(id=run_id, spider=row["spider"], site=row["site"], started_at=started)

@@ -172,9 +172,5 @@ class SQLFrontier:
         # in the group transaction: a kill re-feeds at most the uncommitted batch
         return await self.db.page_write(self._next(run, limit))
 
-    def frontier_next_sync(self, run: Run, limit: int) -> list[bytes]:
-        """Blocking :meth:`frontier_next`, for ``spider_idle`` handlers."""
-        return self.db.transaction_sync(self._next(run, limit))
-
 
 __all__ = ["SQLFrontier"]

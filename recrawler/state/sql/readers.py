@@ -190,7 +190,7 @@ class SQLReaders:
     def run_report(self, run_id: int) -> dict[str, Any] | None:
         """A run's row with its stored JSON ``report`` and ``pages_recorded`` (None: no such run)."""
         with self.db.reader() as conn:
-            # schema 11 records what a run's end took out (NULL before)
+            # schema 12 records what a run's end took out (NULL before)
             recorded = "pages_recorded" if self._has_table(conn, "run_pages") else "NULL AS pages_recorded"
             rows = [
                 dict(row)
@@ -210,9 +210,9 @@ class SQLReaders:
     def iter_run_pages(self, run_id: int) -> Iterator[dict[str, Any]]:
         """Pages the run made new, quarantined, gone or moved, then a held run's staged removals.
 
-        A run that ended on schema 11 or later is shown as it ended: its new pages live, the
+        A run that ended on schema 12 or later is shown as it ended: its new pages live, the
         pages it took out as ``run_pages`` recorded them. Any other run (still running, aborted,
-        or ended before schema 11) is shown from the pages' state now, within its window (its
+        or ended before schema 12) is shown from the pages' state now, within its window (its
         start to its finish, to now while it runs)."""
         with self.db.reader() as conn:
             recorded = self._has_table(conn, "run_pages") and any(

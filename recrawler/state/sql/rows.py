@@ -40,10 +40,11 @@ _PAGE_COLUMNS = (
     "misses, first_seen, last_checked, last_changed, last_seen_run, chunks, noise_key, "
     "found_depth, moved_to, changed_run, pending"
 )
-#: a page row as read: with, for a pending page, the content hash the knowledge base shows
+#: a page row as read: with, for a pending page the knowledge base shows live, the content hash it shows
 _PAGE_SELECT = (
     f"{_PAGE_COLUMNS}, CASE WHEN pending = 'changed' THEN "
-    "(SELECT b.content_hash FROM page_before b WHERE b.key = pages.key) END AS published_hash"
+    "(SELECT b.content_hash FROM page_before b WHERE b.key = pages.key AND b.status = 'live') "
+    "END AS published_hash"
 )
 
 

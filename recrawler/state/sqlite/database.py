@@ -126,7 +126,7 @@ class SQLiteDatabase:
         return await asyncio.wrap_future(fut)
 
     def call_sync(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        """Run *func* on the worker thread and wait (for ``spider_idle``, where nothing else runs)."""
+        """Run *func* on the worker thread and wait: before the crawl or outside it, never on the reactor."""
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recrawler-sqlite")
         return self._executor.submit(func, *args, **kwargs).result()
@@ -320,15 +320,27 @@ class SQLiteDatabase:
 
     def _page_txn(self, work: Work[_T], outcome: Sequence[str] = (), units: int = 1) -> _T:
         """Run *work* as one atomic page write (of *units* pages) inside the group transaction;
-        its *outcome* labels count as committed only once the group commits."""
+        its *outcome* labels count as committed only once the group commits. A write that fails
+        is lost, its *outcome* counted once in :attr:`lost` (never a verdict)."""
+        try:
+            result = self._write_unit(work, units)
+        except StateStoreError:
+            # never written (a write that reached the group counts with the group if it is lost)
+            self.lost.update(outcome)
+            raise
+        if self.dry_run:
+            # nothing is ever committed: count what would have been
+            self.outcomes.update(outcome)
+        else:
+            self._group.extend(outcome)
+        self._maybe_commit(units)
+        return result
+
+    def _write_unit(self, work: Work[_T], units: int) -> _T:
         if self._pending and self._pending + units > self.batch_size:
             # a group holds at most batch_size pages: commit it before a unit it has no room for
-            # (if that fails, the unit's pages are lost with it: never written, counted so)
-            try:
-                self._commit()
-            except StateStoreError:
-                self.lost.update(outcome)
-                raise
+            # (if that fails, the unit's pages are lost with it: never written)
+            self._commit()
         self._begin()
         conn = self.conn
         conn.execute("SAVEPOINT page")
@@ -343,12 +355,6 @@ class SQLiteDatabase:
             conn.execute("RELEASE page")
             raise
         conn.execute("RELEASE page")
-        if self.dry_run:
-            # nothing is ever committed: count what would have been
-            self.outcomes.update(outcome)
-        else:
-            self._group.extend(outcome)
-        self._maybe_commit(units)
         return result
 
     def _outbox(self, events: Sequence[Event]) -> Work[None]:

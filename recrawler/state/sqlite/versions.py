@@ -8,12 +8,8 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from recrawler.detect.boilerplate import EDGE, block_pairs
-from recrawler.detect.hashing import unpack_blocks
 from recrawler.exceptions import ConfigurationError, SchemaVersionError
-from recrawler.state.sql.database import log_migrations
 from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, SQLITE, drive
-from recrawler.state.sql.rows import _count_pairs, _rehash
 
 if TYPE_CHECKING:
     import sqlite3
@@ -115,6 +111,8 @@ def migrate(conn: sqlite3.Connection, path: str, dry_run: bool) -> None:
             conn.execute("ROLLBACK TO migrate" if dry_run else "ROLLBACK")
             raise
         done.append(number)
+    from recrawler.state.sql.database import log_migrations
+
     log_migrations(path, version, done)
     fill_block_pairs(conn, path, dry_run)
 
@@ -137,6 +135,11 @@ def fill_block_pairs(conn: sqlite3.Connection, path: str, dry_run: bool) -> None
     through ``block_deltas``: a database with deltas waiting (a run killed before its first
     reconciliation) has its pairs counted by their fold, not here.
     """
+    # imported here: a reader that only checks the schema (open_kb) loads no change detection
+    from recrawler.detect.boilerplate import EDGE, block_pairs
+    from recrawler.detect.hashing import unpack_blocks
+    from recrawler.state.sql.rows import _count_pairs, _rehash
+
     if conn.execute(
         "SELECT EXISTS (SELECT 1 FROM site_pairs) OR EXISTS (SELECT 1 FROM block_deltas)"
     ).fetchone()[0]:
@@ -191,6 +194,17 @@ def _run(conn: sqlite3.Connection, work: Work[_T]) -> _T:
 
 
 def _split_sql(sql: str) -> list[str]:
-    """Split a migration file into statements (no semicolons inside our literals)."""
+    """Split a migration file into statements (no semicolons inside our literals; a trigger's
+    body, from its ``BEGIN`` line to its ``END;`` line, stays one statement)."""
     lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    statements: list[str] = []
+    trigger: list[str] = []
+    for part in "\n".join(lines).split(";"):
+        if trigger or part.lstrip().upper().startswith("CREATE TRIGGER"):
+            trigger.append(part)
+            if part.strip().upper() == "END":
+                statements.append(";".join(trigger).strip())
+                trigger = []
+        elif part.strip():
+            statements.append(part.strip())
+    return statements

@@ -1,4 +1,4 @@
--- recrawler state schema 11: what each run took out of the knowledge base, as it stood when the run
+-- recrawler state schema 12: what each run took out of the knowledge base, as it stood when the run
 -- ended. A run's report showed its quarantined, gone and moved pages as they are now: a page
 -- quarantined by run 4 and made gone by run 5 vanished from run 4's report. Runs that ended
 -- before this migration have no rows (runs.pages_recorded stays NULL) and are shown as before.
@@ -15,5 +15,5 @@ CREATE TABLE run_pages (
     at        TEXT NOT NULL,
     PRIMARY KEY (run_id, key)
 ) WITHOUT ROWID;
--- how many pages the run's end recorded there (NULL: none recorded, a run from before schema 11)
+-- how many pages the run's end recorded there (NULL: none recorded, a run from before schema 12)
 ALTER TABLE runs ADD COLUMN pages_recorded INTEGER;

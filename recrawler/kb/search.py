@@ -1,0 +1,126 @@
+"""Hybrid ranking, pure: the words a keyword search looks for, and one ranking from two lists.
+
+Both readers (SQLite and PostgreSQL) rank with these functions, so they agree on what a hit is,
+on its score and on the order of equal scores. Reciprocal rank fusion (Cormack et al., SIGIR
+2009) adds ``1 / (60 + rank)`` per list a chunk is in; scores are scaled so that a chunk first in
+every list searched scores 1.0. A chunk is a hit only when a list has it: the vector list holds
+chunks whose cosine is above 0, the keyword list chunks that contain a word of the query, so
+there is never padding with unrelated chunks.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["MODES", "Ranked", "bm25", "candidates", "fuse", "keyword_terms", "similarity_order", "term_limit"]
+
+#: ``hybrid``: keyword and vector lists fused; ``vector``: cosine only; ``keyword``: words only
+MODES = ("hybrid", "vector", "keyword")
+RRF_K = 60
+
+# Words of a question that say nothing about which page answers it (short English function words).
+_STOPWORDS = frozenset(
+    """a about after all also an and any are as at be been before but by can could did do does
+    doing done for from get gets got had has have how i if in into is it its just me more most my
+    no not of off on once only or other our out over own same should so some such than that the
+    their them then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your""".split()  # noqa: SIM905 (a paragraph reads better than 120 strings)
+)
+# letters and digits, as SQLite's unicode61 tokenizer and the PostgreSQL index split text
+_WORD = re.compile(r"[^\W_]+")
+
+
+def keyword_terms(query: str) -> list[str]:
+    """The query's words a keyword search looks for: lowercased letters-and-digits runs (an
+    identifier like ``retry_limit`` or ``--cross-file`` gives its parts), function words left
+    out, each once, in order."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(query.lower()):
+        if word not in _STOPWORDS:
+            seen.setdefault(word, None)
+    return list(seen)
+
+
+def term_limit(chunks: int) -> int:
+    """Words in more chunks than this are left out of a keyword search: they rank nothing and
+    cost a scan of most of the index."""
+    return max(1000, chunks // 50)
+
+
+def candidates(k: int) -> int:
+    """How long each list fused for a top *k* is."""
+    return max(4 * k, 40)
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """A chunk in one ranked list: its row id, page key and position, and cosine (vector lists)."""
+
+    id: int
+    key: str
+    chunk_index: int
+    similarity: float | None = None
+
+
+def bm25(
+    candidates: Sequence[tuple[Ranked, str, str]], df: dict[str, int], total: int, n: int
+) -> list[Ranked]:
+    """The *n* best of *candidates* (chunk, heading, text) for the words *df* (word -> chunks that
+    have it, of *total*) by Okapi BM25 (k1 1.2, b 0.75; a heading's words count twice), best
+    first, ties by page key and position. Both backends rank their full-text matches with it, so
+    they agree on the keyword list."""
+    import math
+
+    docs = []
+    for r, heading, text in candidates:
+        words = _WORD.findall(heading.lower()) * 2 + _WORD.findall(text.lower())
+        counts: dict[str, int] = {}
+        for w in words:
+            if w in df:
+                counts[w] = counts.get(w, 0) + 1
+        docs.append((r, len(words), counts))
+    if not docs:
+        return []
+    avg = sum(length for _, length, _ in docs) / len(docs) or 1.0
+    idf = {w: math.log(1.0 + (total - d + 0.5) / (d + 0.5)) for w, d in df.items()}
+    scored = []
+    for r, length, counts in docs:
+        s = sum(idf[w] * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / avg)) for w, tf in counts.items())
+        if s > 0:
+            scored.append((r, s))
+    scored.sort(key=lambda t: (-round(t[1], 6), t[0].key, t[0].chunk_index))
+    return [r for r, _ in scored[:n]]
+
+
+def similarity_order(r: Ranked) -> tuple[float, str, int]:
+    """Sort key of a vector list: cosine (to 6 decimals: the backends' float sums differ in the
+    last digits), then page key and position."""
+    return (-round(r.similarity or 0.0, 6), r.key, r.chunk_index)
+
+
+def fuse(
+    vector: Sequence[Ranked], keyword: Sequence[Ranked], mode: str, k: int
+) -> list[tuple[Ranked, float]]:
+    """The top *k* chunks of *mode* with their scores, best first (equal scores by page key and
+    position): ``vector`` scores are cosines, the others fused reciprocal ranks in (0, 1]."""
+    if mode == "vector":
+        scored = [(r, float(r.similarity or 0.0)) for r in vector]
+    else:
+        lists = [keyword] if mode == "keyword" else [vector, keyword]
+        best = len(lists) / (RRF_K + 1)
+        total: dict[int, float] = {}
+        first: dict[int, Ranked] = {}
+        for ranked in lists:
+            for rank, r in enumerate(ranked, 1):
+                total[r.id] = total.get(r.id, 0.0) + 1.0 / (RRF_K + rank)
+                # the vector list's entry carries the cosine
+                if r.id not in first or first[r.id].similarity is None:
+                    first[r.id] = r
+        scored = [(first[i], s / best) for i, s in total.items()]
+    scored.sort(key=lambda t: (-round(t[1], 6), t[0].key, t[0].chunk_index))
+    return scored[:k]

