@@ -7,7 +7,8 @@ lists the version's pages at the address the server listens on, each with its ``
 file's modification time, as a static site generator writes it); pages answer ``304`` to
 ``If-Modified-Since`` as any static server does. ``--dir`` serves a folder of your own (a copy of
 ``examples/docsite/v1`` to edit, say): an edited, added or deleted page shows in the next crawl.
-Stop it with Ctrl-C (or ``kill`` its process when it runs in the background).
+Stop it with Ctrl-C (started with ``&`` in a shell: ``kill %1``). A port already taken is one
+line, exit 2: pass ``--port``.
 """
 
 from __future__ import annotations
@@ -66,7 +67,15 @@ def main() -> None:
     args = parser.parse_args()
     folder = args.dir or SITE / args.version
     handler = functools.partial(DocsHandler, directory=str(folder))
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
+    try:
+        server = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
+    except OSError as exc:
+        # one line, not a traceback: the port is most often taken by another server
+        parser.exit(
+            2,
+            f"serve.py: cannot listen on 127.0.0.1:{args.port}: {exc.strerror or exc}; "
+            "use another port (--port 8001, or --port 0 for any free one)\n",
+        )
     host, port = server.server_address[:2]
     print(
         f"serving {args.dir or f'examples/docsite/{args.version}'} at http://{host}:{port}/ "

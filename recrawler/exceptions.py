@@ -2,6 +2,7 @@
 
 RecrawlerError
  ├── ConfigurationError         an enabled component got a bad setting value
+ │    └── MissingDependency      what a setting asks for needs an extra that is not installed
  ├── EventDeliveryError         events could not be delivered (they stay in the outbox); an OSError
  ├── RunRefused                 a run may not start: another run holds the site, or a held run waits
  └── StateStoreError            the database failed (wraps the driver's error)
@@ -19,6 +20,12 @@ class RecrawlerError(Exception):
 
 class ConfigurationError(RecrawlerError):
     """A setting of an enabled component has a bad value."""
+
+
+class MissingDependency(ConfigurationError, ModuleNotFoundError):
+    """What a setting (or an import) asks for needs a module an extra installs, and it is not
+    installed: the message names the extra (``pip install 'recrawler[postgres]'``). A
+    ``ModuleNotFoundError`` too, with the missing module's ``name``."""
 
 
 class EventDeliveryError(RecrawlerError, OSError):

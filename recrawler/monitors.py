@@ -17,12 +17,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from spidermon import Monitor, MonitorSuite
-from spidermon import monitors as spidermon_monitors
+from recrawler.extras import require
 
-from recrawler.extensions.reconcile import Reconciler
-from recrawler.outcome import HOLD_MASS_REMOVAL
-from recrawler.runtime import Runtime
+# one line naming the extra when Spidermon is missing (recrawler[spidermon])
+require("spidermon", "recrawler.monitors")
+
+from spidermon import Monitor, MonitorSuite  # noqa: E402 (after the check above)
+from spidermon import monitors as spidermon_monitors  # noqa: E402 (after the check above)
+
+from recrawler.extensions.reconcile import Reconciler  # noqa: E402 (after the check above)
+from recrawler.outcome import HOLD_MASS_REMOVAL  # noqa: E402 (after the check above)
+from recrawler.runtime import Runtime  # noqa: E402 (after the check above)
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
-from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit
+from urllib.parse import SplitResult, parse_qsl, unquote_plus, urlencode, urlsplit, urlunsplit
 
 from w3lib.url import canonicalize_url, safe_url_string
 
@@ -76,6 +76,21 @@ class KeyMaker:
         if query:
             key += "?" + urlencode(sorted(query))
         return key
+
+    def clean_url(self, url: str) -> str:
+        """*url* as it is stored and cited: the tracking parameters its key drops are dropped here
+        too (``p2.html?utm_source=newsletter`` is cited as ``p2.html``), and so is its fragment;
+        everything else (scheme, host, path, the other parameters and their order) is kept."""
+        parts = urlsplit(url)
+        kept = [
+            part
+            for part in parts.query.split("&")
+            if part and self._kept(unquote_plus(part.partition("=")[0]))
+        ]
+        query = "&".join(kept)
+        if query == parts.query and not parts.fragment:
+            return url
+        return urlunsplit(parts._replace(query=query, fragment=""))
 
 
 _default_key_maker = KeyMaker()

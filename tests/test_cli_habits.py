@@ -101,8 +101,17 @@ def test_db_goes_anywhere_around_runs_approve_and_discard(action: str) -> None:
         (["immutable"], "no immutable pages stored (RECRAWLER_IMMUTABLE_PATTERNS names them)\n"),
         (["noise"], "nothing learned yet: no boilerplate blocks or volatile regions stored\n"),
         (["tune"], "no recorded changes with a TLSH distance yet (changed pages record one)\n"),
-        (["chunks"], "no published chunks (no run has published yet)\n"),
-        (["search", "anything"], "no match above score 0\n"),
+        # nothing to search is not "no match": the same line for both
+        (
+            ["chunks"],
+            "no run has published yet: the knowledge base is empty (crawl first, or see `recrawler runs`)\n",
+        ),
+        (
+            ["search", "anything"],
+            "no run has published yet: the knowledge base is empty (crawl first, or see `recrawler runs`)\n",
+        ),
+        (["pages", "--status", "moved"], "no moved pages stored\n"),
+        (["events", "list"], "no events since 7d\n"),
     ],
 )
 def test_empty_results_say_so(tmp_path: Path, argv: list[str], says: str) -> None:

@@ -150,4 +150,19 @@ async def test_a_crawl_logs_its_embedding_once_when_stderr_is_not_a_terminal(
     assert "\r" not in capsys.readouterr().err
     lines = [r.getMessage() for r in caplog.records if r.name == "recrawler.index.publish"]
     assert len(lines) == 1
-    assert lines[0].startswith(f"run {r1.report['run_id']}: 3 chunk texts embedded in 1 calls")
+    # the run's total (the summary line's texts_embedded), then how it was reached
+    assert r1.report["index"]["texts_embedded"] == 3
+    assert lines[0].startswith(
+        f"run {r1.report['run_id']}: 3 chunk texts embedded (3 at the run's end in 1 call, "
+    )
+    assert "; 0 by the workers as pages came; hashing" in lines[0]
+    # one text is one text
+    caplog.clear()
+    site.write("p0.html", body(7), mtime=T0 + 60)
+    with caplog.at_level(logging.INFO, logger="recrawler.index.publish"):
+        r2 = await crawls.crawl(site.url("sitemap.xml"), RECRAWLER_CPU_EMBED=False)
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "recrawler.index.publish"]
+    assert r2.report["index"]["texts_embedded"] == 1
+    assert line.startswith(
+        f"run {r2.report['run_id']}: 1 chunk text embedded (1 at the run's end in 1 call, "
+    )

@@ -129,7 +129,10 @@ def test_diff_and_normalize_honour_the_projects_url_parameters(
 ) -> None:
     project(RECRAWLER_URL_DROP_PARAMS=["session"])
     db = make_db(tmp_path / "state.db")
-    assert run("diff", "--db", db, URL) == (1, "no recorded change for docs.example.com/guide?page=2\n")
+    assert run("diff", "--db", db, URL) == (
+        1,
+        "no page docs.example.com/guide?page=2 stored (see `recrawler pages`)\n",
+    )
     assert run("normalize", URL) == (0, f"docs.example.com/guide?page=2\t{URL}\n")
     # the flag replaces the project's list, as -s would
     assert run("normalize", "--drop", "page", URL) == (0, f"docs.example.com/guide?session=abc\t{URL}\n")

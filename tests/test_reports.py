@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import html
+import os
+import re
 import shutil
 import subprocess
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -16,10 +20,9 @@ from recrawler.cli.settings import build_settings, open_store
 from recrawler.exceptions import ConfigurationError
 from recrawler.reports import _hold_reasons, collect
 from tests import docsite
+from tests.conftest_mockserver import REPO_ROOT
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from lxml.html import HtmlElement
 
     from tests.conftest import CrawlResult, Crawls
@@ -154,6 +157,108 @@ async def test_report_of_a_database_without_runs(tmp_path: Path, capsys: pytest.
     assert not (tmp_path / "r.html").exists()
 
 
+@deferred_f_from_coro_f
+async def test_a_report_leads_with_what_changed_and_says_how_fresh_the_knowledge_base_is(
+    site: Site, crawls: Crawls
+) -> None:
+    _, r2 = await recrawl(site, crawls)
+    doc = parse(crawls.tmp_path / f"run-{r2.report['run_id']}.html")
+    ids = [e.get("id") for e in doc.iter() if e.get("id")]
+    # what changed, what left and how fresh, before the crawler's internals and the charts
+    assert ids.index("changes") < ids.index("pages") < ids.index("freshness") < ids.index("counts")
+    assert ids.index("counts") < ids.index("trends")
+    assert [td.text for td in doc.cssselect('[data-fresh="live"]')] == ["4"]
+    assert [td.text for td in doc.cssselect('[data-fresh="verified"]')] == ["4"]
+    assert [td.text for td in doc.cssselect('[data-fresh="delisted"]')] == ["0"]
+    # quarantines are charted with the rest
+    legend = [li.text_content() for li in doc.cssselect("#trends figure.chart")[0].cssselect("ul.legend li")]
+    assert legend == ["new", "changed", "quarantined", "gone"]
+    # one is one: "1 chunk added", never "1 chunks added"
+    assert not re.search(r"\b1 (chunks|texts)\b", doc.cssselect("table.layers")[0].text_content())
+    assert not doc.cssselect("#kb-not-updated")
+
+
+@deferred_f_from_coro_f
+async def test_an_old_report_shows_its_run_as_it_ended(site: Site, crawls: Crawls) -> None:
+    _, r2 = await recrawl(site, crawls)
+    # run 3: old.html answers 404 again and is gone
+    r3 = await crawls.crawl(site.url("sitemap.xml"))
+    assert r3.counts["gone"] == 1
+    out = crawls.tmp_path / "again.html"
+    assert cli_main(["report", str(r2.report["run_id"]), "--db", crawls.db_uri, "-o", str(out)]) == 0
+    doc = parse(out)
+    # run 2 quarantined it: its report says so still, in its counts and in its pages
+    assert [td.text for td in doc.cssselect('table.head td[data-count="quarantined"]')] == ["1"]
+    assert [a.text for a in doc.cssselect("#pages-quarantined td a")] == [site.url("old.html")]
+    assert [td.text for td in doc.cssselect("#pages-quarantined td.state")] == ["quarantined"]
+    assert "After the run" in doc.cssselect("#pages-quarantined thead")[0].text_content()
+    assert cli_main(["report", "--db", crawls.db_uri, "-o", str(out)]) == 0
+    three = parse(out)
+    assert [a.text for a in three.cssselect("#pages-gone td a")] == [site.url("old.html")]
+
+
+@deferred_f_from_coro_f
+async def test_an_interrupted_run_says_the_knowledge_base_was_not_updated(site: Site, crawls: Crawls) -> None:
+    r1, _ = await recrawl(site, crawls)
+    site.write("intro.html", body("Intro", "The intro page, rewritten."), mtime=T0 + 500)
+    cut = await crawls.crawl(site.url("sitemap.xml"), CLOSESPIDER_PAGECOUNT=1)
+    assert cut.report["index"]["state"] == "unpublished"
+    out = crawls.tmp_path / "cut.html"
+    assert cli_main(["report", "--db", crawls.db_uri, "-o", str(out)]) == 0
+    doc = parse(out)
+    banner = " ".join(doc.cssselect("#kb-not-updated")[0].text_content().split())
+    assert banner.startswith(
+        "Knowledge base not updated This run did not publish (run ended with closespider_pagecount"
+    )
+    published = max(r1.report["run_id"], cut.report["run_id"] - 1)
+    assert f"The bot answers from run {published} " in banner
+    assert "not published" in doc.cssselect("h1 .badge")[0].text_content()
+
+
+@deferred_f_from_coro_f
+async def test_an_approved_run_stands_at_exit_0(site: Site, crawls: Crawls) -> None:
+    names = [f"p{i}.html" for i in range(6)]
+    for name in names:
+        site.write(name, body(name, f"Page {name}."), mtime=T0)
+    site.write_sitemap(names)
+    await crawls.crawl(site.url("sitemap.xml"))
+    for name in names[:4]:
+        site.remove(name)
+    held = await crawls.crawl(site.url("sitemap.xml"))
+    run_id = held.report["run_id"]
+    assert held.exit_code == 3
+    assert await asyncio.to_thread(cli_main, ["runs", "approve", str(run_id), "--db", crawls.db_uri]) == 0
+    store = open_store(build_settings(db=crawls.db_uri))
+    row = next(r for r in store.iter_runs() if r["id"] == run_id)
+    assert (row["state"], row["exit_code"], row["reasons"]) == ("published", 0, ["mass_removal"])
+    context = collect(store, run_id)
+    assert [p["url"] for p in context["pages"]["quarantined"]] == [site.url(n) for n in sorted(names[:4])]
+    out = crawls.tmp_path / "approved.html"
+    assert cli_main(["report", str(run_id), "--db", crawls.db_uri, "-o", str(out)]) == 0
+    doc = parse(out)
+    assert "it is now published" in doc.cssselect("#held")[0].text_content()
+    assert "exit code 0" in doc.cssselect("header")[0].text_content()
+
+
+@deferred_f_from_coro_f
+async def test_report_goes_to_the_project_data_directory(
+    site: Site, crawls: Crawls, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await recrawl(site, crawls)
+    work = tmp_path / "somewhere"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert cli_main(["report", "--db", crawls.db_uri]) == 0
+    assert cli_main(["report", "--since", "7d", "--db", crawls.db_uri]) == 0
+    # not the working directory: Scrapy's data directory, which a checkout ignores
+    assert [p.name for p in work.iterdir()] == [".scrapy"]
+    written = sorted(p.name for p in (work / ".scrapy" / "reports").iterdir())
+    assert written[0].startswith("recrawler-digest-")
+    assert written[1] == "recrawler-report-2.html"
+    ignored = (REPO_ROOT / ".gitignore").read_text().splitlines()
+    assert {".scrapy/", "recrawler-report-*.html", "recrawler-digest-*.html"} <= set(ignored)
+
+
 def test_hold_reasons_split_between_reasons_only() -> None:
     report = {
         "held": ["change_spike", "mass_removal"],
@@ -223,3 +328,6 @@ async def test_report_in_headless_chromium(site: Site, crawls: Crawls, tmp_path:
     data = shot.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n")
     assert len(data) > 10_000
+    keep = os.environ.get("RECRAWLER_TEST_SCREENSHOTS")
+    if keep:
+        shutil.copy(shot, Path(keep) / "run-report.png")

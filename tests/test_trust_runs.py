@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -134,6 +137,62 @@ def test_a_lapsed_lease_is_taken_over(site: Site, tmp_path: Path) -> None:
     assert [r["state"] for r in runs(db)] == ["published", "aborted", "published"]
 
 
+def test_check_flags_a_killed_run_left_running_and_a_lapsed_lease(
+    site: Site, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sitemap = build(site)
+    db = tmp_path / "state.db"
+    assert crawl(sitemap, db).returncode == 0
+    site.options("p1.html", hang=True)
+    killed = subprocess.Popen(
+        argv(sitemap, db, "DOWNLOAD_TIMEOUT=300"),
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: site.requests("p1.html"), "the run to reach its hanging page")
+        wait_for(lambda: any(r["state"] == "running" for r in runs(db)), "the run's row")
+        capsys.readouterr()
+        # a run in progress, whose process lives and beats: nothing is wrong
+        assert cli_main(["check", "--db", f"sqlite:///{db}"]) == 0
+        assert capsys.readouterr().out == "ok: every invariant holds\n"
+    finally:
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+    site.options("p1.html", hang=None)
+    # SIGKILLed: its lease row stays, its process is gone
+    assert [r["state"] for r in runs(db)] == ["published", "running"]
+    assert cli_main(["check", "--db", f"sqlite:///{db}"]) == 1
+    out = capsys.readouterr().out
+    assert "stale_run          2  run of " in out
+    assert f"its process ({socket.gethostname()} pid {killed.pid}) is gone" in out
+
+    # a holder on another machine: alive while it beats, stale once its lease lapsed
+    with closing(sqlite3.connect(db)) as conn:
+        beat = datetime.now(UTC) - timedelta(seconds=10)
+        conn.execute("UPDATE leases SET holder = 'other-host pid 1', heartbeat_at = ?", (beat.isoformat(),))
+        conn.commit()
+    assert cli_main(["check", "--db", f"sqlite:///{db}"]) == 0
+    capsys.readouterr()
+    with closing(sqlite3.connect(db)) as conn:
+        beat = datetime.now(UTC) - timedelta(seconds=70)
+        conn.execute("UPDATE leases SET heartbeat_at = ?", (beat.isoformat(),))
+        conn.commit()
+    assert cli_main(["check", "--db", f"sqlite:///{db}"]) == 1
+    assert "last heartbeat 70 s ago (RECRAWLER_LEASE_SECS=60)" in capsys.readouterr().out
+    # --repair runs an event loop of its own: on a thread of its own here
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(cli_main, ["check", "--repair", "--db", f"sqlite:///{db}"]).result() == 0
+    assert [r["state"] for r in runs(db)] == ["published", "aborted"]
+    with closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0
+    # the next run starts at once, with nothing to take over
+    result = crawl(sitemap, db)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "marked aborted" not in result.stderr
+
+
 # --- 13. an outcome you can script ---------------------------------------------------------------
 
 
@@ -183,6 +242,14 @@ def test_exit_codes_and_recorded_outcomes(
         ("RECRAWLER_MAX_REMOVE_RATIO=2", "RECRAWLER_MAX_REMOVE_RATIO"),
         ("RECRAWLER_PUBLISH=sometimes", "RECRAWLER_PUBLISH"),
         ("RECRAWLER_CHUNK_SIZE=5", "RECRAWLER_CHUNK_SIZE"),
+        # malformed JSON objects: one line naming the setting, not a silent exit 1
+        ("RECRAWLER_INTERVAL_OVERRIDES={bad json", "RECRAWLER_INTERVAL_OVERRIDES"),
+        ("RECRAWLER_FUZZY_THRESHOLDS={bad", "RECRAWLER_FUZZY_THRESHOLDS"),
+        ("RECRAWLER_VOLATILE_PATTERNS=[1", "RECRAWLER_VOLATILE_PATTERNS"),
+        ('RECRAWLER_FUZZY_THRESHOLDS={"docs.example.com": "close"}', "RECRAWLER_FUZZY_THRESHOLDS"),
+        # no path: SQLite would open a throwaway database and every run would be a first run
+        ("RECRAWLER_DB_URI=sqlite://", "RECRAWLER_DB_URI"),
+        ("RECRAWLER_DB_URI=sqlite:///", "RECRAWLER_DB_URI"),
     ],
 )
 def test_a_configuration_error_is_one_line_and_exit_2(

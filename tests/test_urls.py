@@ -183,3 +183,18 @@ def test_a_policy_remembers_a_bounded_number_of_decisions() -> None:
         assert policy.refusal("ftp://docs.example.com/p") == "scheme"
         assert policy.refusal(None) == "malformed"  # type: ignore[arg-type]
         assert len(policy._decided) <= 4096
+
+
+def test_clean_url_drops_what_the_key_drops_and_keeps_the_rest() -> None:
+    km = KeyMaker()
+    assert (
+        km.clean_url("https://Docs.Example.com/p2.html?utm_source=newsletter")
+        == "https://Docs.Example.com/p2.html"
+    )
+    assert km.clean_url("https://d.example/p?b=2&utm_medium=x&a=1#top") == "https://d.example/p?b=2&a=1"
+    assert km.clean_url("https://d.example/p?a=1&fbclid=x") == "https://d.example/p?a=1"
+    assert km.clean_url("https://d.example/p?page=2") == "https://d.example/p?page=2"
+    assert (
+        KeyMaker(keep_params=["page"]).clean_url("https://d.example/p?page=2&x=1")
+        == "https://d.example/p?page=2"
+    )

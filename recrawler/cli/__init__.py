@@ -15,6 +15,7 @@ from recrawler.cli import kb
 from recrawler.cli.output import TerminalOut, terminal_safe
 from recrawler.cli.settings import build_settings, setting_pair
 from recrawler.exceptions import RecrawlerError
+from recrawler.extras import missing_extra
 from recrawler.redact import redact_text
 
 if TYPE_CHECKING:
@@ -89,8 +90,14 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         args = build_parser().parse_args(argv)
         settings = build_settings(args)
         code: int = args.func(args, settings, terminal)
-    except RecrawlerError as exc:
-        sys.stderr.write(f"recrawler: error: {terminal_safe(redact_text(str(exc)))}\n")
+    except (RecrawlerError, ModuleNotFoundError) as exc:
+        # a module an extra installs (psycopg for a postgresql:// database) is one line too
+        error = exc if isinstance(exc, RecrawlerError) else missing_extra(exc)
+        if error is None:
+            raise
+        # one line, whatever the driver's message spans
+        line = " ".join(redact_text(str(error)).split())
+        sys.stderr.write(f"recrawler: error: {terminal_safe(line)}\n")
         return 2
     except BrokenPipeError:
         return 0

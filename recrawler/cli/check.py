@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def cmd_check(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Verify the database's invariants; ``--repair`` mends what drifted (exit 1: problems found)."""
     store = open_store(settings)
-    findings = store.check_sync(key_maker(settings))
+    findings = store.check_sync(key_maker(settings), lease_secs=settings.getfloat("RECRAWLER_LEASE_SECS"))
     for f in findings:
         if args.json:
             out.write(json_line({"check": f.check, "key": f.key, "detail": f.detail}))

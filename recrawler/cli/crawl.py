@@ -65,7 +65,9 @@ def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     """Register ``crawl``."""
     p = sub.add_parser("crawl", parents=db, help="run the docs spider (scrapy crawl docs) from any directory")
     p.add_argument("sitemap_url")
-    p.add_argument(
+    rest = p.add_argument(
         "scrapy_args", nargs=argparse.REMAINDER, help="further scrapy arguments, e.g. -s KEY=VALUE"
     )
+    # optional: argparse counts a REMAINDER positional as required ("required: ..., scrapy_args")
+    rest.required = False
     p.set_defaults(func=cmd_crawl)

@@ -6,17 +6,18 @@ import asyncio
 import random
 import time
 import urllib.request
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from recrawler.cli.output import Column, Table, json_line
+from recrawler.cli.output import Column, Table, json_line, when
+from recrawler.cli.pages import page_json
 from recrawler.cli.settings import key_maker, open_store, write
 from recrawler.detect.regions import volatile_regions
 from recrawler.exceptions import ConfigurationError
 from recrawler.extract import ContentExtractor
 from recrawler.learning import NoiseRegistry
-from recrawler.state import utcnow
+from recrawler.state import LIVE, utcnow
 from recrawler.terminal import Progress
-from recrawler.urls import key_host
+from recrawler.urls import UrlPolicy, key_host
 
 if TYPE_CHECKING:
     import argparse
@@ -25,16 +26,16 @@ if TYPE_CHECKING:
     from scrapy.settings import Settings
 
     from recrawler.cli import Parsers
-    from recrawler.state import StateStore
+    from recrawler.state import PageRecord, StateStore
 
 
 def cmd_diff(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Show a page's last recorded change (``--all``: its whole history)."""
     key = key_maker(settings)(args.url)
-    rows = list(open_store(settings).iter_changes(key=key, limit=None if args.all else 1))
+    store = open_store(settings)
+    rows = list(store.iter_changes(key=key, limit=None if args.all else 1))
     if not rows:
-        out.write(f"no recorded change for {key}\n")
-        return 1
+        return _page_state(store.page_state(key), key, args, settings, out)
     for row in rows:
         # the blocks before the change are the store's own (for taking a change back), not output
         row.pop("old_blocks", None)
@@ -51,6 +52,50 @@ def cmd_diff(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         for reason in row["critical"]:
             out.write(f"  critical: {reason}\n")
         out.write((row["diff"] or "") + "\n\n")
+    return 0
+
+
+def _page_state(
+    state: dict[str, Any] | None, key: str, args: argparse.Namespace, settings: Settings, out: TextIO
+) -> int:
+    """A page with no recorded change: its first state (a new page), or its last (a page gone,
+    quarantined or moved); exit 1 only when the page is unknown."""
+    if state is None:
+        out.write(f"no page {key} stored (see `recrawler pages`)\n")
+        return 1
+    rec: PageRecord = state["record"]
+    text = state["text"]
+    if args.json:
+        out.write(
+            json_line(
+                {
+                    **page_json(rec),
+                    "first_run": state["first_run"],
+                    "removed_run": state["removed_run"],
+                    "text": text,
+                }
+            )
+        )
+        return 0
+    if rec.status == LIVE:
+        run = f"run {state['first_run']}" if state["first_run"] else "a run"
+        out.write(
+            f"{run} at {rec.first_seen.isoformat()[:19]}: new {rec.url}, unchanged since "
+            f"(last verified {when(rec.last_checked)})\n"
+        )
+        label = "first state"
+    else:
+        run = f"run {state['removed_run']}" if state["removed_run"] else "a run"
+        moved = f" to {rec.moved_to}" if rec.moved_to else ""
+        out.write(f"{run} at {when(rec.last_checked)}: {rec.status}{moved} {rec.url}\n")
+        label = "last state"
+    out.write(f"  {label}: title {rec.title or '-'!s}  hash {(rec.content_hash or '-')[:12]}\n")
+    if text is None:
+        out.write("  (its text is no longer kept)\n")
+        return 0
+    limit = settings.getint("RECRAWLER_DIFF_MAX_BYTES")
+    shown = text if len(text) <= limit else text[:limit] + "\n..."
+    out.write("".join(f"  {line}\n" for line in shown.splitlines()))
     return 0
 
 
@@ -231,9 +276,22 @@ def _fetch(url: str, settings: Settings) -> bytes:
 def cmd_normalize(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Print the page key of each URL (``--drop``/``--keep`` replace ``RECRAWLER_URL_*_PARAMS``)."""
     keys = key_maker(settings)
+    # the checks every URL passes before it is fetched or stored (any host: no site is known here)
+    policy = UrlPolicy(any_host=True)
+    refused = 0
     for url in args.urls:
-        out.write(f"{keys(url)}\t{url}\n")
-    return 0
+        reason = policy.refusal(url)
+        try:
+            key = keys(url)
+        except ValueError:
+            key = "-"
+        if reason is None:
+            out.write(f"{key}\t{url}\n")
+            continue
+        refused += 1
+        out.write(f"{key}\t{url}\trefused ({reason}): recrawler never fetches or stores this URL\n")
+    # a script can tell: some URL is one the crawler would refuse
+    return 1 if refused else 0
 
 
 def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:

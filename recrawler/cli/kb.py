@@ -21,6 +21,11 @@ if TYPE_CHECKING:
 
     from recrawler.cli import Parsers
 
+#: what search and chunks say before any run published a knowledge base
+NOTHING_PUBLISHED = (
+    "no run has published yet: the knowledge base is empty (crawl first, or see `recrawler runs`)"
+)
+
 
 def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Search the published knowledge base; hits scoring ``--min-score`` or less are left out."""
@@ -35,6 +40,11 @@ def _search(args: argparse.Namespace, uri: str, options: dict[str, Any], out: Te
         empty=f"no match above score {args.min_score:g}",
     )
     with open_kb(uri, embedder=args.embedder, **options) as kb:
+        if not kb.published_run():
+            # nothing to search: not "no match"
+            if not args.json:
+                out.write(NOTHING_PUBLISHED + "\n")
+            return 0
         # k nearest chunks are k chunks, related or not: a score at or below the floor is no match
         hits = kb.search(args.query, k=args.k, site=args.site, mode=args.mode)
         for hit in (h for h in hits if h.score > args.min_score):
@@ -91,9 +101,13 @@ def cmd_chunks(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
     table = Table(
         out,
         [Column("CHUNK", right=True), Column("CHARS", right=True), Column("URL", 50), Column("HEADING")],
-        empty="no published chunks (no run has published yet)",
+        empty=NOTHING_PUBLISHED,
     )
     with open_kb(db_uri(settings), embedder="hashing") as kb:
+        if not kb.published_run():
+            if not args.json:
+                out.write(NOTHING_PUBLISHED + "\n")
+            return 0
         for chunk in kb.chunks():
             if args.json:
                 out.write(json_line(chunk.to_dict()))

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from recrawler.cli.output import Column, Table, json_line, when
 from recrawler.cli.settings import open_store
+from recrawler.state import GONE, LIVE, MOVED, QUARANTINED
 
 if TYPE_CHECKING:
     import argparse
@@ -54,6 +55,6 @@ def cmd_pages(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
 def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     """Register ``pages``."""
     p = sub.add_parser("pages", parents=db, help="list stored pages")
-    p.add_argument("--status", choices=["live", "quarantined", "gone"])
+    p.add_argument("--status", choices=[LIVE, QUARANTINED, GONE, MOVED], help="only pages in this state")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.set_defaults(func=cmd_pages)

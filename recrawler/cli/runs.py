@@ -6,6 +6,7 @@ import argparse
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from recrawler import outcome
 from recrawler.cli.output import Column, Table, json_line
 from recrawler.cli.settings import open_store, require_database
 from recrawler.embedders import embedder_from_spec
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 
     from recrawler.cli import Parsers
 
+#: why a run is held (what approving it decides)
+HOLDS = (outcome.HOLD_MASS_REMOVAL, outcome.HOLD_SPIKE, outcome.HOLD_SAME_CONTENT)
 #: the counts a run's row shows, as the summary line names them
 COUNTS = ("crawled", "new", "changed", "unchanged", "gone", "quarantined", "errors")
 
@@ -106,8 +109,16 @@ async def _approve_or_discard(args: argparse.Namespace, settings: Settings, out:
                     )
             finally:
                 embedder.close()
+        # approved, the run ends as it would have unheld: 0, or what its other reasons say
+        reasons = set((store.run_report(args.run_id) or {}).get("reasons") or ()) - set(HOLDS)
+        code = outcome.exit_code(
+            state_errors="state_error" in reasons,
+            lease_lost="lease_lost" in reasons,
+            held=False,
+            skipped=bool(reasons),
+        )
         removed, gc = await store.publish_run(
-            run, at=utcnow(), gone_after=gone_after, gone_statuses=gone_statuses
+            run, at=utcnow(), gone_after=gone_after, gone_statuses=gone_statuses, exit_code=code
         )
         # the vector blocks search reads, for the vectors the run added
         spec, options = embedder_spec(info["embedder"], embedder_options(settings))

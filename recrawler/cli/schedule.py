@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from recrawler.cli.output import Column, Table, duration, json_line, when
 from recrawler.cli.settings import open_store, write
 from recrawler.exceptions import ConfigurationError
+from recrawler.reports.freshness import freshness_view
 from recrawler.schedule import SchedulePolicy, parse_now
 from recrawler.state import TRUST_SIGNALS
 from recrawler.urls import key_host
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
     from recrawler.cli import Parsers
     from recrawler.schedule import Revisit
+    from recrawler.state import Freshness
 
 
 #: a change rate needs this much observed time: checks seconds apart say nothing per day
@@ -100,7 +102,31 @@ def cmd_due(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
             f"(schedule {policy.mode}, lastmod {policy.lastmod_mode}); "
             "URLs new to the sitemap or a feed are due at once too\n"
         )
+        if total:
+            bound = settings.getfloat("RECRAWLER_MAX_INTERVAL_SECS")
+            # one site stored: its own figures (its last complete listing), as --site would give
+            sites = {r["site"] for r in store.iter_runs() if r["site"]}
+            site = args.site or (sites.pop() if len(sites) == 1 else None)
+            out.write(freshness_line(store.freshness(site, bound_secs=bound, now=policy.now)) + "\n")
     return 0
+
+
+def freshness_line(f: Freshness) -> str:
+    """How current the live pages are, in one line (``recrawler due``)."""
+    view = freshness_view(f)
+    line = (
+        f"freshness: {view['verified']} of {view['live']} live pages ({view['percent']}) verified within "
+        f"{view['bound']} (RECRAWLER_MAX_INTERVAL_SECS); oldest verification {view['oldest']}"
+    )
+    if f.oldest_url:
+        line += f" ({view['oldest_ago']}): {f.oldest_url}"
+    if f.delisted:
+        where = f" (not in run {f.listing_run}'s complete listing)" if f.listing_run else ""
+        more = ", ..." if f.delisted > len(f.delisted_urls) else ""
+        line += f"; {f.delisted} delisted but still live{where}: {', '.join(f.delisted_urls)}{more}"
+    else:
+        line += "; none delisted but still live"
+    return line
 
 
 def cmd_trust(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:

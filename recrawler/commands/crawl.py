@@ -11,7 +11,8 @@ from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 from scrapy.exceptions import UsageError
 from twisted.internet.defer import Deferred
 
-from recrawler.exceptions import ConfigurationError, RecrawlerError, RunRefused, StateStoreError
+from recrawler.exceptions import ConfigurationError, RunRefused, StateStoreError
+from recrawler.extras import missing_extra
 from recrawler.outcome import EXIT_BUSY, EXIT_CONFIG, EXIT_HELD, EXIT_OK, EXIT_STATE
 from recrawler.redact import redact_text
 from recrawler.runtime import find_runtime
@@ -70,10 +71,10 @@ class Command(ScrapyCrawlCommand):
         started = self.crawler_process.crawl(crawler, **opts.spargs)
         if isinstance(started, Deferred):
 
-            def errback(f: Any) -> Any:
+            def errback(f: Any) -> None:
+                # said once when the process stops: recrawler's own errors in one line, others with
+                # their traceback
                 keep(f.value)
-                # recrawler's own errors are handled here (one line, no traceback); others go on
-                return None if isinstance(f.value, RecrawlerError) else f
 
             started.addErrback(errback)
         elif isinstance(started, asyncio.Future):
@@ -85,12 +86,19 @@ class Command(ScrapyCrawlCommand):
             started.add_done_callback(done)
         self.crawler_process.start()
         exc = failure[0] if failure else None
+        # a module an extra installs (the project's Spidermon extension, a backend's driver)
+        exc = missing_extra(exc) or exc
         code = exit_code_for(exc)
         if code is not None:
-            logger.critical("recrawler: %(exc)s", {"exc": redact_text(str(exc))})
+            logger.critical("recrawler: %(exc)s", {"exc": " ".join(redact_text(str(exc)).split())})
             self.exitcode = code
             return
-        if exc is not None or self.crawler_process.bootstrap_failed:
+        if exc is not None:
+            # a crash: kept above (so asyncio does not print it unattributed), said here once
+            logger.critical("the crawl failed to start", exc_info=exc)
+            self.exitcode = 1
+            return
+        if self.crawler_process.bootstrap_failed:
             self.exitcode = 1
             return
         runtime = find_runtime(crawler)

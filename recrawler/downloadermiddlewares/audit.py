@@ -37,7 +37,8 @@ class AuditMiddleware:
     Not installed when ``RECRAWLER_AUDIT_SAMPLE`` is 0 (a host's lost trust still holds: the
     conditional middleware reads it).
 
-    Settings: ``RECRAWLER_AUDIT_SAMPLE``, ``RECRAWLER_AUDIT_DISTRUST_AFTER``.
+    Settings: ``RECRAWLER_AUDIT_SAMPLE``, ``RECRAWLER_AUDIT_DISTRUST_AFTER``,
+    ``RECRAWLER_URL_DROP_PARAMS``, ``RECRAWLER_URL_KEEP_PARAMS``.
     Stats: ``recrawler/audit/{sampled,refetched,checked,lies,distrusted}``,
     ``recrawler/audit/lies/<signal>``. Signals: listens to ``page_classified``.
     """
@@ -56,8 +57,9 @@ class AuditMiddleware:
             raise NotConfigured
         s = crawler.settings
         if not parse_audit_sample(s.get("RECRAWLER_AUDIT_SAMPLE")):
-            # no page is sampled: nothing to refetch or compare (nor a signal to hear per page)
-            raise NotConfigured("RECRAWLER_AUDIT_SAMPLE is 0")
+            # no page is sampled: nothing to refetch or compare (nor a signal to hear per page);
+            # silently, as configured (a message would make Scrapy log a WARNING every run)
+            raise NotConfigured
         mw = cls(
             runtime_of(crawler).auditor,
             key_maker=KeyMaker(

@@ -22,7 +22,7 @@ from recrawler.index.publish import Publisher
 from recrawler.items import PageStatus
 from recrawler.outcome import HOLD_MASS_REMOVAL, HOLD_SAME_CONTENT, HOLD_SPIKE, Verdicts
 from recrawler.pipelines.index import publish_mode
-from recrawler.runtime import runtime_of
+from recrawler.runtime import find_runtime, runtime_of
 from recrawler.state import RUN_FINISHED, RUN_HELD, utcnow
 from recrawler.state.records import SETTLE_APPLY, SETTLE_DROP, SETTLE_KEEP, SETTLE_KEEP_LISTED
 
@@ -45,12 +45,17 @@ class Reconciler:
     ``RECRAWLER_GONE_AFTER_MISSES``, ``RECRAWLER_GONE_STATUSES``, ``RECRAWLER_MAX_ERROR_RATIO``,
     ``RECRAWLER_MAX_REMOVE_RATIO``, ``RECRAWLER_MAX_REMOVE_MIN``, ``RECRAWLER_LISTING_MIN_RATIO``,
     ``RECRAWLER_CHANGE_ALERT_RATIO``, ``RECRAWLER_CHANGE_ALERT_MIN``, ``RECRAWLER_REPORT_FILE``,
-    ``RECRAWLER_REPORT_HTML_FILE``, ``RECRAWLER_REPORT_HTML_RUNS``, ``RECRAWLER_CONDITIONAL_NO_304_AFTER``.
+    ``RECRAWLER_REPORT_HTML_FILE``, ``RECRAWLER_REPORT_HTML_RUNS``, ``RECRAWLER_CONDITIONAL_NO_304_AFTER``,
+    ``RECRAWLER_DB_URI`` (not set: switched off), ``RECRAWLER_INDEX_ENABLED``, ``RECRAWLER_DRY_RUN``,
+    ``RECRAWLER_BOILERPLATE_ENABLED``, ``RECRAWLER_BOILERPLATE_SHARE``,
+    ``RECRAWLER_BOILERPLATE_EXIT_SHARE``, ``RECRAWLER_BOILERPLATE_MIN_PAGES`` (the site's furniture,
+    re-decided when the run reconciles), ``RECRAWLER_MAX_INTERVAL_SECS`` (the HTML report's freshness).
     Stats (mirrored from the counters): ``recrawler/crawled``, ``recrawler/page/{gone,quarantined,moved}``,
     ``recrawler/page/gone/http_<code>``, ``recrawler/reconcile/verified``,
     ``recrawler/reconcile/skipped/<reason>``, ``recrawler/reconcile/elapsed_seconds``,
     ``recrawler/run/held``, ``recrawler/run/held/<reason>``, ``recrawler/alert``.
-    Signals: listens to ``spider_idle`` and ``spider_closed``; sends ``run_held`` and ``run_finished``.
+    Signals: listens to ``spider_idle``, ``spider_closed`` and ``engine_stopped`` (the summary line is
+    the crawl's last); sends ``run_held`` and ``run_finished``.
 
     With ``RECRAWLER_SCHEDULE=adaptive`` only unseen pages due by the run clock are checked:
     pages the schedule, lastmod or deltafetch skipped keep their state and chunks.
@@ -135,6 +140,7 @@ class Reconciler:
         )
         crawler.signals.connect(ext.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
+        crawler.signals.connect(ext.engine_stopped, signal=signals.engine_stopped)
         return ext
 
     @property
@@ -270,6 +276,12 @@ class Reconciler:
 
     # -- closing -------------------------------------------------------------------------------------
 
+    def engine_stopped(self) -> None:
+        """Log the run's summary line, the crawl's last (Scrapy dumps its stats after spider_closed)."""
+        rt = find_runtime(self.crawler)
+        if rt is not None and rt.summary is not None:
+            logger.log(rt.summary[0], rt.summary[1], extra={"spider": self.crawler.spider})
+
     async def spider_closed(self, reason: str) -> None:
         """Decide, reconcile, publish and report: all ordered work lives here."""
         started = time.monotonic()
@@ -362,8 +374,8 @@ class Reconciler:
         await reports.write_after_run(self.crawler.settings, store, run.id, store.uri)
         # WARNING when the run did not end well, so a quiet cron run (--loglevel WARNING) still says so
         level = logging.INFO if rt.exit_code == outcome.EXIT_OK else logging.WARNING
+        # logged when the engine stops: the last line, below Scrapy's stats dump
         rt.summary = (level, report.summary_line(run_report))
-        logger.log(level, rt.summary[1], extra={"spider": self.crawler.spider})
         if rt.workers is not None:
             await asyncio.to_thread(rt.workers.release)
         await self.crawler.signals.send_catch_log_async(
@@ -433,17 +445,17 @@ class Reconciler:
             c.set(f"recrawler/run/held/{why}", 1)
             if whole:
                 then = (
-                    "Nothing of it (nor of earlier unpublished runs) is embedded or published until "
+                    "nothing of it (nor of earlier unpublished runs) is embedded or published until "
                     "`recrawler runs approve %(run)d` or `recrawler runs discard %(run)d`; later runs go "
                     "on and carry the decision"
                 )
             else:
                 then = (
-                    "The rest of the run is published; these removals wait for `recrawler runs approve "
+                    "the rest of the run is published; these removals wait for `recrawler runs approve "
                     "%(run)d` (or `discard %(run)d`), and later runs carry them until a page answers again"
                 )
             logger.error(
-                "run %(run)d held (%(why)s): %(text)s. " + then,
+                "run %(run)d held (%(why)s: %(text)s): " + then,
                 {"run": run.id, "why": why, "text": text},
                 extra={"spider": self.crawler.spider},
             )

@@ -39,7 +39,8 @@ class VectorStoreSinks:
     def from_crawler(cls, crawler: Crawler) -> Self:
         sinks = crawler.settings.getdict("RECRAWLER_VECTORSTORE_SINKS")
         if not sinks or not crawler.settings.getbool("RECRAWLER_INDEX_ENABLED"):
-            raise NotConfigured("RECRAWLER_VECTORSTORE_SINKS is empty")
+            # silently, as configured (a message would make Scrapy log a WARNING every run)
+            raise NotConfigured
         for name, path in sinks.items():
             if not isinstance(path, str) or not path:
                 raise ConfigurationError(

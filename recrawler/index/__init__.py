@@ -2,7 +2,7 @@
 
     from recrawler.index import open_kb
 
-    with open_kb("sqlite:///recrawler.db") as kb:
+    with open_kb() as kb:  # the database a crawl from here writes (or open_kb("sqlite:///docs.db"))
         for hit in kb.search("how do I retry failed uploads?", k=5):
             print(f"{hit.score:.3f} {hit.url} {hit.heading}")
 
@@ -22,13 +22,22 @@ if TYPE_CHECKING:
 __all__ = ["ChunkRow", "Hit", "KnowledgeBase", "open_kb"]
 
 
-def open_kb(uri: str, *, embedder: Embedder | str | None = None, **embedder_options: Any) -> KnowledgeBase:
+def open_kb(
+    uri: str | None = None, *, embedder: Embedder | str | None = None, **embedder_options: Any
+) -> KnowledgeBase:
     """Open the knowledge base in the database at *uri* for reading.
 
+    *uri* None is the database a crawl from the working directory writes, as the ``recrawler``
+    CLI finds it: ``RECRAWLER_DB_URI`` from the environment or the project's settings, else
+    ``recrawler.db`` in Scrapy's project data directory (``.scrapy/`` beside ``scrapy.cfg``).
     *embedder* defaults to the one the last published run indexed with (an ``Embedder`` or a
     ``RECRAWLER_EMBEDDER`` spec such as ``"hashing"`` or ``"openai:text-embedding-3-small"``);
     *embedder_options* (``base_url``, ``api_key``, ...) are passed to it.
     """
+    if uri is None:
+        from recrawler.cli.settings import build_settings, db_uri
+
+        uri = db_uri(build_settings())
     if uri.split("://", 1)[0].lower() in ("postgresql", "postgres"):
         from recrawler.index.postgres import PostgreSQLKnowledgeBase
 

@@ -213,13 +213,20 @@ class Publisher:
             info.update(state="unpublished", reason=str(exc))
             return info, None
         if embedded:
+            # the run's total, as the summary line's texts_embedded: the workers' too
+            total = info["texts_embedded"] + embedded
             logger.info(
-                "run %(run)d: %(texts)d chunk texts embedded in %(calls)d calls (%(secs).1f s, %(embedder)s)",
+                "run %(run)d: %(total)d chunk %(texts)s embedded (%(now)d at the run's end in %(calls)d "
+                "%(call)s, %(secs).1f s; %(early)d by the workers as pages came; %(embedder)s)",
                 {
                     "run": run.id,
-                    "texts": embedded,
+                    "total": total,
+                    "texts": "text" if total == 1 else "texts",
+                    "now": embedded,
                     "calls": calls,
+                    "call": "call" if calls == 1 else "calls",
                     "secs": time.monotonic() - started,
+                    "early": info["texts_embedded"],
                     "embedder": self.embedder.id,
                 },
             )

@@ -5,12 +5,17 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.documents import Document
-from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, Field, PrivateAttr
+from recrawler.extras import require
 
-from recrawler.index import open_kb
-from recrawler.redact import redact_url
+# one line naming the extra when langchain-core is missing (recrawler[langchain])
+require("langchain_core", "recrawler.integrations.langchain")
+
+from langchain_core.documents import Document  # noqa: E402 (after the check above)
+from langchain_core.retrievers import BaseRetriever  # noqa: E402 (after the check above)
+from pydantic import ConfigDict, Field, PrivateAttr  # noqa: E402 (after the check above)
+
+from recrawler.index import open_kb  # noqa: E402 (after the check above)
+from recrawler.redact import redact_url  # noqa: E402 (after the check above)
 
 if TYPE_CHECKING:
     from langchain_core.callbacks import CallbackManagerForRetrieverRun
@@ -41,7 +46,7 @@ def hit_to_document(hit: Hit) -> Document:
 class RecrawlerRetriever(BaseRetriever):
     """Retrieves the published chunks of a recrawler knowledge base as LangChain documents.
 
-        retriever = RecrawlerRetriever(uri="sqlite:///recrawler.db", k=5)
+        retriever = RecrawlerRetriever(k=5)  # or uri="sqlite:///docs.db"
         docs = retriever.invoke("how do I retry failed uploads?")
         docs = retriever.invoke("retry_limit", k=1)  # k per call
 
@@ -57,8 +62,9 @@ class RecrawlerRetriever(BaseRetriever):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    #: the database (``RECRAWLER_DB_URI``); shown with its password masked
-    uri: str
+    #: the database (``RECRAWLER_DB_URI``; shown with its password masked; None: the one a crawl
+    #: from the working directory writes, as :func:`recrawler.index.open_kb` finds it)
+    uri: str | None = None
     #: documents per query, at most (``invoke(query, k=...)`` sets it for one call)
     k: int = 4
     #: ``hybrid`` (keyword and vector lists fused), ``vector`` (cosine) or ``keyword``
@@ -87,7 +93,7 @@ class RecrawlerRetriever(BaseRetriever):
     ) -> list[Document]:
         with self._lock:
             if self._kb is None:
-                self._kb = open_kb(self._uri or self.uri, embedder=self.embedder, **self.embedder_options)
+                self._kb = open_kb(self._uri or None, embedder=self.embedder, **self.embedder_options)
             hits = self._kb.search(query, k=self.k if k is None else k, mode=self.mode)
         return [
             hit_to_document(hit)

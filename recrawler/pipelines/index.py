@@ -86,7 +86,8 @@ class IndexPipeline:
             raise NotConfigured
         s = crawler.settings
         if not s.getbool("RECRAWLER_INDEX_ENABLED"):
-            raise NotConfigured("RECRAWLER_INDEX_ENABLED is off")
+            # silently, as configured (a message would make Scrapy log a WARNING every run)
+            raise NotConfigured
         runtime = runtime_of(crawler)
         if runtime.handover is None:
             runtime.handover = PendingUpdates()

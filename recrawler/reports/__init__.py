@@ -13,12 +13,13 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recrawler import __version__
+from recrawler import __version__, default_settings
 from recrawler.exceptions import ConfigurationError, RecrawlerError
 from recrawler.redact import redact_url
 from recrawler.reports.charts import Chart, bar_chart
 from recrawler.reports.diffs import diff_lines
-from recrawler.state import RUN_HELD, utcnow
+from recrawler.reports.freshness import freshness_view
+from recrawler.state import RUN_HELD, RUN_PUBLISHED, utcnow
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -99,7 +100,11 @@ def _charts(history: list[dict[str, Any]]) -> list[Chart]:
         return [float(c.get(name, 0)) for c in counts]
 
     return [
-        bar_chart("Pages new, changed and gone", labels, {k: column(k) for k in ("new", "changed", "gone")}),
+        bar_chart(
+            "Pages new, changed, quarantined and gone",
+            labels,
+            {k: column(k) for k in ("new", "changed", "quarantined", "gone")},
+        ),
         bar_chart(
             "Requests saved, by layer",
             labels,
@@ -118,11 +123,19 @@ def _charts(history: list[dict[str, Any]]) -> list[Chart]:
     ]
 
 
-def collect(store: Readers, run_id: int | None = None, *, runs: int = 20, db: str = "") -> dict[str, Any]:
+def collect(
+    store: Readers,
+    run_id: int | None = None,
+    *,
+    runs: int = 20,
+    db: str = "",
+    bound_secs: float = default_settings.RECRAWLER_MAX_INTERVAL_SECS,
+) -> dict[str, Any]:
     """Everything the report shows about *run_id* (None: the latest run), read through *store*'s readers.
 
     *runs* is how many of the site's runs the charts show; *db* the database URI the approve and
-    discard commands name (its password is redacted).
+    discard commands name (its password is redacted); *bound_secs* the staleness bound of the
+    freshness panel (``RECRAWLER_MAX_INTERVAL_SECS``).
     """
     if runs < 1:
         raise ConfigurationError(f"report: --runs must be at least 1, not {runs}")
@@ -149,6 +162,11 @@ def collect(store: Readers, run_id: int | None = None, *, runs: int = 20, db: st
     held = run["state"] == RUN_HELD or totals.get("held", 0) > 0
     db_flag = f" --db {shlex.quote(redact_url(db))}" if db else ""
     history = _history(store, run, runs)
+    index: dict[str, Any] = report.get("index") or {}
+    now = utcnow()
+    published = next(
+        (r for r in store.iter_runs() if r["state"] == RUN_PUBLISHED and r["site"] == run["site"]), None
+    )
     return {
         "run": run,
         "report": report,
@@ -166,12 +184,24 @@ def collect(store: Readers, run_id: int | None = None, *, runs: int = 20, db: st
         "commands": [f"recrawler runs {action} {rid}{db_flag}" for action in ("approve", "discard")],
         "skipped": (report.get("reconcile") or {}).get("skipped") or [],
         "outcome": report.get("outcome") or {},
-        "index": report.get("index") or {},
+        "index": index,
+        # the knowledge base took the run in (or there is none): else the report says it did not
+        "kb_updated": run["state"] == RUN_PUBLISHED or index.get("state") == "disabled",
+        "not_published_why": index.get("reason") or _ended_with(run["finish_reason"]),
+        "published": published,
+        "recorded": run.get("pages_recorded") is not None,
+        "fresh": freshness_view(store.freshness(run["site"], bound_secs=bound_secs, now=now)),
+        "bound_setting": "RECRAWLER_MAX_INTERVAL_SECS",
         "history": history,
         "charts": _charts(history),
-        "generated_at": utcnow().isoformat(timespec="seconds"),
+        "generated_at": now.isoformat(timespec="seconds"),
         "version": __version__,
     }
+
+
+def _ended_with(reason: str | None) -> str:
+    """Why an unpublished run did not publish, from its finish reason (empty: it finished)."""
+    return f"it ended with {reason}" if reason not in (None, "finished") else ""
 
 
 def _hold_reasons(report: dict[str, Any]) -> list[str]:
@@ -192,13 +222,19 @@ def render(context: dict[str, Any]) -> str:
 
 
 def write_report(
-    store: Readers, path: str | Path, run_id: int | None = None, *, runs: int = 20, db: str = ""
+    store: Readers,
+    path: str | Path,
+    run_id: int | None = None,
+    *,
+    runs: int = 20,
+    db: str = "",
+    bound_secs: float = default_settings.RECRAWLER_MAX_INTERVAL_SECS,
 ) -> tuple[int, Path]:
     """Write the report of *run_id* (None: the latest) to *path* (``{run_id}`` is replaced).
 
     Returns (run id, path written). The file is replaced atomically.
     """
-    context = collect(store, run_id, runs=runs, db=db)
+    context = collect(store, run_id, runs=runs, db=db, bound_secs=bound_secs)
     rid = int(context["run"]["id"])
     target = Path(str(path).replace("{run_id}", str(rid)))
     tmp = target.with_name(f".{target.name}.tmp")
@@ -215,8 +251,11 @@ async def write_after_run(settings: BaseSettings, store: Readers, run_id: int, d
     from scrapy.utils.asyncio import run_in_thread
 
     runs = settings.getint("RECRAWLER_REPORT_HTML_RUNS")
+    bound = settings.getfloat("RECRAWLER_MAX_INTERVAL_SECS")
     try:
-        _, target = await run_in_thread(write_report, store, str(path), run_id, runs=runs, db=db)
+        _, target = await run_in_thread(
+            write_report, store, str(path), run_id, runs=runs, db=db, bound_secs=bound
+        )
     except (OSError, RecrawlerError) as exc:
         logger.warning("HTML report of run %(run)d not written: %(exc)s", {"run": run_id, "exc": exc})
         return

@@ -42,7 +42,8 @@ class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafet
     or ``recrawler immutable --reset [PATTERN]``. Pages it skips are not checked as unseen.
 
     Settings: ``RECRAWLER_IMMUTABLE_PATTERNS``, ``DELTAFETCH_ENABLED``, ``DELTAFETCH_RESET``
-    (``DELTAFETCH_DIR`` is not used: the keys are in the database).
+    (``DELTAFETCH_DIR`` is not used: the keys are in the database), ``RECRAWLER_URL_DROP_PARAMS``,
+    ``RECRAWLER_URL_KEEP_PARAMS``.
     Meta: ``deltafetch_key`` (the key to store and look up), ``deltafetch_enabled`` (force on/off).
     Stats: ``deltafetch/skipped``, ``deltafetch/stored`` (scrapy-deltafetch's own),
     ``recrawler/page/skipped``, ``recrawler/page/skipped/deltafetch``.

@@ -90,7 +90,9 @@ class FrontierMiddleware:
     runs on the store's own connection, off the reactor: an idle spider stays open while one is
     under way, and the engine is woken when it is in.
 
-    Settings: ``RECRAWLER_FRONTIER_ENABLED``, ``RECRAWLER_FRONTIER_BATCH_SIZE``.
+    Settings: ``RECRAWLER_FRONTIER_ENABLED``, ``RECRAWLER_FRONTIER_BATCH_SIZE``,
+    ``RECRAWLER_WORKERS_ENABLED`` (on: switched off, scrapy-redis holds the frontier),
+    ``RECRAWLER_URL_DROP_PARAMS``, ``RECRAWLER_URL_KEEP_PARAMS``.
     Stats: ``recrawler/frontier/{queued,fed}``, ``recrawler/frontier/waiting_max``,
     ``recrawler/sitemap/pages`` (the due pages a sitemap named, once per key),
     ``recrawler/state/error/<Exception>``.
@@ -119,11 +121,10 @@ class FrontierMiddleware:
         if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
             raise NotConfigured
         s = crawler.settings
-        if not s.getbool("RECRAWLER_FRONTIER_ENABLED"):
-            raise NotConfigured("RECRAWLER_FRONTIER_ENABLED is off")
-        if s.getbool("RECRAWLER_WORKERS_ENABLED"):
-            # several workers share scrapy-redis's frontier instead
-            raise NotConfigured("RECRAWLER_WORKERS_ENABLED: scrapy-redis holds the frontier")
+        # switched off as configured, silently (Scrapy logs a NotConfigured with a message as a
+        # WARNING, on every run): several workers share scrapy-redis's frontier instead
+        if not s.getbool("RECRAWLER_FRONTIER_ENABLED") or s.getbool("RECRAWLER_WORKERS_ENABLED"):
+            raise NotConfigured
         runtime = runtime_of(crawler)
         mw = cls(
             crawler,

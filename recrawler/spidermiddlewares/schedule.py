@@ -53,7 +53,8 @@ class ScheduleMiddleware:
 
     Settings: ``RECRAWLER_SCHEDULE``, ``RECRAWLER_SCHEDULE_BATCH_SIZE``, ``RECRAWLER_NOW``,
     ``RECRAWLER_MIN_INTERVAL_SECS``, ``RECRAWLER_MAX_INTERVAL_SECS``,
-    ``RECRAWLER_INTERVAL_OVERRIDES``, ``RECRAWLER_LASTMOD_MODE``, ``RECRAWLER_FOLLOW_MAX_LINKS``.
+    ``RECRAWLER_INTERVAL_OVERRIDES``, ``RECRAWLER_LASTMOD_MODE``, ``RECRAWLER_FOLLOW_MAX_LINKS``,
+    ``RECRAWLER_URL_DROP_PARAMS``, ``RECRAWLER_URL_KEEP_PARAMS``.
     Stats: ``recrawler/schedule/due``, ``recrawler/schedule/due/<reason>``,
     ``recrawler/page/skipped``, ``recrawler/page/skipped/{schedule,lastmod}``,
     ``recrawler/sitemap/pages`` (the page keys the sitemaps named, each once: what the outage

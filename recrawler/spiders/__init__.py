@@ -164,8 +164,9 @@ class PageBuilder:
             (response.meta.get("redirect_urls") or [response.url])[0]
         )
         page = Page(
-            # a temporary redirect serves the page from elsewhere: it is still cited at its own URL
-            url=response.meta.get(meta.CANONICAL_URL) or response.url,
+            # a temporary redirect serves the page from elsewhere: it is still cited at its own URL,
+            # without the tracking parameters its key drops
+            url=self.key_maker.clean_url(response.meta.get(meta.CANONICAL_URL) or response.url),
             key=key,
             http_status=response.status,
             etag=_header(response, b"ETag"),

@@ -6,6 +6,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from recrawler.exceptions import ConfigurationError
+from recrawler.extras import missing_extra
 from recrawler.state.records import (
     GONE,
     LIVE,
@@ -23,6 +24,8 @@ from recrawler.state.records import (
     ChangeRow,
     Event,
     FieldsRow,
+    Freshness,
+    HeldRun,
     ListedEntry,
     PageRecord,
     ReconcileResult,
@@ -67,7 +70,9 @@ __all__ = [
     "ChangeRow",
     "Event",
     "FieldsRow",
+    "Freshness",
     "Frontier",
+    "HeldRun",
     "History",
     "KnowledgeBase",
     "Lifecycle",
@@ -102,7 +107,14 @@ def store_from_uri(uri: str, settings: BaseSettings) -> StateStore:
     # imported here: a reader of the knowledge base (open_kb, `recrawler search`) never loads Scrapy
     from scrapy.utils.misc import load_object
 
-    cls = load_object(backends[scheme])
+    try:
+        cls = load_object(backends[scheme])
+    except ModuleNotFoundError as exc:
+        # the backend's driver is an extra (psycopg: recrawler[postgres])
+        missing = missing_extra(exc, f"RECRAWLER_DB_URI={scheme}://...")
+        if missing is None:
+            raise
+        raise missing from exc
     store: StateStore = cls.from_settings(uri, settings)
     return store
 

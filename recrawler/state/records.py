@@ -35,6 +35,8 @@ __all__ = [
     "ChangeRow",
     "Event",
     "FieldsRow",
+    "Freshness",
+    "HeldRun",
     "PageRecord",
     "ReconcileResult",
     "RemovalPlan",
@@ -304,3 +306,64 @@ class ListedEntry:
     lastmod: str | None = None
     #: where in the file it stands (the listing comes back in the file's order)
     pos: int = 0
+
+
+#: run reasons that say a run's listing is no evidence of what the site lists: it failed, a bound
+#: cut it short, it shrank, the run did not finish reading it, or its listing marks may be unwritten
+LISTING_FAILURES = ("sitemap_failed", "sitemap_incomplete", "listing_shrunk", "not_finished", "state_error")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Freshness:
+    """How current the knowledge base is: are the live pages verified, and still listed?
+
+    A page is *verified* when a run last checked it (``pages.last_checked``: a 200 or a 304, or a
+    404/410 that decided it); *within the bound* when that was at most ``bound_secs`` before
+    ``now``. A live page is *delisted* when it was listed once (``pages.listed_run``) but not by
+    ``listing_run``, the site's last finished run whose listing was complete.
+    """
+
+    #: the site (None: every site), the instant and the bound the figures are for
+    site: str | None
+    now: datetime
+    bound_secs: float
+    #: live pages, and those verified within the bound
+    live: int = 0
+    verified: int = 0
+    #: the oldest verification of a live page and its URL (None: no live page was ever verified)
+    oldest_checked: datetime | None = None
+    oldest_url: str | None = None
+    #: live pages missing from the last complete listing, and a few of their URLs (by URL)
+    delisted: int = 0
+    delisted_urls: tuple[str, ...] = ()
+    #: the run whose listing is the reference (None: no complete listing finished yet)
+    listing_run: int | None = None
+
+    @property
+    def share(self) -> float | None:
+        """The share of live pages verified within the bound (None: no live page)."""
+        return self.verified / self.live if self.live else None
+
+    @property
+    def stale(self) -> int:
+        """Live pages not verified within the bound."""
+        return self.live - self.verified
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeldRun:
+    """A run that waits for ``recrawler runs approve`` or ``discard`` (``runs.state = 'held'``)."""
+
+    id: int
+    site: str | None
+    started_at: datetime
+    finished_at: datetime | None
+    #: why it is held (``change_spike``, ``mass_removal``, ``same_content``), with the alert's words
+    holds: tuple[str, ...] = ()
+    alert: str | None = None
+    #: every reason stored with the run (the outage guard's too)
+    reasons: tuple[str, ...] = ()
+    #: removals it staged for approval
+    staged_removals: int = 0
+    #: ``held``: none of it is published; otherwise its removals alone wait (the rest is published)
+    state: str = "held"

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
         ChangeRow,
         Event,
         FieldsRow,
+        Freshness,
+        HeldRun,
         ListedEntry,
         PageRecord,
         ReconcileResult,
@@ -212,10 +214,17 @@ class Decisions(Protocol):
         own misses (its moves, and misses kept before, stay)."""
 
     async def publish_run(
-        self, run: Run, *, at: datetime, gone_after: int, gone_statuses: Sequence[int]
+        self,
+        run: Run,
+        *,
+        at: datetime,
+        gone_after: int,
+        gone_statuses: Sequence[int],
+        exit_code: int | None = None,
     ) -> tuple[ReconcileResult, dict[str, int]]:
         """Apply the run's misses and moves, publish it (and the site's unpublished runs before
-        it) and garbage-collect, in one transaction."""
+        it) and garbage-collect, in one transaction; record what it took out (``run_pages``) and,
+        with *exit_code*, the exit code it now stands at (an approved held run)."""
 
     async def supersede(self, run: Run) -> None:
         """Held runs of the site before *run* hand their decision to it."""
@@ -440,11 +449,19 @@ class Readers(Protocol):
     def iter_pages(self, status: str | None = None) -> Iterator[PageRecord]:
         """Yield stored pages ordered by key (synchronous; for the CLI)."""
 
+    def page_state(self, key: str) -> dict[str, Any] | None:
+        """A page's stored state, for the CLI (None: no page *key*): ``record`` (its
+        :class:`PageRecord`), ``text`` (the text last stored for it; None when none is kept, as for
+        a gone page), ``first_run`` (the run whose window holds its ``first_seen``) and
+        ``removed_run`` (the last run whose end recorded it quarantined, gone or moved)."""
+
     def iter_runs(self) -> Iterator[dict[str, Any]]:
         """Yield runs, newest first (synchronous; for the CLI)."""
 
     def run_report(self, run_id: int) -> dict[str, Any] | None:
-        """A run's row (as :meth:`iter_runs` yields it) with its stored JSON ``report``; None if unknown."""
+        """A run's row (as :meth:`iter_runs` yields it) with its stored JSON ``report`` and
+        ``pages_recorded`` (how many pages its end recorded in ``run_pages``; None: not recorded);
+        None if unknown."""
 
     def iter_run_pages(self, run_id: int) -> Iterator[dict[str, Any]]:
         """Pages a run made new, quarantined, gone or moved, as they stand now, by URL; then the
@@ -455,14 +472,40 @@ class Readers(Protocol):
     def iter_schedule(self, site: str | None = None) -> Iterator[ScheduledPage]:
         """Yield the schedule's view of live and quarantined pages, soonest due first (CLI)."""
 
+    def iter_events(
+        self, *, site: str | None = None, run_id: int | None = None, since: datetime | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """The events of runs a publication covers (of *site*, or run *run_id*), at or after
+        *since*, oldest first, as the outbox keeps them whatever ``RECRAWLER_EVENTS_URI`` was
+        (the documented event fields: ``run_id``, ``action``, ``url``, ``key``, ``at``, ...)."""
+
+    def freshness(self, site: str | None, *, bound_secs: float, now: datetime) -> Freshness:
+        """How current the live pages of *site* (None: every site) are at *now*.
+
+        ``live``: live pages; ``verified``: those whose ``last_checked`` is at least
+        ``now - bound_secs``; ``oldest_checked`` / ``oldest_url``: the smallest ``last_checked`` of
+        a live page, and that page (the first by key of a tie); ``delisted``: live pages listed
+        once but not by the site's last complete listing (``listing_run``: the last run that
+        finished, was not aborted, read a listing and stored none of ``LISTING_FAILURES`` in its
+        reasons), with the first few of their URLs. Pages found only by links or feeds are never
+        delisted; a site without a complete listing has none.
+        """
+
+    def iter_held_runs(self, site: str | None = None) -> Iterator[HeldRun]:
+        """Runs waiting for a decision of *site* (None: all), oldest first: held runs (``state``
+        held) and runs whose removals wait (kept misses; the rest of the run published), with the
+        hold reasons and alert of their report, every stored reason, and the removals they keep."""
+
     def iter_trust(self) -> Iterator[TrustRecord]:
         """Yield trust records by host and signal (CLI)."""
 
     def iter_immutable(self) -> Iterator[dict[str, Any]]:
         """Yield stored deltafetch keys (CLI)."""
 
-    def check_sync(self, key_maker: Callable[[str], str]) -> list[Finding]:
-        """Every broken invariant of the database, read-only (``recrawler check``)."""
+    def check_sync(self, key_maker: Callable[[str], str], *, lease_secs: float) -> list[Finding]:
+        """Every broken invariant of the database, read-only (``recrawler check``); a run left
+        running whose lease has no heartbeat for *lease_secs*, or whose holder process on this
+        host is gone, is stale."""
 
     async def repair(self, findings: Sequence[Finding]) -> dict[str, int]:
         """Mend what :meth:`check_sync` found, in one transaction; rows touched per check."""

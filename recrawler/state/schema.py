@@ -39,6 +39,7 @@ runs = Table(
     Column("reasons", Text),
     Column("listed", Integer),
     Column("exit_code", Integer),
+    Column("pages_recorded", Integer),
 )
 
 pages = Table(
@@ -381,6 +382,20 @@ sink_chunks = Table(
     Column("key", Text, nullable=False),
     Column("chunk_hash", Text, nullable=False),
     Column("state", Integer, nullable=False, server_default=text("0")),
+)
+
+# what each run took out of the knowledge base, as it stood when the run ended (schema 12)
+run_pages = Table(
+    "run_pages",
+    metadata,
+    Column("run_id", Integer, primary_key=True),
+    Column("key", Text, primary_key=True),
+    Column("url", Text, nullable=False),
+    Column("title", Text),
+    Column("event", Text, nullable=False),
+    Column("moved_to", Text),
+    Column("at", Text, nullable=False),
+    sqlite_with_rowid=False,
 )
 
 schema_version = Table(

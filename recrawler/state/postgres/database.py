@@ -16,8 +16,14 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from recrawler.exceptions import PageWriteError, StateStoreError, StateStoreUnavailable
 from recrawler.index.visibility import visible_run
 from recrawler.redact import redact_text, redact_url
-from recrawler.state.postgres.versions import check_schema, migrate
-from recrawler.state.sql.database import insert_embeddings, insert_outbox, store_options, undelivered_sql
+from recrawler.state.postgres.versions import FIRST_VERSION, check_schema, migrate
+from recrawler.state.sql.database import (
+    insert_embeddings,
+    insert_outbox,
+    log_migrations,
+    store_options,
+    undelivered_sql,
+)
 from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, POSTGRES, Row, count, drive, one
 
 if TYPE_CHECKING:
@@ -232,7 +238,8 @@ class PostgreSQLDatabase:
     # -- errors ---------------------------------------------------------------------------------
 
     def _error(self, exc: BaseException, what: str = "") -> StateStoreError:
-        text = redact_text(str(exc).strip())
+        # one line: libpq's messages go on over several (a hint, the statement's position)
+        text = " ".join(redact_text(str(exc)).split())
         if isinstance(exc, psycopg.OperationalError | PoolTimeout):
             return StateStoreUnavailable(f"cannot reach state database {self.label!r}{what}: {text}")
         return StateStoreError(f"state database {self.label!r}{what}: {text}")
@@ -280,10 +287,10 @@ class PostgreSQLDatabase:
                 await pool.putconn(conn)
                 await pool.close()
                 raise
-            for number in applied:
-                logger.info(
-                    "state database %(uri)s migrated to schema %(v)d", {"uri": self.label, "v": number}
-                )
+            # the first migration creates the schema: a new database
+            log_migrations(
+                self.label, 0 if FIRST_VERSION in applied else min(applied, default=1) - 1, applied
+            )
             self._pool, self._conn = pool, conn
             await self._deliver()
 

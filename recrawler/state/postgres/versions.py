@@ -13,7 +13,7 @@ from recrawler.state.sqlite.versions import _split_sql
 if TYPE_CHECKING:
     from recrawler.state.sql.dialect import Work
 
-__all__ = ["SCHEMA_VERSION", "check_schema", "migrate"]
+__all__ = ["FIRST_VERSION", "SCHEMA_VERSION", "check_schema", "migrate"]
 
 _MIGRATION = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
@@ -30,6 +30,8 @@ def _migrations() -> list[tuple[int, str]]:
 
 #: numbered as SQLite's schemas: a new PostgreSQL database starts at 6 (schemas 1-6 in one step)
 SCHEMA_VERSION = max(v for v, _ in _migrations())
+#: the migration that creates the schema of a new database (the versions before it at once)
+FIRST_VERSION = min(v for v, _ in _migrations())
 
 
 def check_schema(label: str) -> Work[set[int]]:

@@ -109,6 +109,10 @@ class RoleMethods:
         self.run_report = self.readers.run_report
         self.iter_run_pages = self.readers.iter_run_pages
         self.iter_schedule = self.readers.iter_schedule
+        self.freshness = self.readers.freshness
+        self.iter_events = self.readers.iter_events
+        self.page_state = self.readers.page_state
+        self.iter_held_runs = self.readers.iter_held_runs
         self.iter_trust = self.readers.iter_trust
         self.iter_immutable = self.readers.iter_immutable
         self.check_sync = self.readers.check_sync

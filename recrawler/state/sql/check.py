@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from recrawler.index.visibility import visible_from, visible_where
 from recrawler.state.sql.dialect import count, many, one
+from recrawler.state.sql.runs import _holder_alive
 from recrawler.urls import UrlPolicy
 
 if TYPE_CHECKING:
@@ -42,7 +44,8 @@ CHECKS = {
     "shows it twice (not repaired: which address is the page is the site's call; redirect the "
     "others, or list one)",
     "moved_dangling": "a moved page whose new address is not live (repair: checked again next run)",
-    "stale_run": "a run left running with no live lease (repair: marked aborted)",
+    "stale_run": "a run left running whose lease is missing, lapsed or held by a process that is gone "
+    "(repair: marked aborted, its lease released)",
 }
 
 
@@ -67,8 +70,18 @@ def _rows(conn: Reader, sql: str) -> Iterator[tuple[str, str]]:
 _VISIBLE = f"{visible_from('c')} WHERE {visible_where('c')}"
 
 
-def check(conn: Reader, key_maker: Callable[[str], str], *, limit: int = 1000) -> list[Finding]:
-    """Every broken invariant of the database (at most *limit* per check); empty: it is sound."""
+def check(
+    conn: Reader,
+    key_maker: Callable[[str], str],
+    *,
+    lease_secs: float,
+    now: datetime | None = None,
+    limit: int = 1000,
+) -> list[Finding]:
+    """Every broken invariant of the database (at most *limit* per check); empty: it is sound.
+
+    *lease_secs* is ``RECRAWLER_LEASE_SECS``: a running run's lease without a heartbeat that long
+    is stale (*now*: the time it is judged at, the wall clock by default)."""
     found: list[Finding] = []
 
     def add(name: str, rows: Iterator[tuple[str, str]]) -> None:
@@ -166,15 +179,7 @@ def check(conn: Reader, key_maker: Callable[[str], str], *, limit: int = 1000) -
                WHERE p.status = 'moved' AND (t.key IS NULL OR t.status != 'live')""",
         ),
     )
-    add(
-        "stale_run",
-        _rows(
-            conn,
-            """SELECT r.id, 'run of ' || COALESCE(r.site, r.spider) || ' started ' || r.started_at
-               FROM runs r WHERE r.state = 'running' AND NOT EXISTS (
-                 SELECT 1 FROM leases l WHERE l.run_id = r.id)""",
-        ),
-    )
+    add("stale_run", _stale_runs(conn, lease_secs, now or datetime.now(UTC)))
     return found
 
 
@@ -187,6 +192,28 @@ def _chunk_hashes(conn: Reader) -> Iterator[tuple[str, str]]:
     ):
         if hashlib.sha256(bytes(data or b"")).hexdigest() != stored:
             yield str(key), f"chunk {index}: its text no longer matches its hash"
+
+
+def _stale_runs(conn: Reader, lease_secs: float, now: datetime) -> Iterator[tuple[str, str]]:
+    """Runs left ``running`` whose holder is gone: no lease, a lease whose heartbeats lapsed
+    (``RECRAWLER_LEASE_SECS``), or one held by a process of this host that no longer exists (a
+    killed run). The next crawl of the site would take such a lease over and abort the run."""
+    for row in conn.iter(
+        """SELECT r.id, COALESCE(r.site, r.spider), r.started_at, l.holder, l.heartbeat_at
+           FROM runs r LEFT JOIN leases l ON l.run_id = r.id
+           WHERE r.state = 'running' ORDER BY r.id"""
+    ):
+        run_id, site, started, holder, beat = row[0], row[1], row[2], row[3], row[4]
+        what = f"run of {site} started {started}"
+        if holder is None:
+            yield str(run_id), f"{what}: no lease"
+            continue
+        age = (now - datetime.fromisoformat(beat)).total_seconds() if beat else None
+        if age is None or age >= lease_secs:
+            late = f"{age:.0f} s ago" if age is not None else "never"
+            yield str(run_id), f"{what}: last heartbeat {late} (RECRAWLER_LEASE_SECS={lease_secs:g})"
+        elif not _holder_alive(str(holder)):
+            yield str(run_id), f"{what}: its process ({holder}) is gone"
 
 
 def _duplicate_keys(conn: Reader, key_maker: Callable[[str], str]) -> Iterator[tuple[str, str]]:
@@ -286,6 +313,7 @@ def repair(findings: list[Finding], *, at: str) -> Work[dict[str, int]]:
         stale,
     )
     yield many("DELETE FROM run_misses WHERE run_id = ?", stale)
+    yield many("DELETE FROM leases WHERE run_id = ?", stale)
     # last: every live page's count follows its current rows again
     done["chunk_count"] = yield count(
         f"""UPDATE pages SET chunks = (SELECT COUNT(*) FROM chunks c

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from recrawler.events import sink_from_settings
@@ -20,12 +21,15 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "OUTBOX_COLUMNS",
     "Database",
     "Reader",
     "insert_embeddings",
     "insert_outbox",
+    "log_migrations",
     "outbox_rows",
     "store_options",
     "undelivered_sql",
@@ -143,3 +147,16 @@ def store_options(settings: BaseSettings) -> dict[str, Any]:
             settings.getbool("RECRAWLER_INDEX_ENABLED") and settings.get("RECRAWLER_PUBLISH") == "run"
         ),
     }
+
+
+def log_migrations(label: str, before: int, applied: list[int]) -> None:
+    """One INFO line for the migrations an open applied: a new database, or one brought forward."""
+    if not applied:
+        return
+    if not before:
+        logger.info("state database %(db)s created (schema %(v)d)", {"db": label, "v": max(applied)})
+        return
+    logger.info(
+        "state database %(db)s migrated from schema %(old)d to %(new)d (%(n)d migrations)",
+        {"db": label, "old": before, "new": max(applied), "n": len(applied)},
+    )

@@ -45,6 +45,7 @@ from recrawler.state.sql.rows import (
     _ts,
     gone_case,
 )
+from recrawler.state.sql.snapshots import record_run_pages
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -163,7 +164,13 @@ class SQLDecisions:
     # -- publishing ------------------------------------------------------------------------------
 
     async def publish_run(
-        self, run: Run, *, at: datetime, gone_after: int, gone_statuses: Sequence[int]
+        self,
+        run: Run,
+        *,
+        at: datetime,
+        gone_after: int,
+        gone_statuses: Sequence[int],
+        exit_code: int | None = None,
     ) -> tuple[ReconcileResult, dict[str, int]]:
         """In one transaction: apply the run's staged misses and moves (those not kept), make the
         run and every unpublished run of its site before it visible, take their pending pages as
@@ -180,6 +187,11 @@ class SQLDecisions:
                 (RUN_PUBLISHED, _ts(at), run.id),
             )
             yield from publish_pending(run.site)
+            if exit_code is not None:
+                # an approved held run: the exit code it would have had unheld
+                yield count("UPDATE runs SET exit_code = ? WHERE id = ?", (exit_code, run.id))
+            # what it took out, as the run's report shows it (the run's end records the rest)
+            yield from record_run_pages(run.id, run.site, _ts(at) or "", _ts(at) or "")
             gc = yield from gc_chunks()
             return result, gc
 

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+import zlib
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from recrawler.exceptions import StateStoreError
 from recrawler.index.visibility import published_pages, visible_run
 from recrawler.state.records import (
     GONE,
+    LISTING_FAILURES,
+    LIVE,
     MOVED,
     QUARANTINED,
+    RUN_ABORTED,
+    RUN_DISCARDED,
+    RUN_HELD,
+    Freshness,
+    HeldRun,
     PageRecord,
     ScheduledPage,
     TrustRecord,
@@ -21,6 +29,8 @@ from recrawler.state.sql.rows import (
     _PAGE_COLUMNS,
     _SCHEDULE_COLUMNS,
     _TRUST_COLUMNS,
+    _at,
+    _dt,
     _row_to_record,
     _row_to_scheduled,
     _row_to_trust,
@@ -31,6 +41,23 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
     from recrawler.state.sql.database import Database, Reader
+
+
+#: how many URLs of delisted pages :meth:`SQLReaders.freshness` names
+_DELISTED_URLS = 5
+# The last complete listing of each site: the last run that finished (not aborted: a taken-over
+# run's end is its takeover) having read a listing (``runs.listed``: pages its sitemaps named; NULL
+# for spiders without one) and with no reason (``runs.reasons``, a JSON list) that says the
+# listing was no evidence.
+_LISTING_RUNS = f"""SELECT r.site, MAX(r.id) AS run FROM runs r
+    WHERE r.finished_at IS NOT NULL AND r.listed IS NOT NULL AND r.state != :aborted
+      AND (CAST(:site AS TEXT) IS NULL OR r.site = :site)
+      {"".join(f" AND COALESCE(r.reasons, '') NOT LIKE :failure{i}" for i in range(len(LISTING_FAILURES)))}
+    GROUP BY r.site"""
+# the run that last listed a live page: its listing mark (``pages.listed_run``, set for every
+# stored page a listing names), else, for a page first stored from a sitemap in a run that had no
+# row for it yet to mark, the run that stored it; pages found by links or feeds alone have none
+_LISTED_IN = "COALESCE(p.listed_run, CASE WHEN p.found_via = 'sitemap' THEN p.changed_run END)"
 
 
 class SQLReaders:
@@ -106,6 +133,48 @@ class SQLReaders:
             for row in cur:
                 yield _row_to_record(row)
 
+    def page_state(self, key: str) -> dict[str, Any] | None:
+        """A page's stored state (None: no such page): ``record`` (its row), ``text`` (the text
+        it was last stored with, None if not kept), ``first_run`` (the run that first stored it)
+        and ``removed_run`` (the last run whose end recorded it quarantined, gone or moved)."""
+        with self.db.reader() as conn:
+            rows = list(conn.iter(f"SELECT {_PAGE_COLUMNS} FROM pages WHERE key = :key", {"key": key}))
+            if not rows:
+                return None
+            record = _row_to_record(rows[0])
+            text = next(
+                (
+                    zlib.decompress(r[0]).decode("utf-8")
+                    for r in conn.iter("SELECT text FROM page_fields WHERE key = :key", {"key": key})
+                    if r[0]
+                ),
+                None,
+            )
+            first_run = next(
+                (
+                    int(r[0])
+                    for r in conn.iter(
+                        """SELECT MIN(id) FROM runs WHERE started_at <= :at
+                             AND (finished_at IS NULL OR finished_at >= :at)
+                             AND (site IS NULL OR site = :site)""",
+                        {"at": _ts(record.first_seen), "site": record.site},
+                    )
+                    if r[0] is not None
+                ),
+                None,
+            )
+            removed_run = None
+            if self._has_table(conn, "run_pages"):
+                removed_run = next(
+                    (
+                        int(r[0])
+                        for r in conn.iter("SELECT MAX(run_id) FROM run_pages WHERE key = :key", {"key": key})
+                        if r[0] is not None
+                    ),
+                    None,
+                )
+        return {"record": record, "text": text, "first_run": first_run, "removed_run": removed_run}
+
     def iter_runs(self) -> Iterator[dict[str, Any]]:
         """Yield runs newest first."""
         with self.db.reader() as conn:
@@ -119,13 +188,15 @@ class SQLReaders:
                 yield data
 
     def run_report(self, run_id: int) -> dict[str, Any] | None:
-        """A run's row with its stored JSON ``report`` (None: no such run)."""
+        """A run's row with its stored JSON ``report`` and ``pages_recorded`` (None: no such run)."""
         with self.db.reader() as conn:
+            # schema 12 records what a run's end took out (NULL before)
+            recorded = "pages_recorded" if self._has_table(conn, "run_pages") else "NULL AS pages_recorded"
             rows = [
                 dict(row)
                 for row in conn.iter(
                     "SELECT id, spider, site, started_at, finished_at, finish_reason, state, published_at, "
-                    "counts, reasons, listed, exit_code, report FROM runs WHERE id = ?",
+                    f"counts, reasons, listed, exit_code, report, {recorded} FROM runs WHERE id = ?",
                     (run_id,),
                 )
             ]
@@ -137,29 +208,19 @@ class SQLReaders:
         return data
 
     def iter_run_pages(self, run_id: int) -> Iterator[dict[str, Any]]:
-        """Pages the run made new, quarantined, gone or moved (their state now), then a held run's
-        staged removals. A run's window is its start to its finish (to now while it runs)."""
+        """Pages the run made new, quarantined, gone or moved, then a held run's staged removals.
+
+        A run that ended on schema 12 or later is shown as it ended: its new pages live, the
+        pages it took out as ``run_pages`` recorded them. Any other run (still running, aborted,
+        or ended before schema 12) is shown from the pages' state now, within its window (its
+        start to its finish, to now while it runs)."""
         with self.db.reader() as conn:
-            yield from (
-                dict(row)
-                for row in conn.iter(
-                    """SELECT p.key, p.url, p.title, p.status,
-                         CASE WHEN p.first_seen >= r.started_at
-                                   AND (r.finished_at IS NULL OR p.first_seen <= r.finished_at)
-                              THEN 'new' ELSE p.status END AS event,
-                         t.url AS moved_to, NULL AS http_status
-                       FROM runs r JOIN pages p ON r.site IS NULL OR p.site = r.site
-                       LEFT JOIN pages t ON t.key = p.moved_to
-                       WHERE r.id = :run AND (
-                         (p.first_seen >= r.started_at
-                          AND (r.finished_at IS NULL OR p.first_seen <= r.finished_at))
-                         OR (p.status IN (:quarantined, :gone, :moved)
-                             AND p.last_checked >= r.started_at
-                             AND (r.finished_at IS NULL OR p.last_checked <= r.finished_at)))
-                       ORDER BY p.url""",
-                    {"run": run_id, "quarantined": QUARANTINED, "gone": GONE, "moved": MOVED},
-                )
+            recorded = self._has_table(conn, "run_pages") and any(
+                row[0] is not None
+                for row in conn.iter("SELECT pages_recorded FROM runs WHERE id = :run", {"run": run_id})
             )
+            rows = self._recorded_run_pages(conn, run_id) if recorded else self._run_pages_now(conn, run_id)
+            yield from (dict(row) for row in rows)
             yield from (
                 dict(row)
                 for row in conn.iter(
@@ -170,6 +231,145 @@ class SQLReaders:
                     {"run": run_id},
                 )
             )
+
+    @staticmethod
+    def _recorded_run_pages(conn: Reader, run_id: int) -> Iterator[Any]:
+        """A run as it ended: its new pages (live then), and the removals its end recorded."""
+        return conn.iter(
+            f"""SELECT p.key, p.url, p.title, '{LIVE}' AS status, 'new' AS event,
+                 NULL AS moved_to, NULL AS http_status
+               FROM runs r JOIN pages p ON r.site IS NULL OR p.site = r.site
+               WHERE r.id = :run AND p.first_seen >= r.started_at
+                 AND (r.finished_at IS NULL OR p.first_seen <= r.finished_at)
+               UNION ALL
+               SELECT rp.key, rp.url, rp.title, rp.event AS status, rp.event,
+                 t.url AS moved_to, NULL AS http_status
+               FROM run_pages rp LEFT JOIN pages t ON t.key = rp.moved_to WHERE rp.run_id = :run
+               ORDER BY url""",
+            {"run": run_id},
+        )
+
+    @staticmethod
+    def _run_pages_now(conn: Reader, run_id: int) -> Iterator[Any]:
+        """A run's pages as they stand now, within its window."""
+        return conn.iter(
+            """SELECT p.key, p.url, p.title, p.status,
+               CASE WHEN p.first_seen >= r.started_at
+                         AND (r.finished_at IS NULL OR p.first_seen <= r.finished_at)
+                    THEN 'new' ELSE p.status END AS event,
+               t.url AS moved_to, NULL AS http_status
+             FROM runs r JOIN pages p ON r.site IS NULL OR p.site = r.site
+             LEFT JOIN pages t ON t.key = p.moved_to
+             WHERE r.id = :run AND (
+               (p.first_seen >= r.started_at
+                AND (r.finished_at IS NULL OR p.first_seen <= r.finished_at))
+               OR (p.status IN (:quarantined, :gone, :moved)
+                   AND p.last_checked >= r.started_at
+                   AND (r.finished_at IS NULL OR p.last_checked <= r.finished_at)))
+             ORDER BY p.url""",
+            {"run": run_id, "quarantined": QUARANTINED, "gone": GONE, "moved": MOVED},
+        )
+
+    def iter_events(
+        self, *, site: str | None = None, run_id: int | None = None, since: datetime | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """The events of runs a publication covers, oldest first, from the outbox (the durable log
+        every run writes, whatever ``RECRAWLER_EVENTS_URI`` was): as delivered, one dict each."""
+        with self.db.reader() as conn:
+            # schema 10 names each event's run (and made the outbox a log kept with or without a sink)
+            if not self._has_table(conn, "page_before"):
+                return
+            d = conn.dialect
+            for row in conn.iter(
+                f"""SELECT o.payload FROM outbox o LEFT JOIN runs r ON r.id = o.run_id
+                    WHERE o.run_id IS NOT NULL AND {visible_run("o.run_id")}
+                      AND (CAST(:site AS TEXT) IS NULL OR r.site = :site)
+                      AND (CAST(:run AS INTEGER) IS NULL OR o.run_id = :run)
+                      AND (CAST(:since AS TEXT) IS NULL OR {d.json_text("o.payload", "at")} >= :since)
+                    ORDER BY o.id""",
+                {"site": site, "run": run_id, "since": _at(since) if since is not None else None},
+            ):
+                yield json.loads(row[0])
+
+    def freshness(self, site: str | None, *, bound_secs: float, now: datetime) -> Freshness:
+        """How current the live pages of *site* (None: every site) are at *now*: verified within
+        *bound_secs*, the oldest verification, and those missing from the last complete listing."""
+        params = {
+            "site": site,
+            "live": LIVE,
+            "aborted": RUN_ABORTED,
+            "cutoff": _at(now - timedelta(seconds=bound_secs)),
+            **{f"failure{i}": f'%"{why}"%' for i, why in enumerate(LISTING_FAILURES)},
+        }
+        pages = "FROM pages p WHERE p.status = :live AND (CAST(:site AS TEXT) IS NULL OR p.site = :site)"
+        delisted = f"""FROM pages p JOIN ({_LISTING_RUNS}) ref ON ref.site = p.site
+            WHERE p.status = :live AND {_LISTED_IN} < ref.run"""
+        with self.db.reader() as conn:
+            (live, verified, oldest), *_ = conn.iter(
+                f"""SELECT COUNT(*), COUNT(*) FILTER (WHERE p.last_checked >= :cutoff),
+                      MIN(p.last_checked) {pages}""",
+                params,
+            )
+            oldest_url = next(
+                (
+                    str(r[0])
+                    for r in conn.iter(
+                        f"SELECT p.url {pages} AND p.last_checked = :oldest ORDER BY p.key LIMIT 1",
+                        {**params, "oldest": oldest},
+                    )
+                ),
+                None,
+            )
+            (count,), *_ = conn.iter(f"SELECT COUNT(*) {delisted}", params)
+            listing_run = next((r[1] for r in conn.iter(_LISTING_RUNS, params)), None)
+            urls = [
+                str(r[0])
+                for r in conn.iter(f"SELECT p.url {delisted} ORDER BY p.url LIMIT {_DELISTED_URLS}", params)
+            ]
+        return Freshness(
+            site=site,
+            now=now,
+            bound_secs=bound_secs,
+            live=int(live),
+            verified=int(verified),
+            oldest_checked=_dt(oldest),
+            oldest_url=oldest_url,
+            delisted=int(count),
+            delisted_urls=tuple(urls),
+            listing_run=int(listing_run) if site is not None and listing_run is not None else None,
+        )
+
+    def iter_held_runs(self, site: str | None = None) -> Iterator[HeldRun]:
+        """Runs waiting for ``runs approve`` / ``runs discard`` (of *site*; None: every site),
+        oldest first: held runs, and runs whose removals wait (kept misses, schema 10; a held run a
+        later run supersedes hands its decision to that run), with why and how many removals."""
+        with self.db.reader() as conn:
+            # before schema 10 a held run's staged misses were its removals, and only held runs waited
+            kept, waits = (
+                ("m.kept = 1", "m.kept = 1") if self._has_table(conn, "page_before") else ("1 = 1", "1 = 0")
+            )
+            for row in conn.iter(
+                f"""SELECT r.id, r.site, r.started_at, r.finished_at, r.reasons, r.report, r.state,
+                     (SELECT COUNT(*) FROM run_misses m WHERE m.run_id = r.id AND {kept}) AS staged
+                   FROM runs r
+                   WHERE (r.state = :held OR (r.state NOT IN (:discarded, :aborted) AND EXISTS (
+                       SELECT 1 FROM run_misses m WHERE m.run_id = r.id AND {waits})))
+                     AND (CAST(:site AS TEXT) IS NULL OR r.site = :site)
+                   ORDER BY r.id""",
+                {"held": RUN_HELD, "discarded": RUN_DISCARDED, "aborted": RUN_ABORTED, "site": site},
+            ):
+                report = json.loads(row["report"]) if row["report"] else {}
+                yield HeldRun(
+                    id=int(row["id"]),
+                    site=row["site"],
+                    started_at=datetime.fromisoformat(row["started_at"]),
+                    finished_at=_dt(row["finished_at"]),
+                    holds=tuple(str(h) for h in report.get("held") or ()),
+                    alert=report.get("alert"),
+                    reasons=tuple(json.loads(row["reasons"]) if row["reasons"] else ()),
+                    staged_removals=int(row["staged"]),
+                    state=str(row["state"]),
+                )
 
     def iter_schedule(self, site: str | None = None) -> Iterator[ScheduledPage]:
         """Yield the schedule's view of every live or quarantined page, soonest due first."""
@@ -210,10 +410,10 @@ class SQLReaders:
     def _has_table(conn: Reader, name: str) -> bool:
         return any(r[0] == name for r in conn.iter(conn.dialect.tables_sql))
 
-    def check_sync(self, key_maker: Callable[[str], str]) -> list[Finding]:
+    def check_sync(self, key_maker: Callable[[str], str], *, lease_secs: float) -> list[Finding]:
         """Every broken invariant of the database, read-only (see ``recrawler.state.sql.check``)."""
         with self.db.reader() as conn:
-            return check(conn, key_maker)
+            return check(conn, key_maker, lease_secs=lease_secs)
 
     async def repair(self, findings: Sequence[Finding]) -> dict[str, int]:
         """Mend what :meth:`check_sync` found, in one transaction (re-queue, retire, abort)."""

@@ -26,6 +26,7 @@ from recrawler.state.sql.rows import (
     _dt,
     _ts,
 )
+from recrawler.state.sql.snapshots import record_run_pages
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -266,5 +267,7 @@ class SQLRuns:
                 ),
             )
             yield count("DELETE FROM leases WHERE site = ? AND run_id = ?", (lease_key, run.id))
+            # what the run took out of the knowledge base, as it stands now: its report, later
+            yield from record_run_pages(run.id, run.site, _ts(run.started_at) or "", _ts(at) or "")
 
         await self.db.transaction(work())

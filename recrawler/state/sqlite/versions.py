@@ -9,7 +9,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from recrawler.exceptions import SchemaVersionError
+from recrawler.exceptions import ConfigurationError, SchemaVersionError
 from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, SQLITE, drive
 
 if TYPE_CHECKING:
@@ -40,12 +40,20 @@ SCHEMA_VERSION = max(v for v, _ in _migrations())
 def path_from_uri(uri: str) -> str:
     """Map ``sqlite:///rel.db``, ``sqlite:////abs.db``, ``file:///abs.db`` or a bare path to a path."""
     if "://" not in uri:
-        return uri
-    parts = urlsplit(uri)
-    path = unquote(parts.path)
-    if parts.scheme == "sqlite":
-        # sqlite:///rel.db -> "rel.db"; sqlite:////abs.db -> "/abs.db" (SQLAlchemy's convention)
-        return path[1:] if path.startswith("/") else path
+        path = uri
+    else:
+        parts = urlsplit(uri)
+        path = unquote(parts.path)
+        if parts.scheme == "sqlite":
+            # sqlite:///rel.db -> "rel.db"; sqlite:////abs.db -> "/abs.db" (SQLAlchemy's convention)
+            path = path[1:] if path.startswith("/") else path
+    if not path.strip():
+        # SQLite opens a throwaway database for an empty name: every run would be a first run
+        msg = (
+            f"RECRAWLER_DB_URI: {uri!r} names no database file (state would be lost after each run); "
+            "use sqlite:///recrawler.db (relative) or sqlite:////abs/path/recrawler.db"
+        )
+        raise ConfigurationError(msg)
     return path
 
 
@@ -102,6 +110,7 @@ def migrate(conn: sqlite3.Connection, path: str, dry_run: bool) -> None:
     # each applied number is a row: a migration numbered below one already applied (written
     # on another branch) is still applied once
     applied = {r[0] for r in conn.execute("SELECT version FROM schema_version")} if version else set()
+    done: list[int] = []
     for number, sql in _migrations():
         if number in applied:
             continue
@@ -123,7 +132,10 @@ def migrate(conn: sqlite3.Connection, path: str, dry_run: bool) -> None:
         except BaseException:
             conn.execute("ROLLBACK TO migrate" if dry_run else "ROLLBACK")
             raise
-        logger.info("state database %(path)s migrated to schema %(v)d", {"path": path, "v": number})
+        done.append(number)
+    from recrawler.state.sql.database import log_migrations
+
+    log_migrations(path, version, done)
     fill_block_pairs(conn, path, dry_run)
 
 

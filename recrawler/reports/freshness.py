@@ -1,0 +1,57 @@
+"""The freshness panel's words: how current the knowledge base is, from a :class:`Freshness` (pure)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from recrawler.state import Freshness
+
+__all__ = ["ago", "duration", "freshness_view"]
+
+
+def duration(secs: float) -> str:
+    """A span in the largest unit it fills: ``24 h``, ``30 days``, ``90 min``, ``45 s``."""
+    for unit, size in (("days", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if secs >= size * (2 if unit == "days" else 1):
+            value = secs / size
+            return f"{value:.0f} {unit}" if value == round(value) or value >= 10 else f"{value:.1f} {unit}"
+    return f"{secs:.0f} s"
+
+
+def ago(then: datetime | None, now: datetime) -> str:
+    """``3 h ago``, ``2 days ago``; ``never`` for None."""
+    if then is None:
+        return "never"
+    secs = max((now - then).total_seconds(), 0.0)
+    return "just now" if secs < 60 else f"{duration(secs)} ago"
+
+
+def freshness_view(f: Freshness) -> dict[str, Any]:
+    """What the panel prints: the record's figures with their words (the share as a percentage,
+    the bound and the oldest verification's age in the largest unit that fits)."""
+    share = f.share
+    if share is None:
+        percent = "-"
+    else:
+        percent = f"{share * 100:.0f}%" if share in (0.0, 1.0) else f"{share * 100:.1f}%"
+    late = f.oldest_checked is not None and (f.now - f.oldest_checked).total_seconds() > f.bound_secs
+    return {
+        "site": f.site,
+        "live": f.live,
+        "verified": f.verified,
+        "stale": f.stale,
+        "share": share,
+        "percent": percent,
+        "bound": duration(f.bound_secs),
+        "oldest": f.oldest_checked.strftime("%Y-%m-%d %H:%M") if f.oldest_checked else "-",
+        "oldest_ago": ago(f.oldest_checked, f.now),
+        "oldest_url": f.oldest_url,
+        "oldest_late": late,
+        "delisted": f.delisted,
+        "delisted_urls": list(f.delisted_urls),
+        "listing_run": f.listing_run,
+        "current": f.live > 0 and f.stale == 0 and f.delisted == 0,
+    }

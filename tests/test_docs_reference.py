@@ -1,0 +1,97 @@
+"""docs/reference.md and the components' docstrings name everything a user can set: every setting the
+package reads (its own, Scrapy's and the environment's) and every command-line option."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import re
+from fnmatch import fnmatchcase
+
+import pytest
+
+from recrawler.cli import build_parser
+from tests.conftest_mockserver import REPO_ROOT
+
+PACKAGE = REPO_ROOT / "recrawler"
+REFERENCE = (REPO_ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
+#: a setting read from settings or from the environment, as the code spells it
+READ = re.compile(r"""\.get(?:int|float|bool|list|dict)?\(\s*["']([A-Z][A-Z0-9_]+)["']""")
+#: the components the add-on places, and the extension it adds
+COMPONENTS = [
+    "recrawler.runtime.Runtime",
+    "recrawler.extensions.reconcile.Reconciler",
+    "recrawler.extensions.logs.DownloadFailureLog",
+    "recrawler.downloadermiddlewares.conditional.ConditionalRequestMiddleware",
+    "recrawler.downloadermiddlewares.audit.AuditMiddleware",
+    "recrawler.spidermiddlewares.listing.ListingMiddleware",
+    "recrawler.spidermiddlewares.deltafetch.DeltaFetchMiddleware",
+    "recrawler.spidermiddlewares.schedule.ScheduleMiddleware",
+    "recrawler.spidermiddlewares.frontier.FrontierMiddleware",
+    "recrawler.pipelines.classify.ClassifyPipeline",
+    "recrawler.pipelines.index.IndexPipeline",
+]
+#: settings the reference names by a pattern
+PATTERNS = ("RECRAWLER_URL_*_PARAMS",)
+
+
+def read_anywhere() -> set[str]:
+    names: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        names.update(READ.findall(text))
+        names.update(re.findall(r'"(RECRAWLER_[A-Z0-9_]+)"', text))
+    # the literal check a prefix is made with is no setting
+    return {n for n in names if not n.endswith("_")}
+
+
+def documented(name: str, text: str) -> bool:
+    return f"`{name}`" in text or any(fnmatchcase(name, p) and f"`{p}`" in text for p in PATTERNS)
+
+
+def test_every_setting_the_package_reads_is_in_the_reference() -> None:
+    missing = sorted(n for n in read_anywhere() if not documented(n, REFERENCE))
+    assert missing == []
+
+
+@pytest.mark.parametrize("path", COMPONENTS)
+def test_a_components_docstring_names_every_setting_it_reads(path: str) -> None:
+    module, _, name = path.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    doc = cls.__doc__ or ""
+    named = set(re.findall(r"``([A-Z][A-Z0-9_*]+)``", doc))
+    read = set(READ.findall(inspect.getsource(cls)))
+    missing = sorted(n for n in read if not any(fnmatchcase(n, d) for d in named))
+    assert missing == []
+
+
+def subcommands(
+    parser: argparse.ArgumentParser, prefix: str = "recrawler"
+) -> list[tuple[str, argparse.ArgumentParser]]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.append((f"{prefix} {name}", sub))
+                found.extend(subcommands(sub, f"{prefix} {name}"))
+    return found
+
+
+def test_every_command_line_option_is_in_the_reference() -> None:
+    cli = REFERENCE.split("## CLI", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in cli.splitlines() if line.startswith("| `recrawler")]
+    assert "`recrawler --version`" in cli
+    missing = []
+    for command, parser in subcommands(build_parser()):
+        text = " ".join(row for row in rows if row.startswith(f"| `{command}"))
+        if not text:
+            # an action documented in its command's rows (`recrawler runs [list]`)
+            text = " ".join(row for row in rows if row.startswith(f"| `{command.rsplit(' ', 1)[0]}"))
+        for action in parser._actions:
+            for option in action.option_strings:
+                if option in ("-h", "--help", "--db", "-s"):
+                    continue  # every command's, documented once below the table
+                if option.startswith("--") and option not in text:
+                    missing.append(f"{command} {option}")
+    assert missing == []
