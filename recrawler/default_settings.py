@@ -96,6 +96,14 @@ RECRAWLER_CONTENT_SELECTORS = ["main", "article", "[role=main]", "#content", "bo
 # Extra elements removed from the main content before hashing (CSS selectors).
 RECRAWLER_CONTENT_NOISE_SELECTORS: list[str] = []
 
+# --- documents that are not HTML ----------------------------------------------------------------
+# Read PDFs (recrawler[pdf]: pypdf) like pages: text, outline headings, chunks, fingerprint.
+RECRAWLER_PDF_ENABLED = True
+# A PDF with more pages is a page error (pdf_too_long), never read in part.
+RECRAWLER_PDF_MAX_PAGES = 2000
+# A PDF not read within this many seconds is a page error (pdf_timeout), never a hang.
+RECRAWLER_PDF_TIMEOUT_SECS = 60.0
+
 # --- reconciliation: gone pages and the outage guard ---------------------------------------------
 # Check stored pages that this run did not reach with a direct request before the spider closes.
 RECRAWLER_VERIFY_UNSEEN_ENABLED = True

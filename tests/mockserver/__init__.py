@@ -55,6 +55,7 @@ CONTENT_TYPES = {
     ".gz": "application/gzip",
     ".txt": "text/plain",
     ".json": "application/json",
+    ".pdf": "application/pdf",
 }
 VALIDATORS = ("strong", "weak", "lm", "none")
 WIDGETS = tuple(
