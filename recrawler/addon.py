@@ -13,6 +13,7 @@ from scrapy.utils.project import data_path
 from recrawler import default_settings
 from recrawler.downloadermiddlewares.audit import AuditMiddleware
 from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddleware
+from recrawler.downloadermiddlewares.credentials import CredentialsMiddleware
 from recrawler.exceptions import ConfigurationError
 from recrawler.extensions.reconcile import Reconciler
 from recrawler.extensions.sinks import VectorStoreSinks
@@ -63,6 +64,10 @@ ENVIRONMENT_SETTINGS = (
     "RECRAWLER_EVENTS_URI",
     "RECRAWLER_WEBHOOK_URL",
     "RECRAWLER_WEBHOOK_SECRET",
+    "RECRAWLER_AUTH_USER",
+    "RECRAWLER_AUTH_PASSWORD",
+    "RECRAWLER_AUTH_HEADERS",
+    "RECRAWLER_AUTH_COOKIES_FILE",
 )
 #: the database file when ``RECRAWLER_DB_URI`` is not set, in Scrapy's project data directory
 DEFAULT_DB_FILE = "recrawler.db"
@@ -116,8 +121,9 @@ class RecrawlerAddon:
     the components below, for spiders that opt in (``recrawler_enabled = True``: the ``docs``
     spider and ``RecrawlerSpiderMixin`` set it). Any other spider of the project runs as if
     recrawler were not installed. ``RECRAWLER_DB_URI``, ``RECRAWLER_EVENTS_URI``,
-    ``RECRAWLER_WEBHOOK_URL`` and ``RECRAWLER_WEBHOOK_SECRET`` are taken from the environment when
-    set there (over the project's settings file, under ``-s``). Set nowhere,
+    ``RECRAWLER_WEBHOOK_URL``, ``RECRAWLER_WEBHOOK_SECRET`` and the site's credentials
+    (``RECRAWLER_AUTH_USER``, ``_PASSWORD``, ``_HEADERS``, ``_COOKIES_FILE``) are taken from the
+    environment when set there (over the project's settings file, under ``-s``). Set nowhere,
     the database is ``recrawler.db`` in Scrapy's project data directory (:func:`project_db_uri`).
     """
 
@@ -177,6 +183,10 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict("EXTENSIONS", Reconciler, 0)
         # off unless RECRAWLER_VECTORSTORE_SINKS names a store (NotConfigured): after a publication
         settings.setdefault_in_component_priority_dict("EXTENSIONS", VectorStoreSinks, 0)
+        # 545: the answer reaches it before ConditionalRequestMiddleware (540), so a refused login
+        # (401, a redirect to the login page) stops the run and is never followed or indexed;
+        # after Scrapy's HttpAuthMiddleware (300), whose Authorization (HTTPAUTH_*) wins.
+        settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", CredentialsMiddleware, 545)
         # 535: above ConditionalRequestMiddleware (540), so the validators it attaches are on the
         # request and its 304 accounting is done when an audited 304 is turned into a refetch.
         settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", AuditMiddleware, 535)

@@ -123,6 +123,20 @@ RECRAWLER_MAX_REMOVE_RATIO = 0.1
 # ...but a run may always remove this many pages (small sites).
 RECRAWLER_MAX_REMOVE_MIN = 3
 
+# --- credentials: docs behind a login (sent to the site's own hosts only; secrets in the environment)
+# HTTP basic auth: the user and the password (set the password in the environment, never in a file).
+RECRAWLER_AUTH_USER: str | None = None
+RECRAWLER_AUTH_PASSWORD: str | None = None
+# Headers sent with every request to the site: {"Authorization": "Bearer ..."}, {"X-Api-Key": "..."}
+# (in the environment as a JSON object).
+RECRAWLER_AUTH_HEADERS: dict[str, str] = {}
+# A Netscape cookies.txt (curl -c, a browser's export) whose cookies for the site's hosts are sent.
+RECRAWLER_AUTH_COOKIES_FILE: str | None = None
+# Answers that mean the site refused the credentials (a login that expired): the run stops.
+RECRAWLER_AUTH_FAILED_STATUSES = [401, 403]
+# A regex searched in a redirect's target: a redirect to the login page is a refused login too.
+RECRAWLER_AUTH_LOGIN_URL: str | None = None
+
 # --- run report and events ---------------------------------------------------------------------
 # new+changed above this share of crawled pages: warning, ``alert`` in the report, run held.
 RECRAWLER_CHANGE_ALERT_RATIO = 0.5
