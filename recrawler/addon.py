@@ -14,6 +14,7 @@ from recrawler import default_settings
 from recrawler.downloadermiddlewares.audit import AuditMiddleware
 from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddleware
 from recrawler.downloadermiddlewares.credentials import CredentialsMiddleware
+from recrawler.downloadermiddlewares.render import RenderMiddleware, render_settings
 from recrawler.exceptions import ConfigurationError
 from recrawler.extensions.reconcile import Reconciler
 from recrawler.extensions.sinks import VectorStoreSinks
@@ -159,6 +160,9 @@ class RecrawlerAddon:
         for name, value in PROFILES[profile].items():
             settings.set(name, value, priority="addon")
         _check_numbers(settings)
+        if settings.getlist("RECRAWLER_RENDER_PATTERNS"):
+            for name, value in render_settings(settings).items():
+                settings.set(name, value, priority="addon")
         if settings.getbool("RECRAWLER_WORKERS_ENABLED"):
             self._shared_frontier(settings)
         # Only replace Scrapy's own fingerprinter, never a user's.
@@ -187,6 +191,9 @@ class RecrawlerAddon:
         # (401, a redirect to the login page) stops the run and is never followed or indexed;
         # after Scrapy's HttpAuthMiddleware (300), whose Authorization (HTTPAUTH_*) wins.
         settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", CredentialsMiddleware, 545)
+        # 542: a 200 to render is sent again to the browser before ConditionalRequestMiddleware
+        # (540) accounts for it, and after CredentialsMiddleware (545) vetted it.
+        settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", RenderMiddleware, 542)
         # 535: above ConditionalRequestMiddleware (540), so the validators it attaches are on the
         # request and its 304 accounting is done when an audited 304 is turned into a refetch.
         settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", AuditMiddleware, 535)

@@ -104,6 +104,18 @@ RECRAWLER_PDF_MAX_PAGES = 2000
 # A PDF not read within this many seconds is a page error (pdf_timeout), never a hang.
 RECRAWLER_PDF_TIMEOUT_SECS = 60.0
 
+# --- pages that need JavaScript (recrawler[render]: scrapy-playwright and a Chromium) -----------
+# URL regexes (searched) of pages rendered in a headless browser after a 200: "/app/", or a host
+# ("//docs.example.com/") for a whole site. Empty: no browser is ever started.
+RECRAWLER_RENDER_PATTERNS: list[str] = []
+# The Chromium executable (None: chromium, chromium-browser or google-chrome on PATH).
+RECRAWLER_RENDER_BROWSER: str | None = None
+# Pages rendering in the browser at once.
+RECRAWLER_RENDER_CONCURRENCY = 4
+# When the DOM is read: "load", "domcontentloaded" or "networkidle" (no request for 0.5 s: what a
+# script fetched is in).
+RECRAWLER_RENDER_WAIT_UNTIL = "networkidle"
+
 # --- reconciliation: gone pages and the outage guard ---------------------------------------------
 # Check stored pages that this run did not reach with a direct request before the spider closes.
 RECRAWLER_VERIFY_UNSEEN_ENABLED = True

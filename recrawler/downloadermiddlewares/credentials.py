@@ -151,7 +151,7 @@ class CredentialsMiddleware:
         if path and not s.getbool("COOKIES_ENABLED"):
             raise ConfigurationError("RECRAWLER_AUTH_COOKIES_FILE: needs COOKIES_ENABLED = True")
         if not headers and not cookies:
-            raise NotConfigured("no RECRAWLER_AUTH_* credentials")
+            raise NotConfigured
         login = s.get("RECRAWLER_AUTH_LOGIN_URL")
         try:
             login_url = re.compile(login) if login else None

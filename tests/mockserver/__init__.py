@@ -62,6 +62,7 @@ CONTENT_TYPES = {
     ".txt": "text/plain",
     ".json": "application/json",
     ".pdf": "application/pdf",
+    ".js": "text/javascript",
 }
 VALIDATORS = ("strong", "weak", "lm", "none")
 WIDGETS = tuple(
