@@ -160,7 +160,8 @@ class RecrawlerAddon:
         for name, value in PROFILES[profile].items():
             settings.set(name, value, priority="addon")
         _check_numbers(settings)
-        if settings.getlist("RECRAWLER_RENDER_PATTERNS"):
+        if self.crawler is not None and settings.getlist("RECRAWLER_RENDER_PATTERNS"):
+            # a crawl's only: the CLI renders nothing (and needs no browser installed)
             for name, value in render_settings(settings).items():
                 settings.set(name, value, priority="addon")
         if settings.getbool("RECRAWLER_WORKERS_ENABLED"):
