@@ -19,6 +19,8 @@ from recrawler import default_settings
 from recrawler.downloadermiddlewares.audit import AuditMiddleware
 from recrawler.downloadermiddlewares.compression import BoundedHttpCompressionMiddleware
 from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddleware
+from recrawler.downloadermiddlewares.credentials import CredentialsMiddleware
+from recrawler.downloadermiddlewares.render import RenderMiddleware, render_settings
 from recrawler.downloadermiddlewares.retry import PoliteRetryMiddleware
 from recrawler.downloadermiddlewares.robotstxt import CountedRobotsTxtMiddleware
 from recrawler.exceptions import ConfigurationError
@@ -74,6 +76,10 @@ ENVIRONMENT_SETTINGS = (
     "RECRAWLER_EVENTS_URI",
     "RECRAWLER_WEBHOOK_URL",
     "RECRAWLER_WEBHOOK_SECRET",
+    "RECRAWLER_AUTH_USER",
+    "RECRAWLER_AUTH_PASSWORD",
+    "RECRAWLER_AUTH_HEADERS",
+    "RECRAWLER_AUTH_COOKIES_FILE",
 )
 #: the database file when ``RECRAWLER_DB_URI`` is not set, in Scrapy's project data directory
 DEFAULT_DB_FILE = "recrawler.db"
@@ -165,8 +171,9 @@ class RecrawlerAddon:
     the components below, for spiders that opt in (``recrawler_enabled = True``: the ``docs``
     spider and ``RecrawlerSpiderMixin`` set it). Any other spider of the project runs as if
     recrawler were not installed. ``RECRAWLER_DB_URI``, ``RECRAWLER_EVENTS_URI``,
-    ``RECRAWLER_WEBHOOK_URL`` and ``RECRAWLER_WEBHOOK_SECRET`` are taken from the environment when
-    set there (over the project's settings file, under ``-s``). Set nowhere,
+    ``RECRAWLER_WEBHOOK_URL``, ``RECRAWLER_WEBHOOK_SECRET`` and the site's credentials
+    (``RECRAWLER_AUTH_USER``, ``_PASSWORD``, ``_HEADERS``, ``_COOKIES_FILE``) are taken from the
+    environment when set there (over the project's settings file, under ``-s``). Set nowhere,
     the database is ``recrawler.db`` in Scrapy's project data directory (:func:`project_db_uri`).
     """
 
@@ -203,6 +210,10 @@ class RecrawlerAddon:
             settings.set(name, value, priority="addon")
         _check_numbers(settings)
         _check_objects(settings)
+        if self.crawler is not None and settings.getlist("RECRAWLER_RENDER_PATTERNS"):
+            # a crawl's only: the CLI renders nothing (and needs no browser installed)
+            for name, value in render_settings(settings).items():
+                settings.set(name, value, priority="addon")
         if settings.getbool("RECRAWLER_WORKERS_ENABLED"):
             # scrapy-redis is an extra (recrawler[workers]): one line if it is missing
             require("scrapy_redis", "RECRAWLER_WORKERS_ENABLED")
@@ -239,6 +250,13 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict("EXTENSIONS", DownloadFailureLog, 0)
         # off unless RECRAWLER_VECTORSTORE_SINKS names a store (NotConfigured): after a publication
         settings.setdefault_in_component_priority_dict("EXTENSIONS", VectorStoreSinks, 0)
+        # 545: the answer reaches it before ConditionalRequestMiddleware (540), so a refused login
+        # (401, a redirect to the login page) stops the run and is never followed or indexed;
+        # after Scrapy's HttpAuthMiddleware (300), whose Authorization (HTTPAUTH_*) wins.
+        settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", CredentialsMiddleware, 545)
+        # 542: a 200 to render is sent again to the browser before ConditionalRequestMiddleware
+        # (540) accounts for it, and after CredentialsMiddleware (545) vetted it.
+        settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", RenderMiddleware, 542)
         # 535: above ConditionalRequestMiddleware (540), so the validators it attaches are on the
         # request and its 304 accounting is done when an audited 304 is turned into a refetch.
         settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", AuditMiddleware, 535)

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from recrawler.detect.hashing import content_hash
 from recrawler.detect.noise import Fingerprint, SiteNoise, fingerprint, regions_selector
+from recrawler.documents import HTML, Documents
 from recrawler.exceptions import ConfigurationError
 from recrawler.extract import Content, ContentExtractor, ExtractionError
 from recrawler.kb.chunking import Chunk, Chunker
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 
     from recrawler.counters import RunCounters
     from recrawler.embedders import HashingEmbedder
+    from recrawler.pdf import PdfLimits
 
 _T = TypeVar("_T")
 
@@ -110,6 +112,9 @@ class PageJob:
     body: bytes
     #: the body's encoding, or how the worker reads it (the crawl's process never scans the body)
     encoding: str | EncodingOf
+    #: the body's document type (see :mod:`recrawler.documents`), and how much of a PDF is read
+    kind: str = HTML
+    pdf: PdfLimits | None = None
     #: the site's learned volatile regions (CSS selectors), dropped before rendering
     regions: tuple[str, ...] = ()
     #: the digest of the site's pickled noise model, to fingerprint under (None: not loaded yet)
@@ -209,7 +214,9 @@ class _Tools:
         noise = self.model(job.noise_id, job.noise) if job.noise_id is not None else None
         try:
             encoding = job.encoding if isinstance(job.encoding, str) else job.encoding.read(job.url, job.body)
-            content = self.extractor.extract(job.body, encoding, regions=self.regions(job.regions))
+            content = Documents(self.extractor, job.pdf).read(
+                job.kind, job.body, encoding, regions=self.regions(job.regions)
+            )
         except ExtractionError as exc:
             return PageWork(error=exc.reason)
         if not content.text.strip():

@@ -96,6 +96,26 @@ RECRAWLER_CONTENT_SELECTORS = ["main", "article", "[role=main]", "#content", "bo
 # Extra elements removed from the main content before hashing (CSS selectors).
 RECRAWLER_CONTENT_NOISE_SELECTORS: list[str] = []
 
+# --- documents that are not HTML ----------------------------------------------------------------
+# Read PDFs (recrawler[pdf]: pypdf) like pages: text, outline headings, chunks, fingerprint.
+RECRAWLER_PDF_ENABLED = True
+# A PDF with more pages is a page error (pdf_too_long), never read in part.
+RECRAWLER_PDF_MAX_PAGES = 2000
+# A PDF not read within this many seconds is a page error (pdf_timeout), never a hang.
+RECRAWLER_PDF_TIMEOUT_SECS = 60.0
+
+# --- pages that need JavaScript (recrawler[render]: scrapy-playwright and a Chromium) -----------
+# URL regexes (searched) of pages rendered in a headless browser after a 200: "/app/", or a host
+# ("//docs.example.com/") for a whole site. Empty: no browser is ever started.
+RECRAWLER_RENDER_PATTERNS: list[str] = []
+# The Chromium executable (None: chromium, chromium-browser or google-chrome on PATH).
+RECRAWLER_RENDER_BROWSER: str | None = None
+# Pages rendering in the browser at once.
+RECRAWLER_RENDER_CONCURRENCY = 4
+# When the DOM is read: "load", "domcontentloaded" or "networkidle" (no request for 0.5 s: what a
+# script fetched is in).
+RECRAWLER_RENDER_WAIT_UNTIL = "networkidle"
+
 # --- reconciliation: gone pages and the outage guard ---------------------------------------------
 # Check stored pages that this run did not reach with a direct request before the spider closes.
 RECRAWLER_VERIFY_UNSEEN_ENABLED = True
@@ -117,6 +137,20 @@ RECRAWLER_VERIFY_BATCH_SIZE = 500
 RECRAWLER_MAX_REMOVE_RATIO = 0.1
 # ...but a run may always remove this many pages (small sites).
 RECRAWLER_MAX_REMOVE_MIN = 3
+
+# --- credentials: docs behind a login (sent to the site's own hosts only; secrets in the environment)
+# HTTP basic auth: the user and the password (set the password in the environment, never in a file).
+RECRAWLER_AUTH_USER: str | None = None
+RECRAWLER_AUTH_PASSWORD: str | None = None
+# Headers sent with every request to the site: {"Authorization": "Bearer ..."}, {"X-Api-Key": "..."}
+# (in the environment as a JSON object).
+RECRAWLER_AUTH_HEADERS: dict[str, str] = {}
+# A Netscape cookies.txt (curl -c, a browser's export) whose cookies for the site's hosts are sent.
+RECRAWLER_AUTH_COOKIES_FILE: str | None = None
+# Answers that mean the site refused the credentials (a login that expired): the run stops.
+RECRAWLER_AUTH_FAILED_STATUSES = [401, 403]
+# A regex searched in a redirect's target: a redirect to the login page is a refused login too.
+RECRAWLER_AUTH_LOGIN_URL: str | None = None
 
 # --- run report and events ---------------------------------------------------------------------
 # new+changed above this share of crawled pages: warning, ``alert`` in the report, run held.

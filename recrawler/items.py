@@ -60,6 +60,8 @@ class Page:
     found_depth: int = 0
     #: keys of stored pages a permanent redirect moved to this page
     moved_from: tuple[str, ...] = ()
+    #: what the body was read as (``html``, ``pdf``: see ``recrawler.documents``); None without one
+    document: str | None = None
     #: the fingerprint and chunks a CPU worker process made (a ``recrawler.cpu.Worked``), until
     #: the pipelines take them (typed loosely: the item module stands below everything it carries)
     worked: Any = field(default=None, repr=False, compare=False)

@@ -42,6 +42,13 @@ SMALLEST = [
         marks=needs_nginx,
     ),
     pytest.param("bench_detect", ["--skip-corpus", "--synthetic-pages", "6"], "synthetic", id="detect"),
+    pytest.param(
+        "bench_documents",
+        ["--html", "5", "--pdfs", "2", "--chapters", "1", "--repeat", "1", "--sample", "2"],
+        "per_unit",
+        id="documents",
+        marks=needs_nginx,
+    ),
     pytest.param("bench_store", ["--pages", "20", "--repeat", "1"], "phases", id="store"),
     pytest.param("bench_reconcile", ["--pages", "500"], "reconcile_publish_s", id="reconcile"),
     pytest.param(

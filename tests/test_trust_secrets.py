@@ -174,3 +174,56 @@ async def test_crawl_leaves_no_secret_behind(
     conn.close()
     expected = echo_server.url.replace("http://", "http://user:***@") if url_credentials else echo_server.url
     assert stored["base_url"] == expected
+
+
+SITE_PASSWORD = "site-pass-6604"
+SITE_TOKEN = "site-token-31c9e7"
+SITE_SESSION = "site-session-88a1f2"
+SITE_SECRETS = (
+    SITE_PASSWORD,
+    SITE_TOKEN,
+    SITE_SESSION,
+    base64.b64encode(f"support:{SITE_PASSWORD}".encode()).decode(),
+)
+
+
+def site_leaks(text: str) -> list[str]:
+    return [secret for secret in SITE_SECRETS if secret in text]
+
+
+@deferred_f_from_coro_f
+async def test_site_credentials_leave_no_trace(
+    site: Site,
+    crawls: Crawls,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    basic = "Basic " + base64.b64encode(f"support:{SITE_PASSWORD}".encode()).decode()
+    require = {"Authorization": basic, "X-Api-Key": SITE_TOKEN, "Cookie": f"session={SITE_SESSION}"}
+    for i in range(30):
+        site.write(f"p{i}.html", docsite.page(f"P{i}", [("Intro", [f"Private page {i}."])]))
+    site.options("*", require=require, login="login.html")
+    sitemap = site.write_sitemap([f"p{i}.html" for i in range(30)])
+    cookies = tmp_path / "cookies.txt"
+    cookies.write_text(
+        f"# Netscape HTTP Cookie File\n127.0.0.1\tFALSE\t/\tFALSE\t0\tsession\t{SITE_SESSION}\n"
+    )
+    monkeypatch.setenv("RECRAWLER_AUTH_USER", "support")
+    monkeypatch.setenv("RECRAWLER_AUTH_PASSWORD", SITE_PASSWORD)
+    monkeypatch.setenv("RECRAWLER_AUTH_HEADERS", json.dumps({"X-Api-Key": SITE_TOKEN}))
+    monkeypatch.setenv("RECRAWLER_AUTH_COOKIES_FILE", str(cookies))
+    with caplog.at_level(logging.DEBUG):
+        ok = await crawls.crawl(sitemap)
+        # then the session expires: the refused run logs its one line, still without a secret
+        site.options("*", require={**require, "Cookie": "session=other"})
+        refused = await crawls.crawl(sitemap, RECRAWLER_AUTH_LOGIN_URL="/login")
+    assert (ok.counts["new"], ok.exit_code) == (30, 0)
+    assert refused.exit_code == 4
+    assert {r.get("x-api-key") for r in site.requests()} == {SITE_TOKEN}
+    assert "refused its credentials" in caplog.text
+    assert site_leaks(caplog.text) == []
+    for report in sorted(crawls.tmp_path.glob("report*.json")):
+        assert site_leaks(report.read_text()) == []
+    assert site_leaks(crawls.events_path.read_text()) == []
+    assert [(t, c) for t, c, v in text_values(crawls.db_path) if site_leaks(v)] == []

@@ -22,6 +22,7 @@ from recrawler import meta
 from recrawler.cpu import EncodingOf, PageJob, Worked
 from recrawler.detect.hashing import content_hash
 from recrawler.detect.regions import volatile_regions
+from recrawler.documents import HTML, Documents, pdf_limits
 from recrawler.exceptions import ConfigurationError
 from recrawler.extract import Content, ContentExtractor, ExtractionError, looks_binary
 from recrawler.items import Page
@@ -41,11 +42,10 @@ if TYPE_CHECKING:
     from recrawler.cpu import CpuPool
     from recrawler.detect.noise import SiteNoise
     from recrawler.learning import NoiseRegistry
+    from recrawler.pdf import PdfLimits
     from recrawler.state import RecordHints
 
 logger = logging.getLogger(__name__)
-
-_HTML_TYPES = (b"text/html", b"application/xhtml+xml")
 
 
 def _header(response: Response, name: bytes) -> str | None:
@@ -54,18 +54,24 @@ def _header(response: Response, name: bytes) -> str | None:
 
 
 class PageBuilder:
-    """Turns responses into Page items: a 304 without parsing, a 200 extracted and hashed."""
+    """Turns responses into Page items: a 304 without parsing, a 200 read (HTML, or a PDF within
+    *pdf*'s limits; None: PDFs are ``not_html`` errors) and hashed."""
 
     def __init__(
-        self, extractor: ContentExtractor, key_maker: KeyMaker, noise: NoiseRegistry | None = None
+        self,
+        extractor: ContentExtractor,
+        key_maker: KeyMaker,
+        noise: NoiseRegistry | None = None,
+        pdf: PdfLimits | None = None,
     ) -> None:
         self.extractor = extractor
         self.key_maker = key_maker
         self.noise = noise
+        self.documents = Documents(extractor, pdf)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
-        """Build from ``RECRAWLER_CONTENT_*`` and ``RECRAWLER_URL_*`` settings."""
+        """Build from ``RECRAWLER_CONTENT_*``, ``RECRAWLER_URL_*`` and ``RECRAWLER_PDF_*`` settings."""
         return cls(
             ContentExtractor(
                 settings.getlist("RECRAWLER_CONTENT_SELECTORS"),
@@ -75,6 +81,7 @@ class PageBuilder:
                 settings.getlist("RECRAWLER_URL_DROP_PARAMS"),
                 settings.getlist("RECRAWLER_URL_KEEP_PARAMS"),
             ),
+            pdf=pdf_limits(settings),
         )
 
     def page(self, response: Response, lastmod: str | None = None) -> Page:
@@ -82,6 +89,14 @@ class PageBuilder:
         page, body = self.head(response, lastmod)
         if not body:
             return page
+        if page.document != HTML:
+            # a document with no markup: no volatile regions to drop, nothing to learn
+            try:
+                content = self.documents.read(str(page.document), response.body)
+            except ExtractionError as exc:
+                page.error = exc.reason
+                return page
+            return self.fill(page, response, content)
         assert isinstance(response, TextResponse)
         regions = None
         if self.noise is not None:
@@ -97,7 +112,7 @@ class PageBuilder:
                     site = self.noise.site(site.site)
             regions = site.regions_css
         try:
-            content = self.extractor.extract(response.body, response.encoding, regions=regions)
+            content = self.documents.read(HTML, response.body, response.encoding, regions=regions)
         except ExtractionError as exc:
             # a page the parser would truncate (too_deep): stored state stays as it was
             page.error = exc.reason
@@ -113,13 +128,13 @@ class PageBuilder:
         page, body = self.head(response, lastmod)
         if not body:
             return page
-        assert isinstance(response, TextResponse)
+        html = page.document == HTML
         model = None
         regions: tuple[str, ...] = ()
         if self.noise is not None:
             site = key_host(page.key)
             model = self.noise.ready(site)
-            regions = (model or self.noise.site(site)).regions
+            regions = (model or self.noise.site(site)).regions if html else ()
         rec = hints.peek(page.key)
         indexed = None
         if isinstance(rec, PageRecord) and rec.chunks and rec.status == LIVE:
@@ -130,7 +145,10 @@ class PageBuilder:
                 key=page.key,
                 url=page.url,
                 body=response.body,
-                encoding=EncodingOf.of(response),
+                # a document with no markup has no encoding to read
+                encoding=EncodingOf.of(response) if isinstance(response, TextResponse) else "",
+                kind=str(page.document),
+                pdf=self.documents.pdf,
                 regions=regions,
                 noise_id=noise_id,
                 noise=noise,
@@ -158,8 +176,8 @@ class PageBuilder:
         return self.fill(page, response, work.content, work.content_hash)
 
     def head(self, response: Response, lastmod: str | None = None) -> tuple[Page, bool]:
-        """The Page's URL, key, validators and origin; False when there is no body to extract
-        (a 304, or a body that is no HTML: an error)."""
+        """The Page's URL, key, validators, origin and document type; False when there is no body
+        to read (a 304, or a body that is no document recrawler reads: a ``not_html`` error)."""
         key = response.meta.get(meta.KEY) or self.key_maker(
             (response.meta.get("redirect_urls") or [response.url])[0]
         )
@@ -180,16 +198,19 @@ class PageBuilder:
         if response.status == 304:
             return page, False
         ctype = (response.headers.get(b"Content-Type") or b"").split(b";")[0].strip().lower()
-        if (
-            not isinstance(response, TextResponse)
-            or (ctype and ctype not in _HTML_TYPES)
+        kind = self.documents.kind(ctype, response.body, text=isinstance(response, TextResponse))
+        if kind is None or (
+            kind == HTML
+            and isinstance(response, TextResponse)
             # binary content served as text/html (an executable, an archive): never text. Judged by
             # its bytes first: reading the encoding scans the body, and only UTF-16/32 (NUL bytes)
             # are judged again by their characters
-            or (looks_binary(response.body) and looks_binary(response.body, response.encoding))
+            and looks_binary(response.body)
+            and looks_binary(response.body, response.encoding)
         ):
             page.error = "not_html"
             return page, False
+        page.document = kind
         return page, True
 
     def fill(self, page: Page, response: Response, content: Content, text_hash: str | None = None) -> Page:
@@ -201,7 +222,8 @@ class PageBuilder:
             page.error = "empty_content"
             return page
         page.text = content.text
-        if response.meta.get(meta.SAME_VALIDATOR):
+        if response.meta.get(meta.SAME_VALIDATOR) and page.document == HTML:
+            # kept to learn the regions that differ when the page is fetched again (HTML only)
             page.raw_body = response.body
         page.headings = content.headings
         page.code = content.code
@@ -253,7 +275,7 @@ class RecrawlerSpiderMixin:
 
     def recrawler_page(self, response: Response, lastmod: str | None = None) -> Page:
         """Return the Page item for *response* (304s are not parsed)."""
-        return self._recrawler_page_builder().page(response, lastmod)
+        return self._recrawler_counted(self._recrawler_page_builder().page(response, lastmod))
 
     async def recrawler_page_async(self, response: Response, lastmod: str | None = None) -> Page:
         """:meth:`recrawler_page` off the reactor: its CPU work in a worker process
@@ -261,6 +283,16 @@ class RecrawlerSpiderMixin:
 
         A 304 or an empty body has nothing to extract and is not handed over.
         """
+        return self._recrawler_counted(await self._recrawler_page_async(response, lastmod))
+
+    def _recrawler_counted(self, page: Page) -> Page:
+        # documents other than HTML are counted by type (recrawler/document/pdf)
+        runtime = find_runtime(getattr(self, "crawler", None))
+        if runtime is not None and page.document not in (None, HTML):
+            runtime.counters.inc(f"recrawler/document/{page.document}")
+        return page
+
+    async def _recrawler_page_async(self, response: Response, lastmod: str | None) -> Page:
         builder = self._recrawler_page_builder()
         runtime = find_runtime(getattr(self, "crawler", None))
         if runtime is None or response.status == 304 or not response.body or meta.FIRST_BODY in response.meta:

@@ -52,7 +52,13 @@ OPTIONS = {
     "status_times": 'with "status": only the first N requests of the path get it, then it is served',
     "headers": "extra response headers (a dict), on whatever the path answers",
     "content_encoding": "send the file's bytes as they are with this Content-Encoding (gzip)",
+    "require": 'on "*" (every path of the site): {header: value} each request must carry (a Cookie '
+    "header must hold the value among its cookies), else 401, or a 302 to the login page",
+    "login": 'on "*": the path a request without the required credentials is redirected to (302)',
+    "public": "true: this path answers without the site's required credentials",
 }
+#: request headers that carry credentials: logged when a request has them
+CREDENTIAL_HEADERS = ("Authorization", "Cookie", "X-Api-Key")
 META = "_meta.json"
 REQUESTS = "_requests.jsonl"
 ROBOTS = b"User-agent: *\nAllow: /\n"
@@ -62,6 +68,8 @@ CONTENT_TYPES = {
     ".gz": "application/gzip",
     ".txt": "text/plain",
     ".json": "application/json",
+    ".pdf": "application/pdf",
+    ".js": "text/javascript",
 }
 VALIDATORS = ("strong", "weak", "lm", "none")
 WIDGETS = tuple(
@@ -82,6 +90,7 @@ _REASONS = {
     303: "See Other",
     307: "Temporary Redirect",
     308: "Permanent Redirect",
+    401: "Unauthorized",
     404: "Not Found",
     405: "Method Not Allowed",
     410: "Gone",
@@ -111,6 +120,13 @@ def trap_page(folder: str, key: str) -> Reply:
         "</main></body></html>"
     ).encode()
     return Reply(200, body, {"Content-Type": CONTENT_TYPES[".html"]})
+
+
+def credentials(request: Request) -> dict[str, str]:
+    """The credentials a request carried, for the request log (lower-case header names)."""
+    return {
+        name.lower(): value for name in CREDENTIAL_HEADERS if (value := request.getHeader(name)) is not None
+    }
 
 
 def add_noise(body: bytes) -> bytes:
@@ -169,7 +185,7 @@ class SiteTree(Resource):
         if request.method not in (b"GET", b"HEAD"):
             reply: Reply | None = error(405, Allow="GET, HEAD")
         elif site:
-            reply = self.reply(request, site, rest)
+            reply = self.refused(request, site, rest) or self.reply(request, site, rest)
         elif path == "/robots.txt":
             robots = self.root / "robots.txt"
             body = robots.read_bytes() if robots.is_file() else ROBOTS
@@ -181,6 +197,7 @@ class SiteTree(Resource):
         entry = {
             "path": logged,
             "method": request.method.decode("ascii", "replace"),
+            **credentials(request),
             "if_none_match": request.getHeader("If-None-Match"),
             "if_modified_since": request.getHeader("If-Modified-Since"),
             "status": None if reply is None else reply.status,
@@ -274,6 +291,24 @@ class SiteTree(Resource):
         if options.get("content_encoding"):
             headers["Content-Encoding"] = str(options["content_encoding"])
         return Reply(200, body, headers)
+
+    def refused(self, request: Request, site: str, rest: str) -> Reply | None:
+        """The reply to a request without the credentials the site requires (None: it may pass)."""
+        key = rest + "index.html" if not rest or rest.endswith("/") else rest
+        all_options = self.options(site)
+        rules = all_options.get("*", {})
+        required: dict[str, str] = rules.get("require") or {}
+        login = rules.get("login")
+        if not required or key == login or all_options.get(key, {}).get("public"):
+            return None
+        for name, value in required.items():
+            sent = request.getHeader(name) or ""
+            ok = value in {c.strip() for c in sent.split(";")} if name.lower() == "cookie" else sent == value
+            if not ok:
+                if login:
+                    return error(302, Location=f"/{site}/{login}")
+                return error(401, **{"WWW-Authenticate": 'Basic realm="docs"'})
+        return None
 
     def options(self, site: str) -> dict[str, dict[str, Any]]:
         meta = self.root / site / META

@@ -1,0 +1,70 @@
+"""Document types: which reader turns a response body into Content (pure: one function per type).
+
+Every consumer (the spider's own process, a CPU worker) reads a body through :class:`Documents`:
+the same Content, fingerprint, chunks and validators follow for every type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from recrawler.exceptions import ConfigurationError
+from recrawler.pdf import PdfLimits, document_is_pdf, read_pdf
+
+if TYPE_CHECKING:
+    from lxml.cssselect import CSSSelector
+    from scrapy.settings import BaseSettings
+
+    from recrawler.extract import Content, ContentExtractor
+
+#: the document types recrawler reads (the ``recrawler/document/<type>`` stats)
+HTML, PDF = "html", "pdf"
+HTML_TYPES = frozenset({b"text/html", b"application/xhtml+xml"})
+
+
+def pdf_limits(settings: BaseSettings) -> PdfLimits | None:
+    """``RECRAWLER_PDF_*`` as limits, or None when PDFs are not read (``RECRAWLER_PDF_ENABLED``)."""
+    if not settings.getbool("RECRAWLER_PDF_ENABLED"):
+        return None
+    limits = PdfLimits(
+        max_pages=settings.getint("RECRAWLER_PDF_MAX_PAGES"),
+        timeout_secs=settings.getfloat("RECRAWLER_PDF_TIMEOUT_SECS"),
+    )
+    if limits.max_pages < 1:
+        raise ConfigurationError(f"RECRAWLER_PDF_MAX_PAGES: must be at least 1, got {limits.max_pages!r}")
+    if limits.timeout_secs <= 0:
+        raise ConfigurationError(f"RECRAWLER_PDF_TIMEOUT_SECS: must be above 0, got {limits.timeout_secs!r}")
+    return limits
+
+
+@dataclass(frozen=True, slots=True)
+class Documents:
+    """The readers of a crawl: HTML through its ContentExtractor, PDF through :func:`read_pdf`
+    within its limits (None: PDFs are not read, they are ``not_html`` errors as any other type)."""
+
+    html: ContentExtractor
+    pdf: PdfLimits | None = None
+
+    def kind(self, content_type: bytes, body: bytes, *, text: bool) -> str | None:
+        """The type of a 200's body (``html``, ``pdf``), or None for a type recrawler does not
+        read. *content_type* is the header's media type (lowercase, no parameters); *text* says
+        whether Scrapy made a text response of it."""
+        if self.pdf is not None and document_is_pdf(content_type, body):
+            return PDF
+        if text and (not content_type or content_type in HTML_TYPES):
+            return HTML
+        return None
+
+    def read(
+        self, kind: str, body: bytes, encoding: str | None = None, *, regions: CSSSelector | None = None
+    ) -> Content:
+        """The Content of *body*, a document of type *kind*; *regions* (a site's learned volatile
+        regions) apply to HTML. Raises :class:`~recrawler.extract.ExtractionError`."""
+        if kind == PDF:
+            assert self.pdf is not None
+            return read_pdf(body, self.pdf)
+        return self.html.extract(body, encoding, regions=regions)
+
+
+__all__ = ["HTML", "HTML_TYPES", "PDF", "Documents", "pdf_limits"]
