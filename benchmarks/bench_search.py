@@ -207,7 +207,7 @@ def part_scale(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
             done["sqlite"]["index_s"] = build_blocks_now(tmp / f"kb-{n}.db", embedder.id)
             if "postgresql" in fills:
                 log("scale: building the HNSW index ...")
-                done["postgresql"] = fills["postgresql"].finish(embedder.dim, "512MB")
+                done["postgresql"] = fills["postgresql"].finish(embedder.dim, embedder.id, "512MB")
             log("scale: exact top 10 ...")
             exact = exact_top(n, args.seed, queries[1:])
             for backend in ("sqlite", "postgresql"):

@@ -71,8 +71,13 @@ async def test_no_live_page_goes_unverified_longer_than_the_bound(site: Site, cr
     # three weeks of daily runs on a site where nothing changes: the schedule grows every
     # interval (up to 30 days before), yet no page goes unverified longer than a day
     for day in range(21):
-        await crawl_at(crawls, sitemap, START + timedelta(days=day))
+        r = await crawl_at(crawls, sitemap, START + timedelta(days=day))
         assert START + timedelta(days=day) - oldest_check(crawls) <= timedelta(days=1)
+        # the run report says so: every live page verified within the bound, none delisted
+        fresh = r.report["freshness"]
+        assert (fresh["live"], fresh["verified"], fresh["delisted"]) == (60, 60, 0)
+        assert fresh["current"] is True
+        assert fresh["bound_secs"] == 86400
     # then an answer flips: the next daily run catches it
     site.write("p7.html", page("p7", "topic7", extra="<p>Is it free? No.</p>"), mtime=T0 + 99)
     r = await crawl_at(crawls, sitemap, START + timedelta(days=21))
@@ -96,6 +101,8 @@ async def test_a_page_the_listing_drops_is_checked_in_the_run_that_notices(
     site.clear_requests()
     r = await crawl_at(crawls, sitemap, START + timedelta(days=2, hours=1))
     assert r.counts["quarantined"] == 1
+    # the run report's freshness: the delisted page waits for proof, it is no longer counted live
+    assert r.report["freshness"]["live"] == 39
     assert found(crawls, "topic3 ") == set()
     # only the delisted page was asked (with the sitemap): the rest was not due
     assert sorted(q["path"] for q in site.requests() if q["path"].endswith(".html")) == ["p3.html"]

@@ -61,8 +61,13 @@ class TestPostgreSQLRetrieverStandard(_Standard):
 @pytest.mark.postgres
 def test_no_password_in_repr_str_or_model_dump(postgres_uri: str) -> None:
     fill_sync(postgres_uri, PAGES)
-    password = postgres_uri.split("://", 1)[1].split("@", 1)[0].partition(":")[2]
-    assert password
+    scheme, _, rest = postgres_uri.partition("://")
+    userinfo, _, where = rest.partition("@")
+    user, _, password = userinfo.partition(":")
+    if not password:
+        # a cluster that trusts local logins (CI's) ignores the password: give the URI one to hide
+        password = "pg-s3cret-for-the-test"
+        postgres_uri = f"{scheme}://{user}:{password}@{where}"
     retriever = RecrawlerRetriever(uri=postgres_uri, k=2, embedder_options={"api_key": "sk-secret"})
     try:
         for shown in (

@@ -82,7 +82,8 @@ def visible(store: StateStore) -> list[tuple[str, str]]:
 
 
 def readers(store: StateStore) -> dict[str, Any]:
-    """Everything a reader can see, run ids aside (they differ where runs were discarded)."""
+    """Everything a reader can see, run ids aside (they differ where runs were discarded: an event's
+    ``run_id`` and ``changes_since``)."""
     pages = [
         (p.key, p.status, p.content_hash, p.title, p.last_changed, p.misses, p.chunks)
         for p in store.iter_pages()
@@ -93,7 +94,11 @@ def readers(store: StateStore) -> dict[str, Any]:
     )
     with store.reader() as conn:
         events = sorted(
-            tuple((k, v) for k, v in sorted(json.loads(r[0]).items()) if k not in ("run_id", "at"))
+            tuple(
+                (k, v)
+                for k, v in sorted(json.loads(r[0]).items())
+                if k not in ("run_id", "changes_since", "at")
+            )
             for r in conn.iter(f"SELECT payload FROM outbox WHERE {visible_run('run_id')}")
         )
     return {"chunks": visible(store), "pages": pages, "history": history, "events": events}

@@ -80,9 +80,9 @@ class ConditionalRequestMiddleware:
 
     Settings: ``RECRAWLER_CONDITIONAL_ENABLED``, ``RECRAWLER_DB_URI``, ``RECRAWLER_URL_*_PARAMS``,
     ``RECRAWLER_GONE_STATUSES``, ``RECRAWLER_MISSING_STATUSES``, ``REDIRECT_ENABLED``,
-    ``REDIRECT_MAX_TIMES``, ``HTTPERROR_ALLOWED_CODES`` (its statuses reach the callback as they
-    are), ``HTTPCACHE_ENABLED`` with ``HTTPCACHE_POLICY`` (RFC2616Policy also sends validators: a
-    ConfigurationError).
+    ``REDIRECT_MAX_TIMES``, ``RECRAWLER_SOFT404_ENABLED``, ``HTTPERROR_ALLOWED_CODES`` (its statuses
+    reach the callback as they are), ``HTTPCACHE_ENABLED`` with ``HTTPCACHE_POLICY`` (RFC2616Policy
+    also sends validators: a ConfigurationError).
     Stats: ``recrawler/conditional/{sent,not_modified}`` (and per host below each),
     ``recrawler/request/{count,failed}``, ``recrawler/page/missing/http_<code>``,
     ``recrawler/page/error/<reason>``, ``recrawler/redirect/{permanent,temporary,refused}``,

@@ -22,6 +22,7 @@ from recrawler.index.publish import Publisher
 from recrawler.items import PageStatus
 from recrawler.outcome import HOLD_MASS_REMOVAL, HOLD_SAME_CONTENT, HOLD_SPIKE, Verdicts
 from recrawler.pipelines.index import publish_mode
+from recrawler.reports.freshness import freshness_view
 from recrawler.runtime import find_runtime, runtime_of
 from recrawler.state import RUN_FINISHED, RUN_HELD, utcnow
 from recrawler.state.records import SETTLE_APPLY, SETTLE_DROP, SETTLE_KEEP, SETTLE_KEEP_LISTED
@@ -348,6 +349,8 @@ class Reconciler:
             run_report = self._report(run, reason, result, skipped, hold)
             run_report["noise"] = noise
             run_report["index"] = index
+            # how current the published knowledge base is now: what `recrawler due` and the HTML report show
+            run_report["freshness"] = await self._freshness(run)
             if hold:
                 await self._hold(run, hold, run_report, whole=bool(changes))
             await store.deliver()
@@ -546,6 +549,15 @@ class Reconciler:
             gone_statuses=self.gone_statuses,
         )
         return await publisher.publish(run, reason, held=bool(hold), state_errors=bool(self._state_errors()))
+
+    async def _freshness(self, run: Run) -> dict[str, Any]:
+        bound = self.crawler.settings.getfloat("RECRAWLER_MAX_INTERVAL_SECS")
+        fresh = await asyncio.to_thread(
+            self.runtime.store.freshness, run.site, bound_secs=bound, now=self.runtime.schedule.now
+        )
+        view = freshness_view(fresh)
+        keys = ("live", "verified", "stale", "share", "bound", "oldest", "oldest_url", "delisted", "current")
+        return {k: view[k] for k in keys} | {"bound_secs": bound}
 
     def _report(
         self, run: Run, reason: str, result: ReconcileResult | None, skipped: list[str], hold: dict[str, str]
