@@ -79,7 +79,7 @@ SMALLEST = [
     ),
     pytest.param(
         "bench_scale",
-        ["--pages", "200", "--chunks", "2000", "--worker-pages", "100", "--queries", "20"]
+        ["--pages", "60", "--chunks", "500", "--worker-pages", "40", "--queries", "5", "--ef-search", ""]
         + (["--postgres-uri", uri] if (uri := os.environ.get("RECRAWLER_TEST_POSTGRES_URI")) else []),
         "workers",
         id="scale",

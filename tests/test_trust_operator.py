@@ -411,7 +411,7 @@ def test_any_sequence_of_runs_holds_approves_and_discards_on_postgresql(
     class OnPostgres(Operations):
         new_uri = staticmethod(postgres_server.database)
 
-    _run_machine(OnPostgres, 15)
+    _run_machine(OnPostgres, 10)
 
 
 # --- the observed sequence, end to end -----------------------------------------------------------

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 T0 = 1_760_000_000.0
 # every file the crawl writes stays under this size: the database fills up part way through
-DISK = 600_000
+DISK = 800_000
 
 
 def body(i: int) -> str:
@@ -45,14 +45,14 @@ def crawl(sitemap: str, db: Path, *, disk: int | None = None) -> subprocess.Comp
         resource.setrlimit(resource.RLIMIT_FSIZE, (disk, disk))
 
     argv = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}"]
-    # groups of 50 page writes per commit: some commit before the disk is full, the rest are lost
+    # groups of 20 page writes per commit: several commit before the disk is full, the rest are lost
     argv += [
         "-s",
         f"RECRAWLER_DB_URI=sqlite:///{db}",
         "-s",
         "RETRY_TIMES=0",
         "-s",
-        "RECRAWLER_DB_BATCH_SIZE=50",
+        "RECRAWLER_DB_BATCH_SIZE=20",
     ]
     return subprocess.run(
         argv,
