@@ -95,3 +95,42 @@ def test_every_command_line_option_is_in_the_reference() -> None:
                 if option.startswith("--") and option not in text:
                     missing.append(f"{command} {option}")
     assert missing == []
+
+
+def reference_rows() -> dict[str, str]:
+    """The settings table's rows: each setting it names (a row may name two) -> its Default cell."""
+    rows: dict[str, str] = {}
+    # recrawler's own table: the first after the heading (the next is Scrapy's and the environment's)
+    table = REFERENCE.split("## Settings", 1)[1].strip().split("\n\n", 1)[0]
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) < 4 or not cells[1].startswith("`RECRAWLER_"):
+            continue
+        for name in re.findall(r"`(RECRAWLER_[A-Z0-9_*]+)`", cells[1]):
+            rows.setdefault(name, cells[2])
+    return rows
+
+
+def shown(value: object) -> str | None:
+    """How the reference writes a scalar default (None for the rest, and for None: a default the
+    table may describe in words, as the database's place)."""
+    if isinstance(value, bool | int | float):
+        return f"`{value}`"
+    return None
+
+
+def test_the_settings_table_is_default_settings() -> None:
+    from recrawler import default_settings
+
+    defaults = {n: getattr(default_settings, n) for n in dir(default_settings) if n.startswith("RECRAWLER_")}
+    rows = reference_rows()
+    # every setting recrawler defines has its row, and every row is a setting recrawler defines
+    assert sorted(n for n in defaults if not documented(n, REFERENCE) or n not in rows) == []
+    assert sorted(n for n in rows if n not in defaults and not any(fnmatchcase(n, p) for p in PATTERNS)) == []
+    # and a number or a switch is the default the table gives (words may follow it)
+    wrong = {
+        n: (rows[n], want)
+        for n, v in defaults.items()
+        if (want := shown(v)) is not None and not rows[n].startswith(want)
+    }
+    assert wrong == {}
