@@ -30,6 +30,7 @@ class PostgresServer:
     def __init__(self, admin_uri: str, uri_for: Callable[[str], str]) -> None:
         self.admin_uri = admin_uri
         self.uri_for = uri_for
+        self.created: list[str] = []
 
     def database(self) -> str:
         """A new, empty database's URI."""
@@ -38,10 +39,20 @@ class PostgresServer:
         name = f"recrawler_{uuid.uuid4().hex[:12]}"
         with psycopg.connect(self.admin_uri, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}" STRATEGY FILE_COPY')
+        self.created.append(name)
         uri = self.uri_for(name)
         with psycopg.connect(uri, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         return uri
+
+    def drop_created(self) -> None:
+        """Drop the databases this session created (a test's leftover connections are ended)."""
+        import psycopg
+
+        with contextlib.suppress(psycopg.Error), psycopg.connect(self.admin_uri, autocommit=True) as conn:
+            for name in self.created:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.created.clear()
 
 
 def _with_database(uri: str, name: str) -> str:
@@ -57,7 +68,10 @@ def postgres_server() -> Iterator[PostgresServer]:
         host = urlsplit(uri).hostname or ""
         if host not in LOOPBACK and not host.startswith("/"):
             pytest.skip(f"RECRAWLER_TEST_POSTGRES_URI must point at loopback, not {host!r}")
-        yield PostgresServer(uri, lambda name: _with_database(uri, name))
+        server = PostgresServer(uri, lambda name: _with_database(uri, name))
+        yield server
+        # a developer's own server keeps none of the session's databases
+        server.drop_created()
         return
     # pgserver runs the server as an unprivileged user when the tests run as root: pytest's own
     # temporary folders (0700) would hide the data directory from it
