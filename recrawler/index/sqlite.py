@@ -273,31 +273,43 @@ class SQLiteKnowledgeBase:
         if not ranked:
             return []
         ids = [r.id for r, _ in ranked]
+        marks = ",".join("?" * len(ids))
         try:
             rows = {
                 r["id"]: r
                 for r in self._conn.execute(
-                    f"""SELECT c.id, c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash,
-                               p.title, p.last_checked, p.last_changed
-                        FROM chunks c LEFT JOIN {published_pages()} p ON p.key = c.key
-                        WHERE c.id IN ({",".join("?" * len(ids))})""",
+                    f"""SELECT id, key, url, chunk_index, heading, text, chunk_hash FROM chunks
+                        WHERE id IN ({marks})""",
+                    ids,
+                )
+            }
+            # the hits' pages only: joined to the chunks, the pages' view is built whole per query
+            pages = {
+                r["key"]: r
+                for r in self._conn.execute(
+                    f"""SELECT p.key, p.title, p.last_checked, p.last_changed FROM {published_pages()} p
+                        WHERE p.key IN (SELECT key FROM chunks WHERE id IN ({marks}))""",
                     ids,
                 )
             }
         except sqlite3.Error as exc:
             # a damaged file (text that no longer decodes): one line, no traceback
             raise _damaged(self.path, exc) from exc
-        return [
-            Hit(
-                score=score,
-                chunk=_chunk(rows[r.id]),
-                title=rows[r.id]["title"],
-                last_checked=_dt(rows[r.id]["last_checked"]),
-                last_changed=_dt(rows[r.id]["last_changed"]),
-                similarity=r.similarity,
+        hits = []
+        for r, score in ranked:
+            row = rows[r.id]
+            page = pages.get(row["key"])
+            hits.append(
+                Hit(
+                    score=score,
+                    chunk=_chunk(row),
+                    title=page["title"] if page is not None else None,
+                    last_checked=_dt(page["last_checked"]) if page is not None else None,
+                    last_changed=_dt(page["last_changed"]) if page is not None else None,
+                    similarity=r.similarity,
+                )
             )
-            for r, score in ranked
-        ]
+        return hits
 
     def changes(
         self, since: int | None = None, *, cursor: str | None = None, limit: int = 100, key: str | None = None
