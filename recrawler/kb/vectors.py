@@ -3,14 +3,15 @@ at a time, read only where the query vector is not zero, and exact scores for th
 
 The embedding cache (``embeddings``) only ever grows, in rowid order. Each full run of
 :data:`BLOCK` vectors of an embedder becomes a block (``vector_blocks``: its rowids; and
-``vector_columns``: one float16 column per dimension), written when a run publishes; the vectors
-after the last block (the tail) are read as they are. A query's score for every cached vector is
-the sum, over the dimensions where the query is not zero, of query value times column: the
-hashing embedder's query vectors have a few dozen such dimensions out of 384, so a query reads a
-few dozen columns, not the whole cache. float16 rounds each number by at most 2^-11 of itself,
-so a block score is within :data:`ERROR` of the exact one: every vector whose rounded score is
-within that distance of a hit is scored again exactly from its stored float32 vector, and the
-ranking is the exact one.
+``vector_columns``: one int8 column per dimension, with its scale), written when a run publishes;
+the vectors after the last block (the tail) are read as they are. A query's score for every
+cached vector is the sum, over the dimensions where the query is not zero, of query value times
+column: the hashing embedder's query vectors have a few dozen such dimensions out of 384, so a
+query reads a few dozen columns (16 KB each per block), not the whole cache. A column's numbers
+are rounded to half its scale at most, so a block score is within a bound known per block and
+query (half the scales, weighted by the query's values) of the exact one: every vector whose
+rounded score is within that bound of a hit is scored again exactly from its stored float32
+vector, and the ranking is the exact one.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ if TYPE_CHECKING:
 
     from numpy.typing import NDArray
 
-__all__ = ["ERROR", "VectorScan"]
+__all__ = ["F16_ERROR", "SLACK", "VectorScan"]
 
-#: the most a block score can differ from the exact one: float16 keeps 11 significant bits, so
-#: |q.v - q.v16| <= 2^-11 |q| |v| (unit vectors), plus float32 sums and float16's smallest numbers
-ERROR = 2.0**-11 + 2e-5
+#: the most a float16 column's score (blocks written before int8 columns) differs from the exact
+#: one, per unit of the query value: float16 keeps 11 significant bits of a unit vector's numbers
+F16_ERROR = 2.0**-11
+#: float32 sums and float16's smallest numbers: what a block score may differ by besides rounding
+SLACK = 2e-5
 
 
 @dataclass(slots=True)
@@ -119,11 +122,11 @@ class VectorScan:
         self._load()
         n_blocks = len(self._blocks) * BLOCK
         out = np.zeros(n_blocks + len(self._tail_ids), dtype=np.float32)
-        errors = np.zeros_like(out)
+        # per block: half a quantization step of every column read, weighted by the query
+        block_errors = np.zeros(len(self._blocks), dtype=np.float64)
         used = np.flatnonzero(q)
         if n_blocks:
-            scale = float(np.linalg.norm(q))
-            errors[:n_blocks] = ERROR * scale
+            term = np.empty(BLOCK, dtype=np.float32)
             # one statement per 256 dimensions: a dense query (a model's) reads every column
             for start in range(0, len(used), 256):
                 dims = [int(d) for d in used[start : start + 256]]
@@ -132,9 +135,22 @@ class VectorScan:
                         WHERE embedder = ? AND dim IN ({",".join("?" * len(dims))}) AND block < ?""",
                     (self.embedder, *dims, len(self._blocks)),
                 ):
-                    column = np.frombuffer(data, dtype="<f2")
                     part = out[block * BLOCK : (block + 1) * BLOCK]
-                    part += np.float32(q[dim]) * column.astype(np.float32)
+                    weight = float(q[dim])
+                    if len(data) == 2 * BLOCK:
+                        # a float16 column (written before int8 columns; rewritten at the next publish)
+                        part += np.float32(weight) * np.frombuffer(data, dtype="<f2").astype(np.float32)
+                        block_errors[block] += F16_ERROR * abs(weight)
+                        continue
+                    scale = float(np.frombuffer(data, dtype="<f4", count=1)[0])
+                    column = np.frombuffer(data, dtype=np.int8, offset=4)
+                    np.multiply(column, np.float32(weight * scale), out=term)
+                    part += term
+                    block_errors[block] += 0.5 * scale * abs(weight)
+        errors = np.zeros_like(out)
+        if n_blocks:
+            # plus float32 sums and rounding: a few units in the last place of a cosine
+            errors[:n_blocks] = np.repeat((block_errors + SLACK).astype(np.float32), BLOCK)
         if len(self._tail_ids):
             # a sum of scaled rows, no BLAS call: a few dozen dimensions for a hashing query
             tail = out[n_blocks:]
