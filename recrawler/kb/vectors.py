@@ -118,7 +118,8 @@ class VectorScan:
 
     def scores(self, q: NDArray[np.float32]) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
         """(scores, errors) of *q* against every cached vector, blocks first, then the tail: a
-        score is within its error of the exact cosine (the tail's are exact)."""
+        score is within its block's error (``errors[position // BLOCK]``) of the exact cosine;
+        the tail's scores are exact (its error is 0)."""
         self._load()
         n_blocks = len(self._blocks) * BLOCK
         out = np.zeros(n_blocks + len(self._tail_ids), dtype=np.float32)
@@ -147,10 +148,8 @@ class VectorScan:
                     np.multiply(column, np.float32(weight * scale), out=term)
                     part += term
                     block_errors[block] += 0.5 * scale * abs(weight)
-        errors = np.zeros_like(out)
-        if n_blocks:
-            # plus float32 sums and rounding: a few units in the last place of a cosine
-            errors[:n_blocks] = np.repeat((block_errors + SLACK).astype(np.float32), BLOCK)
+        # plus float32 sums and rounding: a few units in the last place of a cosine; the tail's: 0
+        errors = np.append(block_errors + SLACK, 0.0).astype(np.float32)
         if len(self._tail_ids):
             # a sum of scaled rows, no BLAS call: a few dozen dimensions for a hashing query
             tail = out[n_blocks:]
