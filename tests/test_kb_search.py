@@ -323,3 +323,20 @@ def test_a_warm_search_does_not_work_through_every_page(tmp_path: Path) -> None:
             kb._conn.set_progress_handler(None, 100)
             steps[n] = counter[0] * 100
     assert steps[30_000] < 2 * steps[3_000], steps
+
+
+def test_the_best_positions_are_those_of_a_full_sort() -> None:
+    """The vector candidates (a threshold taken from a sample, checked) are the first n of a stable
+    sort, ties and filtered-out scores included."""
+    from recrawler.index.sqlite import _best
+
+    rng = np.random.default_rng(3)
+    for size, n in ((10, 3), (1000, 40), (200_000, 42), (200_000, 5000)):
+        for values in (
+            rng.random(size).astype(np.float32),
+            np.round(rng.random(size), 2).astype(np.float32),  # many ties
+            np.where(rng.random(size) < 0.9, -np.inf, rng.random(size)).astype(np.float32),
+            np.zeros(size, dtype=np.float32),
+        ):
+            want = np.argsort(-values, kind="stable")[:n]
+            assert _best(values, n).tolist() == want.tolist(), (size, n)

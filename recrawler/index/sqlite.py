@@ -373,7 +373,11 @@ def _best(values: np.ndarray[Any, np.dtype[np.float32]], n: int) -> np.ndarray[A
     if len(found) < n:
         found = np.arange(len(values))
     if len(found) > n:
-        found = np.sort(found[np.argpartition(-values[found], n - 1)[:n]])
+        # the n-th largest value; of the positions holding it, the first ones
+        chosen = values[found]
+        nth = np.partition(chosen, len(chosen) - n)[len(chosen) - n]
+        above = found[chosen > nth]
+        found = np.sort(np.concatenate([above, found[chosen == nth][: n - len(above)]]))
     return found[np.argsort(-values[found], kind="stable")]
 
 
