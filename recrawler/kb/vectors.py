@@ -127,27 +127,31 @@ class VectorScan:
         block_errors = np.zeros(len(self._blocks), dtype=np.float64)
         used = np.flatnonzero(q)
         if n_blocks:
-            term = np.empty(BLOCK, dtype=np.float32)
-            # one statement per 256 dimensions: a dense query (a model's) reads every column
+            # a block at a time: the columns of the query's dimensions as one matrix, one product
+            # (256 dimensions a statement at most: a dense query, a model's, reads every column)
             for start in range(0, len(used), 256):
                 dims = [int(d) for d in used[start : start + 256]]
-                for dim, block, data in self.conn.execute(
-                    f"""SELECT dim, block, data FROM vector_columns
-                        WHERE embedder = ? AND dim IN ({",".join("?" * len(dims))}) AND block < ?""",
-                    (self.embedder, *dims, len(self._blocks)),
-                ):
-                    part = out[block * BLOCK : (block + 1) * BLOCK]
-                    weight = float(q[dim])
-                    if len(data) == 2 * BLOCK:
-                        # a float16 column (written before int8 columns; rewritten at the next publish)
-                        part += np.float32(weight) * np.frombuffer(data, dtype="<f2").astype(np.float32)
-                        block_errors[block] += F16_ERROR * abs(weight)
+                sql = f"""SELECT dim, data FROM vector_columns
+                          WHERE embedder = ? AND block = ? AND dim IN ({",".join("?" * len(dims))})"""
+                for block in range(len(self._blocks)):
+                    found = self.conn.execute(sql, (self.embedder, block, *dims)).fetchall()
+                    if not found:
                         continue
-                    scale = float(np.frombuffer(data, dtype="<f4", count=1)[0])
-                    column = np.frombuffer(data, dtype=np.int8, offset=4)
-                    np.multiply(column, np.float32(weight * scale), out=term)
-                    part += term
-                    block_errors[block] += 0.5 * scale * abs(weight)
+                    weights = q[[d for d, _ in found]].astype(np.float64)
+                    data = b"".join(d for _, d in found)
+                    part = out[block * BLOCK : (block + 1) * BLOCK]
+                    if len(found[0][1]) == 2 * BLOCK:
+                        # float16 columns (written before int8 columns; written again at the next publish)
+                        matrix = np.frombuffer(data, dtype="<f2").reshape(len(found), BLOCK)
+                        part += weights.astype(np.float32) @ matrix.astype(np.float32)
+                        block_errors[block] += F16_ERROR * float(np.abs(weights).sum())
+                        continue
+                    # each column: its scale (float32), then BLOCK int8 numbers
+                    rows = np.frombuffer(data, dtype=np.uint8).reshape(len(found), BLOCK + 4)
+                    scales = rows[:, :4].copy().view("<f4").ravel().astype(np.float64)
+                    matrix = rows[:, 4:].view(np.int8).astype(np.float32)
+                    part += (weights * scales).astype(np.float32) @ matrix
+                    block_errors[block] += 0.5 * float(np.abs(weights) @ scales)
         # plus float32 sums and rounding: a few units in the last place of a cosine; the tail's: 0
         errors = np.append(block_errors + SLACK, 0.0).astype(np.float32)
         if len(self._tail_ids):
