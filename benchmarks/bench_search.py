@@ -2,7 +2,7 @@
 question set over a real docs site.
 
 Usage: ``python -m benchmarks.bench_search [--parts scale,questions] [--chunks 10000,100000,1000000]
-[--corpus DOCS.tar.gz] [--postgres-uri URI] [--json PATH]``.
+[--corpus DOCS.tar.gz] [--postgres-uri URI] [--reuse DIR] [--json PATH]``.
 
 - scale: a knowledge base filled directly with N synthetic published chunks and their hashing
   vectors (as ``bench_scale``), on SQLite and on PostgreSQL (``--postgres-uri``, else a throwaway
@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 if not __package__:  # run as a script: python benchmarks/bench_search.py
@@ -107,6 +108,19 @@ def build_blocks_now(path: Path, embedder: str) -> float:
     finally:
         conn.close()
     return time.perf_counter() - t0
+
+
+def filled(db: Path) -> int | None:
+    """The chunks a database filled by a finished earlier run holds (None: no such database)."""
+    if not db.exists():
+        return None
+    conn = sqlite3.connect(db)
+    try:
+        return int(conn.execute("SELECT MAX(id) FROM chunks").fetchone()[0] or 0)
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
 
 
 def search_child(uri: str, queries_path: Path, mode: str) -> dict[str, Any]:
@@ -196,15 +210,24 @@ def part_scale(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with postgres_server(args.postgres_uri, wanted=args.postgres) as pg:
         for n in args.chunks:
-            log(f"scale: filling {n:,} chunks ...")
-            fills: dict[str, Any] = {"sqlite": SQLiteFill(tmp / f"kb-{n}.db")}
+            folder = args.reuse or tmp
+            db = folder / f"kb-{n}-seed{args.seed}.db"
+            folder.mkdir(parents=True, exist_ok=True)
+            reused = args.reuse is not None and filled(db) == n
+            fills: dict[str, Any] = {}
+            if not reused:
+                db.unlink(missing_ok=True)
+                fills["sqlite"] = SQLiteFill(db)
             if pg is not None and n <= args.postgres_max:
                 fills["postgresql"] = PostgresFill(pg.database(f"bench_search_{n}"))
-            for batch in chunk_batches(n, args.seed):
+            log(f"scale: filling {n:,} chunks on {', '.join(fills) or 'nothing'} ...")
+            for batch in chunk_batches(n, args.seed) if fills else ():
                 for fill in fills.values():
                     fill.add(*batch, embedder.id)
-            done = {"sqlite": fills["sqlite"].finish()}
-            done["sqlite"]["index_s"] = build_blocks_now(tmp / f"kb-{n}.db", embedder.id)
+            done = {"sqlite": fills["sqlite"].finish() if not reused else {"db_bytes": db.stat().st_size}}
+            # a reused database gets the blocks the current code writes (nothing when they are written)
+            done["sqlite"]["index_s"] = build_blocks_now(db, embedder.id)
+            fills.setdefault("sqlite", SimpleNamespace(uri=f"sqlite:///{db}"))
             if "postgresql" in fills:
                 log("scale: building the HNSW index ...")
                 done["postgresql"] = fills["postgresql"].finish(embedder.dim, embedder.id, "512MB")
@@ -418,6 +441,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--embedders", default=",".join(EMBEDDERS), help="questions: embedder specs")
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    parser.add_argument(
+        "--reuse",
+        type=Path,
+        metavar="DIR",
+        help="scale: keep the SQLite databases filled in DIR and use them again on later runs",
+    )
     add_json_option(parser, "bench_search")
     args = parser.parse_args(argv)
     args.parts = [p for p in args.parts.split(",") if p]

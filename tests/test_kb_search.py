@@ -258,3 +258,85 @@ def test_a_cold_search_reads_only_what_it_needs(tmp_path: Path) -> None:
     loaded_scrapy, peak_mib = proc.stderr.split()[-2:]
     assert loaded_scrapy == "False"
     assert int(peak_mib) < 150
+
+
+def test_float16_blocks_of_an_older_store_are_searched_exact_and_written_again(tmp_path: Path) -> None:
+    """Blocks written as float16 columns (before int8 columns) rank exactly as before; the next
+    publish writes them again as int8 columns, and the ranking stays the exact one."""
+    from recrawler.state.sql.dialect import drive
+    from recrawler.state.sql.search import build_blocks
+    from recrawler.state.sqlite.database import _execute
+
+    path = tmp_path / "kb.db"
+    n = BLOCK + 500
+    vectors = synthetic_kb(path, n)
+    conn = sqlite3.connect(path, isolation_level=None)
+    # the columns as an older version wrote them: float16, 2 bytes a number, no scale
+    conn.execute("BEGIN")
+    columns = vectors[:BLOCK].T.astype("<f2")
+    conn.executemany(
+        "UPDATE vector_columns SET data = ? WHERE block = 0 AND dim = ?",
+        [(columns[d].tobytes(), d) for d in range(columns.shape[0])],
+    )
+    conn.execute("COMMIT")
+    visible = np.array([i % 7 != 3 for i in range(n)])
+    embedder = HashingEmbedder()
+
+    def check() -> None:
+        with open_kb(f"sqlite:///{path}") as kb:
+            for w in WORDS:
+                qv = embedder.embed([f"query {w}"])[0].astype(np.float64)
+                scores = vectors.astype(np.float64) @ qv
+                ranked = np.flatnonzero(visible & (scores > 0))
+                want = ranked[np.argsort(-scores[ranked], kind="stable")][:10]
+                got = kb.search(f"query {w}", k=10, mode="vector")
+                assert [h.chunk.chunk_hash for h in got] == [f"{i:064x}" for i in want], w
+
+    check()
+    conn.execute("BEGIN")
+    assert drive(build_blocks(embedder.id), lambda op: _execute(conn, op)) == 1
+    conn.execute("COMMIT")
+    sizes = conn.execute("SELECT DISTINCT length(data) FROM vector_columns").fetchall()
+    conn.close()
+    assert sizes == [(BLOCK + 4,)]
+    check()
+
+
+def test_a_warm_search_does_not_work_through_every_page(tmp_path: Path) -> None:
+    """The SQLite work of one warm search (virtual machine steps) hardly grows with the knowledge
+    base: 3,000 or 30,000 chunks, the hits' pages are looked up by key, never all read."""
+    steps = {}
+    for n in (3_000, 30_000):
+        path = tmp_path / f"kb-{n}.db"
+        synthetic_kb(path, n)
+        with open_kb(f"sqlite:///{path}") as kb:
+            kb.search("deploy upload retry", k=10)  # the tail and the block list, once
+            counter = [0]
+
+            def tick(counter: list[int] = counter) -> int:
+                counter[0] += 1
+                return 0
+
+            kb._conn.set_progress_handler(tick, 100)
+            assert len(kb.search("deploy upload retry", k=10, mode="vector")) == 10
+            assert len(kb.search("deploy upload retry", k=10, site="b.example")) == 10
+            kb._conn.set_progress_handler(None, 100)
+            steps[n] = counter[0] * 100
+    assert steps[30_000] < 2 * steps[3_000], steps
+
+
+def test_the_best_positions_are_those_of_a_full_sort() -> None:
+    """The vector candidates (a threshold taken from a sample, checked) are the first n of a stable
+    sort, ties and filtered-out scores included."""
+    from recrawler.index.sqlite import _best
+
+    rng = np.random.default_rng(3)
+    for size, n in ((10, 3), (1000, 40), (200_000, 42), (200_000, 5000)):
+        for values in (
+            rng.random(size).astype(np.float32),
+            np.round(rng.random(size), 2).astype(np.float32),  # many ties
+            np.where(rng.random(size) < 0.9, -np.inf, rng.random(size)).astype(np.float32),
+            np.zeros(size, dtype=np.float32),
+        ):
+            want = np.argsort(-values, kind="stable")[:n]
+            assert _best(values, n).tolist() == want.tolist(), (size, n)

@@ -26,12 +26,14 @@ from recrawler.kb.search import (
     term_limit,
 )
 from recrawler.kb.vectors import VectorScan
+from recrawler.state.sql.search import BLOCK
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from types import TracebackType
 
 _PUBLISHED = "SELECT COALESCE(MAX(id), 0) FROM runs WHERE state = 'published'"
+_DOCS = "SELECT doc FROM chunks_fts_terms WHERE term = ?"
 
 
 def embedder_spec(stored: str | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -97,6 +99,8 @@ class SQLiteKnowledgeBase:
             embedder_from_spec(embedder, **embedder_options) if isinstance(embedder, str) else embedder
         )
         self._scan = VectorScan(self._conn, self.embedder.id)
+        self._df: dict[str, int] = {}
+        self._df_version: Any = None
 
     def __enter__(self) -> Self:
         return self
@@ -188,20 +192,27 @@ class SQLiteKnowledgeBase:
                 f"search with the embedder the knowledge base was built with"
             )
             raise StateStoreError(msg)
-        upper, lower = scores + errors, scores - errors
+        # exact cosines lie in [upper - 2 * error, upper]; a block's error is the same for all its rows
+        n_blocks = (len(errors) - 1) * BLOCK
+        upper = scores
+        for b in range(len(errors) - 1):
+            upper[b * BLOCK : (b + 1) * BLOCK] += errors[b]
+
+        def lower(p: int) -> float:
+            return float(upper[p]) - (2.0 * float(errors[p // BLOCK]) if p < n_blocks else 0.0)
+
         resolved: dict[int, list[Ranked]] = {}
         wanted = min(total, n + 32)
         masked = False
         while True:
-            top = np.argpartition(-upper, wanted - 1)[:wanted] if wanted < total else np.arange(total)
-            top = top[np.argsort(-upper[top], kind="stable")]
+            top = _best(upper, wanted)
             fresh = [int(p) for p in top if int(p) not in resolved]
             if fresh:
                 ids = self._scan.rowids(np.array(fresh, dtype=np.int64))
                 by_row = self._resolve([int(i) for i in ids], site)
                 for pos, rowid in zip(fresh, ids.tolist(), strict=True):
                     resolved[pos] = by_row.get(rowid, [])
-            bounds = sorted((float(lower[p]) for p, hits in resolved.items() for _ in hits), reverse=True)
+            bounds = sorted((lower(p) for p, hits in resolved.items() for _ in hits), reverse=True)
             floor = max(0.0, bounds[n - 1]) if len(bounds) >= n else 0.0
             # every vector not looked at yet scores at most this
             frontier = float(upper[top[-1]]) if wanted < total else -np.inf
@@ -236,11 +247,18 @@ class SQLiteKnowledgeBase:
             return []
         size = int(self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM chunks").fetchone()[0])
         limit = term_limit(size)
+        # a word's chunk count walks its whole posting list (milliseconds for a common word at a
+        # million chunks): kept while the database is unchanged
+        version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._df_version or len(self._df) > 100_000:
+            self._df, self._df_version = {}, version
         df: dict[str, int] = {}
         for term in terms:
-            row = self._conn.execute("SELECT doc FROM chunks_fts_terms WHERE term = ?", (term,)).fetchone()
-            if row is not None and 0 < row[0] <= limit:
-                df[term] = int(row[0])
+            if term not in self._df:
+                row = self._conn.execute(_DOCS, (term,)).fetchone()
+                self._df[term] = int(row[0]) if row is not None else 0
+            if 0 < self._df[term] <= limit:
+                df[term] = self._df[term]
         if not df:
             return []
         match = " OR ".join(f'"{t}"' for t in df)
@@ -273,31 +291,43 @@ class SQLiteKnowledgeBase:
         if not ranked:
             return []
         ids = [r.id for r, _ in ranked]
+        marks = ",".join("?" * len(ids))
         try:
             rows = {
                 r["id"]: r
                 for r in self._conn.execute(
-                    f"""SELECT c.id, c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash,
-                               p.title, p.last_checked, p.last_changed
-                        FROM chunks c LEFT JOIN {published_pages()} p ON p.key = c.key
-                        WHERE c.id IN ({",".join("?" * len(ids))})""",
+                    f"""SELECT id, key, url, chunk_index, heading, text, chunk_hash FROM chunks
+                        WHERE id IN ({marks})""",
+                    ids,
+                )
+            }
+            # the hits' pages only: joined to the chunks, the pages' view is built whole per query
+            pages = {
+                r["key"]: r
+                for r in self._conn.execute(
+                    f"""SELECT p.key, p.title, p.last_checked, p.last_changed FROM {published_pages()} p
+                        WHERE p.key IN (SELECT key FROM chunks WHERE id IN ({marks}))""",
                     ids,
                 )
             }
         except sqlite3.Error as exc:
             # a damaged file (text that no longer decodes): one line, no traceback
             raise _damaged(self.path, exc) from exc
-        return [
-            Hit(
-                score=score,
-                chunk=_chunk(rows[r.id]),
-                title=rows[r.id]["title"],
-                last_checked=_dt(rows[r.id]["last_checked"]),
-                last_changed=_dt(rows[r.id]["last_changed"]),
-                similarity=r.similarity,
+        hits = []
+        for r, score in ranked:
+            row = rows[r.id]
+            page = pages.get(row["key"])
+            hits.append(
+                Hit(
+                    score=score,
+                    chunk=_chunk(row),
+                    title=page["title"] if page is not None else None,
+                    last_checked=_dt(page["last_checked"]) if page is not None else None,
+                    last_changed=_dt(page["last_changed"]) if page is not None else None,
+                    similarity=r.similarity,
+                )
             )
-            for r, score in ranked
-        ]
+        return hits
 
     def changes(
         self, since: int | None = None, *, cursor: str | None = None, limit: int = 100, key: str | None = None
@@ -328,6 +358,27 @@ class SQLiteKnowledgeBase:
         except sqlite3.Error as exc:
             # a damaged file (text that no longer decodes, a malformed page): one line, no traceback
             raise _damaged(self.path, exc) from exc
+
+
+def _best(values: np.ndarray[Any, np.dtype[np.float32]], n: int) -> np.ndarray[Any, np.dtype[np.intp]]:
+    """Positions of the *n* largest *values*, largest first (equal values by position)."""
+    if n >= len(values):
+        return np.argsort(-values, kind="stable")
+    # a threshold from every 64th value, kept when at least n values reach it: one pass over a
+    # million scores instead of a selection over all of them
+    sample = values[::64]
+    m = min(len(sample), 2 * (n // 64) + 4)
+    threshold = np.partition(sample, len(sample) - m)[len(sample) - m]
+    found = np.flatnonzero(values >= threshold)
+    if len(found) < n:
+        found = np.arange(len(values))
+    if len(found) > n:
+        # the n-th largest value; of the positions holding it, the first ones
+        chosen = values[found]
+        nth = np.partition(chosen, len(chosen) - n)[len(chosen) - n]
+        above = found[chosen > nth]
+        found = np.sort(np.concatenate([above, found[chosen == nth][: n - len(above)]]))
+    return found[np.argsort(-values[found], kind="stable")]
 
 
 def _damaged(path: str, exc: sqlite3.Error) -> StateStoreError:

@@ -3,14 +3,15 @@ at a time, read only where the query vector is not zero, and exact scores for th
 
 The embedding cache (``embeddings``) only ever grows, in rowid order. Each full run of
 :data:`BLOCK` vectors of an embedder becomes a block (``vector_blocks``: its rowids; and
-``vector_columns``: one float16 column per dimension), written when a run publishes; the vectors
-after the last block (the tail) are read as they are. A query's score for every cached vector is
-the sum, over the dimensions where the query is not zero, of query value times column: the
-hashing embedder's query vectors have a few dozen such dimensions out of 384, so a query reads a
-few dozen columns, not the whole cache. float16 rounds each number by at most 2^-11 of itself,
-so a block score is within :data:`ERROR` of the exact one: every vector whose rounded score is
-within that distance of a hit is scored again exactly from its stored float32 vector, and the
-ranking is the exact one.
+``vector_columns``: one int8 column per dimension, with its scale), written when a run publishes;
+the vectors after the last block (the tail) are read as they are. A query's score for every
+cached vector is the sum, over the dimensions where the query is not zero, of query value times
+column: the hashing embedder's query vectors have a few dozen such dimensions out of 384, so a
+query reads a few dozen columns (16 KB each per block), not the whole cache. A column's numbers
+are rounded to half its scale at most, so a block score is within a bound known per block and
+query (half the scales, weighted by the query's values) of the exact one: every vector whose
+rounded score is within that bound of a hit is scored again exactly from its stored float32
+vector, and the ranking is the exact one.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ if TYPE_CHECKING:
 
     from numpy.typing import NDArray
 
-__all__ = ["ERROR", "VectorScan"]
+__all__ = ["F16_ERROR", "SLACK", "VectorScan"]
 
-#: the most a block score can differ from the exact one: float16 keeps 11 significant bits, so
-#: |q.v - q.v16| <= 2^-11 |q| |v| (unit vectors), plus float32 sums and float16's smallest numbers
-ERROR = 2.0**-11 + 2e-5
+#: the most a float16 column's score (blocks written before int8 columns) differs from the exact
+#: one, per unit of the query value: float16 keeps 11 significant bits of a unit vector's numbers
+F16_ERROR = 2.0**-11
+#: float32 sums and float16's smallest numbers: what a block score may differ by besides rounding
+SLACK = 2e-5
 
 
 @dataclass(slots=True)
@@ -115,26 +118,42 @@ class VectorScan:
 
     def scores(self, q: NDArray[np.float32]) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
         """(scores, errors) of *q* against every cached vector, blocks first, then the tail: a
-        score is within its error of the exact cosine (the tail's are exact)."""
+        score is within its block's error (``errors[position // BLOCK]``) of the exact cosine;
+        the tail's scores are exact (its error is 0)."""
         self._load()
         n_blocks = len(self._blocks) * BLOCK
         out = np.zeros(n_blocks + len(self._tail_ids), dtype=np.float32)
-        errors = np.zeros_like(out)
+        # per block: half a quantization step of every column read, weighted by the query
+        block_errors = np.zeros(len(self._blocks), dtype=np.float64)
         used = np.flatnonzero(q)
         if n_blocks:
-            scale = float(np.linalg.norm(q))
-            errors[:n_blocks] = ERROR * scale
-            # one statement per 256 dimensions: a dense query (a model's) reads every column
+            # a block at a time: the columns of the query's dimensions as one matrix, one product
+            # (256 dimensions a statement at most: a dense query, a model's, reads every column)
             for start in range(0, len(used), 256):
                 dims = [int(d) for d in used[start : start + 256]]
-                for dim, block, data in self.conn.execute(
-                    f"""SELECT dim, block, data FROM vector_columns
-                        WHERE embedder = ? AND dim IN ({",".join("?" * len(dims))}) AND block < ?""",
-                    (self.embedder, *dims, len(self._blocks)),
-                ):
-                    column = np.frombuffer(data, dtype="<f2")
+                sql = f"""SELECT dim, data FROM vector_columns
+                          WHERE embedder = ? AND block = ? AND dim IN ({",".join("?" * len(dims))})"""
+                for block in range(len(self._blocks)):
+                    found = self.conn.execute(sql, (self.embedder, block, *dims)).fetchall()
+                    if not found:
+                        continue
+                    weights = q[[d for d, _ in found]].astype(np.float64)
+                    data = b"".join(d for _, d in found)
                     part = out[block * BLOCK : (block + 1) * BLOCK]
-                    part += np.float32(q[dim]) * column.astype(np.float32)
+                    if len(found[0][1]) == 2 * BLOCK:
+                        # float16 columns (written before int8 columns; written again at the next publish)
+                        matrix = np.frombuffer(data, dtype="<f2").reshape(len(found), BLOCK)
+                        part += weights.astype(np.float32) @ matrix.astype(np.float32)
+                        block_errors[block] += F16_ERROR * float(np.abs(weights).sum())
+                        continue
+                    # each column: its scale (float32), then BLOCK int8 numbers
+                    rows = np.frombuffer(data, dtype=np.uint8).reshape(len(found), BLOCK + 4)
+                    scales = rows[:, :4].copy().view("<f4").ravel().astype(np.float64)
+                    matrix = rows[:, 4:].view(np.int8).astype(np.float32)
+                    part += (weights * scales).astype(np.float32) @ matrix
+                    block_errors[block] += 0.5 * float(np.abs(weights) @ scales)
+        # plus float32 sums and rounding: a few units in the last place of a cosine; the tail's: 0
+        errors = np.append(block_errors + SLACK, 0.0).astype(np.float32)
         if len(self._tail_ids):
             # a sum of scaled rows, no BLAS call: a few dozen dimensions for a hashing query
             tail = out[n_blocks:]
