@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from scrapy.exceptions import NotConfigured
 from scrapy.http.request import NO_CALLBACK
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from scrapy import Request
+    from scrapy.crawler import Crawler
 
 # --- public: a spider may set these ------------------------------------------------------------------
 #: ``False``: recrawler leaves the request alone (no validators, no state, no accounting)
@@ -71,6 +73,13 @@ def spider_opted_in(spider: Any) -> bool:
     """True for a spider (instance or class) that asked for recrawler; every other spider is left
     exactly as if recrawler were not installed."""
     return getattr(spider, SPIDER_OPT_IN, False) is True
+
+
+def require_opt_in(crawler: Crawler) -> None:
+    """In a component's ``from_crawler``: NotConfigured when the crawler's spider did not opt in
+    (every other spider runs as if recrawler were absent)."""
+    if crawler.spider is not None and not spider_opted_in(crawler.spider):
+        raise NotConfigured
 
 
 def role(request: Request) -> str:

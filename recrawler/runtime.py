@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, Self, TypeVar
 
 from scrapy import signals
-from scrapy.exceptions import CloseSpider, DontCloseSpider, NotConfigured
+from scrapy.exceptions import CloseSpider, DontCloseSpider
 
 from recrawler import meta
 from recrawler.audit import Auditor
@@ -150,8 +150,7 @@ class Runtime:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Build the store (not opened yet) and the policies from the settings."""
-        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
-            raise NotConfigured
+        meta.require_opt_in(crawler)
         s = crawler.settings
         uri = s.get("RECRAWLER_DB_URI")
         if not uri:

@@ -53,8 +53,7 @@ class AuditMiddleware:
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Use the run's Auditor (the Runtime loads trust and draws the sample before the first
         request) and connect the signal."""
-        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
-            raise NotConfigured
+        meta.require_opt_in(crawler)
         s = crawler.settings
         if not parse_audit_sample(s.get("RECRAWLER_AUDIT_SAMPLE")):
             # no page is sampled: nothing to refetch or compare (nor a signal to hear per page);

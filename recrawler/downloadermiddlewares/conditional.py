@@ -6,7 +6,7 @@ import logging
 from typing import TYPE_CHECKING, Self
 from urllib.parse import urljoin, urlsplit
 
-from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.exceptions import IgnoreRequest
 from scrapy.extensions.httpcache import RFC2616Policy
 from scrapy.utils.misc import load_object
 from w3lib.url import safe_url_string
@@ -130,8 +130,7 @@ class ConditionalRequestMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Build from settings; the store is the crawler's single store."""
-        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
-            raise NotConfigured
+        meta.require_opt_in(crawler)
         s = crawler.settings
         if s.getbool("HTTPCACHE_ENABLED") and _is_rfc2616(s.get("HTTPCACHE_POLICY")):
             # Both would set validators: RFC2616Policy answers "fresh" pages without asking.

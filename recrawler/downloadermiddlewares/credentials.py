@@ -126,8 +126,7 @@ class CredentialsMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Build from ``RECRAWLER_AUTH_*``; not installed when none is set."""
-        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
-            raise NotConfigured
+        meta.require_opt_in(crawler)
         s = crawler.settings
         headers: dict[bytes, bytes] = {}
         user, password = s.get("RECRAWLER_AUTH_USER") or "", s.get("RECRAWLER_AUTH_PASSWORD") or ""

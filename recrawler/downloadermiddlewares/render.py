@@ -106,8 +106,7 @@ class RenderMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Build from ``RECRAWLER_RENDER_PATTERNS`` and ``RECRAWLER_RENDER_WAIT_UNTIL``."""
-        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
-            raise NotConfigured
+        meta.require_opt_in(crawler)
         s = crawler.settings
         patterns = []
         for pattern in s.getlist("RECRAWLER_RENDER_PATTERNS"):

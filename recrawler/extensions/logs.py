@@ -6,7 +6,6 @@ import logging
 from typing import TYPE_CHECKING, Self
 
 from scrapy import signals
-from scrapy.exceptions import NotConfigured
 
 from recrawler import meta
 
@@ -43,8 +42,7 @@ class DownloadFailureLog(logging.Filter):
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """For spiders that opted in only."""
-        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
-            raise NotConfigured
+        meta.require_opt_in(crawler)
         ext = cls(crawler)
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.engine_stopped, signal=signals.engine_stopped)

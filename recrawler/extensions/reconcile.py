@@ -117,8 +117,7 @@ class Reconciler:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Read settings and connect the signals (the Runtime is looked up when the spider runs)."""
-        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
-            raise NotConfigured
+        meta.require_opt_in(crawler)
         s = crawler.settings
         if not s.get("RECRAWLER_DB_URI"):
             raise NotConfigured("RECRAWLER_DB_URI is not set")

@@ -8,7 +8,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import Request
-from scrapy.exceptions import DropItem, NotConfigured
+from scrapy.exceptions import DropItem
 
 from recrawler import meta
 from recrawler.detect import decide, fingerprint
@@ -205,8 +205,7 @@ class ClassifyPipeline:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Use the crawler's single store and noise registry."""
-        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
-            raise NotConfigured
+        meta.require_opt_in(crawler)
         s = crawler.settings
         thresholds = {
             str(site): _threshold(v, "RECRAWLER_FUZZY_THRESHOLDS")

@@ -82,8 +82,7 @@ class IndexPipeline:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Read settings; from now on ClassifyPipeline hands its pages to this pipeline."""
-        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
-            raise NotConfigured
+        meta.require_opt_in(crawler)
         s = crawler.settings
         if not s.getbool("RECRAWLER_INDEX_ENABLED"):
             # silently, as configured (a message would make Scrapy log a WARNING every run)

@@ -76,8 +76,7 @@ class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafet
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Enabled by ``RECRAWLER_IMMUTABLE_PATTERNS`` or ``DELTAFETCH_ENABLED``."""
-        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
-            raise NotConfigured
+        meta.require_opt_in(crawler)
         s = crawler.settings
         patterns = s.getlist("RECRAWLER_IMMUTABLE_PATTERNS")
         if not patterns and not s.getbool("DELTAFETCH_ENABLED"):

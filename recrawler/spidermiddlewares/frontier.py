@@ -118,8 +118,7 @@ class FrontierMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Enabled by ``RECRAWLER_FRONTIER_ENABLED``; registers itself as the run's frontier."""
-        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
-            raise NotConfigured
+        meta.require_opt_in(crawler)
         s = crawler.settings
         # switched off as configured, silently (Scrapy logs a NotConfigured with a message as a
         # WARNING, on every run): several workers share scrapy-redis's frontier instead

@@ -9,7 +9,6 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import Request
-from scrapy.exceptions import NotConfigured
 
 from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
@@ -95,8 +94,7 @@ class ListingMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Read the bounds; only for spiders that opt in."""
-        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
-            raise NotConfigured
+        meta.require_opt_in(crawler)
         s = crawler.settings
         mw = cls(
             crawler,

@@ -7,7 +7,6 @@ import logging
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import Request, signals
-from scrapy.exceptions import NotConfigured
 
 from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
@@ -97,8 +96,7 @@ class ScheduleMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Read settings (a bad one stops the crawl before it starts) and connect signals."""
-        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
-            raise NotConfigured
+        meta.require_opt_in(crawler)
         s = crawler.settings
         runtime = runtime_of(crawler)
         mw = cls(

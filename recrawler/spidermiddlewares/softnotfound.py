@@ -52,8 +52,7 @@ class SoftNotFoundMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Only for spiders that opt in, while ``RECRAWLER_SOFT404_ENABLED`` is on."""
-        if crawler.spider is not None and not meta.spider_opted_in(crawler.spider):
-            raise NotConfigured
+        meta.require_opt_in(crawler)
         if not crawler.settings.getbool("RECRAWLER_SOFT404_ENABLED"):
             raise NotConfigured("RECRAWLER_SOFT404_ENABLED is off")
         return cls(crawler, runtime_of(crawler))
