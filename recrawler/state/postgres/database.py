@@ -8,6 +8,7 @@ import hashlib
 import logging
 import time
 from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import psycopg
@@ -50,38 +51,47 @@ def pg_row(cursor: Any) -> Any:
     return lambda values: Row(values, index)
 
 
+def _statement(op: Op) -> tuple[str, bool]:
+    """*op*'s statement as psycopg takes it, and whether it goes through a raw cursor: positional
+    parameters are sent in PostgreSQL's own numbered spelling, named ones psycopg rewrites."""
+    first = op.params[0] if op.kind is MANY else op.params
+    if isinstance(first, Mapping):
+        return POSTGRES.sql(op.sql), False
+    return POSTGRES.numbered_sql(op.sql), True
+
+
 async def _execute(conn: psycopg.AsyncConnection[Any], op: Op) -> Any:
-    sql = POSTGRES.sql(op.sql)
-    if op.kind is MANY:
-        if not op.params:
-            return 0
-        async with conn.cursor() as cur:
+    if op.kind is MANY and not op.params:
+        return 0
+    sql, raw = _statement(op)
+    async with psycopg.AsyncRawCursor(conn) if raw else conn.cursor() as cur:
+        if op.kind is MANY:
             await cur.executemany(sql, op.params)
             return cur.rowcount
-    cur = await conn.execute(sql, op.params)
-    if op.kind is ONE:
-        return await cur.fetchone()
-    if op.kind is ALL:
-        return await cur.fetchall()
-    if op.kind is COUNT:
-        return cur.rowcount
+        await cur.execute(sql, op.params)
+        if op.kind is ONE:
+            return await cur.fetchone()
+        if op.kind is ALL:
+            return await cur.fetchall()
+        if op.kind is COUNT:
+            return cur.rowcount
     raise ValueError(f"unknown statement kind {op.kind!r}")
 
 
 def _execute_sync(conn: psycopg.Connection[Any], op: Op) -> Any:
-    sql = POSTGRES.sql(op.sql)
-    if op.kind is MANY:
-        if not op.params:
-            return 0
-        with conn.cursor() as cur:
+    if op.kind is MANY and not op.params:
+        return 0
+    sql, raw = _statement(op)
+    with psycopg.RawCursor(conn) if raw else conn.cursor() as cur:
+        if op.kind is MANY:
             cur.executemany(sql, op.params)
             return cur.rowcount
-    cur = conn.execute(sql, op.params)
-    if op.kind is ONE:
-        return cur.fetchone()
-    if op.kind is ALL:
-        return cur.fetchall()
-    return cur.rowcount
+        cur.execute(sql, op.params)
+        if op.kind is ONE:
+            return cur.fetchone()
+        if op.kind is ALL:
+            return cur.fetchall()
+        return cur.rowcount
 
 
 async def _drive(conn: psycopg.AsyncConnection[Any], work: Work[_T]) -> _T:
