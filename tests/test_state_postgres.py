@@ -16,7 +16,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler import default_settings
 from recrawler.cli import main as cli_main
-from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
+from recrawler.exceptions import PageWriteError, SchemaVersionError, StateStoreError, StateStoreUnavailable
 from recrawler.index import open_kb
 from recrawler.state import store_from_uri
 from recrawler.state.postgres import SCHEMA_VERSION
@@ -412,3 +412,39 @@ def test_positional_statements_go_in_numbered_parameters_and_named_ones_through_
         1000, sum(i * 2 for i in range(1000)) + 2, "50% ?", 42, "text 7% '?'",
     )  # fmt: skip
     assert named["n"] == 1999
+
+
+@deferred_f_from_coro_f
+async def test_a_page_the_server_refuses_among_pages_written_together_fails_alone(
+    postgres_uri: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A value only the server refuses (a miss count beyond INTEGER) fails a statement in the
+    middle of a write of pages written together: the write goes back to its savepoint and its
+    pages are written one by one, so that page alone fails, with a PageWriteError; the group
+    stands (the savepoint stays open for the next write to release) and nothing else is logged."""
+    from tests.test_state_contract import HOLDER, SITE, chunks, rec
+    from tests.test_state_contract import T0 as AT
+
+    store = store_from_uri(postgres_uri, settings())
+    await store.open()
+    try:
+        run = await store.begin_run("docs", SITE, AT, holder=HOLDER)
+        pages = [rec(f"q{i}", misses=2**40 if i == 5 else 0) for i in range(40)]
+        with caplog.at_level(logging.WARNING):
+            done = await asyncio.gather(
+                *(
+                    store.record(run, p, [], chunks=chunks(p, f"q{i}"), outcome=["new"])
+                    for i, p in enumerate(pages)
+                ),
+                return_exceptions=True,
+            )
+            await store.flush()
+        assert [i for i, d in enumerate(done) if isinstance(d, BaseException)] == [5]
+        assert isinstance(done[5], PageWriteError)
+        assert store.outcomes == {"new": 39}
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+        for i, page in enumerate(pages):
+            got = await store.get(page.key)
+            assert (got is None) if i == 5 else (got is not None and got.chunks == 1)
+    finally:
+        await store.close()
