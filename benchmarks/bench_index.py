@@ -237,7 +237,7 @@ def page_chunks(db: Path, paths: set[str] | None = None) -> tuple[int, int, dict
 
     Returns (chunks, distinct chunk texts, {path: PageChunks}).
     """
-    from recrawler.index import open_kb
+    from recrawler.kb.reader import open_kb
 
     total = 0
     hashes: set[str] = set()
@@ -561,9 +561,9 @@ def search_worker(db: Path, queries: int, seed: int, out: Path) -> int:
     qs = [question(rng) for _ in range(queries)]
     rss_start, hwm_start = _rss_mib(), proc_status_mib("VmHWM")
     t0 = time.perf_counter()
-    for module in ("recrawler.index.sqlite", "recrawler.state.sqlite"):  # what open_kb imports
+    for module in ("recrawler.kb.sqlite", "recrawler.state.sqlite"):  # what open_kb imports
         importlib.import_module(module)
-    from recrawler.index import open_kb
+    from recrawler.kb.reader import open_kb
 
     import_s = time.perf_counter() - t0
     hwm_import = proc_status_mib("VmHWM")

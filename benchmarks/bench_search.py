@@ -74,7 +74,7 @@ def exact_top(n: int, seed: int, queries: Sequence[str]) -> list[list[tuple[str,
     """The exact top K chunks (page key, position) of each query: a float64 scan of every vector."""
     import numpy as np
 
-    from recrawler.embedders import HashingEmbedder
+    from recrawler.kb.embedders import HashingEmbedder
 
     q = HashingEmbedder().embed(list(queries)).astype(np.float64)
     best_s = np.full((len(queries), 0), -np.inf)
@@ -126,7 +126,7 @@ def filled(db: Path) -> int | None:
 def search_child(uri: str, queries_path: Path, mode: str) -> dict[str, Any]:
     """In a fresh process: open the knowledge base, one warm-up search, then time every query."""
     queries = json.loads(queries_path.read_text(encoding="utf-8"))
-    from recrawler.index import open_kb
+    from recrawler.kb.reader import open_kb
 
     t0 = time.perf_counter()
     kb = open_kb(uri)
@@ -201,7 +201,7 @@ def recall(hits: Sequence[Sequence[Sequence[Any]]], exact: Sequence[Sequence[tup
 
 
 def part_scale(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
-    from recrawler.embedders import HashingEmbedder
+    from recrawler.kb.embedders import HashingEmbedder
 
     embedder = HashingEmbedder()
     queries = make_queries(args.queries + 1, args.seed)
@@ -380,7 +380,7 @@ def part_questions(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
 
 
 def ask(uri: str, spec: str, questions: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
-    from recrawler.index import open_kb
+    from recrawler.kb.reader import open_kb
 
     rows = []
     with open_kb(uri) as kb:

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
     from recrawler.counters import RunCounters
-    from recrawler.embedders import HashingEmbedder
+    from recrawler.kb.embedders import HashingEmbedder
     from recrawler.pdf import PdfLimits
 
 _T = TypeVar("_T")
@@ -266,7 +266,7 @@ class _Tools:
         its vector went with the first page it came with; if that page's write failed, the run's
         end embeds the text with whatever else lacks a vector.
         """
-        from recrawler.embedders import HashingEmbedder, vector_to_blob
+        from recrawler.kb.embedders import HashingEmbedder, vector_to_blob
 
         # dimension -> (hash -> text to embed, [(page's index, its hashes)])
         wanted: dict[int, tuple[dict[str, str], list[tuple[int, list[str]]]]] = {}
@@ -384,7 +384,7 @@ def worker_processes(value: object) -> int:
 
 def _embed(embedder: HashingEmbedder, texts: list[str]) -> list[bytes]:
     # stored form (float32 bytes): the crawl's process stores them without loading numpy
-    from recrawler.embedders import vector_to_blob
+    from recrawler.kb.embedders import vector_to_blob
 
     return [vector_to_blob(v) for v in embedder.embed(texts)]
 
@@ -470,7 +470,7 @@ class CpuPool:
         *embedder* is the hashing embedder: it only computes (no model, no service, nothing paid),
         so a page's vectors cost a worker a fraction of its extraction and the run's end has
         nothing left to embed. Any other embedder embeds at the run's end, once it is decided."""
-        from recrawler.embedders import HashingEmbedder
+        from recrawler.kb.embedders import HashingEmbedder
 
         self.embed_dim = embedder.dim if isinstance(embedder, HashingEmbedder) else 0
 
@@ -575,7 +575,7 @@ class CpuPool:
 
     async def embed(self, embedder: HashingEmbedder, texts: list[str]) -> list[bytes] | None:
         """*texts* embedded by a worker (with a copy of *embedder*, whose ``calls`` and ``texts``
-        are counted here), as stored vectors (:func:`~recrawler.embedders.vector_to_blob`); None
+        are counted here), as stored vectors (:func:`~recrawler.kb.embedders.vector_to_blob`); None
         when the workers are gone (embed in-process)."""
         vectors = await self._submit(_embed, embedder, texts)
         if vectors is not None:

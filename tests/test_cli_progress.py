@@ -142,13 +142,13 @@ async def test_a_crawl_logs_its_embedding_once_when_stderr_is_not_a_terminal(
 ) -> None:
     for i in range(3):
         site.write(f"p{i}.html", body(i), mtime=T0)
-    with caplog.at_level(logging.INFO, logger="recrawler.index.publish"):
+    with caplog.at_level(logging.INFO, logger="recrawler.kb.publish"):
         # the run's end embeds them all (the CPU workers embed none of them as they go)
         r1 = await crawls.crawl(
             site.write_sitemap([f"p{i}.html" for i in range(3)]), RECRAWLER_CPU_EMBED=False
         )
     assert "\r" not in capsys.readouterr().err
-    lines = [r.getMessage() for r in caplog.records if r.name == "recrawler.index.publish"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "recrawler.kb.publish"]
     assert len(lines) == 1
     # the run's total (the summary line's texts_embedded), then how it was reached
     assert r1.report["index"]["texts_embedded"] == 3
@@ -159,9 +159,9 @@ async def test_a_crawl_logs_its_embedding_once_when_stderr_is_not_a_terminal(
     # one text is one text
     caplog.clear()
     site.write("p0.html", body(7), mtime=T0 + 60)
-    with caplog.at_level(logging.INFO, logger="recrawler.index.publish"):
+    with caplog.at_level(logging.INFO, logger="recrawler.kb.publish"):
         r2 = await crawls.crawl(site.url("sitemap.xml"), RECRAWLER_CPU_EMBED=False)
-    (line,) = [r.getMessage() for r in caplog.records if r.name == "recrawler.index.publish"]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "recrawler.kb.publish"]
     assert r2.report["index"]["texts_embedded"] == 1
     assert line.startswith(
         f"run {r2.report['run_id']}: 1 chunk text embedded (1 at the run's end in 1 call, "

@@ -26,10 +26,10 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.counters import RunCounters
 from recrawler.cpu import CpuPool, EncodingOf, PageJob, PageWork, usable_cores, worker_processes
-from recrawler.embedders import HashingEmbedder
 from recrawler.exceptions import ConfigurationError
-from recrawler.index.publish import embed_missing
 from recrawler.kb.chunking import Chunk
+from recrawler.kb.embedders import HashingEmbedder
+from recrawler.kb.publish import embed_missing
 from recrawler.learning import NoiseRegistry
 from recrawler.runtime import Runtime
 from recrawler.spiders import RecrawlerSpiderMixin

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler import default_settings
-from recrawler.index import open_kb
+from recrawler.kb.reader import open_kb
 from tests import docsite
 
 if TYPE_CHECKING:

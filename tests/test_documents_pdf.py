@@ -21,7 +21,7 @@ from recrawler.detect.tokens import Normalizer
 from recrawler.documents import pdf_limits
 from recrawler.exceptions import ConfigurationError
 from recrawler.extract import ContentExtractor, ExtractionError
-from recrawler.index import open_kb
+from recrawler.kb.reader import open_kb
 from recrawler.pdf import PdfLimits, read_pdf
 from recrawler.spiders import PageBuilder
 from recrawler.urls import KeyMaker

@@ -1,5 +1,5 @@
 """The bot's search: exact vectors without loading them, keywords fused in, no padding, both
-backends alike (recrawler.kb.search, recrawler.kb.vectors, the readers in recrawler.index)."""
+backends alike (recrawler.kb.ranking, recrawler.kb.vectors, the readers in recrawler.kb.reader)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recrawler.embedders import HashingEmbedder
-from recrawler.index import open_kb
 from recrawler.integrations.langchain import RecrawlerRetriever
-from recrawler.kb.search import Ranked, fuse, keyword_terms
+from recrawler.kb.embedders import HashingEmbedder
+from recrawler.kb.ranking import Ranked, fuse, keyword_terms
+from recrawler.kb.reader import open_kb
 from recrawler.state.sql.search import BLOCK
 from tests.kbfill import fill_sync
 
@@ -328,7 +328,7 @@ def test_a_warm_search_does_not_work_through_every_page(tmp_path: Path) -> None:
 def test_the_best_positions_are_those_of_a_full_sort() -> None:
     """The vector candidates (a threshold taken from a sample, checked) are the first n of a stable
     sort, ties and filtered-out scores included."""
-    from recrawler.index.sqlite import _best
+    from recrawler.kb.sqlite import _best
 
     rng = np.random.default_rng(3)
     for size, n in ((10, 3), (1000, 40), (200_000, 42), (200_000, 5000)):

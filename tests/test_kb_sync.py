@@ -20,7 +20,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 pytest.importorskip("langchain_core")
 
 from recrawler.cli import main as cli_main
-from recrawler.index import open_kb
+from recrawler.kb.reader import open_kb
 from recrawler.kb.sync import VectorStoreSync, chunk_id
 from tests import docsite, stores
 

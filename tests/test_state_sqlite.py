@@ -18,7 +18,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from recrawler import default_settings
 from recrawler.events import JsonLinesSink
 from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
-from recrawler.index import open_kb
+from recrawler.kb.reader import open_kb
 from recrawler.state import Event, PageRecord, Run, store_from_uri
 from recrawler.state.records import SETTLE_APPLY, SETTLE_DROP
 from recrawler.state.sqlite import SCHEMA_VERSION, SQLiteStateStore, path_from_uri

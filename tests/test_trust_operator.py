@@ -25,13 +25,13 @@ from recrawler.cli import main as cli_main
 from recrawler.detect.hashing import content_hash
 from recrawler.detect.verdict import Verdict
 from recrawler.exceptions import StateStoreError
-from recrawler.index.sqlite import SQLiteKnowledgeBase
-from recrawler.index.visibility import visible_from, visible_run, visible_where
 from recrawler.items import PageStatus
 from recrawler.kb.chunking import Chunk
+from recrawler.kb.sqlite import SQLiteKnowledgeBase
 from recrawler.pipelines.classify import pending_after, unified_diff
 from recrawler.state import PENDING_CHANGED, ChangeRow, Event, FieldsRow, PageRecord, Run, store_from_uri
 from recrawler.state.records import SETTLE_APPLY, SETTLE_KEEP
+from recrawler.state.sql.visibility import visible_from, visible_run, visible_where
 from tests import docsite
 
 if TYPE_CHECKING:

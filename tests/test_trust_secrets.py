@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.embedders import EmbedderError, OpenAIEmbedder
+from recrawler.kb.embedders import EmbedderError, OpenAIEmbedder
 from tests import docsite
 from tests.embedserver import EmbedServer
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from recrawler.index import open_kb
+from recrawler.kb.reader import open_kb
 from tests import docsite
 from tests.conftest_mockserver import REPO_ROOT
 

@@ -18,10 +18,9 @@ from recrawler import meta, outcome, report, reports
 from recrawler import signals as recrawler_signals
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.extensions.verify import UnseenVerifier
-from recrawler.index.publish import Publisher
 from recrawler.items import PageStatus
+from recrawler.kb.publish import Publisher, publish_mode
 from recrawler.outcome import HOLD_MASS_REMOVAL, HOLD_SAME_CONTENT, HOLD_SPIKE, Verdicts
-from recrawler.pipelines.index import publish_mode
 from recrawler.reports.freshness import freshness_view
 from recrawler.runtime import find_runtime, runtime_of
 from recrawler.state import RUN_FINISHED, RUN_HELD, utcnow

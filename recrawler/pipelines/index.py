@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any, Self
 from scrapy.exceptions import DropItem, NotConfigured
 
 from recrawler import meta
-from recrawler.embedders import EmbedderError, vector_to_blob
-from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.exceptions import StateStoreError
 from recrawler.items import Page, PageStatus
 from recrawler.kb.chunking import Chunker
+from recrawler.kb.embedders import EmbedderError, vector_to_blob
+from recrawler.kb.publish import publish_mode
 from recrawler.outcome import Verdicts, is_spike, spike_figures
 from recrawler.pipelines import PendingUpdates, commit
 from recrawler.redact import redact_url
@@ -22,7 +23,6 @@ from recrawler.state import RUN_HELD
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
-    from scrapy.settings import BaseSettings
 
     from recrawler.cpu import Worked
     from recrawler.kb.chunking import Chunk
@@ -30,16 +30,6 @@ if TYPE_CHECKING:
     from recrawler.state import Run, StateStore
 
 logger = logging.getLogger(__name__)
-
-PUBLISH_MODES = ("run", "page")
-
-
-def publish_mode(settings: BaseSettings) -> str:
-    """``RECRAWLER_PUBLISH``, checked."""
-    mode = str(settings.get("RECRAWLER_PUBLISH"))
-    if mode not in PUBLISH_MODES:
-        raise ConfigurationError(f"RECRAWLER_PUBLISH: {mode!r} is not one of {', '.join(PUBLISH_MODES)}")
-    return mode
 
 
 class IndexPipeline:
@@ -207,4 +197,4 @@ class IndexPipeline:
             )
 
 
-__all__ = ["IndexPipeline", "publish_mode"]
+__all__ = ["IndexPipeline"]

@@ -14,10 +14,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from datetime import datetime
 
-    from recrawler.kb.chunking import Chunk
     from recrawler.schedule import Revisit
     from recrawler.state.records import (
         ChangeRow,
+        Chunk,
         Event,
         FieldsRow,
         Freshness,

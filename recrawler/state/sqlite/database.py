@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
 
 from recrawler.exceptions import PageWriteError, SchemaVersionError, StateStoreError, StateStoreUnavailable
-from recrawler.index.visibility import visible_run
 from recrawler.state.sql.database import insert_embeddings, insert_outbox, store_options, undelivered_sql
 from recrawler.state.sql.dialect import SQLITE, drive
+from recrawler.state.sql.visibility import visible_run
 from recrawler.state.sqlite.files import abandon, file_identity, file_trouble
 
 if TYPE_CHECKING:

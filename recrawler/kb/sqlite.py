@@ -10,12 +10,10 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from recrawler.embedders import Embedder, embedder_from_spec
 from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
-from recrawler.index.records import ChunkRow, Hit
-from recrawler.index.visibility import published_pages, visible_from, visible_where
 from recrawler.kb.changes import ChangeBatch, read_changes
-from recrawler.kb.search import (
+from recrawler.kb.embedders import Embedder, embedder_from_spec
+from recrawler.kb.ranking import (
     MODES,
     Ranked,
     bm25,
@@ -25,8 +23,10 @@ from recrawler.kb.search import (
     similarity_order,
     term_limit,
 )
+from recrawler.kb.records import ChunkRow, Hit
 from recrawler.kb.vectors import VectorScan
 from recrawler.state.sql.search import BLOCK
+from recrawler.state.sql.visibility import published_pages, visible_from, visible_where
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -59,9 +59,9 @@ class SQLiteKnowledgeBase:
 
     Vector search is exact without loading the vectors (:mod:`recrawler.kb.vectors`: the cached
     vectors in blocks a dimension at a time, read where the query vector is not zero); keyword
-    search is SQLite's FTS5 (BM25); the two lists are fused (:mod:`recrawler.kb.search`). Every
+    search is SQLite's FTS5 (BM25); the two lists are fused (:mod:`recrawler.kb.ranking`). Every
     search reads one snapshot, and only the chunks the bot sees
-    (:mod:`recrawler.index.visibility`).
+    (:mod:`recrawler.state.sql.visibility`).
     """
 
     def __init__(self, path: str, *, embedder: Embedder | str | None = None, **embedder_options: Any) -> None:
@@ -240,7 +240,7 @@ class SQLiteKnowledgeBase:
 
     def _keyword(self, query: str, n: int, site: str | None) -> list[Ranked]:
         """The *n* visible chunks that best match *query*'s words, best first: FTS5 finds the
-        best few times *n* matches, :func:`~recrawler.kb.search.bm25` ranks them (as on
+        best few times *n* matches, :func:`~recrawler.kb.ranking.bm25` ranks them (as on
         PostgreSQL)."""
         terms = keyword_terms(query)
         if not terms:
