@@ -18,10 +18,10 @@ from recrawler.counters import RunCounters
 from recrawler.cpu import CpuPool
 from recrawler.exceptions import ConfigurationError, RunRefused, SchemaVersionError, StateStoreError
 from recrawler.gctuning import GcTuning
+from recrawler.intervals import SchedulePolicy, parse_audit_sample
 from recrawler.learning import NoiseRegistry
 from recrawler.outcome import EXIT_BUSY, EXIT_CONFIG, EXIT_HELD, EXIT_STATE
 from recrawler.redact import redact_text, redact_url
-from recrawler.schedule import SchedulePolicy, parse_audit_sample
 from recrawler.state import RecordHints, store_from_uri, utcnow
 
 if TYPE_CHECKING:
@@ -29,10 +29,10 @@ if TYPE_CHECKING:
 
     from scrapy.crawler import Crawler
 
+    from recrawler.intervals import Revisit
     from recrawler.items import Page, PageStatus
     from recrawler.kb.embedders import Embedder
     from recrawler.pipelines.handover import PendingUpdates
-    from recrawler.schedule import Revisit
     from recrawler.state import Run, StateStore
     from recrawler.state.records import RevisitUpdate
     from recrawler.workers import SharedRun

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.report import summary_line
+from recrawler.reports.summary import summary_line
 from tests import docsite
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from recrawler.schedule import Revisit
+    from recrawler.intervals import Revisit
 
 __all__ = [
     "GONE",

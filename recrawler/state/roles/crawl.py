@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
-    from recrawler.schedule import Revisit
+    from recrawler.intervals import Revisit
     from recrawler.state.records import (
         ChangeRow,
         Chunk,

@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from datetime import datetime
 
-    from recrawler.schedule import Revisit
+    from recrawler.intervals import Revisit
     from recrawler.state.records import (
         ListedEntry,
         PageRecord,
