@@ -49,10 +49,6 @@ def cli(*argv: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
-def body(title: str, text: str) -> str:
-    return docsite.page(title, [("Overview", [text])])
-
-
 def commands() -> list[str]:
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
@@ -174,10 +170,12 @@ async def _two_runs(site: Site, crawls: Crawls) -> str:
     """Two runs over three pages: the second changes one page, loses another (quarantined) and
     audits them all."""
     for name in ("a", "b", "c"):
-        site.write(f"{name}.html", body(name.upper(), f"Page {name} explains the widget setup."), mtime=T0)
+        site.write(
+            f"{name}.html", docsite.guide(name.upper(), f"Page {name} explains the widget setup."), mtime=T0
+        )
     sitemap = site.write_sitemap(["a.html", "b.html", "c.html"])
     await crawls.crawl(sitemap)
-    site.write("a.html", body("A", "Page a now explains the gadget setup instead."), mtime=T0 + 60)
+    site.write("a.html", docsite.guide("A", "Page a now explains the gadget setup instead."), mtime=T0 + 60)
     site.remove("c.html")
     # the audit checks every page's validators: trust records
     await crawls.crawl(sitemap, RECRAWLER_AUDIT_SAMPLE=1.0)
@@ -229,7 +227,9 @@ async def test_tables_have_headers_and_runs_show_quarantined_pages_and_reasons(
     # a held run says why
     for name in ("a", "b"):
         site.write(
-            f"{name}.html", body(name.upper(), f"Page {name}: site is down for maintenance."), mtime=T0 + 99
+            f"{name}.html",
+            docsite.guide(name.upper(), f"Page {name}: site is down for maintenance."),
+            mtime=T0 + 99,
         )
     held = await crawls.crawl(site.url("sitemap.xml"), RECRAWLER_CHANGE_ALERT_MIN=1)
     assert held.report["held"]
@@ -274,14 +274,14 @@ async def test_due_shows_no_rate_for_pages_checked_seconds_apart(site: Site, cra
 
 @deferred_f_from_coro_f
 async def test_due_shows_the_rate_once_checks_span_a_day(site: Site, crawls: Crawls) -> None:
-    site.write("a.html", body("A", "Version one."), mtime=T0)
+    site.write("a.html", docsite.guide("A", "Version one."), mtime=T0)
     sitemap = site.write_sitemap(["a.html"])
 
     def day(n: float) -> str:
         return datetime.fromtimestamp(T0 + n * 86400, UTC).isoformat()
 
     await crawls.crawl(sitemap, RECRAWLER_NOW=day(0))
-    site.write("a.html", body("A", "Version two."), mtime=T0 + 60)
+    site.write("a.html", docsite.guide("A", "Version two."), mtime=T0 + 60)
     await crawls.crawl(sitemap, RECRAWLER_NOW=day(2))
     _, out = await asyncio.to_thread(cli, "due", "--all", "--json", "--now", day(2), "--db", crawls.db_uri)
     rate = _due_rows(out)[site.url("a.html")]["changes_per_day"]

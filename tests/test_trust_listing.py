@@ -26,10 +26,6 @@ START = datetime(2026, 1, 5, 6, 0, tzinfo=UTC)
 SECRET = "TOPSECRETMARKER"
 
 
-def body(title: str, text: str = "The original text.", extra: str = "") -> str:
-    return docsite.page(title, [("Overview", [text + extra])])
-
-
 def db_rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
     with closing(sqlite3.connect(db)) as conn:
         return conn.execute(sql).fetchall()
@@ -66,7 +62,7 @@ async def test_a_file_url_in_the_sitemap_is_never_read_or_stored(
 ) -> None:
     secret = local_secret(tmp_path)
     host = urlsplit(site.url()).netloc
-    site.write("a.html", body("A"), mtime=T0)
+    site.write("a.html", docsite.guide("A"), mtime=T0)
     listed = [site.url("a.html"), f"file://{host}{secret}", f"file://{secret}"]
     site.write("sitemap.xml", docsite.sitemap(listed))
     r = await crawls.crawl(site.url("sitemap.xml"))
@@ -85,8 +81,8 @@ async def test_a_file_url_behind_a_link_is_never_followed(
     secret = local_secret(tmp_path)
     host = urlsplit(site.url()).netloc
     links = f'<a href="file://{host}{secret}">notes</a> <a href="b.html">b</a>'
-    site.write("a.html", body("A", extra=f" {links}"), mtime=T0)
-    site.write("b.html", body("B"), mtime=T0)
+    site.write("a.html", docsite.guide("A", extra=f" {links}"), mtime=T0)
+    site.write("b.html", docsite.guide("B"), mtime=T0)
     sitemap = site.write_sitemap(["a.html"])
     r = await crawls.crawl(sitemap, spider_args={"follow_links": "1", "follow_prefix": "/"})
     assert r.counts["new"] == 2
@@ -100,8 +96,8 @@ async def test_other_schemes_and_credentials_are_refused_by_reason(
     site: Site, crawls: Crawls, caplog: pytest.LogCaptureFixture
 ) -> None:
     host = urlsplit(site.url()).netloc
-    site.write("a.html", body("A"), mtime=T0)
-    site.write("private.html", body("Private"), mtime=T0)
+    site.write("a.html", docsite.guide("A"), mtime=T0)
+    site.write("private.html", docsite.guide("Private"), mtime=T0)
     listed = [
         site.url("a.html"),
         "data:text/html,<main>hi</main>",
@@ -139,7 +135,7 @@ async def test_a_malformed_entry_costs_only_itself(
 ) -> None:
     port = urlsplit(site.url()).port
     for name in ("a", "b", "c"):
-        site.write(f"{name}.html", body(name), mtime=T0)
+        site.write(f"{name}.html", docsite.guide(name), mtime=T0)
     listed = [
         site.url("a.html"),
         bad.format(port=port, name=site.name),
@@ -160,7 +156,7 @@ async def test_a_listing_that_lost_most_entries_is_a_failed_listing_not_proof(
 ) -> None:
     pages = [f"p{i}.html" for i in range(30)]
     for p in pages:
-        site.write(p, body(p), mtime=T0)
+        site.write(p, docsite.guide(p), mtime=T0)
     sitemap = site.write_sitemap(pages)
     await crawls.crawl(sitemap)
     # a broken deploy: the sitemap names one page, and the pages it dropped answer 404
@@ -179,7 +175,7 @@ async def test_a_listing_that_lost_most_entries_is_a_failed_listing_not_proof(
 
 @deferred_f_from_coro_f
 async def test_a_sitemap_index_chain_is_bounded(site: Site, crawls: Crawls) -> None:
-    site.write("a.html", body("A"), mtime=T0)
+    site.write("a.html", docsite.guide("A"), mtime=T0)
     site.write_sitemap(["a.html"], name="leaf.xml")
     # index0 -> index1 -> ... -> index49: a chain no real site has
     for i in range(50):
@@ -197,7 +193,7 @@ async def test_a_sitemap_index_chain_is_bounded(site: Site, crawls: Crawls) -> N
 @deferred_f_from_coro_f
 async def test_sitemap_files_per_run_are_bounded(site: Site, crawls: Crawls) -> None:
     for i in range(30):
-        site.write(f"p{i}.html", body(f"P{i}"), mtime=T0)
+        site.write(f"p{i}.html", docsite.guide(f"P{i}"), mtime=T0)
         site.write_sitemap([f"p{i}.html"], name=f"part{i}.xml")
     site.write("sitemap.xml", docsite.sitemap_index([site.url(f"part{i}.xml") for i in range(30)]))
     r = await crawls.crawl(site.url("sitemap.xml"), RECRAWLER_SITEMAP_MAX_FILES=10)
@@ -209,7 +205,7 @@ async def test_sitemap_files_per_run_are_bounded(site: Site, crawls: Crawls) -> 
 
 @deferred_f_from_coro_f
 async def test_link_discovery_is_bounded_across_runs(site: Site, crawls: Crawls) -> None:
-    site.write("index.html", body("Index", extra=' <a href="cal/1.html">calendar</a>'), mtime=T0)
+    site.write("index.html", docsite.guide("Index", extra=' <a href="cal/1.html">calendar</a>'), mtime=T0)
     site.options("cal/", trap=True)
     sitemap = site.write_sitemap(["index.html"])
     args = {"follow_links": "1"}
@@ -228,9 +224,9 @@ async def test_link_discovery_is_bounded_across_runs(site: Site, crawls: Crawls)
 @deferred_f_from_coro_f
 async def test_link_requests_per_run_are_bounded(site: Site, crawls: Crawls) -> None:
     links = " ".join(f'<a href="w{i}.html">{i}</a>' for i in range(40))
-    site.write("index.html", body("Index", extra=f" {links}"), mtime=T0)
+    site.write("index.html", docsite.guide("Index", extra=f" {links}"), mtime=T0)
     for i in range(40):
-        site.write(f"w{i}.html", body(f"W{i}"), mtime=T0)
+        site.write(f"w{i}.html", docsite.guide(f"W{i}"), mtime=T0)
     sitemap = site.write_sitemap(["index.html"])
     r = await crawls.crawl(sitemap, spider_args={"follow_links": "1"}, RECRAWLER_FOLLOW_MAX_LINKS=15)
     assert r.stats["recrawler/follow/links"] == 15
@@ -246,7 +242,7 @@ async def test_a_link_to_a_listed_page_gets_the_listings_lastmod_decision(site: 
     names = [f"p{i}" for i in range(12)]
     nav = " ".join(f'<a href="{n}.html">{n}</a>' for n in names)
     for n in names:
-        site.write(f"{n}.html", body(n, extra=f" {nav}"), mtime=T0)
+        site.write(f"{n}.html", docsite.guide(n, extra=f" {nav}"), mtime=T0)
     lastmod = (START - timedelta(days=3)).date().isoformat()
     sitemap = site.write_sitemap([(f"{n}.html", lastmod) for n in names])
     settings: dict[str, Any] = {
@@ -260,7 +256,7 @@ async def test_a_link_to_a_listed_page_gets_the_listings_lastmod_decision(site: 
     # a day later only p0 says it changed; its links to the other listed pages must not make
     # them due: the listing's lastmod already decided them
     later = START + timedelta(days=1)
-    site.write("p0.html", body("p0", "Edited.", extra=f" {nav}"), mtime=T0 + 10)
+    site.write("p0.html", docsite.guide("p0", "Edited.", extra=f" {nav}"), mtime=T0 + 10)
     entries = [(f"{n}.html", lastmod) for n in names[1:]]
     site.write_sitemap([("p0.html", later.isoformat()), *entries])
     r = await crawls.crawl(

@@ -24,20 +24,10 @@ if TYPE_CHECKING:
 T0 = 1_760_000_000.0
 
 
-def body(n: int, extra: str = "") -> str:
-    return docsite.page(
-        f"Page {n}",
-        [
-            ("Overview", [f"Page {n} explains how widget {n} retries its uploads after {n} seconds.{extra}"]),
-            ("Usage", [f"Run widget {n} from the command line."], f"widget-{n} --retry {n}"),
-        ],
-    )
-
-
 def write_pages(site: Site, n: int, folder: str = "") -> list[str]:
     paths = [f"{folder}page-{i}.html" for i in range(n)]
     for i, path in enumerate(paths):
-        site.write(path, body(i), mtime=T0)
+        site.write(path, docsite.widget_page(i), mtime=T0)
     return paths
 
 
@@ -228,7 +218,7 @@ async def test_a_huge_page_is_indexed_in_a_bounded_number_of_chunks(site: Site, 
     paths = write_pages(site, 100)
     # about 3 MB of text: some 2,700 chunks of 1,200 characters
     words = " ".join(f"Sentence {i} says something about retries." for i in range(70_000))
-    site.write("page-3.html", body(3, " " + words), mtime=T0)
+    site.write("page-3.html", docsite.widget_page(3, " " + words), mtime=T0)
     sitemap = site.write_sitemap(paths)
     r = await crawls.crawl(sitemap, RECRAWLER_CHUNK_MAX_PER_PAGE=50)
     assert r.counts["new"] == 100

@@ -29,10 +29,6 @@ if TYPE_CHECKING:
 T0 = 1_760_000_000.0
 
 
-def body(i: int) -> str:
-    return docsite.page(f"Page {i}", [("Overview", [f"Page {i} explains feature {i}."])])
-
-
 def argv(sitemap: str, db: Path, *settings: str) -> list[str]:
     command = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}"]
     for setting in (f"RECRAWLER_DB_URI=sqlite:///{db}", "RETRY_TIMES=0", "RECRAWLER_SCHEDULE=all", *settings):
@@ -54,7 +50,7 @@ def runs(db: Path) -> list[dict[str, Any]]:
 
 def build(site: Site, n: int = 5) -> str:
     for i in range(n):
-        site.write(f"p{i}.html", body(i), mtime=T0)
+        site.write(f"p{i}.html", docsite.feature_page(i), mtime=T0)
     return site.write_sitemap([f"p{i}.html" for i in range(n)])
 
 
