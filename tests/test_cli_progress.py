@@ -8,13 +8,11 @@ import io
 import logging
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, shell
 from tests.test_cli_settings import make_db
 
 if TYPE_CHECKING:
@@ -35,14 +33,6 @@ class Tty(io.StringIO):
         return True
 
 
-def cli(*argv: str) -> tuple[int, str]:
-    """Run the CLI on a thread of its own (it runs its own event loop)."""
-    out = io.StringIO()
-    with ThreadPoolExecutor(1) as pool:
-        code = pool.submit(cli_main, list(argv), out).result()
-    return code, out.getvalue()
-
-
 def terminal(monkeypatch: pytest.MonkeyPatch) -> Tty:
     """Make stderr a terminal (in the test itself: pytest swaps stderr again after the setup)."""
     stream = Tty()
@@ -59,7 +49,7 @@ def test_calibrate_fetches_each_page_again_after_one_shared_wait(
     db = make_db(tmp_path / "state.db")
     tty = terminal(monkeypatch)
     started = time.monotonic()
-    code, out = cli("calibrate", *urls, "--delay", "1", "--db", db)
+    code, out = shell.cli("calibrate", *urls, "--delay", "1", "--db", db)
     elapsed = time.monotonic() - started
     assert code == 0, out
     # every page once, then every page again: the whole takes about one delay, not one per page
@@ -77,7 +67,9 @@ def test_calibrate_is_quiet_when_stderr_is_not_a_terminal(
     site: Site, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     site.write("p0.html", docsite.feature_page(0), mtime=T0)
-    code, _ = cli("calibrate", site.url("p0.html"), "--delay", "0", "--db", make_db(tmp_path / "state.db"))
+    code, _ = shell.cli(
+        "calibrate", site.url("p0.html"), "--delay", "0", "--db", make_db(tmp_path / "state.db")
+    )
     assert code == 0
     assert capsys.readouterr().err == ""
 
@@ -102,7 +94,7 @@ async def test_runs_approve_shows_its_embedding_on_a_terminal(
 ) -> None:
     held = await _held_run(site, crawls)
     tty = terminal(monkeypatch)
-    code, out = await asyncio.to_thread(cli, "runs", "approve", str(held), "--db", crawls.db_uri)
+    code, out = await asyncio.to_thread(shell.cli, "runs", "approve", str(held), "--db", crawls.db_uri)
     assert code == 0
     assert "12 texts embedded" in out
     assert f"\rrun {held}: embedding: 12 texts" in tty.getvalue()
@@ -114,7 +106,7 @@ async def test_runs_approve_is_quiet_when_stderr_is_not_a_terminal(
 ) -> None:
     held = await _held_run(site, crawls)
     capsys.readouterr()
-    code, _ = await asyncio.to_thread(cli, "runs", "approve", str(held), "--db", crawls.db_uri)
+    code, _ = await asyncio.to_thread(shell.cli, "runs", "approve", str(held), "--db", crawls.db_uri)
     assert code == 0
     assert capsys.readouterr().err == ""
 

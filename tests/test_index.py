@@ -3,9 +3,7 @@ whole-run publication, the spike hold, quarantine and gone, dry runs and crash s
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import io
 import os
 import signal
 import sqlite3
@@ -18,9 +16,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.cli import main as cli_main
 from recrawler.kb.reader import open_kb
-from tests import docsite
+from tests import docsite, shell
 from tests.embedserver import EmbedServer, Reply
 
 if TYPE_CHECKING:
@@ -149,7 +146,7 @@ async def test_search_follows_the_published_version(site: Site, crawls: Crawls) 
     assert search_urls(crawls, "retry_limit transfers")[0].endswith("cfg.html#retries")
     assert search_urls(crawls, "max_retries") == []
     # the CLI reads the same published run
-    out = await _acli(["search", "retry_limit transfers", "--db", crawls.db_uri, "-k", "1", "--json"])
+    out = await shell.acli_out("search", "retry_limit transfers", "--db", crawls.db_uri, "-k", "1", "--json")
     assert '"heading": "Config > Retries"' in out
 
 
@@ -176,7 +173,7 @@ async def test_spike_holds_the_run_until_approved(
     assert not any("new template" in t for _, _, t in chunk_texts(crawls))
 
     # approve: embeds exactly the held run's new texts and publishes it
-    out = await _acli(["runs", "approve", str(r2.report["run_id"]), "--db", crawls.db_uri])
+    out = await shell.acli_out("runs", "approve", str(r2.report["run_id"]), "--db", crawls.db_uri)
     assert "approved and published" in out
     assert len(embedded_inputs(embed_server)) == 22
     assert sum("new template" in t for _, _, t in chunk_texts(crawls)) == 22
@@ -194,7 +191,7 @@ async def test_discarded_run_is_checked_again(site: Site, crawls: Crawls) -> Non
         site.write(p, sections_page(p, 1, extra="Template noise."), mtime=T0 + 5)
     r2 = await crawls.crawl(sitemap)
     assert r2.report["index"]["state"] == "held"
-    out = await _acli(["runs", "discard", str(r2.report["run_id"]), "--db", crawls.db_uri])
+    out = await shell.acli_out("runs", "discard", str(r2.report["run_id"]), "--db", crawls.db_uri)
     assert "12 pages back as published (checked again next run)" in out
     assert chunk_texts(crawls) == before
     # the next run sees the pages as changed again (and, still a spike, holds again)
@@ -318,14 +315,3 @@ def test_sigkill_during_embedding_keeps_the_published_run(
         texts = [c.text for c in kb.chunks()]
     assert len(texts) == 1
     assert "retry_limit" in texts[0]
-
-
-def _cli(argv: list[str]) -> str:
-    out = io.StringIO()
-    assert cli_main(argv, out=out) == 0
-    return out.getvalue()
-
-
-async def _acli(argv: list[str]) -> str:
-    # the CLI runs its own event loop: give it a thread, as a separate process would
-    return await asyncio.to_thread(_cli, argv)

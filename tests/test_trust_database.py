@@ -3,9 +3,7 @@ that fails. Never written to when damaged, never "success" when nothing was save
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import io
 import json
 import sqlite3
 import subprocess
@@ -17,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.cli import main as cli_main
 from recrawler.exceptions import SchemaVersionError
-from tests import docsite
+from tests import docsite, shell
 from tests.conftest_mockserver import REPO_ROOT
 from tests.embedserver import EmbedServer, Reply
 
@@ -43,13 +40,6 @@ def write_site(site: Site, n: int = PAGES) -> str:
 
 def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-async def cli(*argv: str) -> tuple[int, str]:
-    """``recrawler ...`` off the reactor's loop; a traceback fails the test."""
-    out = io.StringIO()
-    code = await asyncio.to_thread(cli_main, list(argv), out)
-    return code, out.getvalue()
 
 
 def integrity(db: Path) -> list[str]:
@@ -110,16 +100,16 @@ async def test_a_database_that_fails_its_integrity_check_is_refused_untouched(
     assert "integrity_check" in str(r2.failure)
     assert sha(crawls.db_path) == before
     # recrawler check names it, and --repair writes nothing to a damaged file
-    code, out = await cli("check", "--db", crawls.db_uri, "--json")
+    code, out = await shell.acli("check", "--db", crawls.db_uri, "--json")
     assert code == 1
     assert {json.loads(line)["check"] for line in out.splitlines()} == {"integrity"}
-    code, out = await cli("check", "--db", crawls.db_uri, "--repair")
+    code, out = await shell.acli("check", "--db", crawls.db_uri, "--repair")
     assert code == 1
     assert "restore it from a backup" in out
     assert sha(crawls.db_path) == before
     # the read-only commands answer or fail in one line: never a traceback
     for argv in (["chunks"], ["pages"], ["search", "widget retries"]):
-        code, _ = await cli(*argv, "--db", crawls.db_uri)
+        code, _ = await shell.acli(*argv, "--db", crawls.db_uri)
         assert code in (0, 2), argv
     assert sha(crawls.db_path) == before
 
@@ -130,12 +120,12 @@ async def test_check_finds_chunk_text_that_no_longer_matches_its_hash(
 ) -> None:
     sitemap = write_site(site)
     await crawls.crawl(sitemap)
-    assert await cli("check", "--db", crawls.db_uri) == (0, "ok: every invariant holds\n")
+    assert await shell.acli("check", "--db", crawls.db_uri) == (0, "ok: every invariant holds\n")
     # one chunk's text changed on disk (still UTF-8), another's no longer decodes
     assert replace_in_file(crawls.db_path, b"widget 17 retries", b"widget 71 retries") == 1
     assert replace_in_file(crawls.db_path, b"widget 42 retries", b"widget 42 retr\xffes") == 1
     assert integrity(crawls.db_path) == ["ok"]  # SQLite does not check what a row says
-    code, out = await cli("check", "--db", crawls.db_uri, "--json")
+    code, out = await shell.acli("check", "--db", crawls.db_uri, "--json")
     assert code == 1
     found = [json.loads(line) for line in out.splitlines()]
     assert sorted((f["check"], f["key"].rsplit("/", 1)[-1]) for f in found) == [
@@ -143,17 +133,17 @@ async def test_check_finds_chunk_text_that_no_longer_matches_its_hash(
         ("chunk_hash", "p42.html"),
     ]
     capsys.readouterr()
-    code, _ = await cli("chunks", "--db", crawls.db_uri)
+    code, _ = await shell.acli("chunks", "--db", crawls.db_uri)
     assert code == 2
     err = capsys.readouterr().err
     assert err.startswith("recrawler: error: ")
     assert err.count("\n") == 1
     # --repair queues both pages for a full fetch; the next run indexes them again
-    assert (await cli("check", "--db", crawls.db_uri, "--repair"))[0] == 0
+    assert (await shell.acli("check", "--db", crawls.db_uri, "--repair"))[0] == 0
     r = await crawls.crawl(sitemap)
     assert r.exit_code == 0
-    assert await cli("check", "--db", crawls.db_uri) == (0, "ok: every invariant holds\n")
-    code, out = await cli("chunks", "--db", crawls.db_uri, "--json")
+    assert await shell.acli("check", "--db", crawls.db_uri) == (0, "ok: every invariant holds\n")
+    code, out = await shell.acli("chunks", "--db", crawls.db_uri, "--json")
     assert code == 0
     assert sum("widget 42 retries" in json.loads(line)["text"] for line in out.splitlines()) == 1
 
@@ -173,7 +163,7 @@ async def test_a_zero_byte_database_is_refused_by_the_crawl_as_by_every_command(
     assert "empty (0-byte)" in str(r.failure)
     assert crawls.db_path.stat().st_size == 0
     assert sorted(p.name for p in crawls.tmp_path.iterdir() if p.name.startswith("state.db")) == ["state.db"]
-    assert (await cli("pages", "--db", crawls.db_uri))[0] == 2
+    assert (await shell.acli("pages", "--db", crawls.db_uri))[0] == 2
     # no file at all: the crawl creates its database
     crawls.db_path.unlink()
     assert (await crawls.crawl(sitemap)).counts["new"] == 20

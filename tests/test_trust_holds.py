@@ -22,7 +22,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from recrawler.cli import main as cli_main
 from recrawler.kb.reader import open_kb
 from recrawler.state.sqlite import SQLiteStateStore
-from tests import docsite
+from tests import docsite, shell
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -67,13 +67,6 @@ def found(crawls: Crawls, text: str) -> set[str]:
 def statuses(crawls: Crawls) -> dict[str, int]:
     with closing(sqlite3.connect(crawls.db_path)) as conn:
         return dict(conn.execute("SELECT status, COUNT(*) FROM pages GROUP BY status").fetchall())
-
-
-def cli_out(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    capsys.readouterr()
-    code = cli_main(argv)
-    out = capsys.readouterr()
-    return code, out.out + out.err
 
 
 @deferred_f_from_coro_f
@@ -148,7 +141,7 @@ async def test_a_held_run_is_announced_nowhere_and_read_nowhere(
     assert [e for e in r2.events if e["action"] == "changed"] == []
     # readers show what the knowledge base holds: the published text beside its own metadata
     code, out = await asyncio.to_thread(
-        cli_out, ["search", word("guide", 3), "--json", "--db", crawls.db_uri], capsys
+        shell.cli_captured, capsys, "search", word("guide", 3), "--json", "--db", crawls.db_uri
     )
     assert code == 0
     hit = json.loads(out.splitlines()[0])
@@ -158,7 +151,7 @@ async def test_a_held_run_is_announced_nowhere_and_read_nowhere(
         for p in (
             json.loads(line)
             for line in (
-                await asyncio.to_thread(cli_out, ["pages", "--json", "--db", crawls.db_uri], capsys)
+                await asyncio.to_thread(shell.cli_captured, capsys, "pages", "--json", "--db", crawls.db_uri)
             )[1].splitlines()
         )
     }
@@ -177,7 +170,7 @@ async def test_a_held_run_is_announced_nowhere_and_read_nowhere(
         for p in (
             json.loads(line)
             for line in (
-                await asyncio.to_thread(cli_out, ["pages", "--json", "--db", crawls.db_uri], capsys)
+                await asyncio.to_thread(shell.cli_captured, capsys, "pages", "--json", "--db", crawls.db_uri)
             )[1].splitlines()
         )
     }

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import io
 import json
 import re
 import sqlite3
@@ -12,10 +10,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.cli import main as cli_main
 from recrawler.cli import terminal_safe
 from recrawler.extract import ContentExtractor, ExtractionError, clean_text, looks_binary
-from tests import docsite
+from tests import docsite, shell
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -205,17 +202,6 @@ def no_controls(text: str) -> bool:
     return CONTROL.search(text) is None
 
 
-def _cli(argv: list[str]) -> str:
-    out = io.StringIO()
-    assert cli_main(argv, out=out) == 0
-    return out.getvalue()
-
-
-async def cli(*argv: str) -> str:
-    # the CLI may run its own event loop: give it a thread, as a separate process would
-    return await asyncio.to_thread(_cli, list(argv))
-
-
 def hostile(version: str) -> str:
     return docsite.page(
         "Evil \x1b]0;pwned\x07title \x1b[31m",
@@ -246,7 +232,8 @@ async def test_control_characters_never_reach_stored_text_or_the_terminal(site: 
     assert all(no_controls(json.dumps(e, ensure_ascii=False)) for e in r2.events)
 
     chunks = [
-        json.loads(line) for line in (await cli("chunks", "--db", crawls.db_uri, "--json")).splitlines()
+        json.loads(line)
+        for line in (await shell.acli_out("chunks", "--db", crawls.db_uri, "--json")).splitlines()
     ]
     assert chunks
     assert all(no_controls(str(value)) for chunk in chunks for value in chunk.values())
@@ -258,7 +245,7 @@ async def test_control_characters_never_reach_stored_text_or_the_terminal(site: 
         ("diff", site.url("evil.html"), "--db", crawls.db_uri),
         ("runs", "--db", crawls.db_uri),
     ):
-        out = await cli(*argv)
+        out = await shell.acli_out(*argv)
         assert out
         assert no_controls(out), argv
 
@@ -289,11 +276,11 @@ async def test_cli_escapes_control_characters_held_in_the_database(site: Site, c
         ("diff", site.url("a.html"), "--db", crawls.db_uri),
         ("runs", "--db", crawls.db_uri),
     ):
-        out = await cli(*argv)
+        out = await shell.acli_out(*argv)
         assert "\\x1b]0;pwned\\x07\\x1b[2J\\x0d" in out, argv
         assert no_controls(out), argv
     # --json output escapes them too (JSON's own \u001b)
-    out = await cli("chunks", "--db", crawls.db_uri, "--json")
+    out = await shell.acli_out("chunks", "--db", crawls.db_uri, "--json")
     assert no_controls(out)
     assert evil in json.loads(out.splitlines()[0])["text"]
 

@@ -3,6 +3,7 @@ are restored; a maintenance page on many pages at once is a spike of its own."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from contextlib import closing
 from typing import TYPE_CHECKING
@@ -11,7 +12,7 @@ import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, shell
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -52,12 +53,9 @@ def statuses(crawls: Crawls) -> dict[str, int]:
 
 
 async def cli(argv: list[str], capsys: pytest.CaptureFixture[str], *, code: int = 0) -> str:
-    import asyncio
-
-    capsys.readouterr()
-    assert await asyncio.to_thread(cli_main, argv) == code
-    out = capsys.readouterr()
-    return str(out.out + out.err)
+    got, out = await asyncio.to_thread(shell.cli_captured, capsys, *argv)
+    assert got == code
+    return out
 
 
 @pytest.mark.parametrize("gone", [False, True], ids=["404", "410"])
