@@ -1,4 +1,5 @@
-"""Commands as a user types them: ``recrawler ...`` in this process or as a process of its own."""
+"""Commands as a user types them: ``recrawler ...`` in this process or as a process of its own, and
+``scrapy crawl docs`` as a process."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from recrawler.cli import main as cli_main
+from tests.conftest_mockserver import REPO_ROOT
 
 if TYPE_CHECKING:
     import pytest
@@ -60,3 +62,30 @@ def recrawler_process(
         timeout=timeout,
         check=check,
     )
+
+
+def crawl_args(sitemap: str, *settings: str, spider: str = "docs") -> list[str]:
+    """The words after ``scrapy``: ``crawl docs -a sitemap_url=SITEMAP -s NAME=value ...``."""
+    argv = ["crawl", spider, "-a", f"sitemap_url={sitemap}"]
+    for setting in settings:
+        argv += ["-s", setting]
+    return argv
+
+
+def scrapy_crawl_argv(sitemap: str, *settings: str, spider: str = "docs") -> list[str]:
+    """``scrapy crawl docs`` over *sitemap* with *settings* (``NAME=value`` each), in this interpreter."""
+    return [sys.executable, "-m", "scrapy", *crawl_args(sitemap, *settings, spider=spider)]
+
+
+def run_in_checkout(
+    argv: list[str], *, timeout: float = 120, check: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """*argv* run to its end in the checkout (the project its scrapy.cfg names), its output captured."""
+    return subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, check=check)
+
+
+def scrapy_crawl(
+    sitemap: str, *settings: str, timeout: float = 120, check: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """:func:`scrapy_crawl_argv` run to its end in the checkout, its output captured."""
+    return run_in_checkout(scrapy_crawl_argv(sitemap, *settings), timeout=timeout, check=check)

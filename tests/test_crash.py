@@ -6,14 +6,13 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from tests import docsite
+from tests import docsite, shell
 from tests.test_noise_furniture import counted_from_scratch, counters
 
 if TYPE_CHECKING:
@@ -80,25 +79,14 @@ async def test_sigkill_midway_then_rerun_matches_uninterrupted(
     site.options("p20.html", hang=True)
     db = tmp_path / "killed.db"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "scrapy",
-            "crawl",
-            "docs",
-            "-a",
-            f"sitemap_url={sitemap}",
-            "-s",
+        shell.scrapy_crawl_argv(
+            sitemap,
             f"RECRAWLER_DB_URI=sqlite:///{db}",
-            "-s",
             "RECRAWLER_DB_BATCH_SIZE=4",
-            "-s",
             "CONCURRENT_REQUESTS=1",
-            "-s",
             "DOWNLOAD_TIMEOUT=120",
-            "-s",
             "LOG_LEVEL=WARNING",
-        ],
+        ),
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -19,7 +19,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler import default_settings
 from recrawler.kb.reader import open_kb
-from tests import docsite
+from tests import docsite, shell
 
 if TYPE_CHECKING:
     from tests.conftest import CrawlResult, Crawls
@@ -171,16 +171,9 @@ def test_the_quickstart_rerun_catches_an_edit_a_removal_and_a_new_page(tmp_path:
         assert server.stdout is not None
         base = server.stdout.readline().split(" at ", 1)[1].split()[0]
         db = f"sqlite:///{tmp_path / 'quick.db'}"
-        crawl = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={base}sitemap.xml"]
 
         def run() -> str:
-            done = subprocess.run(
-                [*crawl, "-s", f"RECRAWLER_DB_URI={db}"],
-                cwd=REPO,
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
+            done = shell.scrapy_crawl(f"{base}sitemap.xml", f"RECRAWLER_DB_URI={db}", timeout=300)
             assert done.returncode == 0, done.stderr[-2000:]
             return done.stderr
 

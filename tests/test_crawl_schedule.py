@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, shell
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -302,11 +302,6 @@ async def test_cli_due_lists_what_the_next_run_checks_and_why(
 
 
 def test_clock_schedule_and_overrides_from_the_command_line(site: Site, tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    from tests.conftest_mockserver import REPO_ROOT
-
     for name in ("a", "b"):
         site.write(f"{name}.html", docsite.guide(name), mtime=T0)
     sitemap = site.write_sitemap(["a.html", "b.html"])
@@ -314,10 +309,13 @@ def test_clock_schedule_and_overrides_from_the_command_line(site: Site, tmp_path
 
     def crawl(*settings: str) -> dict[str, Any]:
         report = tmp_path / "report.json"
-        argv = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}"]
-        for setting in (f"RECRAWLER_DB_URI=sqlite:///{db}", f"RECRAWLER_REPORT_FILE={report}", *settings):
-            argv += ["-s", setting]
-        subprocess.run(argv, cwd=REPO_ROOT, check=True, capture_output=True, timeout=120)
+        shell.scrapy_crawl(
+            sitemap,
+            f"RECRAWLER_DB_URI=sqlite:///{db}",
+            f"RECRAWLER_REPORT_FILE={report}",
+            *settings,
+            check=True,
+        )
         return dict(json.loads(report.read_text()))
 
     overrides = json.dumps({r"a\.html$": [7200, 7200]})

@@ -49,15 +49,7 @@ def test_quickstart_serves_the_example_site_with_its_own_sitemap(tmp_path: Path)
         line = server.stdout.readline()
         base = line.split(" at ", 1)[1].split()[0]
         db = f"sqlite:///{tmp_path / 'quick.db'}"
-        crawl = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={base}sitemap.xml"]
-        first = subprocess.run(
-            [*crawl, "-s", f"RECRAWLER_DB_URI={db}"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        first = shell.scrapy_crawl(f"{base}sitemap.xml", f"RECRAWLER_DB_URI={db}", timeout=300)
         assert first.returncode == 0, first.stderr[-2000:]
         assert "crawled: 6 new: 6 changed: 0 unchanged: 0 gone: 0 errors: 0" in first.stderr
         search = shell.recrawler_process(
@@ -65,14 +57,7 @@ def test_quickstart_serves_the_example_site_with_its_own_sitemap(tmp_path: Path)
         )
         assert "configuration.html#retries" in search.stdout
         # the second crawl asks only what is due: nothing here but the audit sample
-        again = subprocess.run(
-            [*crawl, "-s", f"RECRAWLER_DB_URI={db}"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        again = shell.scrapy_crawl(f"{base}sitemap.xml", f"RECRAWLER_DB_URI={db}", timeout=300)
         assert again.returncode == 0, again.stderr[-2000:]
         assert "new: 0 changed: 0" in again.stderr
         assert "skipped_schedule: 5" in again.stderr

@@ -8,7 +8,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -279,12 +278,11 @@ def test_sigkill_during_embedding_keeps_the_published_run(
     site.write("cfg.html", docsite.page("Config", [("Retries", ["Set max_retries for uploads."])]), mtime=T0)
     sitemap = site.write_sitemap(["cfg.html"])
     db = tmp_path / "kb.db"
-    base = [
-        sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}",
-        "-s", f"RECRAWLER_DB_URI=sqlite:///{db}", "-s", "RECRAWLER_EMBEDDER=openai:test-model",
-        "-s", f"RECRAWLER_EMBEDDER_BASE_URL={embed_server.url}", "-s", "LOG_LEVEL=WARNING",
-    ]  # fmt: skip
-    subprocess.run(base, cwd=REPO, check=True, capture_output=True, timeout=120)
+    base = shell.scrapy_crawl_argv(
+        sitemap, f"RECRAWLER_DB_URI=sqlite:///{db}", "RECRAWLER_EMBEDDER=openai:test-model",
+        f"RECRAWLER_EMBEDDER_BASE_URL={embed_server.url}", "LOG_LEVEL=WARNING",
+    )  # fmt: skip
+    shell.run_in_checkout(base, check=True)
     with open_kb(f"sqlite:///{db}", embedder="hashing") as kb:
         assert "max_retries" in next(kb.chunks()).text
 
@@ -310,7 +308,7 @@ def test_sigkill_during_embedding_keeps_the_published_run(
 
     # the next run completes the work: the page is unchanged now, its staged chunks get published
     embed_server.script()
-    subprocess.run(base, cwd=REPO, check=True, capture_output=True, timeout=120)
+    shell.run_in_checkout(base, check=True)
     with open_kb(f"sqlite:///{db}", embedder="hashing") as kb:
         texts = [c.text for c in kb.chunks()]
     assert len(texts) == 1

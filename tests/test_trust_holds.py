@@ -10,7 +10,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from contextlib import closing
 from pathlib import Path
@@ -196,9 +195,9 @@ async def test_the_rest_of_an_interrupted_first_run_is_not_a_spike(site: Site, c
 
 
 def crawl_process(sitemap: str, db: Path, *settings: str) -> subprocess.Popen[bytes]:
-    args = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}"]
-    for s in ("RECRAWLER_SCHEDULE=all", "RECRAWLER_AUDIT_SAMPLE=0", "RETRY_TIMES=0", *settings):
-        args += ["-s", s]
+    args = shell.scrapy_crawl_argv(
+        sitemap, "RECRAWLER_SCHEDULE=all", "RECRAWLER_AUDIT_SAMPLE=0", "RETRY_TIMES=0", *settings
+    )
     env = {**os.environ, "RECRAWLER_DB_URI": f"sqlite:///{db}", "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

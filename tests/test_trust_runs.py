@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, shell
 from tests.conftest_mockserver import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -30,16 +30,12 @@ T0 = 1_760_000_000.0
 
 
 def argv(sitemap: str, db: Path, *settings: str) -> list[str]:
-    command = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}"]
-    for setting in (f"RECRAWLER_DB_URI=sqlite:///{db}", "RETRY_TIMES=0", "RECRAWLER_SCHEDULE=all", *settings):
-        command += ["-s", setting]
-    return command
+    db_uri = f"RECRAWLER_DB_URI=sqlite:///{db}"
+    return shell.scrapy_crawl_argv(sitemap, db_uri, "RETRY_TIMES=0", "RECRAWLER_SCHEDULE=all", *settings)
 
 
 def crawl(sitemap: str, db: Path, *settings: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        argv(sitemap, db, *settings), cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False
-    )
+    return shell.run_in_checkout(argv(sitemap, db, *settings))
 
 
 def runs(db: Path) -> list[dict[str, Any]]:

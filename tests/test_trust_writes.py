@@ -8,14 +8,13 @@ import resource
 import signal
 import sqlite3
 import subprocess
-import sys
 from contextlib import closing
 from typing import TYPE_CHECKING
 
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, shell
 from tests.conftest_mockserver import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -44,16 +43,10 @@ def crawl(sitemap: str, db: Path, *, disk: int | None = None) -> subprocess.Comp
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (disk, disk))
 
-    argv = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}"]
     # groups of 20 page writes per commit: several commit before the disk is full, the rest are lost
-    argv += [
-        "-s",
-        f"RECRAWLER_DB_URI=sqlite:///{db}",
-        "-s",
-        "RETRY_TIMES=0",
-        "-s",
-        "RECRAWLER_DB_BATCH_SIZE=20",
-    ]
+    argv = shell.scrapy_crawl_argv(
+        sitemap, f"RECRAWLER_DB_URI=sqlite:///{db}", "RETRY_TIMES=0", "RECRAWLER_DB_BATCH_SIZE=20"
+    )
     return subprocess.run(
         argv,
         cwd=REPO_ROOT,
