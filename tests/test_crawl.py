@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import TYPE_CHECKING
 
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, statedb
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -117,7 +116,7 @@ async def test_four_runs_exact_actions(site: Site, crawls: Crawls) -> None:
     r4 = await crawls.crawl(sitemap)
     assert r4.actions() == {"missing.html": "gone"}
     assert r4.stats["recrawler/page/gone/http_404"] == 1
-    statuses = dict(sqlite3.connect(crawls.db_path).execute("SELECT url, status FROM pages").fetchall())
+    statuses = dict(statedb.rows(crawls.db_path, "SELECT url, status FROM pages"))
     assert statuses[site.url("missing.html")] == "gone"
     assert statuses[site.url("tomb.html")] == "gone"
     assert statuses[site.url("flaky.html")] == "live"
@@ -168,9 +167,7 @@ async def test_500s_never_quarantine_and_error_ratio_holds_the_guard(site: Site,
     assert r2.counts["gone"] == 0
     assert r2.counts["missing_held"] == 1
     assert r2.stats["recrawler/reconcile/skipped/error_ratio"] == 1
-    rows = dict(
-        sqlite3.connect(crawls.db_path).execute("SELECT url, status || ':' || misses FROM pages").fetchall()
-    )
+    rows = dict(statedb.rows(crawls.db_path, "SELECT url, status || ':' || misses FROM pages"))
     assert set(rows.values()) == {"live:0"}
 
 
@@ -185,7 +182,7 @@ async def test_outage_guard_when_sitemap_is_503(site: Site, crawls: Crawls) -> N
     assert r2.report["reconcile"]["skipped"] == ["sitemap_failed"]
     assert r2.stats["recrawler/reconcile/skipped/verify_sitemap_failed"] == 1
     assert r2.events == []
-    status = sqlite3.connect(crawls.db_path).execute("SELECT status FROM pages").fetchone()[0]
+    status = statedb.value(crawls.db_path, "SELECT status FROM pages")
     assert status == "live"
 
 
@@ -194,13 +191,13 @@ async def test_empty_content_is_an_error_and_keeps_state(site: Site, crawls: Cra
     site.write("a.html", docsite.tool_guide("A"), mtime=T0)
     sitemap = site.write_sitemap(["a.html"])
     await crawls.crawl(sitemap)
-    before = sqlite3.connect(crawls.db_path).execute("SELECT content_hash, etag FROM pages").fetchone()
+    before = statedb.row(crawls.db_path, "SELECT content_hash, etag FROM pages")
     site.write("a.html", "<html><body><main>  </main></body></html>", mtime=T0 + 5)
     r2 = await crawls.crawl(sitemap)
     assert r2.actions() == {"a.html": "error"}
     assert r2.events[0]["reason"] == "empty_content"
     assert r2.stats["recrawler/page/error/empty_content"] == 1
-    after = sqlite3.connect(crawls.db_path).execute("SELECT content_hash, etag FROM pages").fetchone()
+    after = statedb.row(crawls.db_path, "SELECT content_hash, etag FROM pages")
     assert after == before
 
 
@@ -211,7 +208,7 @@ async def test_redeploy_that_only_touches_files_is_unchanged(site: Site, crawls:
     sitemap = site.write_sitemap(["a.html"])
     await crawls.crawl(sitemap)
     query = "SELECT etag, last_modified, content_hash FROM pages"
-    etag1, lm1, hash1 = sqlite3.connect(crawls.db_path).execute(query).fetchone()
+    etag1, lm1, hash1 = statedb.row(crawls.db_path, query)
     site.write(
         "a.html", docsite.tool_guide("A").replace("<header", "<!-- rebuilt --><header"), mtime=T0 + 3600
     )
@@ -219,7 +216,7 @@ async def test_redeploy_that_only_touches_files_is_unchanged(site: Site, crawls:
     assert r2.stats["recrawler/page/unchanged/hash"] == 1
     assert r2.events == []
     # the 200 refreshed the stored validators; the content hash did not move
-    etag2, lm2, hash2 = sqlite3.connect(crawls.db_path).execute(query).fetchone()
+    etag2, lm2, hash2 = statedb.row(crawls.db_path, query)
     assert (etag2 != etag1, lm2 != lm1, hash2 == hash1) == (True, True, True)
     site.clear_requests()
     await crawls.crawl(sitemap)
@@ -287,7 +284,7 @@ async def test_robots_txt_as_sitemap_url(site: Site, crawls: Crawls, mockserver)
     finally:
         robots.unlink()
     assert r1.counts["new"] == 2
-    lastmods = dict(sqlite3.connect(crawls.db_path).execute("SELECT url, lastmod FROM pages").fetchall())
+    lastmods = dict(statedb.rows(crawls.db_path, "SELECT url, lastmod FROM pages"))
     assert lastmods == {site.url("a.html"): "2026-01-02", site.url("b.html"): "2026-03-04T05:06:07+00:00"}
 
 
@@ -300,5 +297,5 @@ async def test_bad_sitemap_url_and_unparseable_sitemap(site: Site, crawls: Crawl
     site.write("sitemap.xml", "this is not xml <<<")
     r2 = await crawls.crawl(sitemap)
     assert r2.report["reconcile"]["skipped"] == ["sitemap_failed"]
-    status = sqlite3.connect(crawls.db_path).execute("SELECT status FROM pages").fetchone()[0]
+    status = statedb.value(crawls.db_path, "SELECT status FROM pages")
     assert status == "live"

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import sqlite3
-from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
-from tests import docsite, shell
+from tests import docsite, shell, statedb
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -29,8 +27,7 @@ def at(day: float) -> str:
 
 
 def rows(db: Path, sql: str) -> dict[str, Any]:
-    with closing(sqlite3.connect(db)) as conn:
-        return {r[0].rsplit("/", 1)[-1]: r[1] if len(r) == 2 else r[1:] for r in conn.execute(sql)}
+    return {r[0].rsplit("/", 1)[-1]: r[1] if len(r) == 2 else r[1:] for r in statedb.rows(db, sql)}
 
 
 def hits(site: Site, path: str) -> int:

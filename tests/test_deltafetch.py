@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
@@ -14,7 +12,7 @@ from scrapy.utils.test import get_crawler
 from recrawler.cli import main as cli_main
 from recrawler.spidermiddlewares.deltafetch import DeltaFetchMiddleware
 from recrawler.spiders.docs import DocsSpider
-from tests import docsite
+from tests import docsite, statedb
 from tests.test_crawl_schedule import T0
 
 if TYPE_CHECKING:
@@ -33,10 +31,9 @@ async def test_immutable_pages_are_requested_once(site: Site, crawls: Crawls, ca
     sitemap = site.write_sitemap(["v1.2/a.html", "latest/a.html"])
     r1 = await crawls.crawl(sitemap, **IMMUTABLE)
     assert r1.counts["new"] == 2
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        assert conn.execute("SELECT spider, url FROM deltafetch").fetchall() == [
-            ("docs", site.url("v1.2/a.html"))
-        ]
+    assert statedb.rows(crawls.db_path, "SELECT spider, url FROM deltafetch") == [
+        ("docs", site.url("v1.2/a.html"))
+    ]
 
     r2 = await crawls.crawl(sitemap, **IMMUTABLE)
     assert r2.counts["skipped_deltafetch"] == 1

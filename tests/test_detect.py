@@ -3,7 +3,6 @@ of noise is not; the fuzzy match never swallows a critical edit; history and `re
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from tests import docsite, shell
+from tests import docsite, shell, statedb
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -84,7 +83,7 @@ async def test_guard_catches_critical_edits_with_fuzzy_on(site: Site, crawls: Cr
     await crawls.crawl(sitemap, **fuzzy)
     site.write("a.html", edited(kind), mtime=T0 + 10)
     r2 = await crawls.crawl(sitemap, **fuzzy)
-    history = sqlite3.connect(crawls.db_path).execute("SELECT verdict, critical FROM page_changes").fetchall()
+    history = statedb.rows(crawls.db_path, "SELECT verdict, critical FROM page_changes")
     assert len(history) == 1  # nothing is swallowed silently: every verdict is in the history
     if kind in CRITICAL:
         assert r2.actions() == {"a.html": "changed"}
@@ -101,7 +100,7 @@ async def test_short_pages_fall_back_to_exact(site: Site, crawls: Crawls) -> Non
     site.write("s.html", docsite.page("S", [("A", ["Use tls."])]), mtime=T0)
     sitemap = site.write_sitemap(["s.html"])
     await crawls.crawl(sitemap, **fuzzy)
-    assert sqlite3.connect(crawls.db_path).execute("SELECT fuzzy_hash FROM pages").fetchone()[0] is None
+    assert statedb.value(crawls.db_path, "SELECT fuzzy_hash FROM pages") is None
     site.write("s.html", docsite.page("S", [("A", ["Use ssl."])]), mtime=T0 + 10)
     r2 = await crawls.crawl(sitemap, **fuzzy)
     assert r2.actions() == {"s.html": "changed"}
@@ -210,10 +209,8 @@ async def test_history_and_diff_for_a_renamed_parameter(site: Site, crawls: Craw
     await crawls.crawl(sitemap)
     site.write("a.html", edited("number"), mtime=T0 + 20)
     await crawls.crawl(sitemap)
-    rows = (
-        sqlite3.connect(crawls.db_path)
-        .execute("SELECT verdict, changed_fields, critical FROM page_changes ORDER BY id")
-        .fetchall()
+    rows = statedb.rows(
+        crawls.db_path, "SELECT verdict, changed_fields, critical FROM page_changes ORDER BY id"
     )
     assert [r[0] for r in rows] == ["changed", "changed"]
     assert "text" in rows[0][1]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.kb.reader import open_kb
-from tests import docsite, shell
+from tests import docsite, shell, statedb
 from tests.embedserver import EmbedServer, Reply
 
 if TYPE_CHECKING:
@@ -85,7 +84,7 @@ async def test_chunk_swap_leaves_exactly_the_new_version(site: Site, crawls: Cra
     assert all("beta" in t and "alpha" not in t for _, t in a_chunks)
     assert [c for c in after if "/b.html" in c[0]] == [c for c in chunks if "/b.html" in c[0]]
     # retired rows were garbage-collected once the run published
-    rows = sqlite3.connect(crawls.db_path).execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+    rows = statedb.value(crawls.db_path, "SELECT COUNT(*) FROM chunks")
     assert rows == 9
 
 
@@ -224,9 +223,8 @@ async def test_quarantine_hides_and_restore_reuses_embeddings(
     site.remove("b.html", gone=True)
     r4 = await crawls.crawl(sitemap, **remote(embed_server))
     assert r4.counts["gone"] == 1
-    db = sqlite3.connect(crawls.db_path)
-    assert db.execute("SELECT COUNT(*) FROM chunks WHERE key LIKE '%/b.html'").fetchone()[0] == 0
-    assert db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0] == 5
+    assert statedb.value(crawls.db_path, "SELECT COUNT(*) FROM chunks WHERE key LIKE '%/b.html'") == 0
+    assert statedb.value(crawls.db_path, "SELECT COUNT(*) FROM embeddings") == 5
 
     # back with the content it had: restored, re-chunked, nothing embedded
     site.write("b.html", sections_page("B", 2), mtime=T0)

@@ -9,14 +9,13 @@ import sqlite3
 import subprocess
 import sys
 import time
-from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.exceptions import SchemaVersionError
-from tests import docsite, shell
+from tests import docsite, shell, statedb
 from tests.conftest_mockserver import REPO_ROOT
 from tests.embedserver import EmbedServer, Reply
 
@@ -43,19 +42,17 @@ def sha(path: Path) -> str:
 
 
 def integrity(db: Path) -> list[str]:
-    with closing(sqlite3.connect(db)) as conn:
-        try:
-            return [str(r[0]) for r in conn.execute("PRAGMA integrity_check")]
-        except sqlite3.DatabaseError as exc:
-            return [str(exc)]
+    try:
+        return [str(r[0]) for r in statedb.rows(db, "PRAGMA integrity_check")]
+    except sqlite3.DatabaseError as exc:
+        return [str(exc)]
 
 
 def flip_index(db: Path, n: int = 64) -> None:
     """Flip *n* bytes at the start of the cell content of the largest index's root page (its keys
     and child pointers): the file opens and its schema reads, but ``PRAGMA integrity_check`` fails."""
-    with closing(sqlite3.connect(db)) as conn:
-        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-        roots = [r[0] for r in conn.execute("SELECT rootpage FROM sqlite_master WHERE type = 'index'")]
+    page_size = statedb.value(db, "PRAGMA page_size")
+    roots = [r[0] for r in statedb.rows(db, "SELECT rootpage FROM sqlite_master WHERE type = 'index'")]
     data = bytearray(db.read_bytes())
 
     def cells(root: int) -> int:
@@ -203,8 +200,7 @@ async def test_a_run_the_embedder_leaves_unpublished_does_not_exit_0(
     assert r2.exit_code == 4
     assert r2.report["outcome"]["exit_code"] == 4
     assert "unpublished" in r2.report["outcome"]["reasons"]
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        (stored,) = conn.execute("SELECT exit_code FROM runs WHERE id = ?", (r2.report["run_id"],)).fetchone()
+    stored = statedb.value(crawls.db_path, "SELECT exit_code FROM runs WHERE id = ?", (r2.report["run_id"],))
     assert stored == 4
 
 

@@ -4,8 +4,6 @@ one bad entry costs one entry, bounded sitemap trees and link discovery, lastmod
 from __future__ import annotations
 
 import json
-import sqlite3
-from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +13,7 @@ import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, statedb
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -26,19 +24,9 @@ START = datetime(2026, 1, 5, 6, 0, tzinfo=UTC)
 SECRET = "TOPSECRETMARKER"
 
 
-def db_rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    with closing(sqlite3.connect(db)) as conn:
-        return conn.execute(sql).fetchall()
-
-
 def everything_stored(db: Path) -> str:
     """Every text value of every table, as one string (to look for what must never be stored)."""
-    out = []
-    with closing(sqlite3.connect(db)) as conn:
-        for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
-            for row in conn.execute(f"SELECT * FROM {table}"):
-                out.extend(str(v) for v in row if isinstance(v, str))
-    return "\n".join(out)
+    return "\n".join(value for _, _, value in statedb.text_values(db))
 
 
 def local_secret(tmp_path: Path) -> Path:
@@ -68,7 +56,7 @@ async def test_a_file_url_in_the_sitemap_is_never_read_or_stored(
     r = await crawls.crawl(site.url("sitemap.xml"))
     assert r.counts["new"] == 1
     assert r.stats["recrawler/url/refused/scheme"] == 2
-    assert [u for (u,) in db_rows(crawls.db_path, "SELECT url FROM pages")] == [site.url("a.html")]
+    assert [u for (u,) in statedb.rows(crawls.db_path, "SELECT url FROM pages")] == [site.url("a.html")]
     assert SECRET not in everything_stored(crawls.db_path)
     assert SECRET not in search(crawls, SECRET.lower(), capsys)
     assert r.report["reconcile"]["applied"]  # the rest of the listing is trusted as usual
@@ -166,7 +154,7 @@ async def test_a_listing_that_lost_most_entries_is_a_failed_listing_not_proof(
     r = await crawls.crawl(sitemap, RECRAWLER_MAX_REMOVE_RATIO=1.0)
     assert "listing_shrunk" in r.report["reconcile"]["skipped"]
     assert r.counts["quarantined"] == r.counts["gone"] == 0
-    statuses = {s for (s,) in db_rows(crawls.db_path, "SELECT status FROM pages")}
+    statuses = {s for (s,) in statedb.rows(crawls.db_path, "SELECT status FROM pages")}
     assert statuses == {"live"}
 
 
@@ -212,11 +200,15 @@ async def test_link_discovery_is_bounded_across_runs(site: Site, crawls: Crawls)
     stored = []
     for _ in range(4):
         await crawls.crawl(sitemap, spider_args=args, RECRAWLER_FOLLOW_DEPTH_LIMIT=3)
-        stored.append(db_rows(crawls.db_path, "SELECT COUNT(*) FROM pages")[0][0])
+        stored.append(statedb.rows(crawls.db_path, "SELECT COUNT(*) FROM pages")[0][0])
     # the listed page and three months, then never more
     assert stored == [4, 4, 4, 4]
     assert (
-        max(int(Path(u).stem) for (u,) in db_rows(crawls.db_path, "SELECT url FROM pages") if "/cal/" in u)
+        max(
+            int(Path(u).stem)
+            for (u,) in statedb.rows(crawls.db_path, "SELECT url FROM pages")
+            if "/cal/" in u
+        )
         == 3
     )
 

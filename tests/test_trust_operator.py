@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import sqlite3
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +30,7 @@ from recrawler.pipelines.classify import pending_after, unified_diff
 from recrawler.state import PENDING_CHANGED, ChangeRow, Event, FieldsRow, PageRecord, Run, store_from_uri
 from recrawler.state.records import SETTLE_APPLY, SETTLE_KEEP
 from recrawler.state.sql.visibility import visible_from, visible_run, visible_where
-from tests import docsite, shell
+from tests import docsite, shell, statedb
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -55,16 +53,17 @@ ENDINGS = st.sampled_from(["publish", "hold", "hold_removals", "kill"])
 
 def current(path: Path) -> list[tuple[str, str]]:
     """The chunks of each live page's current stored state."""
-    with closing(sqlite3.connect(path)) as conn:
-        rows = conn.execute(
-            """SELECT c.key, c.text FROM chunks c JOIN pages p ON p.key = c.key
-               WHERE p.status = 'live' AND c.retired_run IS NULL"""
-        ).fetchall()
-        counts = conn.execute(
-            """SELECT p.key, p.chunks, (SELECT COUNT(*) FROM chunks c
-                                        WHERE c.key = p.key AND c.retired_run IS NULL)
-               FROM pages p WHERE p.status = 'live'"""
-        ).fetchall()
+    rows = statedb.rows(
+        path,
+        """SELECT c.key, c.text FROM chunks c JOIN pages p ON p.key = c.key
+           WHERE p.status = 'live' AND c.retired_run IS NULL""",
+    )
+    counts = statedb.rows(
+        path,
+        """SELECT p.key, p.chunks, (SELECT COUNT(*) FROM chunks c
+                                    WHERE c.key = p.key AND c.retired_run IS NULL)
+           FROM pages p WHERE p.status = 'live'""",
+    )
     for key, stored, actual in counts:
         assert stored == actual, f"{key}: pages.chunks {stored} != {actual} current chunk rows"
     return sorted(rows)

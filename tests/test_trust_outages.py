@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import gzip
 import logging
-import sqlite3
-from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.report import summary_line
-from tests import docsite
+from tests import docsite, statedb
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -32,9 +30,7 @@ def write_pages(site: Site, n: int, folder: str = "") -> list[str]:
 
 
 def status_of(crawls: Crawls, path: str) -> str:
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        (status,) = conn.execute("SELECT status FROM pages WHERE url LIKE ?", (f"%/{path}",)).fetchone()
-    return str(status)
+    return str(statedb.value(crawls.db_path, "SELECT status FROM pages WHERE url LIKE ?", (f"%/{path}",)))
 
 
 def errors(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -222,7 +218,6 @@ async def test_a_huge_page_is_indexed_in_a_bounded_number_of_chunks(site: Site, 
     sitemap = site.write_sitemap(paths)
     r = await crawls.crawl(sitemap, RECRAWLER_CHUNK_MAX_PER_PAGE=50)
     assert r.counts["new"] == 100
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        (chunks,) = conn.execute("SELECT chunks FROM pages WHERE url LIKE '%/page-3.html'").fetchone()
+    chunks = statedb.value(crawls.db_path, "SELECT chunks FROM pages WHERE url LIKE '%/page-3.html'")
     assert chunks == 50
     assert r.stats["recrawler/index/capped"] == 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -12,11 +11,9 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import terminal_safe
 from recrawler.extract import ContentExtractor, ExtractionError, clean_text, looks_binary
-from tests import docsite, shell
+from tests import docsite, shell, statedb
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from tests.conftest import Crawls
     from tests.conftest_mockserver import Site
 
@@ -139,12 +136,10 @@ def test_terminal_safe_shows_controls_as_escapes() -> None:
 
 
 def stored(crawls: Crawls) -> dict[str, Any]:
-    conn = sqlite3.connect(crawls.db_path)
-    try:
-        pages = dict(conn.execute("SELECT url, content_hash FROM pages"))
-        chunks = sorted(conn.execute("SELECT url, chunk_index, text FROM chunks WHERE retired_run IS NULL"))
-    finally:
-        conn.close()
+    pages = dict(statedb.rows(crawls.db_path, "SELECT url, content_hash FROM pages"))
+    chunks = sorted(
+        statedb.rows(crawls.db_path, "SELECT url, chunk_index, text FROM chunks WHERE retired_run IS NULL")
+    )
     return {"pages": pages, "chunks": chunks}
 
 
@@ -227,7 +222,7 @@ async def test_control_characters_never_reach_stored_text_or_the_terminal(site: 
     r2 = await crawls.crawl(sitemap)
     assert r2.actions() == {"evil.html": "changed"}
 
-    dirty = [(t, c, v) for t, c, v in text_values(crawls.db_path) if not no_controls(v)]
+    dirty = [(t, c, v) for t, c, v in statedb.text_values(crawls.db_path) if not no_controls(v)]
     assert dirty == []
     assert all(no_controls(json.dumps(e, ensure_ascii=False)) for e in r2.events)
 
@@ -259,15 +254,13 @@ async def test_cli_escapes_control_characters_held_in_the_database(site: Site, c
     site.write("a.html", page("A", "Version two words."), mtime=T0 + 5)
     await crawls.crawl(sitemap)
     evil = "\x1b]0;pwned\x07\x1b[2J\r"
-    conn = sqlite3.connect(crawls.db_path)
-    with conn:
+    with statedb.editing(crawls.db_path) as conn:
         conn.execute("UPDATE pages SET url = url || ?, title = ?", (evil, evil))
         conn.execute(
             "UPDATE chunks SET text = text || ?, heading = heading || ?, url = url || ?", (evil,) * 3
         )
         conn.execute("UPDATE page_changes SET diff = diff || ?, url = url || ?", (evil, evil))
         conn.execute("UPDATE runs SET site = site || ?", (evil,))
-    conn.close()
 
     for argv in (
         ("chunks", "--db", crawls.db_uri),
@@ -283,23 +276,3 @@ async def test_cli_escapes_control_characters_held_in_the_database(site: Site, c
     out = await shell.acli_out("chunks", "--db", crawls.db_uri, "--json")
     assert no_controls(out)
     assert evil in json.loads(out.splitlines()[0])["text"]
-
-
-def text_values(db_path: Path) -> list[tuple[str, str, str]]:
-    """(table, column, value) for every text value of every table."""
-    conn = sqlite3.connect(db_path)
-    try:
-        found = []
-        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        for table in tables:
-            cursor = conn.execute(f'SELECT * FROM "{table}"')
-            columns = [d[0] for d in cursor.description]
-            for row in cursor:
-                found.extend(
-                    (table, column, value)
-                    for column, value in zip(columns, row, strict=True)
-                    if isinstance(value, str)
-                )
-        return found
-    finally:
-        conn.close()

@@ -4,9 +4,7 @@ address, one to another host is never followed, a loop changes nothing."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections import Counter
-from contextlib import closing
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -14,7 +12,7 @@ import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, statedb
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -27,16 +25,14 @@ T0 = 1_760_000_000.0
 
 def pages(db: Path) -> dict[str, tuple[str, str | None]]:
     """url tail -> (status, moved_to tail)"""
-    with closing(sqlite3.connect(db)) as conn:
-        conn.row_factory = sqlite3.Row
-        out = {}
-        for row in conn.execute("SELECT * FROM pages"):
-            moved_to = row["moved_to"] if "moved_to" in row.keys() else None  # noqa: SIM118 (sqlite3.Row)
-            out[row["url"].rsplit("/", 1)[-1]] = (
-                row["status"],
-                moved_to.rsplit("/", 1)[-1] if moved_to else None,
-            )
-        return out
+    out = {}
+    for row in statedb.dicts(db, "SELECT * FROM pages"):
+        moved_to = row.get("moved_to")
+        out[row["url"].rsplit("/", 1)[-1]] = (
+            row["status"],
+            moved_to.rsplit("/", 1)[-1] if moved_to else None,
+        )
+    return out
 
 
 def chunk_urls(crawls: Crawls, capsys: pytest.CaptureFixture[str]) -> list[str]:
@@ -162,8 +158,7 @@ async def test_the_direct_check_of_an_unlisted_page_never_follows_it_off_site(
     assert r.counts["verified"] == 1
     assert site.requests("foreign.html") == []  # neither fetched nor sent a.html's ETag
     assert pages(crawls.db_path)["a.html"] == ("quarantined", None)
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        texts = " ".join(t for (t,) in conn.execute("SELECT text FROM chunks"))
+    texts = " ".join(t for (t,) in statedb.rows(crawls.db_path, "SELECT text FROM chunks"))
     assert "Somebody else" not in texts
 
 

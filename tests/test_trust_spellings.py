@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import sqlite3
 from collections import Counter
-from contextlib import closing
 from typing import TYPE_CHECKING
 
 import pytest
@@ -16,7 +14,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler import urls
 from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, statedb
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -27,8 +25,9 @@ PAGES = 120
 
 
 def live_keys(crawls: Crawls) -> list[str]:
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        return [k for (k,) in conn.execute("SELECT key FROM pages WHERE status = 'live' ORDER BY key")]
+    return [
+        k for (k,) in statedb.rows(crawls.db_path, "SELECT key FROM pages WHERE status = 'live' ORDER BY key")
+    ]
 
 
 def chunk_pages(crawls: Crawls) -> Counter[str]:

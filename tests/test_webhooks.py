@@ -7,10 +7,8 @@ import json
 import logging
 import re
 import socket
-import sqlite3
 import threading
 import time
-from contextlib import closing
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -22,7 +20,7 @@ from recrawler.cli import main
 from recrawler.exceptions import ConfigurationError, EventDeliveryError
 from recrawler.state.sqlite import SQLiteStateStore, lease_holder
 from recrawler.webhooks import WebhookSink, idempotency_key, sign, verify
-from tests import docsite, shell
+from tests import docsite, shell, statedb
 from tests.conftest_mockserver import REPO_ROOT
 from tests.test_state_contract import SITE, ev, rec
 from tests.test_state_contract import T0 as T0_DT
@@ -135,8 +133,7 @@ def write_site(site: Site, n: int = 3) -> str:
 
 def outbox(crawls: Crawls) -> int:
     """Events waiting for delivery (delivered ones stay in the log, marked)."""
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        return int(conn.execute("SELECT COUNT(*) FROM outbox WHERE delivered = 0").fetchone()[0])
+    return int(statedb.value(crawls.db_path, "SELECT COUNT(*) FROM outbox WHERE delivered = 0"))
 
 
 def without_key(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

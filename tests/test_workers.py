@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-import sqlite3
 import subprocess
 import time
 from collections import Counter
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from recrawler.kb.reader import open_kb
-from tests import docsite, shell
+from tests import docsite, shell, statedb
 from tests.conftest_mockserver import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -117,9 +116,8 @@ def workers(sitemap: str, db: Path, redis_url: str, n: int = 2) -> list[tuple[in
 
 def state(db: Path) -> dict[str, Any]:
     """What a run leaves that a bot or the next run reads: pages, the published chunks, run states."""
-    with closing(sqlite3.connect(db)) as conn:
-        pages = sorted(conn.execute("SELECT key, status, content_hash, chunks FROM pages").fetchall())
-        runs = [r[0] for r in conn.execute("SELECT state FROM runs ORDER BY id")]
+    pages = sorted(statedb.rows(db, "SELECT key, status, content_hash, chunks FROM pages"))
+    runs = [r[0] for r in statedb.rows(db, "SELECT state FROM runs ORDER BY id")]
     with open_kb(f"sqlite:///{db}", embedder="hashing") as kb:
         chunks = sorted((c.key, c.chunk_index, c.chunk_hash) for c in kb.chunks())
     return {"pages": pages, "chunks": chunks, "runs": runs}
@@ -227,12 +225,10 @@ def test_a_worker_killed_mid_run_is_noticed_and_the_run_ends_unfinished(
     assert "reconcile skipped: worker_lost" in summary
     assert summary.endswith("| exit 7")
     # the pages it had taken, and those never fetched, are checked by the next run: none is lost
-    with closing(sqlite3.connect(got["db"])) as conn:
-        assert conn.execute("SELECT state, exit_code FROM runs").fetchall()[0][1] == 7
+    assert statedb.rows(got["db"], "SELECT state, exit_code FROM runs")[0][1] == 7
     nxt = single(got["sitemap"], got["db"])
     assert nxt.returncode == 0, nxt.stderr[-2000:]
-    with closing(sqlite3.connect(got["db"])) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM pages WHERE status = 'live'").fetchone()[0] == 150
+    assert statedb.value(got["db"], "SELECT COUNT(*) FROM pages WHERE status = 'live'") == 150
 
 
 def test_a_worker_whose_leader_was_killed_says_the_run_is_unfinished(
