@@ -8,7 +8,6 @@ import dataclasses
 import multiprocessing
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -36,7 +35,7 @@ from recrawler.spiders import RecrawlerSpiderMixin
 from recrawler.spiders.docs import DocsSpider
 from recrawler.state import PageRecord
 from recrawler.state.sqlite import SQLiteStateStore
-from tests import docsite
+from tests import docsite, statedb
 from tests.conftest import Crawls, make_crawler
 
 if TYPE_CHECKING:
@@ -99,30 +98,26 @@ def _write_encodings(site: Site) -> list[str]:
 
 
 def _state(db: Path) -> dict[str, Any]:
-    conn = sqlite3.connect(db)
-    try:
-        return {
-            "pages": conn.execute(
-                "SELECT url, content_hash, fuzzy_hash, title, chunks FROM pages ORDER BY url"
-            ).fetchall(),
-            "fields": conn.execute(
-                "SELECT p.url, f.title, f.headings, f.code, f.links, f.text, f.blocks "
-                "FROM page_fields f JOIN pages p ON p.key = f.key ORDER BY p.url"
-            ).fetchall(),
-            "chunks": conn.execute(
-                "SELECT url, chunk_index, chunk_hash, heading, text FROM chunks "
-                "WHERE retired_run IS NULL ORDER BY url, chunk_index"
-            ).fetchall(),
-            "embeddings": conn.execute(
-                "SELECT embedder, text_hash, vector FROM embeddings ORDER BY embedder, text_hash"
-            ).fetchall(),
-            # folded from the page writes' block deltas, samples included
-            "blocks": conn.execute(
-                "SELECT site, block, pages, sample FROM site_blocks ORDER BY block"
-            ).fetchall(),
-        }
-    finally:
-        conn.close()
+    return {
+        "pages": statedb.rows(
+            db, "SELECT url, content_hash, fuzzy_hash, title, chunks FROM pages ORDER BY url"
+        ),
+        "fields": statedb.rows(
+            db,
+            "SELECT p.url, f.title, f.headings, f.code, f.links, f.text, f.blocks "
+            "FROM page_fields f JOIN pages p ON p.key = f.key ORDER BY p.url",
+        ),
+        "chunks": statedb.rows(
+            db,
+            "SELECT url, chunk_index, chunk_hash, heading, text FROM chunks "
+            "WHERE retired_run IS NULL ORDER BY url, chunk_index",
+        ),
+        "embeddings": statedb.rows(
+            db, "SELECT embedder, text_hash, vector FROM embeddings ORDER BY embedder, text_hash"
+        ),
+        # folded from the page writes' block deltas, samples included
+        "blocks": statedb.rows(db, "SELECT site, block, pages, sample FROM site_blocks ORDER BY block"),
+    }
 
 
 @deferred_f_from_coro_f
@@ -363,10 +358,7 @@ async def test_chunk_texts_embedded_by_a_worker_are_the_texts_embedded_in_proces
         finally:
             pool.shutdown()
             await store.close()
-        with sqlite3.connect(db) as conn:
-            found.append(
-                conn.execute("SELECT text_hash, vector FROM embeddings ORDER BY text_hash").fetchall()
-            )
+        found.append(statedb.rows(db, "SELECT text_hash, vector FROM embeddings ORDER BY text_hash"))
     assert len(found[0]) == 800
     assert found[0] == found[1]
     assert len(found[2]) == 2400
@@ -522,7 +514,7 @@ async def test_a_refused_run_stops_its_workers_before_it_returns(site: Site, tmp
     store = SQLiteStateStore(str(db))
     await store.open()
     await store.close()
-    with sqlite3.connect(db) as conn:
+    with statedb.editing(db) as conn:
         conn.execute("INSERT INTO schema_version VALUES (999)")
     before = set(multiprocessing.active_children())
     crawls = Crawls(tmp_path)

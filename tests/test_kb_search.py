@@ -18,6 +18,7 @@ from recrawler.kb.embedders import HashingEmbedder
 from recrawler.kb.ranking import Ranked, fuse, keyword_terms
 from recrawler.kb.reader import open_kb
 from recrawler.state.sql.search import BLOCK
+from tests import statedb
 from tests.kbfill import fill_sync
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -211,7 +212,7 @@ def test_vector_search_is_exact_over_blocks_and_tail_with_visibility_and_site(tm
     n = 2 * BLOCK + 3000  # two blocks and a tail
     path = tmp_path / "kb.db"
     vectors = synthetic_kb(path, n)
-    assert sqlite3.connect(path).execute("SELECT COUNT(*) FROM vector_blocks").fetchone()[0] == 2
+    assert statedb.value(path, "SELECT COUNT(*) FROM vector_blocks") == 2
     visible = np.array([i % 7 != 3 for i in range(n)])
     site_a = np.array([(i // 10) % 2 == 0 for i in range(n)])
     embedder = HashingEmbedder()
