@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any
+from enum import Enum, StrEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from recrawler.state.records import PageRecord
 
 
 class PageStatus(StrEnum):
@@ -20,12 +23,20 @@ class PageStatus(StrEnum):
     ERROR = "error"
 
 
+class Unread(Enum):
+    """``Page.record`` when the page's stored record was not read on its request's way (None
+    says the store holds no record of the page)."""
+
+    UNREAD = "unread"
+
+
 @dataclass(slots=True, kw_only=True)
 class Page:
     """One checked page: a 200 with its cleaned text, or a 304 with no body at all.
 
     ``status`` is filled by ClassifyPipeline; ``error`` (a short reason such as
     ``empty_content``) makes the page an error that leaves its stored state untouched.
+    ``record`` carries what the pipelines need from the request side.
     """
 
     url: str
@@ -65,3 +76,6 @@ class Page:
     #: the fingerprint and chunks a CPU worker process made (a ``recrawler.cpu.Worked``), until
     #: the pipelines take them (typed loosely: the item module stands below everything it carries)
     worked: Any = field(default=None, repr=False, compare=False)
+    #: the page's stored state as its request found it (None: not stored), from the request's
+    #: meta; ``Unread.UNREAD`` when nothing read it on the way (the pipelines read it then)
+    record: PageRecord | Unread | None = field(default=Unread.UNREAD, repr=False, compare=False)

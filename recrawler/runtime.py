@@ -22,7 +22,7 @@ from recrawler.learning import NoiseRegistry
 from recrawler.outcome import EXIT_BUSY, EXIT_CONFIG, EXIT_HELD, EXIT_STATE
 from recrawler.redact import redact_text, redact_url
 from recrawler.schedule import SchedulePolicy, parse_audit_sample
-from recrawler.state import RecordHints, store_from_uri, utcnow
+from recrawler.state import store_from_uri, utcnow
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -111,8 +111,6 @@ class Runtime:
         self.store = store
         self.counters = RunCounters(crawler.stats)
         self.cpu_pool.counters = self.counters
-        #: records the request side read, handed to the item side (bounded)
-        self.hints = RecordHints()
         #: the hand-over from ClassifyPipeline to IndexPipeline (set when IndexPipeline is enabled)
         self.handover: PendingUpdates | None = None
         #: the run's frontier on disk (set when FrontierMiddleware is enabled)

@@ -15,7 +15,7 @@ from recrawler.detect import decide, fingerprint
 from recrawler.detect.hashing import pack_blocks
 from recrawler.detect.verdict import BY_HASH, RESTORED, Verdict
 from recrawler.exceptions import ConfigurationError, StateStoreError
-from recrawler.items import Page, PageStatus
+from recrawler.items import Page, PageStatus, Unread
 from recrawler.pipelines import PageUpdate, commit
 from recrawler.runtime import runtime_of
 from recrawler.state import (
@@ -29,7 +29,6 @@ from recrawler.state import (
     Event,
     FieldsRow,
     PageRecord,
-    RecordHints,
     utcnow,
 )
 from recrawler.urls import key_host
@@ -167,9 +166,10 @@ class ClassifyPipeline:
     critical-token guard) counts as unchanged. Changes go to the page's append-only history with
     the fields that changed and a capped diff.
 
-    A page's state is written only once it is classified (by IndexPipeline, when enabled, with its
-    chunks); a failed write leaves the old state, so the page is checked again next run. Error
-    pages (``Page.error``) leave state untouched.
+    The page's stored state comes on the item (``Page.record``, read on its request's way) or is
+    read here. A page's state is written only once it is classified (by IndexPipeline, when enabled,
+    with its chunks); a failed write leaves the old state, so the page is checked again next run.
+    Error pages (``Page.error``) leave state untouched.
 
     Settings: ``RECRAWLER_DB_URI``, ``RECRAWLER_FUZZY_THRESHOLD``, ``RECRAWLER_FUZZY_THRESHOLDS``,
     ``RECRAWLER_DIFF_MAX_BYTES``, ``RECRAWLER_VOLATILE_*``, ``RECRAWLER_BOILERPLATE_*``.
@@ -238,15 +238,15 @@ class ClassifyPipeline:
         now = utcnow()
         if item.error:
             return await self._error(run, item, now)
-        rec = self.runtime.hints.pop(item.key)
-        try:
-            if rec is RecordHints.MISSING:
+        rec = item.record
+        if rec is Unread.UNREAD:
+            try:
                 rec = await self.store.get(item.key)
-        except StateStoreError as exc:
-            # A read failure is treated as "no record" (the page is then new; nothing is lost).
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
-            logger.error("state read failed for %(url)s: %(exc)s", {"url": item.url, "exc": exc})
-            rec = None
+            except StateStoreError as exc:
+                # A read failure is treated as "no record" (the page is then new; nothing is lost).
+                self._inc(f"recrawler/state/error/{type(exc).__name__}")
+                logger.error("state read failed for %(url)s: %(exc)s", {"url": item.url, "exc": exc})
+                rec = None
         if item.http_status == 304 and (rec is None or rec.status in _REMOVED):
             item.error = "not_modified_without_record"
             return await self._error(run, item, now)

@@ -25,7 +25,7 @@ from recrawler.detect.regions import volatile_regions
 from recrawler.documents import HTML, Documents, pdf_limits
 from recrawler.exceptions import ConfigurationError
 from recrawler.extract import Content, ContentExtractor, ExtractionError, looks_binary
-from recrawler.items import Page
+from recrawler.items import Page, Unread
 from recrawler.redact import redact_url
 from recrawler.runtime import find_runtime
 from recrawler.sitemaps import stopped_early
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from recrawler.detect.noise import SiteNoise
     from recrawler.learning import NoiseRegistry
     from recrawler.pdf import PdfLimits
-    from recrawler.state import RecordHints
 
 logger = logging.getLogger(__name__)
 
@@ -119,9 +118,7 @@ class PageBuilder:
             return page
         return self.fill(page, response, content)
 
-    async def page_in_worker(
-        self, response: Response, lastmod: str | None, pool: CpuPool, hints: RecordHints
-    ) -> Page | None:
+    async def page_in_worker(self, response: Response, lastmod: str | None, pool: CpuPool) -> Page | None:
         """:meth:`page` with its CPU work done by a worker process, in one hand-over: the
         content, the fingerprint under the site's noise model (once loaded) and, unless the page
         still hashes to what is indexed, the chunks. None when the workers are gone."""
@@ -135,7 +132,7 @@ class PageBuilder:
             site = key_host(page.key)
             model = self.noise.ready(site)
             regions = (model or self.noise.site(site)).regions if html else ()
-        rec = hints.peek(page.key)
+        rec = page.record
         indexed = None
         if isinstance(rec, PageRecord) and rec.chunks and rec.status == LIVE:
             indexed = rec.content_hash
@@ -194,6 +191,8 @@ class PageBuilder:
             found_from=response.meta.get(meta.FOUND_FROM),
             found_depth=int(response.meta.get(meta.DEPTH) or 0),
             moved_from=tuple(response.meta.get(meta.MOVED_FROM, ())),
+            # what the request side read of the page's stored state, for the pipelines
+            record=response.meta.get(meta.RECORD, Unread.UNREAD),
         )
         if response.status == 304:
             return page, False
@@ -298,7 +297,7 @@ class RecrawlerSpiderMixin:
         if runtime is None or response.status == 304 or not response.body or meta.FIRST_BODY in response.meta:
             return builder.page(response, lastmod)
         if runtime.cpu_pool.active:
-            page = await builder.page_in_worker(response, lastmod, runtime.cpu_pool, runtime.hints)
+            page = await builder.page_in_worker(response, lastmod, runtime.cpu_pool)
             if page is not None:
                 return page
         if runtime.cpu_threads:
