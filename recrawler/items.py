@@ -36,7 +36,8 @@ class Page:
 
     ``status`` is filled by ClassifyPipeline; ``error`` (a short reason such as
     ``empty_content``) makes the page an error that leaves its stored state untouched.
-    ``record`` carries what the pipelines need from the request side.
+    ``record`` and ``update`` carry what the pipelines need from the request side and from each
+    other: the item is the only way they share a page.
     """
 
     url: str
@@ -79,3 +80,6 @@ class Page:
     #: the page's stored state as its request found it (None: not stored), from the request's
     #: meta; ``Unread.UNREAD`` when nothing read it on the way (the pipelines read it then)
     record: PageRecord | Unread | None = field(default=Unread.UNREAD, repr=False, compare=False)
+    #: ClassifyPipeline's decision (a ``recrawler.pipelines.handover.PageUpdate``) on its way to
+    #: IndexPipeline, which writes it with the page's chunks (typed loosely, as ``worked`` is)
+    update: Any = field(default=None, repr=False, compare=False)

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
     from recrawler.items import Page, PageStatus
     from recrawler.kb.embedders import Embedder
-    from recrawler.pipelines.handover import PendingUpdates
     from recrawler.schedule import Revisit
     from recrawler.state import Run, StateStore
     from recrawler.state.records import RevisitUpdate
@@ -111,8 +110,6 @@ class Runtime:
         self.store = store
         self.counters = RunCounters(crawler.stats)
         self.cpu_pool.counters = self.counters
-        #: the hand-over from ClassifyPipeline to IndexPipeline (set when IndexPipeline is enabled)
-        self.handover: PendingUpdates | None = None
         #: the run's frontier on disk (set when FrontierMiddleware is enabled)
         self.frontier: Frontier | None = None
         #: the sitemap files waiting to be requested (set by ListingMiddleware)

@@ -79,7 +79,9 @@ class ConditionalRequestMiddleware:
     that permanently redirect to a live stored page are moves, however many).
 
     Settings: ``RECRAWLER_CONDITIONAL_ENABLED``, ``RECRAWLER_DB_URI``, ``RECRAWLER_URL_*_PARAMS``,
-    ``RECRAWLER_GONE_STATUSES``, ``RECRAWLER_MISSING_STATUSES``, ``REDIRECT_ENABLED``,
+    ``RECRAWLER_GONE_STATUSES``, ``RECRAWLER_MISSING_STATUSES``, ``RECRAWLER_INDEX_ENABLED`` with
+    ``ITEM_PIPELINES`` (IndexPipeline on: a page stored without chunks is fetched whole),
+    ``REDIRECT_ENABLED``,
     ``REDIRECT_MAX_TIMES``, ``RECRAWLER_SOFT404_ENABLED``, ``HTTPERROR_ALLOWED_CODES`` (its statuses
     reach the callback as they are), ``HTTPCACHE_ENABLED`` with ``HTTPCACHE_POLICY`` (RFC2616Policy
     also sends validators: a ConfigurationError).
@@ -104,6 +106,7 @@ class ConditionalRequestMiddleware:
         follow_redirects: bool = True,
         max_redirects: int = 20,
         soft_404: bool = True,
+        indexing: bool = False,
         crawler: Crawler | None = None,
         runtime: Runtime | None = None,
     ) -> None:
@@ -121,6 +124,8 @@ class ConditionalRequestMiddleware:
         self.follow_redirects = follow_redirects
         self.max_redirects = max_redirects
         self.soft_404 = soft_404
+        #: the knowledge base is kept (IndexPipeline): a page stored without chunks is fetched whole
+        self.indexing = indexing
         #: this run's redirect targets and the pages sent to each (bounded), and the targets found
         #: shared by too many pages
         self._loans: dict[str, set[str]] = {}
@@ -151,6 +156,7 @@ class ConditionalRequestMiddleware:
             follow_redirects=s.getbool("REDIRECT_ENABLED"),
             max_redirects=s.getint("REDIRECT_MAX_TIMES"),
             soft_404=s.getbool("RECRAWLER_SOFT404_ENABLED"),
+            indexing=meta.indexes_pages(s),
             crawler=crawler,
             runtime=runtime,
         )
@@ -160,10 +166,6 @@ class ConditionalRequestMiddleware:
         """The spider's URL policy (None for a spider without one: nothing is refused)."""
         spider = self.crawler.spider if self.crawler else None
         return getattr(spider, "recrawler_url_policy", None)
-
-    def _indexing(self) -> bool:
-        # an enabled IndexPipeline registers its hand-over when it is built
-        return self.runtime is not None and self.runtime.handover is not None
 
     def _inc(self, name: str, count: int = 1) -> None:
         if self.runtime is not None:
@@ -219,7 +221,7 @@ class ConditionalRequestMiddleware:
             request.meta[meta.RECORD] = rec
         if rec is None or rec.status in (GONE, MOVED):
             return
-        if rec.status == LIVE and rec.chunks == 0 and self._indexing():
+        if rec.status == LIVE and rec.chunks == 0 and self.indexing:
             # stored before the knowledge base was on: fetch the body once so it gets indexed
             return
         # validators a host was caught lying with are switched off for it (see AuditMiddleware)

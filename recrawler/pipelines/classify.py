@@ -167,11 +167,14 @@ class ClassifyPipeline:
     the fields that changed and a capped diff.
 
     The page's stored state comes on the item (``Page.record``, read on its request's way) or is
-    read here. A page's state is written only once it is classified (by IndexPipeline, when enabled,
-    with its chunks); a failed write leaves the old state, so the page is checked again next run.
-    Error pages (``Page.error``) leave state untouched.
+    read here. A page's state is written only once it is classified: here, or, while IndexPipeline
+    keeps the knowledge base (``RECRAWLER_INDEX_ENABLED``, the pipeline among ``ITEM_PIPELINES``),
+    there with its chunks, the decision riding on the item (``Page.update``); a failed write leaves
+    the old state, so the page is checked again next run. Error pages (``Page.error``) leave state
+    untouched.
 
-    Settings: ``RECRAWLER_DB_URI``, ``RECRAWLER_FUZZY_THRESHOLD``, ``RECRAWLER_FUZZY_THRESHOLDS``,
+    Settings: ``RECRAWLER_DB_URI``, ``RECRAWLER_INDEX_ENABLED``, ``ITEM_PIPELINES``,
+    ``RECRAWLER_FUZZY_THRESHOLD``, ``RECRAWLER_FUZZY_THRESHOLDS``,
     ``RECRAWLER_DIFF_MAX_BYTES``, ``RECRAWLER_VOLATILE_*``, ``RECRAWLER_BOILERPLATE_*``.
     Stats: ``recrawler/page/{new,changed,unchanged,restored,error}``,
     ``recrawler/page/unchanged/{not_modified,hash,rebaseline,fuzzy}``,
@@ -191,6 +194,7 @@ class ClassifyPipeline:
         thresholds: Mapping[str, int | None] | None = None,
         diff_limit: int = 20_000,
         learn: bool = True,
+        indexing: bool = False,
         runtime: Runtime | None = None,
     ) -> None:
         self.store = store
@@ -201,6 +205,8 @@ class ClassifyPipeline:
         self.thresholds = dict(thresholds or {})
         self.diff_limit = diff_limit
         self.learn = learn
+        #: IndexPipeline writes each page (with its chunks): the decision goes on with the item
+        self.indexing = indexing
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -220,6 +226,7 @@ class ClassifyPipeline:
             thresholds=thresholds,
             diff_limit=s.getint("RECRAWLER_DIFF_MAX_BYTES"),
             learn=s.getbool("RECRAWLER_VOLATILE_ENABLED") and s.getbool("RECRAWLER_VOLATILE_LEARN"),
+            indexing=meta.indexes_pages(s),
             runtime=runtime,
         )
 
@@ -384,7 +391,6 @@ class ClassifyPipeline:
                 samples_json=worked.samples_json if worked is not None else None,
             )
         update = PageUpdate(
-            page=item,
             status=status,
             how=verdict.how,
             record=new_rec,
@@ -408,7 +414,6 @@ class ClassifyPipeline:
         new_rec = next_record(item, rec, verdict, now, fp, noise.key if noise else None, run.id)
         item.content_hash = new_rec.content_hash
         update = PageUpdate(
-            page=item,
             status=PageStatus.UNCHANGED,
             how=BY_HASH,
             record=dataclasses.replace(new_rec, pending=None),
@@ -421,15 +426,14 @@ class ClassifyPipeline:
         status = update.status
         item.raw_body = None
         assert self.runtime is not None
-        pending = self.runtime.handover
-        if pending is not None:
+        if self.indexing:
             # IndexPipeline adds the page's chunks (the worker's, if made) and writes everything
             # in one transaction
-            pending.put(update)
+            item.update = update
             item.status = status
             return item
         item.worked = None
-        return await commit(self.runtime, run, update)
+        return await commit(self.runtime, run, item, update)
 
     @staticmethod
     def _event(
