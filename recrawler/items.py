@@ -74,12 +74,13 @@ class Page:
     moved_from: tuple[str, ...] = ()
     #: what the body was read as (``html``, ``pdf``: see ``recrawler.documents``); None without one
     document: str | None = None
-    #: the fingerprint and chunks a CPU worker process made (a ``recrawler.cpu.Worked``), until
-    #: the pipelines take them (typed loosely: the item module stands below everything it carries)
+    #: the fingerprint and chunks ``recrawler.cpu.process_page`` made with the text, in a worker
+    #: process or in the crawl's (a ``recrawler.cpu.Worked``), until the pipelines take them
+    #: (typed loosely, as ``update`` is: the item module stands below the stages it serves)
     worked: Any = field(default=None, repr=False, compare=False)
     #: the page's stored state as its request found it (None: not stored), from the request's
     #: meta; ``Unread.UNREAD`` when nothing read it on the way (the pipelines read it then)
     record: PageRecord | Unread | None = field(default=Unread.UNREAD, repr=False, compare=False)
     #: ClassifyPipeline's decision (a ``recrawler.pipelines.handover.PageUpdate``) on its way to
-    #: IndexPipeline, which writes it with the page's chunks (typed loosely, as ``worked`` is)
+    #: IndexPipeline, which writes it with the page's chunks
     update: Any = field(default=None, repr=False, compare=False)

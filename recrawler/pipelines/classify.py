@@ -179,8 +179,7 @@ class ClassifyPipeline:
     Stats: ``recrawler/page/{new,changed,unchanged,restored,error}``,
     ``recrawler/page/unchanged/{not_modified,hash,rebaseline,fuzzy}``,
     ``recrawler/page/changed/guard``, ``recrawler/page/error/<reason>``,
-    ``recrawler/volatile/{recheck,learned}``, ``recrawler/state/error/<Exception>``,
-    ``recrawler/cpu/worker_fingerprints``.
+    ``recrawler/volatile/{recheck,learned}``, ``recrawler/state/error/<Exception>``.
     Signals: sends ``page_classified`` (through the write).
     """
 
@@ -270,9 +269,8 @@ class ClassifyPipeline:
             assert item.text is not None
             worked: Worked | None = item.worked
             if worked is not None and worked.noise is noise and worked.fingerprint is not None:
-                # made by a CPU worker under this very model
+                # made with the page's other CPU work, under this very model
                 fp = worked.fingerprint
-                self._inc("recrawler/cpu/worker_fingerprints")
             else:
                 fp = await self.runtime.offload(fingerprint, item.text, noise)
             if (
