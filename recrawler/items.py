@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from recrawler.state.records import PageRecord
+from typing import Any
 
 
 class PageStatus(StrEnum):
@@ -76,11 +73,12 @@ class Page:
     document: str | None = None
     #: the fingerprint and chunks ``recrawler.cpu.process_page`` made with the text, in a worker
     #: process or in the crawl's (a ``recrawler.cpu.Worked``), until the pipelines take them
-    #: (typed loosely, as ``update`` is: the item module stands below the stages it serves)
+    #: (typed loosely, as ``record`` and ``update`` are: the item module stands below all it carries)
     worked: Any = field(default=None, repr=False, compare=False)
-    #: the page's stored state as its request found it (None: not stored), from the request's
-    #: meta; ``Unread.UNREAD`` when nothing read it on the way (the pipelines read it then)
-    record: PageRecord | Unread | None = field(default=Unread.UNREAD, repr=False, compare=False)
+    #: the page's stored state as its request found it (a ``PageRecord``; None: not stored), from
+    #: the request's meta; ``Unread.UNREAD`` when nothing read it on the way (the pipelines read
+    #: it then)
+    record: Any = field(default=Unread.UNREAD, repr=False, compare=False)
     #: ClassifyPipeline's decision (a ``recrawler.pipelines.handover.PageUpdate``) on its way to
     #: IndexPipeline, which writes it with the page's chunks
     update: Any = field(default=None, repr=False, compare=False)

@@ -244,7 +244,7 @@ class ClassifyPipeline:
         now = utcnow()
         if item.error:
             return await self._error(run, item, now)
-        rec = item.record
+        rec: PageRecord | Unread | None = item.record
         if rec is Unread.UNREAD:
             try:
                 rec = await self.store.get(item.key)
