@@ -22,7 +22,7 @@ from recrawler.intervals import SchedulePolicy, parse_audit_sample
 from recrawler.learning import NoiseRegistry
 from recrawler.outcome import EXIT_BUSY, EXIT_CONFIG, EXIT_HELD, EXIT_STATE
 from recrawler.redact import redact_text, redact_url
-from recrawler.state import RecordHints, store_from_uri, utcnow
+from recrawler.state import store_from_uri, utcnow
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from recrawler.intervals import Revisit
     from recrawler.items import Page, PageStatus
     from recrawler.kb.embedders import Embedder
-    from recrawler.pipelines.handover import PendingUpdates
     from recrawler.state import Run, StateStore
     from recrawler.state.records import RevisitUpdate
     from recrawler.workers import SharedRun
@@ -111,10 +110,6 @@ class Runtime:
         self.store = store
         self.counters = RunCounters(crawler.stats)
         self.cpu_pool.counters = self.counters
-        #: records the request side read, handed to the item side (bounded)
-        self.hints = RecordHints()
-        #: the hand-over from ClassifyPipeline to IndexPipeline (set when IndexPipeline is enabled)
-        self.handover: PendingUpdates | None = None
         #: the run's frontier on disk (set when FrontierMiddleware is enabled)
         self.frontier: Frontier | None = None
         #: the sitemap files waiting to be requested (set by ListingMiddleware)

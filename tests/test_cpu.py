@@ -705,3 +705,63 @@ def test_a_worker_makes_the_stored_forms_of_a_field_record_it_will_be_written_wi
     assert (moved.packed_text, moved.samples_json) == (new.packed_text, None)
     same = tools.work(replace(job, indexed_hash=new.fingerprint.content_hash))
     assert (same.packed_text, same.samples_json) == (None, None)
+
+
+def test_a_page_built_in_the_crawls_process_carries_what_a_worker_makes_of_it() -> None:
+    """process_page is the one CPU work of a page: built in the crawl's process (no workers, or
+    them gone) a Page carries the fingerprint, chunks and stored forms a worker would have made,
+    so the pipelines take them the same way whatever the mode."""
+    import pickle
+
+    from recrawler import meta
+    from recrawler.cpu import _Tools
+    from recrawler.extract import ContentExtractor
+    from recrawler.kb.chunking import Chunker
+    from recrawler.spiders import PageBuilder
+    from recrawler.urls import KeyMaker
+
+    noise = NoiseRegistry(boilerplate=False)  # a site model needs no database read
+    builder = PageBuilder(ContentExtractor(["main"]), KeyMaker(), noise, chunker=Chunker(1200, 150))
+    body = docsite.page("Setup", [("Install", ["Run the installer."]), ("Use", ["Start the tool."])]).encode()
+    url = "https://docs.example.com/setup.html"
+
+    def built(record: PageRecord | None) -> Any:
+        request = scrapy.Request(url, meta={meta.RECORD: record})
+        page = builder.page(HtmlResponse(url, body=body, encoding="utf-8", request=request))
+        job = PageJob(
+            key=page.key,
+            url=page.url,
+            body=body,
+            encoding="utf-8",
+            noise_id=b"m",
+            noise=pickle.dumps(noise.site("docs.example.com")),
+            indexed_hash=record.content_hash if record is not None else None,
+            new=record is None,
+        )
+        return page, _Tools(["main"], [], (1200, 150, 500)).work(job)
+
+    page, work = built(None)
+    assert page.record is None
+    assert page.worked is not None
+    assert page.worked.noise is noise.site("docs.example.com")
+    assert page.worked.fingerprint == work.fingerprint
+    assert page.worked.chunks == work.chunks
+    assert len(page.worked.chunks) == 2
+    assert (page.worked.packed_text, page.worked.samples_json) == (work.packed_text, work.samples_json)
+    assert page.worked.samples_json is not None
+    assert page.content_hash == work.content_hash
+    # a page that still hashes to what is indexed: nothing to chunk, no field record to write
+    assert page.worked.fingerprint is not None
+    indexed = PageRecord(
+        key=page.key,
+        site="docs.example.com",
+        url=url,
+        content_hash=page.worked.fingerprint.content_hash,
+        chunks=2,
+        first_seen=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    again, work = built(indexed)
+    assert again.record is indexed
+    assert again.worked is not None
+    assert (again.worked.chunks, again.worked.packed_text, again.worked.samples_json) == (None, None, None)
+    assert (work.chunks, work.packed_text, work.samples_json) == (None, None, None)
