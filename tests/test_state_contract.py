@@ -863,6 +863,47 @@ class TrustContract(BackendMixin):
             assert all(t.trusted and t.lies == 0 for t in await store.trust())
 
     @deferred_f_from_coro_f
+    async def test_claims_made_together_are_each_counted_in_one_write(
+        self, uri: str, settings: Settings
+    ) -> None:
+        """A forced recheck's claims arrive at once: each is counted, the lies switch the signal
+        off, and every claim of one signal gets the record their write left."""
+        async with self.opened(uri, settings) as store:
+            kw: dict[str, Any] = {"at": T0, "distrust_after": 3}
+            lastmod = [
+                store.record_trust("h", "lastmod", lied=i in (100, 200, 250), url=f"https://h/{i}", **kw)
+                for i in range(300)
+            ]
+            etag = [store.record_trust("h", "etag", lied=False, url="https://h/e", **kw) for _ in range(50)]
+            got = await asyncio.gather(*lastmod, *etag)
+            assert {(r.signal, r.checks, r.lies, r.trusted, r.last_lie_url) for r in got} == {
+                ("lastmod", 300, 3, False, "https://h/250"),
+                ("etag", 50, 0, True, None),
+            }
+            later = await store.record_trust("h", "lastmod", lied=False, url="https://h/x", **kw)
+            assert (later.checks, later.lies, later.trusted) == (301, 3, False)
+            await store.flush()
+            assert [(t.signal, t.checks) for t in await store.trust()] == [("etag", 50), ("lastmod", 301)]
+
+    @deferred_f_from_coro_f
+    async def test_a_claim_the_database_refuses_fails_alone_among_claims_made_together(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            kw: dict[str, Any] = {"at": T0, "distrust_after": 5}
+            got = await asyncio.gather(
+                *(
+                    store.record_trust("h", "etag", lied=i == 7, url=object() if i == 7 else "u", **kw)  # type: ignore[arg-type]
+                    for i in range(20)
+                ),
+                return_exceptions=True,
+            )
+            assert [i for i, r in enumerate(got) if isinstance(r, BaseException)] == [7]
+            assert isinstance(got[7], PageWriteError)
+            await store.flush()
+            assert [(t.checks, t.lies, t.trusted) for t in await store.trust()] == [(19, 0, True)]
+
+    @deferred_f_from_coro_f
     async def test_immutable_keys_are_per_spider(self, uri: str, settings: Settings) -> None:
         async with self.opened(uri, settings) as store:
             await store.immutable_add("docs", "k1", url="https://x/a", page_key=None, at=T0)

@@ -382,3 +382,33 @@ def test_search_finds_the_exact_top_10_with_the_visibility_and_site_filters(post
     masks = {"all sites": vis, f"--site {SITE_B}": vis & site_b}
     rows = measure(postgres_uri, vectors, masks, make_queries(31, 1), 10)
     assert [(r["filter"], r["recall"]) for r in rows] == [(f, 1.0) for f in masks]
+
+
+def test_positional_statements_go_in_numbered_parameters_and_named_ones_through_psycopg(
+    postgres_uri: str,
+) -> None:
+    """``?`` statements reach PostgreSQL as ``$1, $2, ...`` (a ``?`` or ``%`` in a literal stays
+    text), a multi-row insert of 4,000 parameters among them; ``:name`` ones go through psycopg."""
+    from recrawler.state.postgres.database import _execute_sync, pg_row
+    from recrawler.state.sql.dialect import count, drive, many, one, values
+
+    rows = [(i, f"k{i}", f"text {i}% '?'", i * 2) for i in range(1000)]
+
+    def work() -> Any:
+        yield count("CREATE TEMPORARY TABLE t (id INTEGER, key TEXT, text TEXT, n INTEGER)")
+        yield from values("INSERT INTO t (id, key, text, n)", rows)
+        yield many("UPDATE t SET n = n + ? WHERE key = ?", [(1, "k0"), (1, "k999")])
+        got = yield one(
+            "SELECT COUNT(*) AS rows, SUM(n) AS total, '50% ?' AS lit, CAST(? AS INTEGER) + 1 AS next, "
+            "(SELECT text FROM t WHERE key = ?)::text AS text FROM t WHERE id >= ?",
+            (41, "k7", 0),
+        )
+        named = yield one("SELECT n FROM t WHERE key = :key AND n > :least", {"key": "k999", "least": 0})
+        return got, named
+
+    with psycopg.connect(postgres_uri, row_factory=pg_row) as conn:
+        got, named = drive(work(), lambda op: _execute_sync(conn, op))
+    assert (got["rows"], got["total"], got["lit"], got["next"], got["text"]) == (
+        1000, sum(i * 2 for i in range(1000)) + 2, "50% ?", 42, "text 7% '?'",
+    )  # fmt: skip
+    assert named["n"] == 1999

@@ -8,6 +8,7 @@ import hashlib
 import logging
 import time
 from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import psycopg
@@ -50,38 +51,47 @@ def pg_row(cursor: Any) -> Any:
     return lambda values: Row(values, index)
 
 
+def _statement(op: Op) -> tuple[str, bool]:
+    """*op*'s statement as psycopg takes it, and whether it goes through a raw cursor: positional
+    parameters are sent in PostgreSQL's own numbered spelling, named ones psycopg rewrites."""
+    first = op.params[0] if op.kind is MANY else op.params
+    if isinstance(first, Mapping):
+        return POSTGRES.sql(op.sql), False
+    return POSTGRES.numbered_sql(op.sql), True
+
+
 async def _execute(conn: psycopg.AsyncConnection[Any], op: Op) -> Any:
-    sql = POSTGRES.sql(op.sql)
-    if op.kind is MANY:
-        if not op.params:
-            return 0
-        async with conn.cursor() as cur:
+    if op.kind is MANY and not op.params:
+        return 0
+    sql, raw = _statement(op)
+    async with psycopg.AsyncRawCursor(conn) if raw else conn.cursor() as cur:
+        if op.kind is MANY:
             await cur.executemany(sql, op.params)
             return cur.rowcount
-    cur = await conn.execute(sql, op.params)
-    if op.kind is ONE:
-        return await cur.fetchone()
-    if op.kind is ALL:
-        return await cur.fetchall()
-    if op.kind is COUNT:
-        return cur.rowcount
+        await cur.execute(sql, op.params)
+        if op.kind is ONE:
+            return await cur.fetchone()
+        if op.kind is ALL:
+            return await cur.fetchall()
+        if op.kind is COUNT:
+            return cur.rowcount
     raise ValueError(f"unknown statement kind {op.kind!r}")
 
 
 def _execute_sync(conn: psycopg.Connection[Any], op: Op) -> Any:
-    sql = POSTGRES.sql(op.sql)
-    if op.kind is MANY:
-        if not op.params:
-            return 0
-        with conn.cursor() as cur:
+    if op.kind is MANY and not op.params:
+        return 0
+    sql, raw = _statement(op)
+    with psycopg.RawCursor(conn) if raw else conn.cursor() as cur:
+        if op.kind is MANY:
             cur.executemany(sql, op.params)
             return cur.rowcount
-    cur = conn.execute(sql, op.params)
-    if op.kind is ONE:
-        return cur.fetchone()
-    if op.kind is ALL:
-        return cur.fetchall()
-    return cur.rowcount
+        cur.execute(sql, op.params)
+        if op.kind is ONE:
+            return cur.fetchone()
+        if op.kind is ALL:
+            return cur.fetchall()
+        return cur.rowcount
 
 
 async def _drive(conn: psycopg.AsyncConnection[Any], work: Work[_T]) -> _T:
@@ -214,6 +224,8 @@ class PostgreSQLDatabase:
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._lock = asyncio.Lock()
         self._in_txn = False
+        #: the last page write's savepoint is still open (released with the next one's opening)
+        self._unit_open = False
         self._pending = 0
         self._txn_since = 0.0
         self._group: list[str] = []
@@ -312,7 +324,7 @@ class PostgreSQLDatabase:
                 if self.dry_run:
                     with contextlib.suppress(psycopg.Error):
                         await conn.execute("ROLLBACK")
-                    self._in_txn = False
+                    self._ended()
                 else:
                     await self._commit()
                     await self._deliver()
@@ -384,9 +396,28 @@ class PostgreSQLDatabase:
     async def _begin(self) -> None:
         if not self._in_txn:
             await self._writer().execute("BEGIN")
-            self._in_txn = True
-            self._txn_since = time.monotonic()
-            self._pending = 0
+            self._began()
+
+    def _began(self) -> None:
+        self._in_txn = True
+        self._txn_since = time.monotonic()
+        self._pending = 0
+
+    def _ended(self) -> None:
+        self._in_txn = self._unit_open = False
+
+    async def _open_unit(self) -> None:
+        """Open a page write's savepoint in the round trip that begins the group or releases the
+        last write's (the commit releases a group's last one): no round trip of its own."""
+        opening = "SAVEPOINT page"
+        if self._unit_open:
+            opening = f"RELEASE SAVEPOINT page; {opening}"
+        if not self._in_txn:
+            await self._writer().execute(f"BEGIN; {opening}")
+            self._began()
+        else:
+            await self._writer().execute(opening)
+        self._unit_open = True
 
     async def _maybe_commit(self, units: int = 1) -> None:
         self._pending += units
@@ -403,12 +434,12 @@ class PostgreSQLDatabase:
                 # the whole group is lost: undo it for sure, and count it as lost
                 with contextlib.suppress(psycopg.Error):
                     await self._writer().execute("ROLLBACK")
-                self._in_txn = False
+                self._ended()
                 self.lost.update(self._group)
                 self._group.clear()
                 self._pending = 0
                 raise self._error(exc, ": commit failed") from exc
-            self._in_txn = False
+            self._ended()
         self.outcomes.update(self._group)
         self._group.clear()
         self._pending = 0
@@ -420,7 +451,7 @@ class PostgreSQLDatabase:
         if self._in_txn and not self.dry_run:
             with contextlib.suppress(psycopg.Error):
                 await self._writer().execute("ROLLBACK")
-            self._in_txn = False
+            self._ended()
             self.lost.update(self._group)
             self._group.clear()
             self._pending = 0
@@ -467,18 +498,17 @@ class PostgreSQLDatabase:
             # (if that fails, the unit's pages are lost with it: never written)
             await self._commit()
         try:
-            await self._begin()
-            await conn.execute("SAVEPOINT page")
+            await self._open_unit()
         except psycopg.Error as exc:
             await self._rollback_group()
             raise self._error(exc, ": page write failed") from exc
         try:
-            result = await _drive(conn, work)
+            return await _drive(conn, work)
         except BaseException as exc:
             undone = True
             try:
+                # (the savepoint stays open: released with the next write's)
                 await conn.execute("ROLLBACK TO SAVEPOINT page")
-                await conn.execute("RELEASE SAVEPOINT page")
             except psycopg.Error:
                 await self._rollback_group()
                 undone = False
@@ -489,12 +519,6 @@ class PostgreSQLDatabase:
                     error = PageWriteError(str(error))
                 raise error from exc
             raise
-        try:
-            await conn.execute("RELEASE SAVEPOINT page")
-        except psycopg.Error as exc:
-            await self._rollback_group()
-            raise self._error(exc, ": page write failed") from exc
-        return result
 
     async def transaction(self, work: Work[_T], *, concurrent: bool = False) -> _T:
         """Commit the group, run *work* as one transaction of its own and commit it.

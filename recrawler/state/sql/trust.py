@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from recrawler.exceptions import PageWriteError
 from recrawler.state.sql.dialect import count, one, rows
 from recrawler.state.sql.rows import _TRUST_COLUMNS, _row_to_trust, _ts
 
@@ -17,11 +20,36 @@ if TYPE_CHECKING:
     from recrawler.state.sql.dialect import Work
 
 
+@dataclass(slots=True, kw_only=True)
+class _Claim:
+    """One :meth:`SQLTrust.record_trust` call, queued."""
+
+    lied: bool
+    url: str
+    at: datetime
+    distrust_after: int
+    done: asyncio.Future[TrustRecord]
+
+
+def _settle(claims: Sequence[_Claim], result: TrustRecord | BaseException) -> None:
+    for c in claims:
+        if c.done.done():  # (its caller may have been cancelled meanwhile)
+            continue
+        if isinstance(result, BaseException):
+            c.done.set_exception(result)
+        else:
+            c.done.set_result(result)
+
+
 class SQLTrust:
     """The trust role: how far each host's signals are trusted, and immutable pages."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        #: audited claims waiting for the write in progress, per (host, signal), and the task
+        #: writing them
+        self._claims: dict[tuple[str, str], list[_Claim]] = {}
+        self._draining: asyncio.Future[None] | None = None
 
     async def trust(self) -> list[TrustRecord]:
         """Every host's trust records."""
@@ -35,35 +63,98 @@ class SQLTrust:
     async def record_trust(
         self, host: str, signal: str, *, lied: bool, url: str, at: datetime, distrust_after: int
     ) -> TrustRecord:
-        """Count one audited claim of *signal* on *host*; *distrust_after* lies switch it off."""
+        """Count one audited claim of *signal* on *host*; *distrust_after* lies switch it off.
 
-        def work() -> Work[TrustRecord]:
-            row = yield one(
-                f"""INSERT INTO trust (host, signal, checks, lies, trusted, last_lie_at, last_lie_url,
-                                       updated_at)
-                    VALUES (:host, :signal, 1, :lied, CASE WHEN :lied < :after THEN 1 ELSE 0 END,
-                            CAST(:lie_at AS TEXT), CAST(:lie_url AS TEXT), :at)
-                    ON CONFLICT (host, signal) DO UPDATE SET
-                      checks = trust.checks + 1,
-                      lies = trust.lies + :lied,
-                      trusted = CASE WHEN trust.lies + :lied >= :after THEN 0 ELSE trust.trusted END,
-                      last_lie_at = COALESCE(CAST(:lie_at AS TEXT), trust.last_lie_at),
-                      last_lie_url = COALESCE(CAST(:lie_url AS TEXT), trust.last_lie_url),
-                      updated_at = :at
-                    RETURNING {_TRUST_COLUMNS}""",
-                {
-                    "host": host,
-                    "signal": signal,
-                    "lied": int(lied),
-                    "after": distrust_after,
-                    "lie_at": _ts(at) if lied else None,
-                    "lie_url": url if lied else None,
-                    "at": _ts(at),
-                },
-            )
-            return _row_to_trust(row)
+        Claims of one host's signal that queue while a write is in progress are counted
+        together, in one write of its row: a forced recheck makes a claim per page, and on
+        PostgreSQL each update of one row in a savepoint of its own costs more than the last
+        while their group transaction is open. Each claim gets the record as that write left it;
+        a claim the database refuses fails alone, and a write the group loses fails all of them.
+        """
+        claim = _Claim(
+            lied=lied,
+            url=url,
+            at=at,
+            distrust_after=distrust_after,
+            done=asyncio.get_running_loop().create_future(),
+        )
+        self._claims.setdefault((host, signal), []).append(claim)
+        if self._draining is None:
+            self._draining = asyncio.ensure_future(self._drain())
+        return await claim.done
 
-        return await self.db.page_write(work())
+    async def _drain(self) -> None:
+        """Write the queued claims, one write per (host, signal) and what queued for it."""
+        try:
+            while self._claims:
+                (host, signal), claims = next(iter(self._claims.items()))
+                del self._claims[host, signal]
+                try:
+                    await self._write(host, signal, claims)
+                except BaseException as exc:
+                    _settle(claims, exc)
+                    if not isinstance(exc, Exception):
+                        raise
+        except BaseException:
+            for claims in self._claims.values():
+                for c in claims:
+                    if not c.done.done():
+                        c.done.cancel()
+            self._claims.clear()
+            raise
+        finally:
+            self._draining = None
+
+    async def _write(self, host: str, signal: str, claims: list[_Claim]) -> None:
+        """Several claims in one write; if its statement fails (undone, the group stands), each
+        alone, so that only a claim the database refuses fails."""
+        if len(claims) > 1:
+            try:
+                found = await self.db.page_write(self._count(host, signal, claims))
+            except PageWriteError:
+                pass
+            else:
+                _settle(claims, found)
+                return
+        for c in claims:
+            try:
+                found = await self.db.page_write(self._count(host, signal, [c]))
+            except Exception as exc:
+                _settle([c], exc)
+            else:
+                _settle([c], found)
+
+    @staticmethod
+    def _count(host: str, signal: str, claims: Sequence[_Claim]) -> Work[TrustRecord]:
+        """Add *claims* (in their order) to the row of *host*'s *signal*: as many checks, their
+        lies, the last lie's time and URL; switched off once its lies reach the threshold."""
+        lies = [c for c in claims if c.lied]
+        last = lies[-1] if lies else None
+        row = yield one(
+            f"""INSERT INTO trust (host, signal, checks, lies, trusted, last_lie_at, last_lie_url,
+                                   updated_at)
+                VALUES (:host, :signal, :checks, :lies, CASE WHEN :lies < :after THEN 1 ELSE 0 END,
+                        CAST(:lie_at AS TEXT), CAST(:lie_url AS TEXT), :at)
+                ON CONFLICT (host, signal) DO UPDATE SET
+                  checks = trust.checks + :checks,
+                  lies = trust.lies + :lies,
+                  trusted = CASE WHEN trust.lies + :lies >= :after THEN 0 ELSE trust.trusted END,
+                  last_lie_at = COALESCE(CAST(:lie_at AS TEXT), trust.last_lie_at),
+                  last_lie_url = COALESCE(CAST(:lie_url AS TEXT), trust.last_lie_url),
+                  updated_at = :at
+                RETURNING {_TRUST_COLUMNS}""",
+            {
+                "host": host,
+                "signal": signal,
+                "checks": len(claims),
+                "lies": len(lies),
+                "after": claims[-1].distrust_after,
+                "lie_at": _ts(last.at) if last is not None else None,
+                "lie_url": last.url if last is not None else None,
+                "at": _ts(max(c.at for c in claims)),
+            },
+        )
+        return _row_to_trust(row)
 
     async def reset_trust(self, host: str | None = None, signal: str | None = None) -> int:
         """Trust *host*'s *signal* again (None: every host, every signal); return the records reset."""
