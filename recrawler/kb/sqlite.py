@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 _PUBLISHED = "SELECT COALESCE(MAX(id), 0) FROM runs WHERE state = 'published'"
-_DOCS = "SELECT doc FROM chunks_fts_terms WHERE term = ?"
+_DOCS = "SELECT COUNT(*) FROM (SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)"
 
 
 def embedder_spec(stored: str | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -247,16 +247,15 @@ class SQLiteKnowledgeBase:
             return []
         size = int(self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM chunks").fetchone()[0])
         limit = term_limit(size)
-        # a word's chunk count walks its whole posting list (milliseconds for a common word at a
-        # million chunks): kept while the database is unchanged
+        # a word's chunk count, counted no further than the limit (a common word's whole posting
+        # list is milliseconds at a million chunks): kept while the database is unchanged
         version = self._conn.execute("PRAGMA data_version").fetchone()[0]
         if version != self._df_version or len(self._df) > 100_000:
             self._df, self._df_version = {}, version
         df: dict[str, int] = {}
         for term in terms:
             if term not in self._df:
-                row = self._conn.execute(_DOCS, (term,)).fetchone()
-                self._df[term] = int(row[0]) if row is not None else 0
+                self._df[term] = int(self._conn.execute(_DOCS, (f'"{term}"', limit + 1)).fetchone()[0])
             if 0 < self._df[term] <= limit:
                 df[term] = self._df[term]
         if not df:
