@@ -188,8 +188,8 @@ def measure(
     """Search every query with each filter; latency and recall against the exact scan."""
     import numpy as np
 
-    from recrawler.embedders import HashingEmbedder
-    from recrawler.index.postgres import PostgreSQLKnowledgeBase
+    from recrawler.kb.embedders import HashingEmbedder
+    from recrawler.kb.postgres import PostgreSQLKnowledgeBase
 
     embedder = HashingEmbedder(vectors.shape[1])
     qvecs = embedder.embed(queries)
@@ -254,7 +254,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Fill, index and search each size; print the table and write the JSON."""
-    from recrawler.embedders import HashingEmbedder
+    from recrawler.kb.embedders import HashingEmbedder
 
     args = parse_args(argv)
     embedder = HashingEmbedder()

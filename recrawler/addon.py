@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import os
-from pathlib import Path
+import importlib.util
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy.downloadermiddlewares.httpcompression import HttpCompressionMiddleware
@@ -13,7 +12,6 @@ from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
 from scrapy.exceptions import NotConfigured
 from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.misc import load_object
-from scrapy.utils.project import data_path
 
 from recrawler import default_settings
 from recrawler.downloadermiddlewares.audit import AuditMiddleware
@@ -31,6 +29,7 @@ from recrawler.extras import require
 from recrawler.meta import spider_opted_in
 from recrawler.pipelines.classify import ClassifyPipeline
 from recrawler.pipelines.index import IndexPipeline
+from recrawler.project import apply_environment, project_db_uri
 from recrawler.runtime import Runtime
 from recrawler.spidermiddlewares.deltafetch import DeltaFetchMiddleware
 from recrawler.spidermiddlewares.frontier import FrontierMiddleware
@@ -70,42 +69,8 @@ POLITE_PROFILE: dict[str, Any] = {
     "AUTOTHROTTLE_TARGET_CONCURRENCY": 1.0,
 }
 PROFILES: dict[str, dict[str, Any]] = {"fast": FAST_PROFILE, "polite": POLITE_PROFILE}
-#: settings a deployment may set in the environment; ``-s`` still wins, the project's file does not
-ENVIRONMENT_SETTINGS = (
-    "RECRAWLER_DB_URI",
-    "RECRAWLER_EVENTS_URI",
-    "RECRAWLER_WEBHOOK_URL",
-    "RECRAWLER_WEBHOOK_SECRET",
-    "RECRAWLER_AUTH_USER",
-    "RECRAWLER_AUTH_PASSWORD",
-    "RECRAWLER_AUTH_HEADERS",
-    "RECRAWLER_AUTH_COOKIES_FILE",
-)
-#: the database file when ``RECRAWLER_DB_URI`` is not set, in Scrapy's project data directory
-DEFAULT_DB_FILE = "recrawler.db"
-
-
-def project_data_path(name: str, *, create: bool = False) -> Path:
-    """*name* in Scrapy's project data directory, as deltafetch and httpcache keep theirs
-    (``.scrapy`` beside ``scrapy.cfg``, or a ``[datadir]`` of Scrapy's config); with *create*, its
-    directory is created when missing."""
-    try:
-        path = Path(data_path(name))
-    except NotConfigured:
-        # a settings module but no scrapy.cfg (a Scrapyd job, `recrawler crawl` from anywhere):
-        # Scrapy's data directory outside a project, .scrapy in the working directory
-        path = Path(".scrapy", name)
-    path = path.resolve()
-    if create:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def project_db_uri(*, create: bool = False) -> str:
-    """``sqlite:///`` + ``recrawler.db`` in Scrapy's project data directory (:func:`project_data_path`);
-    with *create*, its directory is created when missing."""
-    return f"sqlite:///{project_data_path(DEFAULT_DB_FILE, create=create)}"
-
+#: the extension that runs Spidermon's engine-stop monitors for a run refused at start
+REFUSED_RUN_MONITORS: Any = "recrawler.monitors.RefusedRunMonitors"
 
 #: numeric settings read by a parser of their own (``RECRAWLER_AUDIT_SAMPLE``: ``20``, ``1%``, ``0.01``)
 _OWN_PARSER = frozenset({"RECRAWLER_AUDIT_SAMPLE"})
@@ -193,11 +158,8 @@ class RecrawlerAddon:
         for name in dir(default_settings):
             if name.startswith("RECRAWLER_"):
                 settings.set(name, getattr(default_settings, name), priority="default")
-        for name in ENVIRONMENT_SETTINGS:
-            value = os.environ.get(name)
-            if value and (settings.getpriority(name) or 0) <= SETTINGS_PRIORITIES["project"]:
-                # a deployment's environment overrides the project's settings file, not -s
-                settings.set(name, value, priority="project")
+        # a deployment's environment overrides the project's settings file, not -s
+        apply_environment(settings)
         if (settings.getpriority("RECRAWLER_DB_URI") or 0) <= SETTINGS_PRIORITIES["default"]:
             # set by no one: the project's data directory, created for a crawl (not for the CLI)
             uri = project_db_uri(create=self.crawler is not None)
@@ -250,6 +212,10 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict("EXTENSIONS", DownloadFailureLog, 0)
         # off unless RECRAWLER_VECTORSTORE_SINKS names a store (NotConfigured): after a publication
         settings.setdefault_in_component_priority_dict("EXTENSIONS", VectorStoreSinks, 0)
+        if settings.getbool("SPIDERMON_ENABLED") and importlib.util.find_spec("spidermon") is not None:
+            # a run refused at start has no engine_stopped: its monitors run at spider_closed
+            # (by path: the module needs Spidermon, an extra)
+            settings.setdefault_in_component_priority_dict("EXTENSIONS", REFUSED_RUN_MONITORS, 0)
         # 545: the answer reaches it before ConditionalRequestMiddleware (540), so a refused login
         # (401, a redirect to the login page) stops the run and is never followed or indexed;
         # after Scrapy's HttpAuthMiddleware (300), whose Authorization (HTTPAUTH_*) wins.

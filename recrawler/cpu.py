@@ -11,6 +11,9 @@ wait and go together (up to ``_BATCH``) as soon as one comes back, so under load
 cost is shared by many pages (each hand-over waits for the crawl's interpreter lock several
 times), and an idle worker still gets a lone page at once.
 When the run publishes, the workers also embed batches of its new chunk texts (hashing embedder).
+The work itself is :func:`process_page`, pure and the same in every mode: without workers (or
+once they are gone) the crawl's process runs it, on a CPU thread or on the reactor, and the Page
+carries the same result either way.
 
 The workers are forked when the spider opens, before the run's own threads start: a fork never
 runs the user's script again, as a spawned worker would without an ``if __name__ ==
@@ -55,7 +58,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
     from recrawler.counters import RunCounters
-    from recrawler.embedders import HashingEmbedder
+    from recrawler.kb.embedders import HashingEmbedder
     from recrawler.pdf import PdfLimits
 
 _T = TypeVar("_T")
@@ -133,7 +136,8 @@ class PageJob:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PageWork:
-    """What a worker made of a page: its content (or why there is none), fingerprint and chunks."""
+    """What :func:`process_page` made of a page: its content (or why there is none), fingerprint
+    and chunks."""
 
     content: Content | None = None
     error: str | None = None
@@ -161,8 +165,9 @@ class _Packed:
 
 @dataclass(slots=True, kw_only=True)
 class Worked:
-    """A page's fingerprint and chunks made by a worker, handed from the spider to the pipelines
-    on the Page; valid only under the very noise model they were made with."""
+    """A page's fingerprint and chunks made by :func:`process_page` (in a worker process or in
+    the crawl's), handed from the spider to the pipelines on the Page; valid only under the very
+    noise model they were made with."""
 
     noise: SiteNoise | None
     fingerprint: Fingerprint | None
@@ -172,6 +177,43 @@ class Worked:
     #: the field record's stored forms (see :class:`PageWork`)
     packed_text: bytes | None = None
     samples_json: str | None = None
+
+
+def process_page(
+    job: PageJob,
+    extractor: ContentExtractor,
+    *,
+    regions: CSSSelector | None = None,
+    noise: SiteNoise | None = None,
+    chunker: Chunker | None = None,
+) -> PageWork:
+    """A page's CPU work, the same wherever it runs (a worker process, a CPU thread, the reactor):
+    its content (*regions*: the site's learned volatile regions, dropped first), the text's hash,
+    the fingerprint under *noise* (None: none made), the chunks unless the page still hashes to
+    what is indexed (*chunker* None: none), and the stored forms of the field record it will be
+    written with. Pure: it keeps nothing."""
+    try:
+        encoding = job.encoding if isinstance(job.encoding, str) else job.encoding.read(job.url, job.body)
+        content = Documents(extractor, job.pdf).read(job.kind, job.body, encoding, regions=regions)
+    except ExtractionError as exc:
+        return PageWork(error=exc.reason)
+    if not content.text.strip():
+        return PageWork(content=content)
+    fp = fingerprint(content.text, noise) if noise is not None else None
+    chunks = None
+    if chunker is not None and fp is not None and fp.content_hash != job.indexed_hash:
+        chunks = chunker.chunk(content.text, key=job.key, url=job.url, headings=content.headings)
+    # the page's field record will be written (new, or its hash moved): its stored forms here,
+    # with the rest of its CPU work; the samples only for a new page (every block is added)
+    moved = job.indexed_hash is not None and fp is not None and fp.content_hash != job.indexed_hash
+    return PageWork(
+        content=content,
+        content_hash=content_hash(content.text),
+        fingerprint=fp,
+        chunks=chunks,
+        packed_text=packed_text(content.text) if fp is not None and (job.new or moved) else None,
+        samples_json=samples_json(fp.samples) if fp is not None and job.new else None,
+    )
 
 
 class _Tools:
@@ -209,34 +251,16 @@ class _Tools:
         return model
 
     def work(self, job: PageJob) -> PageWork:
+        """:func:`process_page` in a worker: the model and the regions from this worker's caches."""
         # the model first: the job that carries it may be a page with no text, and the jobs
         # after it in the task name it only
         noise = self.model(job.noise_id, job.noise) if job.noise_id is not None else None
-        try:
-            encoding = job.encoding if isinstance(job.encoding, str) else job.encoding.read(job.url, job.body)
-            content = Documents(self.extractor, job.pdf).read(
-                job.kind, job.body, encoding, regions=self.regions(job.regions)
-            )
-        except ExtractionError as exc:
-            return PageWork(error=exc.reason)
-        if not content.text.strip():
-            return PageWork(content=content)
-        fp = fingerprint(content.text, noise) if noise is not None else None
-        chunks = None
-        if self.chunker is not None and fp is not None and fp.content_hash != job.indexed_hash:
-            chunks = self.chunker.chunk(content.text, key=job.key, url=job.url, headings=content.headings)
-        # the page's field record will be written (new, or its hash moved): its stored forms here,
-        # off the crawl's process; the samples only for a new page (every block is added)
-        moved = job.indexed_hash is not None and fp is not None and fp.content_hash != job.indexed_hash
-        return PageWork(
-            content=content,
-            content_hash=content_hash(content.text),
-            fingerprint=fp,
-            chunks=chunks,
-            model_missing=job.noise_id is not None and noise is None,
-            packed_text=packed_text(content.text) if fp is not None and (job.new or moved) else None,
-            samples_json=samples_json(fp.samples) if fp is not None and job.new else None,
+        work = process_page(
+            job, self.extractor, regions=self.regions(job.regions), noise=noise, chunker=self.chunker
         )
+        if job.noise_id is not None and noise is None and work.content_hash is not None:
+            return replace(work, model_missing=True)
+        return work
 
     def started(self) -> float:
         """A task starts: the time this worker waited for it counts as spare."""
@@ -266,7 +290,7 @@ class _Tools:
         its vector went with the first page it came with; if that page's write failed, the run's
         end embeds the text with whatever else lacks a vector.
         """
-        from recrawler.embedders import HashingEmbedder, vector_to_blob
+        from recrawler.kb.embedders import HashingEmbedder, vector_to_blob
 
         # dimension -> (hash -> text to embed, [(page's index, its hashes)])
         wanted: dict[int, tuple[dict[str, str], list[tuple[int, list[str]]]]] = {}
@@ -360,6 +384,18 @@ def _ready() -> int:
     return 0
 
 
+def chunk_settings(settings: BaseSettings) -> tuple[int, int, int] | None:
+    """How pages are chunked (``RECRAWLER_CHUNK_SIZE``, ``_OVERLAP``, ``_MAX_PER_PAGE``) when the
+    knowledge base is kept (``RECRAWLER_INDEX_ENABLED``), else None."""
+    if not settings.getbool("RECRAWLER_INDEX_ENABLED"):
+        return None
+    return (
+        settings.getint("RECRAWLER_CHUNK_SIZE"),
+        settings.getint("RECRAWLER_CHUNK_OVERLAP"),
+        settings.getint("RECRAWLER_CHUNK_MAX_PER_PAGE"),
+    )
+
+
 def usable_cores() -> int:
     """The cores this process may run on (its CPU affinity where the platform has one)."""
     if hasattr(os, "sched_getaffinity"):
@@ -384,7 +420,7 @@ def worker_processes(value: object) -> int:
 
 def _embed(embedder: HashingEmbedder, texts: list[str]) -> list[bytes]:
     # stored form (float32 bytes): the crawl's process stores them without loading numpy
-    from recrawler.embedders import vector_to_blob
+    from recrawler.kb.embedders import vector_to_blob
 
     return [vector_to_blob(v) for v in embedder.embed(texts)]
 
@@ -444,13 +480,7 @@ class CpuPool:
     def from_settings(cls, settings: BaseSettings) -> CpuPool:
         """Build from ``RECRAWLER_CPU_PROCESSES`` and ``RECRAWLER_CPU_NICE``, the content and
         the chunk settings."""
-        chunking = None
-        if settings.getbool("RECRAWLER_INDEX_ENABLED"):
-            chunking = (
-                settings.getint("RECRAWLER_CHUNK_SIZE"),
-                settings.getint("RECRAWLER_CHUNK_OVERLAP"),
-                settings.getint("RECRAWLER_CHUNK_MAX_PER_PAGE"),
-            )
+        chunking = chunk_settings(settings)
         try:
             nice = settings.getint("RECRAWLER_CPU_NICE")
         except ValueError:
@@ -470,7 +500,7 @@ class CpuPool:
         *embedder* is the hashing embedder: it only computes (no model, no service, nothing paid),
         so a page's vectors cost a worker a fraction of its extraction and the run's end has
         nothing left to embed. Any other embedder embeds at the run's end, once it is decided."""
-        from recrawler.embedders import HashingEmbedder
+        from recrawler.kb.embedders import HashingEmbedder
 
         self.embed_dim = embedder.dim if isinstance(embedder, HashingEmbedder) else 0
 
@@ -544,6 +574,8 @@ class CpuPool:
                     self._resend(packed)
         if self.counters is not None:
             self.counters.inc("recrawler/cpu/worker_pages")
+            if result.fingerprint is not None:
+                self.counters.inc("recrawler/cpu/worker_fingerprints")
         return result
 
     def _send_batch(self) -> None:
@@ -575,7 +607,7 @@ class CpuPool:
 
     async def embed(self, embedder: HashingEmbedder, texts: list[str]) -> list[bytes] | None:
         """*texts* embedded by a worker (with a copy of *embedder*, whose ``calls`` and ``texts``
-        are counted here), as stored vectors (:func:`~recrawler.embedders.vector_to_blob`); None
+        are counted here), as stored vectors (:func:`~recrawler.kb.embedders.vector_to_blob`); None
         when the workers are gone (embed in-process)."""
         vectors = await self._submit(_embed, embedder, texts)
         if vectors is not None:
@@ -613,4 +645,4 @@ class CpuPool:
             self._pool = None
 
 
-__all__ = ["CpuPool", "EncodingOf", "PageJob", "PageWork", "Worked"]
+__all__ = ["CpuPool", "EncodingOf", "PageJob", "PageWork", "Worked", "chunk_settings", "process_page"]

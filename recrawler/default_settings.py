@@ -228,6 +228,9 @@ RECRAWLER_EMBEDDER_MAX_RETRIES = 5
 RECRAWLER_EMBEDDER_TIMEOUT_SECS = 60.0
 # "run": search switches to a run's changes when the run finishes; "page": as each page commits.
 RECRAWLER_PUBLISH = "run"
+# MiB of vector columns a process searching a SQLite knowledge base keeps from one query to the
+# next (the dimensions it met last; each is 1 byte per cached vector); 0: read them every time.
+RECRAWLER_SEARCH_CACHE_MB = 128
 # A change spike (see RECRAWLER_CHANGE_ALERT_RATIO) needs at least this many new+changed pages.
 RECRAWLER_CHANGE_ALERT_MIN = 10
 # LangChain vector stores mirrored after each published run: {name: import path of a callable

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Any
 
 
@@ -20,12 +20,21 @@ class PageStatus(StrEnum):
     ERROR = "error"
 
 
+class Unread(Enum):
+    """``Page.record`` when the page's stored record was not read on its request's way (None
+    says the store holds no record of the page)."""
+
+    UNREAD = "unread"
+
+
 @dataclass(slots=True, kw_only=True)
 class Page:
     """One checked page: a 200 with its cleaned text, or a 304 with no body at all.
 
     ``status`` is filled by ClassifyPipeline; ``error`` (a short reason such as
     ``empty_content``) makes the page an error that leaves its stored state untouched.
+    ``record`` and ``update`` carry what the pipelines need from the request side and from each
+    other: the item is the only way they share a page.
     """
 
     url: str
@@ -62,6 +71,14 @@ class Page:
     moved_from: tuple[str, ...] = ()
     #: what the body was read as (``html``, ``pdf``: see ``recrawler.documents``); None without one
     document: str | None = None
-    #: the fingerprint and chunks a CPU worker process made (a ``recrawler.cpu.Worked``), until
-    #: the pipelines take them (typed loosely: the item module stands below everything it carries)
+    #: the fingerprint and chunks ``recrawler.cpu.process_page`` made with the text, in a worker
+    #: process or in the crawl's (a ``recrawler.cpu.Worked``), until the pipelines take them
+    #: (typed loosely, as ``record`` and ``update`` are: the item module stands below all it carries)
     worked: Any = field(default=None, repr=False, compare=False)
+    #: the page's stored state as its request found it (a ``PageRecord``; None: not stored), from
+    #: the request's meta; ``Unread.UNREAD`` when nothing read it on the way (the pipelines read
+    #: it then)
+    record: Any = field(default=Unread.UNREAD, repr=False, compare=False)
+    #: ClassifyPipeline's decision (a ``recrawler.pipelines.handover.PageUpdate``) on its way to
+    #: IndexPipeline, which writes it with the page's chunks
+    update: Any = field(default=None, repr=False, compare=False)

@@ -10,12 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import NotConfigured
 from scrapy.http.request import NO_CALLBACK
+from scrapy.utils.conf import build_component_list
+from scrapy.utils.misc import load_object
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from scrapy import Request
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
 
 # --- public: a spider may set these ------------------------------------------------------------------
 #: ``False``: recrawler leaves the request alone (no validators, no state, no accounting)
@@ -58,6 +61,10 @@ CANONICAL_URL = "_recrawler_canonical_url"
 SITEMAP_DEPTH = "_recrawler_sitemap_depth"
 #: set by recrawler: the request came out of the run's frontier (FrontierMiddleware)
 FED = "_recrawler_fed"
+#: the page's stored record as read for this request (a ``PageRecord``; None: the store holds
+#: none), by FrontierMiddleware with its batch or ConditionalRequestMiddleware; absent: not read.
+#: The spider puts it on the Page (``Page.record``) for the pipelines
+RECORD = "_recrawler_record"
 #: the body of a first fetch, on the immediate re-fetch that learns volatile regions
 FIRST_BODY = "_recrawler_first_body"
 #: the signal whose 304 an audit re-fetch checks
@@ -67,6 +74,8 @@ TOO_LARGE = "_recrawler_too_large"
 
 #: the spider attribute by which a spider opts in (the recrawler spiders and mixin set it)
 SPIDER_OPT_IN = "recrawler_enabled"
+#: the item pipeline that writes each page with its chunks (by path: this module imports no side)
+INDEX_PIPELINE = "recrawler.pipelines.index.IndexPipeline"
 
 
 def spider_opted_in(spider: Any) -> bool:
@@ -80,6 +89,19 @@ def require_opt_in(crawler: Crawler) -> None:
     (every other spider runs as if recrawler were absent)."""
     if crawler.spider is not None and not spider_opted_in(crawler.spider):
         raise NotConfigured
+
+
+def indexes_pages(settings: BaseSettings) -> bool:
+    """True when IndexPipeline (or a subclass) writes each page with its chunks:
+    ``RECRAWLER_INDEX_ENABLED`` is on and the pipeline is among ``ITEM_PIPELINES`` (the add-on
+    places it; a project without the add-on may list ClassifyPipeline alone)."""
+    if not settings.getbool("RECRAWLER_INDEX_ENABLED"):
+        return False
+    for component in build_component_list(settings.getwithbase("ITEM_PIPELINES")):
+        cls = load_object(component) if isinstance(component, str) else component
+        if any(f"{c.__module__}.{c.__qualname__}" == INDEX_PIPELINE for c in getattr(cls, "__mro__", ())):
+            return True
+    return False
 
 
 def role(request: Request) -> str:

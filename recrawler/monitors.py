@@ -8,20 +8,22 @@ List the suite under ``SPIDERMON_ENGINE_STOP_MONITORS``: the run report is built
 Reconciler's ``spider_closed`` handler, which Spidermon's own ``spider_closed`` handler does not
 wait for (Scrapy runs the handlers of one signal concurrently); ``engine_stopped`` comes after it.
 A run refused when the spider opens (the site busy, the database unreachable) closes the spider before
-the engine starts, and Scrapy sends no ``engine_stopped`` then: the Runtime runs those suites
-itself (:func:`run_engine_stop_monitors`), and every monitor fails with "the recrawler run did
-not begin".
+the engine starts, and Scrapy sends no ``engine_stopped`` then: the add-on places
+:class:`RefusedRunMonitors` whenever ``SPIDERMON_ENABLED`` is on, which runs those suites itself
+(:func:`run_engine_stop_monitors`), and every monitor fails with "the recrawler run did not begin".
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from recrawler.extras import require
 
 # one line naming the extra when Spidermon is missing (recrawler[spidermon])
 require("spidermon", "recrawler.monitors")
 
+from scrapy import signals  # noqa: E402 (after the check above)
+from scrapy.exceptions import NotConfigured  # noqa: E402 (after the check above)
 from spidermon import Monitor, MonitorSuite  # noqa: E402 (after the check above)
 from spidermon import monitors as spidermon_monitors  # noqa: E402 (after the check above)
 
@@ -40,6 +42,7 @@ __all__ = [
     "HeldRunMonitor",
     "MassRemovalMonitor",
     "OutageGuardMonitor",
+    "RefusedRunMonitors",
     "RunMonitor",
     "RunOutcomeMonitorSuite",
     "run_engine_stop_monitors",
@@ -187,3 +190,30 @@ def run_engine_stop_monitors(crawler: Crawler) -> bool:
         return False
     ext.engine_stopped()
     return True
+
+
+class RefusedRunMonitors:
+    """Extension: a run refused when the spider opened never starts the engine, so Scrapy sends no
+    ``engine_stopped``; Spidermon's engine-stop monitors run at ``spider_closed`` instead.
+
+    Placed by the add-on when ``SPIDERMON_ENABLED`` is on and Spidermon is installed.
+    Settings: ``SPIDERMON_ENABLED``. Signals: listens to ``spider_closed``.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        if not crawler.settings.getbool("SPIDERMON_ENABLED"):
+            raise NotConfigured
+        monitors = cls(crawler)
+        crawler.signals.connect(monitors.spider_closed, signal=signals.spider_closed)
+        return monitors
+
+    def spider_closed(self) -> None:
+        """Run the engine-stop monitors when the run was refused (the Runtime holds its failure)."""
+        runtime = self.crawler.get_extension(Runtime)
+        if runtime is None or runtime.failure is None:
+            return
+        run_engine_stop_monitors(self.crawler)

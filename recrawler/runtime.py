@@ -18,21 +18,20 @@ from recrawler.counters import RunCounters
 from recrawler.cpu import CpuPool
 from recrawler.exceptions import ConfigurationError, RunRefused, SchemaVersionError, StateStoreError
 from recrawler.gctuning import GcTuning
+from recrawler.intervals import SchedulePolicy, parse_audit_sample
 from recrawler.learning import NoiseRegistry
 from recrawler.outcome import EXIT_BUSY, EXIT_CONFIG, EXIT_HELD, EXIT_STATE
 from recrawler.redact import redact_text, redact_url
-from recrawler.schedule import SchedulePolicy, parse_audit_sample
-from recrawler.state import RecordHints, store_from_uri, utcnow
+from recrawler.state import store_from_uri, utcnow
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from scrapy.crawler import Crawler
 
-    from recrawler.embedders import Embedder
+    from recrawler.intervals import Revisit
     from recrawler.items import Page, PageStatus
-    from recrawler.pipelines.handover import PendingUpdates
-    from recrawler.schedule import Revisit
+    from recrawler.kb.embedders import Embedder
     from recrawler.state import Run, StateStore
     from recrawler.state.records import RevisitUpdate
     from recrawler.workers import SharedRun
@@ -79,9 +78,7 @@ class Runtime:
     ``RECRAWLER_AUDIT_DISTRUST_AFTER``, ``RECRAWLER_INDEX_ENABLED``, ``RECRAWLER_EMBEDDER*``,
     ``RECRAWLER_PUBLISH``, ``RECRAWLER_DRY_RUN``, ``RECRAWLER_CPU_*``, ``RECRAWLER_GC_THRESHOLD``,
     ``RECRAWLER_WORKERS_ENABLED``, ``RECRAWLER_REPORT_FILE`` (a refused run's report),
-    ``SPIDERMON_ENABLED`` (a refused run's monitors).
-    Signals: listens to ``spider_opened``, ``spider_closed`` (a refused run's Spidermon
-    engine-stop monitors) and ``engine_stopped``.
+    Signals: listens to ``spider_opened`` and ``engine_stopped``.
     """
 
     def __init__(
@@ -113,10 +110,6 @@ class Runtime:
         self.store = store
         self.counters = RunCounters(crawler.stats)
         self.cpu_pool.counters = self.counters
-        #: records the request side read, handed to the item side (bounded)
-        self.hints = RecordHints()
-        #: the hand-over from ClassifyPipeline to IndexPipeline (set when IndexPipeline is enabled)
-        self.handover: PendingUpdates | None = None
         #: the run's frontier on disk (set when FrontierMiddleware is enabled)
         self.frontier: Frontier | None = None
         #: the sitemap files waiting to be requested (set by ListingMiddleware)
@@ -175,7 +168,6 @@ class Runtime:
             if s.getbool("RECRAWLER_CPU_EMBED") and not s.getbool("RECRAWLER_DRY_RUN"):
                 runtime.cpu_pool.embed_with(embedder)
         crawler.signals.connect(runtime.spider_opened, signal=signals.spider_opened)
-        crawler.signals.connect(runtime.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(runtime.engine_stopped, signal=signals.engine_stopped)
         if s.getbool("RECRAWLER_WORKERS_ENABLED"):
             from recrawler.workers import SharedRun
@@ -209,7 +201,7 @@ class Runtime:
     def embedder(self) -> Embedder:
         """The run's embedder, built once from ``RECRAWLER_EMBEDDER*``."""
         if self._embedder is None:
-            from recrawler.embedders import embedder_from_settings
+            from recrawler.kb.embedders import embedder_from_settings
 
             self._embedder = embedder_from_settings(self.crawler.settings)
         return self._embedder
@@ -303,17 +295,6 @@ class Runtime:
             Path(path).write_text(json.dumps(refusal, indent=2) + "\n", encoding="utf-8")
         except OSError as exc_:
             logger.error("could not write the run report %(path)s: %(exc)s", {"path": path, "exc": exc_})
-
-    def spider_closed(self) -> None:
-        """A run refused when the spider opened: the engine never started, so Scrapy sends no
-        ``engine_stopped``; Spidermon's engine-stop monitors (``recrawler.monitors``) run now."""
-        if self.failure is None or not self.crawler.settings.getbool("SPIDERMON_ENABLED"):
-            return
-        try:
-            from recrawler.monitors import run_engine_stop_monitors
-        except ImportError:
-            return
-        run_engine_stop_monitors(self.crawler)
 
     async def _join(self) -> Run:
         """A joining worker: the leader's run (its audit sample is the leader's to check)."""

@@ -76,6 +76,42 @@ def page(title: str, sections: Sequence[Section], *, chrome_noise: bool = False,
 """
 
 
+def guide(
+    title: str,
+    text: str = "The original text.",
+    usage: str | None = None,
+    code: str | None = None,
+    *,
+    extra: str = "",
+) -> str:
+    """A short guide: an "Overview" paragraph (*text*, then *extra*) and, given *usage*, a "Usage"
+    section with *code* as its example."""
+    sections: list[Section] = [("Overview", [text + extra])]
+    if usage is not None:
+        sections.append(("Usage", [usage], code))
+    return page(title, sections)
+
+
+def tool_guide(title: str, text: str = "The original text.", usage: str = "Run it like this.") -> str:
+    """A guide to a tool: its Usage section ends with the example ``tool --run``."""
+    return guide(title, text, usage, "tool --run")
+
+
+def feature_page(i: int, extra: str = "") -> str:
+    """Page *i* of a site of pages alike: one paragraph on feature *i*, *extra* after it."""
+    return guide(f"Page {i}", f"Page {i} explains feature {i}." + (f" {extra}" if extra else ""))
+
+
+def widget_page(n: int, extra: str = "") -> str:
+    """Page *n* of a site of pages alike: how widget *n* retries (*extra* after it), how to run it."""
+    return guide(
+        f"Page {n}",
+        f"Page {n} explains how widget {n} retries its uploads after {n} seconds.{extra}",
+        f"Run widget {n} from the command line.",
+        f"widget-{n} --retry {n}",
+    )
+
+
 def _lastmod(value: Lastmod) -> str:
     if value is None:
         return ""

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 from scrapy.settings import Settings
 
 from recrawler import default_settings
-from recrawler.embedders import HashingEmbedder
-from recrawler.index.publish import embed_missing
 from recrawler.kb.chunking import Chunk
+from recrawler.kb.embedders import HashingEmbedder
+from recrawler.kb.publish import embed_missing
 from recrawler.state import PageRecord, store_from_uri
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from scrapy.extensions.httpcache import DummyPolicy, RFC2616Policy
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from recrawler import default_settings
+from recrawler import default_settings, meta
 from recrawler.addon import FAST_PROFILE, POLITE_PROFILE
 from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddleware
 from recrawler.exceptions import ConfigurationError
@@ -143,6 +143,38 @@ async def test_components_without_the_addon(site: Site, tmp_path: Path) -> None:
     second = await crawl(settings, urls=urls)
     assert second["recrawler/conditional/not_modified"] == 3
     assert second["recrawler/page/unchanged"] == 3
+
+
+class ProjectIndexPipeline(IndexPipeline):
+    """A project's own IndexPipeline."""
+
+
+@pytest.mark.parametrize(
+    ("extra", "indexes"),
+    [
+        ({"ADDONS": ADDON}, True),
+        ({"ADDONS": ADDON, "RECRAWLER_INDEX_ENABLED": False}, False),
+        ({"ADDONS": ADDON, "ITEM_PIPELINES": {IndexPipeline: None}}, False),
+        ({**RECRAWLER_DEFAULTS, **COMPONENTS}, False),
+        (
+            {
+                **RECRAWLER_DEFAULTS,
+                **COMPONENTS,
+                "ITEM_PIPELINES": {ClassifyPipeline: 700, f"{__name__}.ProjectIndexPipeline": 800},
+            },
+            True,
+        ),
+    ],
+)
+def test_pages_are_written_with_their_chunks_only_where_an_index_pipeline_runs(
+    tmp_path: Path, extra: dict[str, Any], indexes: bool
+) -> None:
+    """ClassifyPipeline leaves the write to IndexPipeline (or a subclass) only when one is listed
+    and enabled; else it writes each page itself (and ConditionalRequestMiddleware never fetches a
+    page whole for chunks no one would write)."""
+    settings = {**extra, "RECRAWLER_DB_URI": f"sqlite:///{tmp_path / 'state.db'}"}
+    crawler = get_crawler(MySpider, settings)
+    assert meta.indexes_pages(crawler.settings) is indexes
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,9 @@ from recrawler.cli import main as cli_main
 from recrawler.downloadermiddlewares.audit import AuditMiddleware
 from recrawler.extensions.reconcile import Reconciler
 from recrawler.spiders.docs import DocsSpider
+from tests import docsite
 from tests.conftest import make_crawler
-from tests.test_crawl_schedule import T0, at, body
+from tests.test_crawl_schedule import T0, at
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -31,13 +32,13 @@ def host(site: Site) -> str:
 async def test_a_304_for_changed_content_is_caught_and_the_validator_loses_trust(
     site: Site, crawls: Crawls, capsys: Any
 ) -> None:
-    site.write("a.html", body("A"), mtime=T0, lie304=True)
-    site.write("b.html", body("B"), mtime=T0)
+    site.write("a.html", docsite.guide("A"), mtime=T0, lie304=True)
+    site.write("b.html", docsite.guide("B"), mtime=T0)
     sitemap = site.write_sitemap(["a.html", "b.html"])
     await crawls.crawl(sitemap)
 
     # a changes, but the server keeps answering 304 to any conditional request
-    site.write("a.html", body("A", "New text."), mtime=T0 + 100, lie304=True)
+    site.write("a.html", docsite.guide("A", "New text."), mtime=T0 + 100, lie304=True)
     r2 = await crawls.crawl(sitemap, RECRAWLER_AUDIT_SAMPLE=ALL)
     assert r2.actions() == {"a.html": "changed"}
     assert (r2.counts["audited"], r2.counts["lies"]) == (2, 1)
@@ -47,7 +48,7 @@ async def test_a_304_for_changed_content_is_caught_and_the_validator_loses_trust
     assert "audited: 2 lies: 1" in Reconciler.summary_line(r2.report)
 
     # next run: no If-None-Match to that host any more; If-Modified-Since is caught lying too
-    site.write("a.html", body("A", "Newer text."), mtime=T0 + 200, lie304=True)
+    site.write("a.html", docsite.guide("A", "Newer text."), mtime=T0 + 200, lie304=True)
     site.clear_requests()
     r3 = await crawls.crawl(sitemap, RECRAWLER_AUDIT_SAMPLE=ALL)
     first, refetch = site.requests("a.html")
@@ -62,7 +63,7 @@ async def test_a_304_for_changed_content_is_caught_and_the_validator_loses_trust
     assert r3.actions() == {"a.html": "changed"}
 
     # without an audit: no validators at all for that host, so the content hash finds the change
-    site.write("a.html", body("A", "Newest text."), mtime=T0 + 300, lie304=True)
+    site.write("a.html", docsite.guide("A", "Newest text."), mtime=T0 + 300, lie304=True)
     site.clear_requests()
     r4 = await crawls.crawl(sitemap)
     assert [(r["if_none_match"], r["if_modified_since"], r["status"]) for r in site.requests("a.html")] == [
@@ -100,13 +101,13 @@ async def test_an_old_lastmod_for_changed_content_is_caught_and_lastmod_loses_tr
         "RECRAWLER_MAX_INTERVAL_SECS": 30 * 86400,
     }
     old = "2025-06-01"
-    site.write("a.html", body("A"), mtime=T0)
-    site.write("b.html", body("B"), mtime=T0)
+    site.write("a.html", docsite.guide("A"), mtime=T0)
+    site.write("b.html", docsite.guide("B"), mtime=T0)
     sitemap = site.write_sitemap([("a.html", old), ("b.html", old)])
     await crawls.crawl(sitemap, RECRAWLER_NOW=at(0), **settings)
 
     # a changes, its lastmod stays old: trusted, skip mode never asks
-    site.write("a.html", body("A", "New text."), mtime=T0 + 100)
+    site.write("a.html", docsite.guide("A", "New text."), mtime=T0 + 100)
     r2 = await crawls.crawl(sitemap, RECRAWLER_NOW=at(1), **settings)
     assert r2.counts["skipped_lastmod"] == 2
     assert r2.actions() == {}
@@ -130,10 +131,10 @@ async def test_an_old_lastmod_for_changed_content_is_caught_and_lastmod_loses_tr
 @deferred_f_from_coro_f
 async def test_an_honest_site_keeps_its_trust(site: Site, crawls: Crawls) -> None:
     for name in ("a", "b", "c"):
-        site.write(f"{name}.html", body(name), mtime=T0)
+        site.write(f"{name}.html", docsite.guide(name), mtime=T0)
     sitemap = site.write_sitemap(["a.html", "b.html", "c.html"])
     await crawls.crawl(sitemap)
-    site.write("a.html", body("a", "Edited."), mtime=T0 + 100)
+    site.write("a.html", docsite.guide("a", "Edited."), mtime=T0 + 100)
     r2 = await crawls.crawl(sitemap, RECRAWLER_AUDIT_SAMPLE=2)
     assert r2.counts["audited"] == 2
     assert r2.counts["lies"] == 0
@@ -144,7 +145,7 @@ async def test_an_honest_site_keeps_its_trust(site: Site, crawls: Crawls) -> Non
 @deferred_f_from_coro_f
 async def test_a_run_that_samples_no_page_installs_no_audit(site: Site, crawls: Crawls) -> None:
     """``RECRAWLER_AUDIT_SAMPLE = 0``: no audit step on each response, no listener on each page."""
-    site.write("a.html", body("a"), mtime=T0)
+    site.write("a.html", docsite.guide("a"), mtime=T0)
     sitemap = site.write_sitemap(["a.html"])
     for sample, installed in ((0, False), (ALL, True)):
         found: list[bool] = []

@@ -5,32 +5,19 @@ said to be refused, a page without history shows its state, events need no setti
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import socket
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, shell
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
     from tests.conftest_mockserver import Site
 
 T0 = 1_760_000_000.0
-
-
-def cli(*argv: str) -> tuple[int, str]:
-    """The CLI on a thread of its own (some commands run an event loop of their own)."""
-    out = io.StringIO()
-    with ThreadPoolExecutor(1) as pool:
-        code = pool.submit(cli_main, list(argv), out).result()
-    return code, out.getvalue()
 
 
 def body(title: str, text: str) -> str:
@@ -55,13 +42,7 @@ async def site_with_history(site: Site, crawls: Crawls) -> dict[str, str]:
 
 
 def test_crawl_without_a_sitemap_names_only_what_is_missing() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "recrawler.cli", "crawl"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = shell.recrawler_process("crawl")
     assert result.returncode == 2
     assert (
         result.stderr.splitlines()[-1]
@@ -70,14 +51,16 @@ def test_crawl_without_a_sitemap_names_only_what_is_missing() -> None:
 
 
 def test_normalize_says_when_the_crawler_would_refuse_a_url() -> None:
-    code, out = cli("normalize", "https://Docs.Example.com/a/?utm_source=x", "ftp://x/y", "http://bot:pw@h/x")
+    code, out = shell.cli(
+        "normalize", "https://Docs.Example.com/a/?utm_source=x", "ftp://x/y", "http://bot:pw@h/x"
+    )
     assert code == 1
     assert out.splitlines() == [
         "docs.example.com/a\thttps://Docs.Example.com/a/?utm_source=x",
         "x/y\tftp://x/y\trefused (scheme): recrawler never fetches or stores this URL",
         "h/x\thttp://bot:pw@h/x\trefused (credentials): recrawler never fetches or stores this URL",
     ]
-    assert cli("normalize", "https://docs.example.com/a") == (
+    assert shell.cli("normalize", "https://docs.example.com/a") == (
         0,
         "docs.example.com/a\thttps://docs.example.com/a\n",
     )
@@ -86,7 +69,7 @@ def test_normalize_says_when_the_crawler_would_refuse_a_url() -> None:
 @deferred_f_from_coro_f
 async def test_a_moved_page_is_listed_by_its_status(site: Site, crawls: Crawls) -> None:
     urls = await site_with_history(site, crawls)
-    code, out = await asyncio.to_thread(cli, "pages", "--status", "moved", "--db", crawls.db_uri)
+    code, out = await asyncio.to_thread(shell.cli, "pages", "--status", "moved", "--db", crawls.db_uri)
     assert code == 0
     assert [line.split()[-1] for line in out.splitlines()[1:]] == [urls["p3.html"]]
 
@@ -96,14 +79,14 @@ async def test_diff_shows_a_new_or_gone_pages_state(site: Site, crawls: Crawls) 
     urls = await site_with_history(site, crawls)
     db = ["--db", crawls.db_uri]
     # a page that changed: its change, as before
-    code, out = await asyncio.to_thread(cli, "diff", urls["p0.html"], *db)
+    code, out = await asyncio.to_thread(shell.cli, "diff", urls["p0.html"], *db)
     assert (code, out.splitlines()[0].split()[2:4]) == (
         0,
         ["2026"[:0] or out.split()[3], "changed"],
     ) or code == 0
     assert ": changed " in out.splitlines()[0]
     # a page new in run 2, unchanged since: its first state, with its text
-    code, out = await asyncio.to_thread(cli, "diff", urls["new.html"], *db)
+    code, out = await asyncio.to_thread(shell.cli, "diff", urls["new.html"], *db)
     assert code == 0
     first = out.splitlines()
     assert first[0].startswith("run 2 at ")
@@ -111,21 +94,21 @@ async def test_diff_shows_a_new_or_gone_pages_state(site: Site, crawls: Crawls) 
     assert first[1].startswith("  first state: title New | Example Docs  hash ")
     assert "  A page added by run 2." in first
     # a page unchanged since run 1: its first state too
-    code, out = await asyncio.to_thread(cli, "diff", urls["p2.html"], *db)
+    code, out = await asyncio.to_thread(shell.cli, "diff", urls["p2.html"], *db)
     assert (code, out.splitlines()[0].split(":")[0].split()[:2]) == (0, ["run", "1"])
     # a page gone in run 2: its last state
-    code, out = await asyncio.to_thread(cli, "diff", urls["p1.html"], *db)
+    code, out = await asyncio.to_thread(shell.cli, "diff", urls["p1.html"], *db)
     assert code == 0
     last = out.splitlines()
     assert last[0].startswith("run 2 at ")
     assert last[0].endswith(f": gone {urls['p1.html']}")
     assert last[1].startswith("  last state: title Page 1 | Example Docs  hash ")
     # --json: one object
-    code, out = await asyncio.to_thread(cli, "diff", urls["p1.html"], "--json", *db)
+    code, out = await asyncio.to_thread(shell.cli, "diff", urls["p1.html"], "--json", *db)
     state = json.loads(out)
     assert (state["status"], state["removed_run"], state["first_run"]) == ("gone", 2, 1)
     # a page never stored: exit 1, saying so
-    assert await asyncio.to_thread(cli, "diff", site.url("nope.html"), *db) == (
+    assert await asyncio.to_thread(shell.cli, "diff", site.url("nope.html"), *db) == (
         1,
         f"no page {site.url('nope.html').split('://')[1]} stored (see `recrawler pages`)\n",
     )
@@ -136,7 +119,7 @@ async def test_events_are_listed_without_an_events_uri_and_deliver_counts(site: 
     urls = await site_with_history(site, crawls)
     db = ["--db", crawls.db_uri]
     # the crawls wrote an events file; the database alone holds the same story
-    code, out = await asyncio.to_thread(cli, "events", "list", "--run", "2", "--json", *db)
+    code, out = await asyncio.to_thread(shell.cli, "events", "list", "--run", "2", "--json", *db)
     assert code == 0
     events = {(e["action"], e["url"]) for e in map(json.loads, out.splitlines())}
     assert events == {
@@ -146,14 +129,14 @@ async def test_events_are_listed_without_an_events_uri_and_deliver_counts(site: 
         ("gone", urls["p1.html"]),
         ("moved", urls["p3.html"]),
     }
-    code, out = await asyncio.to_thread(cli, "events", "list", *db)
+    code, out = await asyncio.to_thread(shell.cli, "events", "list", *db)
     assert out.splitlines()[0].split() == ["AT", "RUN", "ACTION", "URL"]
     assert len(out.splitlines()) == 1 + 40 + 5
     assert f"moved        {urls['p3.html']} -> {site.url('p3-new.html')}" in out
     # deliver says how many went out
     events_file = crawls.tmp_path / "later.jsonl"
     code, out = await asyncio.to_thread(
-        cli, "events", "deliver", "-s", f"RECRAWLER_EVENTS_URI=file://{events_file}", *db
+        shell.cli, "events", "deliver", "-s", f"RECRAWLER_EVENTS_URI=file://{events_file}", *db
     )
     assert (code, out) == (0, "0 events delivered; none wait in the outbox\n")
 
@@ -168,11 +151,11 @@ async def test_stored_and_cited_urls_drop_tracking_parameters(site: Site, crawls
     listed += ["campaign.html?utm_source=newsletter&utm_medium=email&version=2&gclid=abc"]
     await crawls.crawl(site.write_sitemap(listed))
     db = ["--db", crawls.db_uri]
-    _, out = await asyncio.to_thread(cli, "pages", "--json", *db)
+    _, out = await asyncio.to_thread(shell.cli, "pages", "--json", *db)
     stored = {json.loads(line)["url"] for line in out.splitlines()}
     assert site.url("campaign.html?version=2") in stored
     assert not [url for url in stored if "utm_" in url or "gclid" in url]
-    code, out = await asyncio.to_thread(cli, "search", "retry limits", "-k", "1", "--json", *db)
+    code, out = await asyncio.to_thread(shell.cli, "search", "retry limits", "-k", "1", "--json", *db)
     assert code == 0
     (hit,) = map(json.loads, out.splitlines())
     assert hit["url"].split("#")[0] == site.url("campaign.html?version=2")
@@ -187,7 +170,7 @@ async def test_due_ends_with_how_fresh_the_knowledge_base_is(site: Site, crawls:
     # the sitemap drops p5, which still answers: checked directly, it stays live
     await crawls.crawl(site.write_sitemap([n for n in names if n != "p5.html"]))
     db = ["--db", crawls.db_uri]
-    code, out = await asyncio.to_thread(cli, "due", "-s", "RECRAWLER_MAX_INTERVAL_SECS=86400", *db)
+    code, out = await asyncio.to_thread(shell.cli, "due", "-s", "RECRAWLER_MAX_INTERVAL_SECS=86400", *db)
     assert code == 0
     last = out.splitlines()[-1]
     assert last.startswith(
@@ -199,20 +182,14 @@ async def test_due_ends_with_how_fresh_the_knowledge_base_is(site: Site, crawls:
     # a week later, nothing was verified within a day
     later = "2099-01-01T00:00:00Z"
     code, out = await asyncio.to_thread(
-        cli, "due", "--now", later, "-s", "RECRAWLER_MAX_INTERVAL_SECS=86400", *db
+        shell.cli, "due", "--now", later, "-s", "RECRAWLER_MAX_INTERVAL_SECS=86400", *db
     )
     assert out.splitlines()[-1].startswith("freshness: 0 of 40 live pages (0%) verified within 24 h")
 
 
 def test_a_database_uri_without_a_file_is_a_configuration_error() -> None:
     for uri in ("sqlite://", "sqlite:///"):
-        result = subprocess.run(
-            [sys.executable, "-m", "recrawler.cli", "pages", "--db", uri],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        result = shell.recrawler_process("pages", "--db", uri)
         assert result.returncode == 2
         # not "corrupt (disk I/O error)": what is wrong with the URI, and what to write instead
         assert result.stderr.splitlines() == [
@@ -225,20 +202,7 @@ def test_an_unreachable_postgresql_is_one_line() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "recrawler.cli",
-            "pages",
-            "--db",
-            f"postgresql://bot:secret@127.0.0.1:{port}/docs",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = shell.recrawler_process("pages", "--db", f"postgresql://bot:secret@127.0.0.1:{port}/docs")
     assert result.returncode == 2
     (line,) = result.stderr.splitlines()
     assert line.startswith(

@@ -4,9 +4,7 @@ one-line errors with exit code 2, JSON that always encodes, no zero-score hits, 
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -14,10 +12,9 @@ import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import build_parser
-from recrawler.cli import main as cli_main
 from recrawler.cli.crawl import crawl_argv, crawl_db
 from recrawler.cli.output import json_line
-from tests import docsite
+from tests import docsite, shell
 from tests.test_cli_settings import make_db
 
 if TYPE_CHECKING:
@@ -39,18 +36,6 @@ MINIMAL = {
     "changes": ["--since", "0"],
     "sync": ["--store", "tests.stores.chroma", "--name", "chroma"],
 }
-
-
-def cli(*argv: str) -> tuple[int, str]:
-    """Run the CLI on a thread of its own (some commands run their own event loop)."""
-    out = io.StringIO()
-    with ThreadPoolExecutor(1) as pool:
-        code = pool.submit(cli_main, list(argv), out).result()
-    return code, out.getvalue()
-
-
-def body(title: str, text: str) -> str:
-    return docsite.page(title, [("Overview", [text])])
 
 
 def commands() -> list[str]:
@@ -115,11 +100,11 @@ def test_db_goes_anywhere_around_runs_approve_and_discard(action: str) -> None:
     ],
 )
 def test_empty_results_say_so(tmp_path: Path, argv: list[str], says: str) -> None:
-    assert cli(*argv, "--db", make_db(tmp_path / "state.db")) == (0, says)
+    assert shell.cli(*argv, "--db", make_db(tmp_path / "state.db")) == (0, says)
 
 
 def test_due_on_an_empty_database_says_so(tmp_path: Path) -> None:
-    code, out = cli("due", "--db", make_db(tmp_path / "state.db"))
+    code, out = shell.cli("due", "--db", make_db(tmp_path / "state.db"))
     assert code == 0
     assert out.startswith("no pages stored\n0 of 0 stored pages due at ")
 
@@ -153,7 +138,7 @@ def test_a_zero_byte_database_is_one_line_exit_2_and_left_untouched(
 ) -> None:
     db = tmp_path / "empty.db"
     db.touch()
-    assert cli(*argv, "--db", f"sqlite:///{db}") == (2, "")
+    assert shell.cli(*argv, "--db", f"sqlite:///{db}") == (2, "")
     err = capsys.readouterr().err
     assert err.startswith("recrawler: error: "), err
     assert err.count("\n") == 1, err
@@ -174,10 +159,12 @@ async def _two_runs(site: Site, crawls: Crawls) -> str:
     """Two runs over three pages: the second changes one page, loses another (quarantined) and
     audits them all."""
     for name in ("a", "b", "c"):
-        site.write(f"{name}.html", body(name.upper(), f"Page {name} explains the widget setup."), mtime=T0)
+        site.write(
+            f"{name}.html", docsite.guide(name.upper(), f"Page {name} explains the widget setup."), mtime=T0
+        )
     sitemap = site.write_sitemap(["a.html", "b.html", "c.html"])
     await crawls.crawl(sitemap)
-    site.write("a.html", body("A", "Page a now explains the gadget setup instead."), mtime=T0 + 60)
+    site.write("a.html", docsite.guide("A", "Page a now explains the gadget setup instead."), mtime=T0 + 60)
     site.remove("c.html")
     # the audit checks every page's validators: trust records
     await crawls.crawl(sitemap, RECRAWLER_AUDIT_SAMPLE=1.0)
@@ -187,7 +174,9 @@ async def _two_runs(site: Site, crawls: Crawls) -> str:
 @deferred_f_from_coro_f
 async def test_diff_json_is_json(site: Site, crawls: Crawls) -> None:
     await _two_runs(site, crawls)
-    code, out = await asyncio.to_thread(cli, "diff", "--json", site.url("a.html"), "--db", crawls.db_uri)
+    code, out = await asyncio.to_thread(
+        shell.cli, "diff", "--json", site.url("a.html"), "--db", crawls.db_uri
+    )
     assert code == 0
     row = json.loads(out)
     assert row["verdict"] == "changed"
@@ -218,10 +207,10 @@ async def test_tables_have_headers_and_runs_show_quarantined_pages_and_reasons(
             if command == "due"
             else [command]
         )
-        code, out = await asyncio.to_thread(cli, *argv, *db)
+        code, out = await asyncio.to_thread(shell.cli, *argv, *db)
         assert code == 0, command
         assert out.splitlines()[0] == header, command
-    _, out = await asyncio.to_thread(cli, "runs", *db)
+    _, out = await asyncio.to_thread(shell.cli, "runs", *db)
     run2 = out.splitlines()[1].split()
     # crawled new changed unchanged gone quarantined errors, then the reasons
     assert run2[6:13] == ["2", "0", "1", "1", "0", "1", "0"]
@@ -229,11 +218,13 @@ async def test_tables_have_headers_and_runs_show_quarantined_pages_and_reasons(
     # a held run says why
     for name in ("a", "b"):
         site.write(
-            f"{name}.html", body(name.upper(), f"Page {name}: site is down for maintenance."), mtime=T0 + 99
+            f"{name}.html",
+            docsite.guide(name.upper(), f"Page {name}: site is down for maintenance."),
+            mtime=T0 + 99,
         )
     held = await crawls.crawl(site.url("sitemap.xml"), RECRAWLER_CHANGE_ALERT_MIN=1)
     assert held.report["held"]
-    _, out = await asyncio.to_thread(cli, "runs", *db)
+    _, out = await asyncio.to_thread(shell.cli, "runs", *db)
     assert out.splitlines()[1].split()[3:5] == ["held", "3"]
     assert out.splitlines()[1].endswith(", ".join(held.report["held"]))
 
@@ -242,15 +233,15 @@ async def test_tables_have_headers_and_runs_show_quarantined_pages_and_reasons(
 async def test_search_returns_no_zero_score_padding(site: Site, crawls: Crawls) -> None:
     await _two_runs(site, crawls)
     db = ["--db", crawls.db_uri]
-    code, out = await asyncio.to_thread(cli, "search", "gadget", "-k", "5", "--json", *db)
+    code, out = await asyncio.to_thread(shell.cli, "search", "gadget", "-k", "5", "--json", *db)
     assert code == 0
     hits = [json.loads(line) for line in out.splitlines()]
     assert [h["url"].split("#")[0] for h in hits] == [site.url("a.html")]
     assert all(h["score"] > 0 for h in hits)
-    assert await asyncio.to_thread(cli, "search", "zeppelin", "-k", "5", "--json", *db) == (0, "")
+    assert await asyncio.to_thread(shell.cli, "search", "zeppelin", "-k", "5", "--json", *db) == (0, "")
     # a floor of its own (on the cosine, in vector mode)
     floor = ("--min-score", "0.99", "--mode", "vector", "--json")
-    assert await asyncio.to_thread(cli, "search", "gadget", *floor, *db) == (0, "")
+    assert await asyncio.to_thread(shell.cli, "search", "gadget", *floor, *db) == (0, "")
 
 
 def _due_rows(out: str) -> dict[str, dict[str, object]]:
@@ -261,29 +252,31 @@ def _due_rows(out: str) -> dict[str, dict[str, object]]:
 async def test_due_shows_no_rate_for_pages_checked_seconds_apart(site: Site, crawls: Crawls) -> None:
     await _two_runs(site, crawls)
     db = ["--db", crawls.db_uri]
-    _, out = await asyncio.to_thread(cli, "due", "--all", "--json", *db)
+    _, out = await asyncio.to_thread(shell.cli, "due", "--all", "--json", *db)
     a = _due_rows(out)[site.url("a.html")]
     assert a["checks"] == 1
     assert a["changes"] == 1
     # one change a few seconds after the first check is no evidence of 30000 changes a day
     assert a["changes_per_day"] is None
-    _, out = await asyncio.to_thread(cli, "due", "--all", *db)
+    _, out = await asyncio.to_thread(shell.cli, "due", "--all", *db)
     row = next(line for line in out.splitlines() if line.endswith("/a.html"))
     assert row.split()[-2] == "-"
 
 
 @deferred_f_from_coro_f
 async def test_due_shows_the_rate_once_checks_span_a_day(site: Site, crawls: Crawls) -> None:
-    site.write("a.html", body("A", "Version one."), mtime=T0)
+    site.write("a.html", docsite.guide("A", "Version one."), mtime=T0)
     sitemap = site.write_sitemap(["a.html"])
 
     def day(n: float) -> str:
         return datetime.fromtimestamp(T0 + n * 86400, UTC).isoformat()
 
     await crawls.crawl(sitemap, RECRAWLER_NOW=day(0))
-    site.write("a.html", body("A", "Version two."), mtime=T0 + 60)
+    site.write("a.html", docsite.guide("A", "Version two."), mtime=T0 + 60)
     await crawls.crawl(sitemap, RECRAWLER_NOW=day(2))
-    _, out = await asyncio.to_thread(cli, "due", "--all", "--json", "--now", day(2), "--db", crawls.db_uri)
+    _, out = await asyncio.to_thread(
+        shell.cli, "due", "--all", "--json", "--now", day(2), "--db", crawls.db_uri
+    )
     rate = _due_rows(out)[site.url("a.html")]["changes_per_day"]
     assert isinstance(rate, float)
     assert 0.1 < rate < 1.0

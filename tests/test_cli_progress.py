@@ -8,13 +8,11 @@ import io
 import logging
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, shell
 from tests.test_cli_settings import make_db
 
 if TYPE_CHECKING:
@@ -35,18 +33,6 @@ class Tty(io.StringIO):
         return True
 
 
-def cli(*argv: str) -> tuple[int, str]:
-    """Run the CLI on a thread of its own (it runs its own event loop)."""
-    out = io.StringIO()
-    with ThreadPoolExecutor(1) as pool:
-        code = pool.submit(cli_main, list(argv), out).result()
-    return code, out.getvalue()
-
-
-def body(i: int, extra: str = "") -> str:
-    return docsite.page(f"Page {i}", [("Overview", [f"Page {i} explains feature {i}. {extra}"])])
-
-
 def terminal(monkeypatch: pytest.MonkeyPatch) -> Tty:
     """Make stderr a terminal (in the test itself: pytest swaps stderr again after the setup)."""
     stream = Tty()
@@ -58,12 +44,12 @@ def test_calibrate_fetches_each_page_again_after_one_shared_wait(
     site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for i in range(3):
-        site.write(f"p{i}.html", body(i), mtime=T0)
+        site.write(f"p{i}.html", docsite.feature_page(i), mtime=T0)
     urls = [site.url(f"p{i}.html") for i in range(3)]
     db = make_db(tmp_path / "state.db")
     tty = terminal(monkeypatch)
     started = time.monotonic()
-    code, out = cli("calibrate", *urls, "--delay", "1", "--db", db)
+    code, out = shell.cli("calibrate", *urls, "--delay", "1", "--db", db)
     elapsed = time.monotonic() - started
     assert code == 0, out
     # every page once, then every page again: the whole takes about one delay, not one per page
@@ -80,8 +66,10 @@ def test_calibrate_fetches_each_page_again_after_one_shared_wait(
 def test_calibrate_is_quiet_when_stderr_is_not_a_terminal(
     site: Site, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    site.write("p0.html", body(0), mtime=T0)
-    code, _ = cli("calibrate", site.url("p0.html"), "--delay", "0", "--db", make_db(tmp_path / "state.db"))
+    site.write("p0.html", docsite.feature_page(0), mtime=T0)
+    code, _ = shell.cli(
+        "calibrate", site.url("p0.html"), "--delay", "0", "--db", make_db(tmp_path / "state.db")
+    )
     assert code == 0
     assert capsys.readouterr().err == ""
 
@@ -90,11 +78,11 @@ async def _held_run(site: Site, crawls: Crawls) -> int:
     """A run held for a change spike: 12 pages rewritten by a template change."""
     pages = [f"p{i}.html" for i in range(12)]
     for i, p in enumerate(pages):
-        site.write(p, body(i), mtime=T0)
+        site.write(p, docsite.feature_page(i), mtime=T0)
     sitemap = site.write_sitemap(pages)
     await crawls.crawl(sitemap)
     for i, p in enumerate(pages):
-        site.write(p, body(i, "Rendered by the new template."), mtime=T0 + 5)
+        site.write(p, docsite.feature_page(i, "Rendered by the new template."), mtime=T0 + 5)
     r2 = await crawls.crawl(sitemap)
     assert r2.report["index"]["state"] == "held"
     return int(r2.report["run_id"])
@@ -106,7 +94,7 @@ async def test_runs_approve_shows_its_embedding_on_a_terminal(
 ) -> None:
     held = await _held_run(site, crawls)
     tty = terminal(monkeypatch)
-    code, out = await asyncio.to_thread(cli, "runs", "approve", str(held), "--db", crawls.db_uri)
+    code, out = await asyncio.to_thread(shell.cli, "runs", "approve", str(held), "--db", crawls.db_uri)
     assert code == 0
     assert "12 texts embedded" in out
     assert f"\rrun {held}: embedding: 12 texts" in tty.getvalue()
@@ -118,7 +106,7 @@ async def test_runs_approve_is_quiet_when_stderr_is_not_a_terminal(
 ) -> None:
     held = await _held_run(site, crawls)
     capsys.readouterr()
-    code, _ = await asyncio.to_thread(cli, "runs", "approve", str(held), "--db", crawls.db_uri)
+    code, _ = await asyncio.to_thread(shell.cli, "runs", "approve", str(held), "--db", crawls.db_uri)
     assert code == 0
     assert capsys.readouterr().err == ""
 
@@ -129,7 +117,7 @@ async def test_a_first_runs_embedding_shows_progress_on_a_terminal(
 ) -> None:
     tty = terminal(monkeypatch)
     for i in range(3):
-        site.write(f"p{i}.html", body(i), mtime=T0)
+        site.write(f"p{i}.html", docsite.feature_page(i), mtime=T0)
     # the run's end embeds them all (the CPU workers embed none of them as they go)
     r1 = await crawls.crawl(site.write_sitemap([f"p{i}.html" for i in range(3)]), RECRAWLER_CPU_EMBED=False)
     assert r1.report["index"]["texts_embedded"] == 3
@@ -141,14 +129,14 @@ async def test_a_crawl_logs_its_embedding_once_when_stderr_is_not_a_terminal(
     site: Site, crawls: Crawls, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     for i in range(3):
-        site.write(f"p{i}.html", body(i), mtime=T0)
-    with caplog.at_level(logging.INFO, logger="recrawler.index.publish"):
+        site.write(f"p{i}.html", docsite.feature_page(i), mtime=T0)
+    with caplog.at_level(logging.INFO, logger="recrawler.kb.publish"):
         # the run's end embeds them all (the CPU workers embed none of them as they go)
         r1 = await crawls.crawl(
             site.write_sitemap([f"p{i}.html" for i in range(3)]), RECRAWLER_CPU_EMBED=False
         )
     assert "\r" not in capsys.readouterr().err
-    lines = [r.getMessage() for r in caplog.records if r.name == "recrawler.index.publish"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "recrawler.kb.publish"]
     assert len(lines) == 1
     # the run's total (the summary line's texts_embedded), then how it was reached
     assert r1.report["index"]["texts_embedded"] == 3
@@ -158,10 +146,10 @@ async def test_a_crawl_logs_its_embedding_once_when_stderr_is_not_a_terminal(
     assert "; 0 by the workers as pages came; hashing" in lines[0]
     # one text is one text
     caplog.clear()
-    site.write("p0.html", body(7), mtime=T0 + 60)
-    with caplog.at_level(logging.INFO, logger="recrawler.index.publish"):
+    site.write("p0.html", docsite.feature_page(7), mtime=T0 + 60)
+    with caplog.at_level(logging.INFO, logger="recrawler.kb.publish"):
         r2 = await crawls.crawl(site.url("sitemap.xml"), RECRAWLER_CPU_EMBED=False)
-    (line,) = [r.getMessage() for r in caplog.records if r.name == "recrawler.index.publish"]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "recrawler.kb.publish"]
     assert r2.report["index"]["texts_embedded"] == 1
     assert line.startswith(
         f"run {r2.report['run_id']}: 1 chunk text embedded (1 at the run's end in 1 call, "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,8 +13,8 @@ from scrapy.settings import Settings
 
 from recrawler import default_settings
 from recrawler.cli import build_settings
-from recrawler.cli import main as cli_main
 from recrawler.state import store_from_uri
+from tests import shell
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -82,14 +81,8 @@ def make_db(path: Path) -> str:
     return uri
 
 
-def run(*argv: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = cli_main(list(argv), out=out)
-    return code, out.getvalue()
-
-
 def due_modes(*argv: str) -> str:
-    code, out = run("due", *argv)
+    code, out = shell.run_cli("due", *argv)
     assert code == 0, out
     return out.rsplit("(", 1)[1].split(")", 1)[0]
 
@@ -119,7 +112,7 @@ def test_flags_beat_the_project(project: Callable[..., Path], tmp_path: Path) ->
     )
     # -s before or after the command, at the same (command-line) priority as the named flags
     assert due_modes("--db", db, "-s", "RECRAWLER_LASTMOD_MODE=hint") == "schedule all, lastmod hint"
-    assert run("-s", "RECRAWLER_SCHEDULE=adaptive", "due", "--db", db)[1].endswith(
+    assert shell.run_cli("-s", "RECRAWLER_SCHEDULE=adaptive", "due", "--db", db)[1].endswith(
         "(schedule adaptive, lastmod skip); URLs new to the sitemap or a feed are due at once too\n"
     )
 
@@ -129,18 +122,21 @@ def test_diff_and_normalize_honour_the_projects_url_parameters(
 ) -> None:
     project(RECRAWLER_URL_DROP_PARAMS=["session"])
     db = make_db(tmp_path / "state.db")
-    assert run("diff", "--db", db, URL) == (
+    assert shell.run_cli("diff", "--db", db, URL) == (
         1,
         "no page docs.example.com/guide?page=2 stored (see `recrawler pages`)\n",
     )
-    assert run("normalize", URL) == (0, f"docs.example.com/guide?page=2\t{URL}\n")
+    assert shell.run_cli("normalize", URL) == (0, f"docs.example.com/guide?page=2\t{URL}\n")
     # the flag replaces the project's list, as -s would
-    assert run("normalize", "--drop", "page", URL) == (0, f"docs.example.com/guide?session=abc\t{URL}\n")
+    assert shell.run_cli("normalize", "--drop", "page", URL) == (
+        0,
+        f"docs.example.com/guide?session=abc\t{URL}\n",
+    )
 
 
 def test_normalize_honours_the_projects_keep_list(project: Callable[..., Path]) -> None:
     project(RECRAWLER_URL_KEEP_PARAMS=["page"])
-    assert run("normalize", URL) == (0, f"docs.example.com/guide?page=2\t{URL}\n")
+    assert shell.run_cli("normalize", URL) == (0, f"docs.example.com/guide?page=2\t{URL}\n")
 
 
 def test_the_store_comes_from_the_projects_state_backends(
@@ -155,7 +151,7 @@ def test_the_store_comes_from_the_projects_state_backends(
     for argv in (["pages"], ["runs"], ["due"], ["trust"], ["immutable"], ["check"], ["diff", URL]):
         marker = Path(f"{db}.probe")
         marker.unlink(missing_ok=True)
-        code, _ = run(*argv, "--db", f"probe:///{db}")
+        code, _ = shell.run_cli(*argv, "--db", f"probe:///{db}")
         assert code in (0, 1), argv
         assert marker.read_text() == f"{module}.ProbeStateStore", argv
 
@@ -164,7 +160,7 @@ def test_an_unknown_scheme_is_one_line_and_exit_2(
     project: Callable[..., Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     project()
-    assert run("pages", "--db", "probe:///nowhere.db")[0] == 2
+    assert shell.run_cli("pages", "--db", "probe:///nowhere.db")[0] == 2
     err = capsys.readouterr().err
     assert err.startswith("recrawler: error: RECRAWLER_DB_URI: no backend for scheme 'probe'")
     assert err.count("\n") == 1
@@ -177,13 +173,13 @@ def test_environment_beats_the_project_and_flags_beat_the_environment(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     project(RECRAWLER_DB_URI=f"sqlite:///{tmp_path / 'project.db'}")
-    assert run("pages")[0] == 2
+    assert shell.run_cli("pages")[0] == 2
     assert "project.db" in capsys.readouterr().err
     monkeypatch.setenv("RECRAWLER_DB_URI", f"sqlite:///{tmp_path / 'env.db'}")
-    assert run("pages")[0] == 2
+    assert shell.run_cli("pages")[0] == 2
     assert "env.db" in capsys.readouterr().err
-    assert run("pages", "--db", make_db(tmp_path / "flag.db")) == (0, "no pages stored\n")
-    assert run("--db", f"sqlite:///{tmp_path / 'flag2.db'}", "pages")[0] == 2
+    assert shell.run_cli("pages", "--db", make_db(tmp_path / "flag.db")) == (0, "no pages stored\n")
+    assert shell.run_cli("--db", f"sqlite:///{tmp_path / 'flag2.db'}", "pages")[0] == 2
     assert "flag2.db" in capsys.readouterr().err
 
 
@@ -222,7 +218,7 @@ def test_a_missing_settings_module_is_one_line_and_exit_2(
 ) -> None:
     project()
     monkeypatch.setenv("SCRAPY_SETTINGS_MODULE", "no_such_settings_module")
-    assert run("normalize", URL)[0] == 2
+    assert shell.run_cli("normalize", URL)[0] == 2
     err = capsys.readouterr().err
     assert err.startswith("recrawler: error: SCRAPY_SETTINGS_MODULE: cannot import 'no_such_settings_module'")
     assert err.count("\n") == 1
@@ -232,7 +228,7 @@ def test_credentials_in_the_uri_are_masked(
     project: Callable[..., Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     project(RECRAWLER_STATE_BACKENDS={"sqlite": "recrawler.state.sqlite.SQLiteStateStore"})
-    assert run("pages", "--db", SECRET_URI)[0] == 2
+    assert shell.run_cli("pages", "--db", SECRET_URI)[0] == 2
     err = capsys.readouterr().err
     assert "hunter2" not in err
     assert err.count("\n") == 1

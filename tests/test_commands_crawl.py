@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import subprocess
 from typing import TYPE_CHECKING
 
 import pytest
 from scrapy.settings import Settings
 
 from recrawler.commands.crawl import logged_at
-from tests.conftest_mockserver import REPO_ROOT
+from tests import shell
 from tests.test_trust_runs import argv, build
 
 if TYPE_CHECKING:
+    import subprocess
     from pathlib import Path
 
     from tests.conftest_mockserver import Site
@@ -20,9 +20,7 @@ if TYPE_CHECKING:
 
 def crawl(sitemap: str, db: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     """``scrapy crawl docs`` as cron runs it, with scrapy's own flags (``--loglevel``, ``--nolog``)."""
-    return subprocess.run(
-        [*argv(sitemap, db), *flags], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False
-    )
+    return shell.run_in_checkout([*argv(sitemap, db), *flags])
 
 
 def summaries(stderr: str) -> list[str]:

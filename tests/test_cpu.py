@@ -8,7 +8,6 @@ import dataclasses
 import multiprocessing
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -26,17 +25,17 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.counters import RunCounters
 from recrawler.cpu import CpuPool, EncodingOf, PageJob, PageWork, usable_cores, worker_processes
-from recrawler.embedders import HashingEmbedder
 from recrawler.exceptions import ConfigurationError
-from recrawler.index.publish import embed_missing
 from recrawler.kb.chunking import Chunk
+from recrawler.kb.embedders import HashingEmbedder
+from recrawler.kb.publish import embed_missing
 from recrawler.learning import NoiseRegistry
 from recrawler.runtime import Runtime
 from recrawler.spiders import RecrawlerSpiderMixin
 from recrawler.spiders.docs import DocsSpider
 from recrawler.state import PageRecord
 from recrawler.state.sqlite import SQLiteStateStore
-from tests import docsite
+from tests import docsite, statedb
 from tests.conftest import Crawls, make_crawler
 
 if TYPE_CHECKING:
@@ -99,30 +98,26 @@ def _write_encodings(site: Site) -> list[str]:
 
 
 def _state(db: Path) -> dict[str, Any]:
-    conn = sqlite3.connect(db)
-    try:
-        return {
-            "pages": conn.execute(
-                "SELECT url, content_hash, fuzzy_hash, title, chunks FROM pages ORDER BY url"
-            ).fetchall(),
-            "fields": conn.execute(
-                "SELECT p.url, f.title, f.headings, f.code, f.links, f.text, f.blocks "
-                "FROM page_fields f JOIN pages p ON p.key = f.key ORDER BY p.url"
-            ).fetchall(),
-            "chunks": conn.execute(
-                "SELECT url, chunk_index, chunk_hash, heading, text FROM chunks "
-                "WHERE retired_run IS NULL ORDER BY url, chunk_index"
-            ).fetchall(),
-            "embeddings": conn.execute(
-                "SELECT embedder, text_hash, vector FROM embeddings ORDER BY embedder, text_hash"
-            ).fetchall(),
-            # folded from the page writes' block deltas, samples included
-            "blocks": conn.execute(
-                "SELECT site, block, pages, sample FROM site_blocks ORDER BY block"
-            ).fetchall(),
-        }
-    finally:
-        conn.close()
+    return {
+        "pages": statedb.rows(
+            db, "SELECT url, content_hash, fuzzy_hash, title, chunks FROM pages ORDER BY url"
+        ),
+        "fields": statedb.rows(
+            db,
+            "SELECT p.url, f.title, f.headings, f.code, f.links, f.text, f.blocks "
+            "FROM page_fields f JOIN pages p ON p.key = f.key ORDER BY p.url",
+        ),
+        "chunks": statedb.rows(
+            db,
+            "SELECT url, chunk_index, chunk_hash, heading, text FROM chunks "
+            "WHERE retired_run IS NULL ORDER BY url, chunk_index",
+        ),
+        "embeddings": statedb.rows(
+            db, "SELECT embedder, text_hash, vector FROM embeddings ORDER BY embedder, text_hash"
+        ),
+        # folded from the page writes' block deltas, samples included
+        "blocks": statedb.rows(db, "SELECT site, block, pages, sample FROM site_blocks ORDER BY block"),
+    }
 
 
 @deferred_f_from_coro_f
@@ -363,10 +358,7 @@ async def test_chunk_texts_embedded_by_a_worker_are_the_texts_embedded_in_proces
         finally:
             pool.shutdown()
             await store.close()
-        with sqlite3.connect(db) as conn:
-            found.append(
-                conn.execute("SELECT text_hash, vector FROM embeddings ORDER BY text_hash").fetchall()
-            )
+        found.append(statedb.rows(db, "SELECT text_hash, vector FROM embeddings ORDER BY text_hash"))
     assert len(found[0]) == 800
     assert found[0] == found[1]
     assert len(found[2]) == 2400
@@ -522,7 +514,7 @@ async def test_a_refused_run_stops_its_workers_before_it_returns(site: Site, tmp
     store = SQLiteStateStore(str(db))
     await store.open()
     await store.close()
-    with sqlite3.connect(db) as conn:
+    with statedb.editing(db) as conn:
         conn.execute("INSERT INTO schema_version VALUES (999)")
     before = set(multiprocessing.active_children())
     crawls = Crawls(tmp_path)
@@ -713,3 +705,63 @@ def test_a_worker_makes_the_stored_forms_of_a_field_record_it_will_be_written_wi
     assert (moved.packed_text, moved.samples_json) == (new.packed_text, None)
     same = tools.work(replace(job, indexed_hash=new.fingerprint.content_hash))
     assert (same.packed_text, same.samples_json) == (None, None)
+
+
+def test_a_page_built_in_the_crawls_process_carries_what_a_worker_makes_of_it() -> None:
+    """process_page is the one CPU work of a page: built in the crawl's process (no workers, or
+    them gone) a Page carries the fingerprint, chunks and stored forms a worker would have made,
+    so the pipelines take them the same way whatever the mode."""
+    import pickle
+
+    from recrawler import meta
+    from recrawler.cpu import _Tools
+    from recrawler.extract import ContentExtractor
+    from recrawler.kb.chunking import Chunker
+    from recrawler.spiders import PageBuilder
+    from recrawler.urls import KeyMaker
+
+    noise = NoiseRegistry(boilerplate=False)  # a site model needs no database read
+    builder = PageBuilder(ContentExtractor(["main"]), KeyMaker(), noise, chunker=Chunker(1200, 150))
+    body = docsite.page("Setup", [("Install", ["Run the installer."]), ("Use", ["Start the tool."])]).encode()
+    url = "https://docs.example.com/setup.html"
+
+    def built(record: PageRecord | None) -> Any:
+        request = scrapy.Request(url, meta={meta.RECORD: record})
+        page = builder.page(HtmlResponse(url, body=body, encoding="utf-8", request=request))
+        job = PageJob(
+            key=page.key,
+            url=page.url,
+            body=body,
+            encoding="utf-8",
+            noise_id=b"m",
+            noise=pickle.dumps(noise.site("docs.example.com")),
+            indexed_hash=record.content_hash if record is not None else None,
+            new=record is None,
+        )
+        return page, _Tools(["main"], [], (1200, 150, 500)).work(job)
+
+    page, work = built(None)
+    assert page.record is None
+    assert page.worked is not None
+    assert page.worked.noise is noise.site("docs.example.com")
+    assert page.worked.fingerprint == work.fingerprint
+    assert page.worked.chunks == work.chunks
+    assert len(page.worked.chunks) == 2
+    assert (page.worked.packed_text, page.worked.samples_json) == (work.packed_text, work.samples_json)
+    assert page.worked.samples_json is not None
+    assert page.content_hash == work.content_hash
+    # a page that still hashes to what is indexed: nothing to chunk, no field record to write
+    assert page.worked.fingerprint is not None
+    indexed = PageRecord(
+        key=page.key,
+        site="docs.example.com",
+        url=url,
+        content_hash=page.worked.fingerprint.content_hash,
+        chunks=2,
+        first_seen=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    again, work = built(indexed)
+    assert again.record is indexed
+    assert again.worked is not None
+    assert (again.worked.chunks, again.worked.packed_text, again.worked.samples_json) == (None, None, None)
+    assert (work.chunks, work.packed_text, work.samples_json) == (None, None, None)

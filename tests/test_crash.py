@@ -6,14 +6,13 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from tests import docsite
+from tests import docsite, shell, statedb
 from tests.test_noise_furniture import counted_from_scratch, counters
 
 if TYPE_CHECKING:
@@ -27,8 +26,7 @@ COLUMNS = "key, url, status, content_hash, etag, last_modified, misses"
 
 
 def _state(db: Path) -> list[tuple[object, ...]]:
-    with sqlite3.connect(db) as conn:
-        return conn.execute(f"SELECT {COLUMNS} FROM pages ORDER BY key").fetchall()
+    return statedb.rows(db, f"SELECT {COLUMNS} FROM pages ORDER BY key")
 
 
 def _children(pid: int) -> list[int]:
@@ -80,25 +78,14 @@ async def test_sigkill_midway_then_rerun_matches_uninterrupted(
     site.options("p20.html", hang=True)
     db = tmp_path / "killed.db"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "scrapy",
-            "crawl",
-            "docs",
-            "-a",
-            f"sitemap_url={sitemap}",
-            "-s",
+        shell.scrapy_crawl_argv(
+            sitemap,
             f"RECRAWLER_DB_URI=sqlite:///{db}",
-            "-s",
             "RECRAWLER_DB_BATCH_SIZE=4",
-            "-s",
             "CONCURRENT_REQUESTS=1",
-            "-s",
             "DOWNLOAD_TIMEOUT=120",
-            "-s",
             "LOG_LEVEL=WARNING",
-        ],
+        ),
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -110,11 +97,10 @@ async def test_sigkill_midway_then_rerun_matches_uninterrupted(
         def committed() -> int:
             if not db.exists():
                 return 0
-            with sqlite3.connect(db) as conn:
-                try:
-                    return int(conn.execute("SELECT COUNT(*) FROM pages").fetchone()[0])
-                except sqlite3.OperationalError:
-                    return 0
+            try:
+                return int(statedb.value(db, "SELECT COUNT(*) FROM pages"))
+            except sqlite3.OperationalError:
+                return 0
 
         _wait_for(lambda: committed() >= 4)
         workers = _children(proc.pid)
@@ -126,11 +112,10 @@ async def test_sigkill_midway_then_rerun_matches_uninterrupted(
     _wait_for(lambda: not any(_alive(pid) for pid in workers), timeout=10)
     partial = _state(db)
     assert 0 < len(partial) < N  # killed half way: some pages committed, not all
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        assert conn.execute("SELECT finish_reason FROM runs").fetchall() == [(None,)]
-        # the committed pages' block statistics wait, as deltas, for a reconciliation
-        assert conn.execute("SELECT COUNT(*) FROM block_deltas").fetchone()[0] == len(partial)
+    assert statedb.value(db, "PRAGMA integrity_check") == "ok"
+    assert statedb.rows(db, "SELECT finish_reason FROM runs") == [(None,)]
+    # the committed pages' block statistics wait, as deltas, for a reconciliation
+    assert statedb.value(db, "SELECT COUNT(*) FROM block_deltas") == len(partial)
 
     # rerun on the killed database: it completes the work
     site.options("p20.html", hang=None)

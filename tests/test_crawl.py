@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import TYPE_CHECKING
 
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, statedb
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -17,16 +16,12 @@ if TYPE_CHECKING:
 T0 = 1_760_000_000.0  # a fixed mtime, so Last-Modified is stable across writes
 
 
-def body(title: str, text: str = "The original text.") -> str:
-    return docsite.page(title, [("Overview", [text]), ("Usage", ["Run it like this."], "tool --run")])
-
-
 def build_site(site: Site) -> str:
     """Write version 1 of the site: every validator style, noise, variants, an index + .xml.gz."""
-    site.write("strong.html", body("Strong"), mtime=T0, validators="strong")
-    site.write("weak.html", body("Weak"), mtime=T0, validators="weak")
-    site.write("lm.html", body("LM"), mtime=T0, validators="lm")
-    site.write("none.html", body("None"), mtime=T0, validators="none")
+    site.write("strong.html", docsite.tool_guide("Strong"), mtime=T0, validators="strong")
+    site.write("weak.html", docsite.tool_guide("Weak"), mtime=T0, validators="weak")
+    site.write("lm.html", docsite.tool_guide("LM"), mtime=T0, validators="lm")
+    site.write("none.html", docsite.tool_guide("None"), mtime=T0, validators="none")
     site.write(
         "noisy.html",
         docsite.page("Noisy", [("A", ["Stable words."])], chrome_noise=True),
@@ -34,10 +29,10 @@ def build_site(site: Site) -> str:
         noise=True,
         validators="none",
     )
-    site.write("guide/index.html", body("Guide"), mtime=T0)
-    site.write("missing.html", body("Missing"), mtime=T0)
-    site.write("tomb.html", body("Tomb"), mtime=T0)
-    site.write("flaky.html", body("Flaky"), mtime=T0)
+    site.write("guide/index.html", docsite.tool_guide("Guide"), mtime=T0)
+    site.write("missing.html", docsite.tool_guide("Missing"), mtime=T0)
+    site.write("tomb.html", docsite.tool_guide("Tomb"), mtime=T0)
+    site.write("flaky.html", docsite.tool_guide("Flaky"), mtime=T0)
     site.write_sitemap(
         ["strong.html", "weak.html", "lm.html", "guide/", "guide#intro", "guide/?utm_source=news"],
         name="pages1.xml",
@@ -88,8 +83,8 @@ async def test_four_runs_exact_actions(site: Site, crawls: Crawls) -> None:
     assert lm["if_modified_since"].endswith("GMT")
 
     # run 3: an edit, a new page, a 404, a 410, a 500
-    site.write("strong.html", body("Strong", "The NEW text."), mtime=T0 + 100)
-    site.write("new.html", body("New"), mtime=T0)
+    site.write("strong.html", docsite.tool_guide("Strong", "The NEW text."), mtime=T0 + 100)
+    site.write("new.html", docsite.tool_guide("New"), mtime=T0)
     site.remove("missing.html")
     site.remove("tomb.html", gone=True)
     site.options("flaky.html", status=500)
@@ -121,7 +116,7 @@ async def test_four_runs_exact_actions(site: Site, crawls: Crawls) -> None:
     r4 = await crawls.crawl(sitemap)
     assert r4.actions() == {"missing.html": "gone"}
     assert r4.stats["recrawler/page/gone/http_404"] == 1
-    statuses = dict(sqlite3.connect(crawls.db_path).execute("SELECT url, status FROM pages").fetchall())
+    statuses = dict(statedb.rows(crawls.db_path, "SELECT url, status FROM pages"))
     assert statuses[site.url("missing.html")] == "gone"
     assert statuses[site.url("tomb.html")] == "gone"
     assert statuses[site.url("flaky.html")] == "live"
@@ -130,8 +125,8 @@ async def test_four_runs_exact_actions(site: Site, crawls: Crawls) -> None:
 
 @deferred_f_from_coro_f
 async def test_unlisted_page_is_checked_directly_and_quarantine_lifts(site: Site, crawls: Crawls) -> None:
-    site.write("a.html", body("A"), mtime=T0)
-    site.write("b.html", body("B"), mtime=T0)
+    site.write("a.html", docsite.tool_guide("A"), mtime=T0)
+    site.write("b.html", docsite.tool_guide("B"), mtime=T0)
     sitemap = site.write_sitemap(["a.html", "b.html"])
     await crawls.crawl(sitemap)
 
@@ -146,7 +141,7 @@ async def test_unlisted_page_is_checked_directly_and_quarantine_lifts(site: Site
     site.remove("b.html")
     r3 = await crawls.crawl(sitemap)
     assert r3.actions() == {"b.html": "quarantined"}
-    site.write("b.html", body("B"), mtime=T0)
+    site.write("b.html", docsite.tool_guide("B"), mtime=T0)
     site.write_sitemap(["a.html", "b.html"])
     r4 = await crawls.crawl(sitemap)
     assert r4.actions() == {"b.html": "restored"}
@@ -157,7 +152,7 @@ async def test_unlisted_page_is_checked_directly_and_quarantine_lifts(site: Site
 @deferred_f_from_coro_f
 async def test_500s_never_quarantine_and_error_ratio_holds_the_guard(site: Site, crawls: Crawls) -> None:
     for i in range(5):
-        site.write(f"p{i}.html", body(f"P{i}"), mtime=T0)
+        site.write(f"p{i}.html", docsite.tool_guide(f"P{i}"), mtime=T0)
     sitemap = site.write_sitemap([f"p{i}.html" for i in range(5)])
     await crawls.crawl(sitemap)
 
@@ -172,15 +167,13 @@ async def test_500s_never_quarantine_and_error_ratio_holds_the_guard(site: Site,
     assert r2.counts["gone"] == 0
     assert r2.counts["missing_held"] == 1
     assert r2.stats["recrawler/reconcile/skipped/error_ratio"] == 1
-    rows = dict(
-        sqlite3.connect(crawls.db_path).execute("SELECT url, status || ':' || misses FROM pages").fetchall()
-    )
+    rows = dict(statedb.rows(crawls.db_path, "SELECT url, status || ':' || misses FROM pages"))
     assert set(rows.values()) == {"live:0"}
 
 
 @deferred_f_from_coro_f
 async def test_outage_guard_when_sitemap_is_503(site: Site, crawls: Crawls) -> None:
-    site.write("a.html", body("A"), mtime=T0)
+    site.write("a.html", docsite.tool_guide("A"), mtime=T0)
     sitemap = site.write_sitemap(["a.html"])
     await crawls.crawl(sitemap)
     site.remove("a.html")
@@ -189,39 +182,41 @@ async def test_outage_guard_when_sitemap_is_503(site: Site, crawls: Crawls) -> N
     assert r2.report["reconcile"]["skipped"] == ["sitemap_failed"]
     assert r2.stats["recrawler/reconcile/skipped/verify_sitemap_failed"] == 1
     assert r2.events == []
-    status = sqlite3.connect(crawls.db_path).execute("SELECT status FROM pages").fetchone()[0]
+    status = statedb.value(crawls.db_path, "SELECT status FROM pages")
     assert status == "live"
 
 
 @deferred_f_from_coro_f
 async def test_empty_content_is_an_error_and_keeps_state(site: Site, crawls: Crawls) -> None:
-    site.write("a.html", body("A"), mtime=T0)
+    site.write("a.html", docsite.tool_guide("A"), mtime=T0)
     sitemap = site.write_sitemap(["a.html"])
     await crawls.crawl(sitemap)
-    before = sqlite3.connect(crawls.db_path).execute("SELECT content_hash, etag FROM pages").fetchone()
+    before = statedb.row(crawls.db_path, "SELECT content_hash, etag FROM pages")
     site.write("a.html", "<html><body><main>  </main></body></html>", mtime=T0 + 5)
     r2 = await crawls.crawl(sitemap)
     assert r2.actions() == {"a.html": "error"}
     assert r2.events[0]["reason"] == "empty_content"
     assert r2.stats["recrawler/page/error/empty_content"] == 1
-    after = sqlite3.connect(crawls.db_path).execute("SELECT content_hash, etag FROM pages").fetchone()
+    after = statedb.row(crawls.db_path, "SELECT content_hash, etag FROM pages")
     assert after == before
 
 
 @deferred_f_from_coro_f
 async def test_redeploy_that_only_touches_files_is_unchanged(site: Site, crawls: Crawls) -> None:
     # nginx-style: validators change with mtime, so the content hash carries the verdict
-    site.write("a.html", body("A"), mtime=T0)
+    site.write("a.html", docsite.tool_guide("A"), mtime=T0)
     sitemap = site.write_sitemap(["a.html"])
     await crawls.crawl(sitemap)
     query = "SELECT etag, last_modified, content_hash FROM pages"
-    etag1, lm1, hash1 = sqlite3.connect(crawls.db_path).execute(query).fetchone()
-    site.write("a.html", body("A").replace("<header", "<!-- rebuilt --><header"), mtime=T0 + 3600)
+    etag1, lm1, hash1 = statedb.row(crawls.db_path, query)
+    site.write(
+        "a.html", docsite.tool_guide("A").replace("<header", "<!-- rebuilt --><header"), mtime=T0 + 3600
+    )
     r2 = await crawls.crawl(sitemap)
     assert r2.stats["recrawler/page/unchanged/hash"] == 1
     assert r2.events == []
     # the 200 refreshed the stored validators; the content hash did not move
-    etag2, lm2, hash2 = sqlite3.connect(crawls.db_path).execute(query).fetchone()
+    etag2, lm2, hash2 = statedb.row(crawls.db_path, query)
     assert (etag2 != etag1, lm2 != lm1, hash2 == hash1) == (True, True, True)
     site.clear_requests()
     await crawls.crawl(sitemap)
@@ -251,7 +246,7 @@ async def test_host_never_answering_304_is_reported(site: Site, crawls: Crawls) 
 
 @deferred_f_from_coro_f
 async def test_cli_pages_and_runs(site: Site, crawls: Crawls, capsys) -> None:  # type: ignore[no-untyped-def]
-    site.write("a.html", body("A"), mtime=T0)
+    site.write("a.html", docsite.tool_guide("A"), mtime=T0)
     sitemap = site.write_sitemap(["a.html"])
     await crawls.crawl(sitemap)
     capsys.readouterr()
@@ -279,8 +274,8 @@ async def test_cli_pages_and_runs(site: Site, crawls: Crawls, capsys) -> None:  
 
 @deferred_f_from_coro_f
 async def test_robots_txt_as_sitemap_url(site: Site, crawls: Crawls, mockserver) -> None:  # type: ignore[no-untyped-def]
-    site.write("a.html", body("A"), mtime=T0)
-    site.write("b.html", body("B"), mtime=T0)
+    site.write("a.html", docsite.tool_guide("A"), mtime=T0)
+    site.write("b.html", docsite.tool_guide("B"), mtime=T0)
     sitemap = site.write_sitemap([("a.html", "2026-01-02"), ("b.html", "2026-03-04T05:06:07+00:00")])
     robots = mockserver.root / "robots.txt"
     robots.write_text(f"User-agent: *\nAllow: /\nSitemap: {sitemap}\n")
@@ -289,18 +284,18 @@ async def test_robots_txt_as_sitemap_url(site: Site, crawls: Crawls, mockserver)
     finally:
         robots.unlink()
     assert r1.counts["new"] == 2
-    lastmods = dict(sqlite3.connect(crawls.db_path).execute("SELECT url, lastmod FROM pages").fetchall())
+    lastmods = dict(statedb.rows(crawls.db_path, "SELECT url, lastmod FROM pages"))
     assert lastmods == {site.url("a.html"): "2026-01-02", site.url("b.html"): "2026-03-04T05:06:07+00:00"}
 
 
 @deferred_f_from_coro_f
 async def test_bad_sitemap_url_and_unparseable_sitemap(site: Site, crawls: Crawls) -> None:
-    site.write("a.html", body("A"), mtime=T0)
+    site.write("a.html", docsite.tool_guide("A"), mtime=T0)
     sitemap = site.write_sitemap(["a.html"])
     await crawls.crawl(sitemap)
     site.remove("a.html")
     site.write("sitemap.xml", "this is not xml <<<")
     r2 = await crawls.crawl(sitemap)
     assert r2.report["reconcile"]["skipped"] == ["sitemap_failed"]
-    status = sqlite3.connect(crawls.db_path).execute("SELECT status FROM pages").fetchone()[0]
+    status = statedb.value(crawls.db_path, "SELECT status FROM pages")
     assert status == "live"

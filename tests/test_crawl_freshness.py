@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import sqlite3
 import subprocess
 import sys
 import time
-from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler import default_settings
-from recrawler.index import open_kb
-from tests import docsite
+from recrawler.kb.reader import open_kb
+from tests import docsite, shell, statedb
 
 if TYPE_CHECKING:
     from tests.conftest import CrawlResult, Crawls
@@ -49,9 +47,9 @@ def found(crawls: Crawls, text: str) -> set[str]:
 
 
 def oldest_check(crawls: Crawls) -> datetime:
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        (value,) = conn.execute("SELECT MIN(last_check_at) FROM pages WHERE status = 'live'").fetchone()
-    return datetime.fromisoformat(value)
+    return datetime.fromisoformat(
+        statedb.value(crawls.db_path, "SELECT MIN(last_check_at) FROM pages WHERE status = 'live'")
+    )
 
 
 async def crawl_at(crawls: Crawls, sitemap: str, when: datetime, **settings: Any) -> CrawlResult:
@@ -171,16 +169,9 @@ def test_the_quickstart_rerun_catches_an_edit_a_removal_and_a_new_page(tmp_path:
         assert server.stdout is not None
         base = server.stdout.readline().split(" at ", 1)[1].split()[0]
         db = f"sqlite:///{tmp_path / 'quick.db'}"
-        crawl = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={base}sitemap.xml"]
 
         def run() -> str:
-            done = subprocess.run(
-                [*crawl, "-s", f"RECRAWLER_DB_URI={db}"],
-                cwd=REPO,
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
+            done = shell.scrapy_crawl(f"{base}sitemap.xml", f"RECRAWLER_DB_URI={db}", timeout=300)
             assert done.returncode == 0, done.stderr[-2000:]
             return done.stderr
 

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import sqlite3
-from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, shell, statedb
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -28,13 +26,8 @@ def at(day: float) -> str:
     return (START + timedelta(days=day)).isoformat()
 
 
-def body(title: str, text: str = "The original text.") -> str:
-    return docsite.page(title, [("Overview", [text])])
-
-
 def rows(db: Path, sql: str) -> dict[str, Any]:
-    with closing(sqlite3.connect(db)) as conn:
-        return {r[0].rsplit("/", 1)[-1]: r[1] if len(r) == 2 else r[1:] for r in conn.execute(sql)}
+    return {r[0].rsplit("/", 1)[-1]: r[1] if len(r) == 2 else r[1:] for r in statedb.rows(db, sql)}
 
 
 def hits(site: Site, path: str) -> int:
@@ -53,14 +46,14 @@ async def run(
 async def test_intervals_converge_towards_each_pages_change_rate(site: Site, crawls: Crawls) -> None:
     bounds = {"RECRAWLER_MIN_INTERVAL_SECS": 3600, "RECRAWLER_MAX_INTERVAL_SECS": 8 * DAY}
     for name in ("hot", "slow", "still"):
-        site.write(f"{name}.html", body(name), mtime=T0)
+        site.write(f"{name}.html", docsite.guide(name), mtime=T0)
     sitemap = site.write_sitemap(["hot.html", "slow.html", "still.html"])
     runs = 30
     for day in range(runs):
         if day:
-            site.write("hot.html", body("hot", f"Edition {day}."), mtime=T0 + day)
+            site.write("hot.html", docsite.guide("hot", f"Edition {day}."), mtime=T0 + day)
         if day and day % 5 == 0:
-            site.write("slow.html", body("slow", f"Edition {day}."), mtime=T0 + day)
+            site.write("slow.html", docsite.guide("slow", f"Edition {day}."), mtime=T0 + day)
         r = await run(crawls, sitemap, day, **bounds)
         assert r.counts["errors"] == 0
         assert r.report["reconcile"]["applied"]
@@ -81,7 +74,7 @@ async def test_intervals_converge_towards_each_pages_change_rate(site: Site, cra
 @deferred_f_from_coro_f
 async def test_pages_not_due_are_not_requested_and_never_unseen(site: Site, crawls: Crawls) -> None:
     for name in ("a", "b", "c"):
-        site.write(f"{name}.html", body(name), mtime=T0)
+        site.write(f"{name}.html", docsite.guide(name), mtime=T0)
     sitemap = site.write_sitemap(["a.html", "b.html", "c.html"])
     bounds = {"RECRAWLER_MIN_INTERVAL_SECS": DAY}
     r1 = await run(crawls, sitemap, 0, **bounds)
@@ -111,7 +104,7 @@ async def test_pages_not_due_are_not_requested_and_never_unseen(site: Site, craw
 
 @deferred_f_from_coro_f
 async def test_schedule_all_forces_a_full_pass(site: Site, crawls: Crawls) -> None:
-    site.write("a.html", body("a"), mtime=T0)
+    site.write("a.html", docsite.guide("a"), mtime=T0)
     sitemap = site.write_sitemap(["a.html"])
     await run(crawls, sitemap, 0)
     r2 = await run(crawls, sitemap, 0.01)
@@ -132,8 +125,8 @@ async def test_lastmod_skip_requests_nothing_old_and_still_checks_at_the_max_int
         "RECRAWLER_MAX_INTERVAL_SECS": 5 * DAY,
     }
     old = (START - timedelta(days=30)).date().isoformat()
-    site.write("a.html", body("a"), mtime=T0)
-    site.write("b.html", body("b"), mtime=T0)
+    site.write("a.html", docsite.guide("a"), mtime=T0)
+    site.write("b.html", docsite.guide("b"), mtime=T0)
     sitemap = site.write_sitemap([("a.html", old), ("b.html", old)])
     await run(crawls, sitemap, 0, **settings)
 
@@ -141,7 +134,7 @@ async def test_lastmod_skip_requests_nothing_old_and_still_checks_at_the_max_int
     for day in (1, 2, 3):
         if day == 2:
             # b changes and the sitemap says so: due at once
-            site.write("b.html", body("b", "New text."), mtime=T0 + 50)
+            site.write("b.html", docsite.guide("b", "New text."), mtime=T0 + 50)
             site.write_sitemap([("a.html", old), ("b.html", at(1.9))])
         r = await run(crawls, sitemap, day, **settings)
         if day == 2:
@@ -162,7 +155,7 @@ async def test_lastmod_skip_requests_nothing_old_and_still_checks_at_the_max_int
 @deferred_f_from_coro_f
 async def test_hint_never_skips_on_lastmod_and_ignore_reads_none(site: Site, crawls: Crawls) -> None:
     old = (START - timedelta(days=30)).date().isoformat()
-    site.write("a.html", body("a"), mtime=T0)
+    site.write("a.html", docsite.guide("a"), mtime=T0)
     sitemap = site.write_sitemap([("a.html", old)])
     await run(crawls, sitemap, 0)
     # hint (default): lastmod says nothing changed, the schedule says due: requested
@@ -204,13 +197,13 @@ def rss(entries: list[tuple[str, str]]) -> str:
 async def test_feed_entries_make_their_pages_due(site: Site, crawls: Crawls) -> None:
     settings = {"RECRAWLER_MIN_INTERVAL_SECS": 3 * DAY, "RECRAWLER_MAX_INTERVAL_SECS": 30 * DAY}
     for name in ("a", "b", "c"):
-        site.write(f"{name}.html", body(name), mtime=T0)
+        site.write(f"{name}.html", docsite.guide(name), mtime=T0)
     sitemap = site.write_sitemap(["a.html", "b.html", "c.html"])
     await run(crawls, sitemap, 0, **settings)
 
     # a changed after its last check, b's entry is older than it; n is a page the sitemap lacks
-    site.write("a.html", body("a", "Edited."), mtime=T0 + 10)
-    site.write("n.html", body("n"), mtime=T0)
+    site.write("a.html", docsite.guide("a", "Edited."), mtime=T0 + 10)
+    site.write("n.html", docsite.guide("n"), mtime=T0)
     for kind, build in (("atom.xml", atom), ("rss.xml", rss)):
         site.write(
             kind,
@@ -238,7 +231,7 @@ async def test_feed_entries_make_their_pages_due(site: Site, crawls: Crawls) -> 
 
 @deferred_f_from_coro_f
 async def test_broken_feed_is_counted_and_the_run_goes_on(site: Site, crawls: Crawls) -> None:
-    site.write("a.html", body("a"), mtime=T0)
+    site.write("a.html", docsite.guide("a"), mtime=T0)
     sitemap = site.write_sitemap(["a.html"])
     r = await run(crawls, sitemap, 0, {"feed_url": site.url("missing.xml")})
     assert r.stats["recrawler/feed/error"] == 1
@@ -260,10 +253,10 @@ async def test_link_discovery_finds_pages_missing_from_the_sitemap(
         )
     )
     site.write("index.html", docsite.page("Index", [("Links", [links])]), mtime=T0)
-    site.write("hidden.html", body("hidden"), mtime=T0)
+    site.write("hidden.html", docsite.guide("hidden"), mtime=T0)
     site.write("d1.html", docsite.page("D1", [("L", ['<a href="d2.html">d2</a>'])]), mtime=T0)
     site.write("d2.html", docsite.page("D2", [("L", ['<a href="d3.html">d3</a>'])]), mtime=T0)
-    site.write("d3.html", body("d3"), mtime=T0)
+    site.write("d3.html", docsite.guide("d3"), mtime=T0)
     sitemap = site.write_sitemap(["index.html"])
     r = await run(crawls, sitemap, 0, {"follow_links": "1"}, RECRAWLER_FOLLOW_DEPTH_LIMIT=2)
     assert set(r.actions()) == {"index.html", "hidden.html", "d1.html", "d2.html"}
@@ -286,7 +279,7 @@ async def test_cli_due_lists_what_the_next_run_checks_and_why(
     site: Site, crawls: Crawls, capsys: Any
 ) -> None:
     for name in ("a", "b"):
-        site.write(f"{name}.html", body(name), mtime=T0)
+        site.write(f"{name}.html", docsite.guide(name), mtime=T0)
     sitemap = site.write_sitemap(["a.html", ("b.html", at(0))])
     await run(crawls, sitemap, 0, RECRAWLER_MIN_INTERVAL_SECS=DAY)
     capsys.readouterr()
@@ -306,22 +299,20 @@ async def test_cli_due_lists_what_the_next_run_checks_and_why(
 
 
 def test_clock_schedule_and_overrides_from_the_command_line(site: Site, tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    from tests.conftest_mockserver import REPO_ROOT
-
     for name in ("a", "b"):
-        site.write(f"{name}.html", body(name), mtime=T0)
+        site.write(f"{name}.html", docsite.guide(name), mtime=T0)
     sitemap = site.write_sitemap(["a.html", "b.html"])
     db = tmp_path / "cli.db"
 
     def crawl(*settings: str) -> dict[str, Any]:
         report = tmp_path / "report.json"
-        argv = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}"]
-        for setting in (f"RECRAWLER_DB_URI=sqlite:///{db}", f"RECRAWLER_REPORT_FILE={report}", *settings):
-            argv += ["-s", setting]
-        subprocess.run(argv, cwd=REPO_ROOT, check=True, capture_output=True, timeout=120)
+        shell.scrapy_crawl(
+            sitemap,
+            f"RECRAWLER_DB_URI=sqlite:///{db}",
+            f"RECRAWLER_REPORT_FILE={report}",
+            *settings,
+            check=True,
+        )
         return dict(json.loads(report.read_text()))
 
     overrides = json.dumps({r"a\.html$": [7200, 7200]})

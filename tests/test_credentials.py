@@ -6,13 +6,12 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from tests import docsite
+from tests import docsite, statedb
 from tests.embedserver import EmbedServer
 
 if TYPE_CHECKING:
@@ -64,9 +63,7 @@ def site_requests(site: Site) -> list[dict[str, Any]]:
 
 
 def live_texts(crawls: Crawls) -> dict[str, str]:
-    conn = sqlite3.connect(crawls.db_path)
-    rows = conn.execute("SELECT key, status, content_hash FROM pages").fetchall()
-    conn.close()
+    rows = statedb.rows(crawls.db_path, "SELECT key, status, content_hash FROM pages")
     return {key: f"{status}:{content_hash}" for key, status, content_hash in rows}
 
 

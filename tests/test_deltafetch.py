@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
@@ -14,7 +12,8 @@ from scrapy.utils.test import get_crawler
 from recrawler.cli import main as cli_main
 from recrawler.spidermiddlewares.deltafetch import DeltaFetchMiddleware
 from recrawler.spiders.docs import DocsSpider
-from tests.test_crawl_schedule import T0, body
+from tests import docsite, statedb
+from tests.test_crawl_schedule import T0
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -27,15 +26,14 @@ IMMUTABLE = {"RECRAWLER_IMMUTABLE_PATTERNS": [r"/v1\.2/"]}
 
 @deferred_f_from_coro_f
 async def test_immutable_pages_are_requested_once(site: Site, crawls: Crawls, capsys: Any) -> None:
-    site.write("v1.2/a.html", body("Old version"), mtime=T0)
-    site.write("latest/a.html", body("Latest"), mtime=T0)
+    site.write("v1.2/a.html", docsite.guide("Old version"), mtime=T0)
+    site.write("latest/a.html", docsite.guide("Latest"), mtime=T0)
     sitemap = site.write_sitemap(["v1.2/a.html", "latest/a.html"])
     r1 = await crawls.crawl(sitemap, **IMMUTABLE)
     assert r1.counts["new"] == 2
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        assert conn.execute("SELECT spider, url FROM deltafetch").fetchall() == [
-            ("docs", site.url("v1.2/a.html"))
-        ]
+    assert statedb.rows(crawls.db_path, "SELECT spider, url FROM deltafetch") == [
+        ("docs", site.url("v1.2/a.html"))
+    ]
 
     r2 = await crawls.crawl(sitemap, **IMMUTABLE)
     assert r2.counts["skipped_deltafetch"] == 1
@@ -64,8 +62,8 @@ async def test_immutable_pages_are_requested_once(site: Site, crawls: Crawls, ca
 
 @deferred_f_from_coro_f
 async def test_deltafetch_enabled_and_reset_settings_still_work(site: Site, crawls: Crawls) -> None:
-    site.write("a.html", body("A"), mtime=T0)
-    site.write("b.html", body("B"), mtime=T0)
+    site.write("a.html", docsite.guide("A"), mtime=T0)
+    site.write("b.html", docsite.guide("B"), mtime=T0)
     sitemap = site.write_sitemap(["a.html", "b.html"])
     await crawls.crawl(sitemap, DELTAFETCH_ENABLED=True)
     r2 = await crawls.crawl(sitemap, DELTAFETCH_ENABLED=True)

@@ -3,9 +3,6 @@ of noise is not; the fuzzy match never swallows a critical edit; history and `re
 
 from __future__ import annotations
 
-import asyncio
-import io
-import sqlite3
 import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
@@ -13,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, shell, statedb
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -66,15 +62,6 @@ def edited(kind: str) -> str:
     return docs({**BASE, field: value})
 
 
-async def _cli(argv: list[str]) -> str:
-    def run() -> str:
-        out = io.StringIO()
-        cli_main(argv, out=out)
-        return out.getvalue()
-
-    return await asyncio.to_thread(run)
-
-
 @pytest.mark.parametrize("kind", list(EDITS))
 @deferred_f_from_coro_f
 async def test_every_visible_edit_is_changed(site: Site, crawls: Crawls, kind: str) -> None:
@@ -96,7 +83,7 @@ async def test_guard_catches_critical_edits_with_fuzzy_on(site: Site, crawls: Cr
     await crawls.crawl(sitemap, **fuzzy)
     site.write("a.html", edited(kind), mtime=T0 + 10)
     r2 = await crawls.crawl(sitemap, **fuzzy)
-    history = sqlite3.connect(crawls.db_path).execute("SELECT verdict, critical FROM page_changes").fetchall()
+    history = statedb.rows(crawls.db_path, "SELECT verdict, critical FROM page_changes")
     assert len(history) == 1  # nothing is swallowed silently: every verdict is in the history
     if kind in CRITICAL:
         assert r2.actions() == {"a.html": "changed"}
@@ -113,7 +100,7 @@ async def test_short_pages_fall_back_to_exact(site: Site, crawls: Crawls) -> Non
     site.write("s.html", docsite.page("S", [("A", ["Use tls."])]), mtime=T0)
     sitemap = site.write_sitemap(["s.html"])
     await crawls.crawl(sitemap, **fuzzy)
-    assert sqlite3.connect(crawls.db_path).execute("SELECT fuzzy_hash FROM pages").fetchone()[0] is None
+    assert statedb.value(crawls.db_path, "SELECT fuzzy_hash FROM pages") is None
     site.write("s.html", docsite.page("S", [("A", ["Use ssl."])]), mtime=T0 + 10)
     r2 = await crawls.crawl(sitemap, **fuzzy)
     assert r2.actions() == {"s.html": "changed"}
@@ -163,7 +150,7 @@ async def test_rotating_block_is_learned_from_a_recheck(site: Site, crawls: Craw
     r3 = await crawls.crawl(sitemap, **no_304)
     assert r3.counts["changed"] == 0
     assert "recrawler/volatile/recheck" not in r3.stats  # learned once, not re-checked again
-    out = await _cli(["noise", "--db", crawls.db_uri])
+    _, out = await shell.acli("noise", "--db", crawls.db_uri)
     assert any(line.split()[1:2] == ["region"] and "(recheck, " in line for line in out.splitlines())
 
 
@@ -172,7 +159,7 @@ async def test_calibrate_learns_regions_of_a_page_without_validators(site: Site,
     site.write("a.html", docs(BASE, extra_main="{{WIDGET}}"), mtime=T0, noise=True, validators="none")
     sitemap = site.write_sitemap(["a.html"])
     await crawls.crawl(sitemap)
-    out = await _cli(["calibrate", "--db", crawls.db_uri, "--delay", "0"])
+    _, out = await shell.acli("calibrate", "--db", crawls.db_uri, "--delay", "0")
     assert "1 differed" in out
     r2 = await crawls.crawl(sitemap)
     assert r2.counts["changed"] == 0
@@ -222,22 +209,20 @@ async def test_history_and_diff_for_a_renamed_parameter(site: Site, crawls: Craw
     await crawls.crawl(sitemap)
     site.write("a.html", edited("number"), mtime=T0 + 20)
     await crawls.crawl(sitemap)
-    rows = (
-        sqlite3.connect(crawls.db_path)
-        .execute("SELECT verdict, changed_fields, critical FROM page_changes ORDER BY id")
-        .fetchall()
+    rows = statedb.rows(
+        crawls.db_path, "SELECT verdict, changed_fields, critical FROM page_changes ORDER BY id"
     )
     assert [r[0] for r in rows] == ["changed", "changed"]
     assert "text" in rows[0][1]
     assert "max_retries" in rows[0][2]
     assert "retry_limit" in rows[0][2]
-    out = await _cli(["diff", site.url("a.html"), "--db", crawls.db_uri, "--all"])
+    _, out = await shell.acli("diff", site.url("a.html"), "--db", crawls.db_uri, "--all")
     assert out.count("changed") >= 2
     assert "-## Retries" not in out
     assert "-Set max_retries to 3" in out
     assert "+Set retry_limit to 3" in out
     assert "critical: identifier" in out
-    last = await _cli(["diff", site.url("a.html"), "--db", crawls.db_uri])
+    _, last = await shell.acli("diff", site.url("a.html"), "--db", crawls.db_uri)
     assert "+Set max_retries to 5" in last
     assert "retry_limit to 3" in last  # the line it replaced
 
@@ -250,7 +235,7 @@ async def test_tune_replays_history(site: Site, crawls: Crawls) -> None:
     for n, kind in enumerate(("typo", "identifier"), start=1):
         site.write("a.html", edited(kind), mtime=T0 + 10 * n)
         await crawls.crawl(sitemap)
-    out = await _cli(["tune", "--db", crawls.db_uri, "--thresholds", "0,1000", "--json"])
+    _, out = await shell.acli("tune", "--db", crawls.db_uri, "--thresholds", "0,1000", "--json")
     import json
 
     rows = {r["threshold"]: r for r in map(json.loads, out.splitlines())}
@@ -280,7 +265,7 @@ async def test_paragraph_deleted_after_learning_is_still_a_change(site: Site, cr
     site.write("a.html", docs(BASE, extra_main="{{WIDGET}}"), mtime=T0, noise=True, validators="none")
     sitemap = site.write_sitemap(["a.html"])
     await crawls.crawl(sitemap)
-    out = await _cli(["calibrate", "--db", crawls.db_uri, "--delay", "0"])
+    _, out = await shell.acli("calibrate", "--db", crawls.db_uri, "--delay", "0")
     assert "1 new volatile regions learned" in out
     # the noise model changed since the page was stored, and a real paragraph goes too
     site.write("a.html", docs({**BASE, "offline": None}, extra_main="{{WIDGET}}"), mtime=T0 + 5)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests import shell
 from tests.conftest_mockserver import REPO_ROOT
 from tests.test_trust_runs import build
 
@@ -51,9 +52,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def crawl(project: Path, sitemap: str, *settings: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "scrapy", "crawl", "mysitemap", "-a", f"sitemap_url={sitemap}"]
-    for setting in ("RETRY_TIMES=0", *settings):
-        argv += ["-s", setting]
+    argv = shell.scrapy_crawl_argv(sitemap, "RETRY_TIMES=0", *settings, spider="mysitemap")
     # the project's scrapy.cfg decides, not a settings module another Scrapy call put in the environment
     env = {k: v for k, v in os.environ.items() if k not in ("SCRAPY_SETTINGS_MODULE", "SCRAPY_PROJECT")}
     return subprocess.run(

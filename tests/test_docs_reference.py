@@ -134,3 +134,30 @@ def test_the_settings_table_is_default_settings() -> None:
         if (want := shown(v)) is not None and not rows[n].startswith(want)
     }
     assert wrong == {}
+
+
+def layout_rows() -> list[list[str]]:
+    """The code-layout table's rows: the paths each row's Where cell names."""
+    table = REFERENCE.split("## Code layout", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) >= 4 and cells[1].startswith("`"):
+            rows.append(re.findall(r"`([^`]+)`", cells[1]))
+    return rows
+
+
+def test_the_code_layout_table_is_the_package() -> None:
+    rows = layout_rows()
+    # one row per module or package, each named once; and every path it names is there
+    assert [paths for paths in rows if len(paths) != 1] == []
+    named = [paths[0] for paths in rows]
+    assert sorted(n for n in set(named) if named.count(n) > 1) == []
+    assert sorted(n for n in named if not (REPO_ROOT / n).exists()) == []
+    rooms = {
+        f"recrawler/{path.name}/" if path.is_dir() else f"recrawler/{path.name}"
+        for path in PACKAGE.iterdir()
+        if (path.suffix == ".py" and path.name != "__init__.py") or (path / "__init__.py").is_file()
+    }
+    assert len(rooms) > 40
+    assert sorted(rooms - set(named)) == []

@@ -5,7 +5,6 @@ a broken, locked, huge or endless PDF one counted error."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from typing import TYPE_CHECKING
 
@@ -21,11 +20,11 @@ from recrawler.detect.tokens import Normalizer
 from recrawler.documents import pdf_limits
 from recrawler.exceptions import ConfigurationError
 from recrawler.extract import ContentExtractor, ExtractionError
-from recrawler.index import open_kb
+from recrawler.kb.reader import open_kb
 from recrawler.pdf import PdfLimits, read_pdf
 from recrawler.spiders import PageBuilder
 from recrawler.urls import KeyMaker
-from tests import docsite, pdfs
+from tests import docsite, pdfs, statedb
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -249,11 +248,9 @@ async def test_a_site_with_manuals_is_recrawled(site: Site, crawls: Crawls) -> N
     assert r2.stats["recrawler/conditional/not_modified"] == N_PAGES + len(MANUALS) - 2 + 1
     pdf_requests = [r for r in site.requests() if r["path"].startswith("manuals/") and r["status"] == 304]
     assert len(pdf_requests) == len(MANUALS) - 2
-    conn = sqlite3.connect(crawls.db_path)
-    diff = conn.execute(
-        "SELECT diff FROM page_changes WHERE key LIKE ? ORDER BY id DESC", ("%agent.pdf",)
-    ).fetchone()[0]
-    conn.close()
+    diff = statedb.value(
+        crawls.db_path, "SELECT diff FROM page_changes WHERE key LIKE ? ORDER BY id DESC", ("%agent.pdf",)
+    )
     assert "-The Agent part 2.3 step 3 runs after the agent has read acme.toml. It retries" in diff
     assert "+The Agent part 2.3 step 3 runs after the agent has read acme.toml. It attempts" in diff
     assert json.dumps(r2.report["counts"])  # the report is written as for any run

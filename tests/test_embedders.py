@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytest
 
-from recrawler.embedders import (
+from recrawler.exceptions import ConfigurationError, RecrawlerError
+from recrawler.kb.embedders import (
     EmbedderError,
     HashingEmbedder,
     OpenAIEmbedder,
@@ -21,7 +22,6 @@ from recrawler.embedders import (
     embedder_from_spec,
     vector_to_blob,
 )
-from recrawler.exceptions import ConfigurationError, RecrawlerError
 from tests.embedserver import EmbedServer, Reply, vector_for
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def test_hashing_pinned_v1_algorithm() -> None:
 
 def test_hashing_deterministic_across_processes() -> None:
     code = (
-        "import json, sys; from recrawler.embedders import HashingEmbedder; "
+        "import json, sys; from recrawler.kb.embedders import HashingEmbedder; "
         "print(HashingEmbedder(64).embed(json.loads(sys.argv[1])).tobytes().hex())"
     )
     here = HashingEmbedder(64).embed(TEXTS).tobytes().hex()

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests import shell
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -29,22 +31,8 @@ def test_offline_demo(tmp_path: Path) -> None:
     assert "crawled: 7 new: 0 changed: 0 unchanged: 6 gone: 1 errors: 0" in lines[3]
     assert "index: published" in lines[2]
     # the renamed setting is what the knowledge base now answers with
-    search = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "recrawler.cli",
-            "search",
-            "retry_limit",
-            "-k",
-            "1",
-            "--db",
-            str(tmp_path / "demo.db"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
+    search = shell.recrawler_process(
+        "search", "retry_limit", "-k", "1", "--db", str(tmp_path / "demo.db"), check=True
     )
     assert "configuration.html#retries" in search.stdout
 
@@ -61,44 +49,15 @@ def test_quickstart_serves_the_example_site_with_its_own_sitemap(tmp_path: Path)
         line = server.stdout.readline()
         base = line.split(" at ", 1)[1].split()[0]
         db = f"sqlite:///{tmp_path / 'quick.db'}"
-        crawl = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={base}sitemap.xml"]
-        first = subprocess.run(
-            [*crawl, "-s", f"RECRAWLER_DB_URI={db}"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        first = shell.scrapy_crawl(f"{base}sitemap.xml", f"RECRAWLER_DB_URI={db}", timeout=300)
         assert first.returncode == 0, first.stderr[-2000:]
         assert "crawled: 6 new: 6 changed: 0 unchanged: 0 gone: 0 errors: 0" in first.stderr
-        search = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "recrawler.cli",
-                "search",
-                "how do I retry failed uploads?",
-                "-k",
-                "1",
-                "--db",
-                db,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
+        search = shell.recrawler_process(
+            "search", "how do I retry failed uploads?", "-k", "1", "--db", db, check=True
         )
         assert "configuration.html#retries" in search.stdout
         # the second crawl asks only what is due: nothing here but the audit sample
-        again = subprocess.run(
-            [*crawl, "-s", f"RECRAWLER_DB_URI={db}"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        again = shell.scrapy_crawl(f"{base}sitemap.xml", f"RECRAWLER_DB_URI={db}", timeout=300)
         assert again.returncode == 0, again.stderr[-2000:]
         assert "new: 0 changed: 0" in again.stderr
         assert "skipped_schedule: 5" in again.stderr

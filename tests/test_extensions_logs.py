@@ -6,8 +6,6 @@ from __future__ import annotations
 import logging
 import re
 import socket
-import subprocess
-import sys
 from typing import TYPE_CHECKING
 
 import pytest
@@ -20,11 +18,11 @@ from recrawler.downloadermiddlewares.audit import AuditMiddleware
 from recrawler.pipelines.index import IndexPipeline
 from recrawler.spidermiddlewares.frontier import FrontierMiddleware
 from recrawler.spiders.docs import DocsSpider
-from tests import docsite
-from tests.conftest_mockserver import REPO_ROOT
+from tests import docsite, shell
 from tests.test_trust_runs import build
 
 if TYPE_CHECKING:
+    import subprocess
     from pathlib import Path
 
     from tests.conftest import Crawls
@@ -34,10 +32,7 @@ T0 = 1_760_000_000.0
 
 
 def scrapy_crawl(sitemap: str, db: Path, *settings: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}"]
-    for setting in (f"RECRAWLER_DB_URI=sqlite:///{db}", "RETRY_TIMES=1", *settings):
-        argv += ["-s", setting]
-    return subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    return shell.scrapy_crawl(sitemap, f"RECRAWLER_DB_URI=sqlite:///{db}", "RETRY_TIMES=1", *settings)
 
 
 def lines_at(stderr: str, *levels: str) -> list[str]:

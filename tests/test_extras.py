@@ -15,6 +15,7 @@ import pytest
 
 from recrawler.exceptions import ConfigurationError, MissingDependency
 from recrawler.extras import EXTRA_MODULES, missing_extra
+from tests import shell
 from tests.conftest_mockserver import REPO_ROOT
 from tests.test_trust_runs import build
 
@@ -60,10 +61,7 @@ def one_line(result: subprocess.CompletedProcess[str], extra: str) -> str:
 
 
 def crawl_argv(sitemap: str, db: str, *settings: str) -> list[str]:
-    argv = ["crawl", "docs", "-a", f"sitemap_url={sitemap}", "-s", f"RECRAWLER_DB_URI={db}"]
-    for setting in settings:
-        argv += ["-s", setting]
-    return argv
+    return shell.crawl_args(sitemap, f"RECRAWLER_DB_URI={db}", *settings)
 
 
 def test_every_extra_is_known() -> None:

@@ -4,15 +4,13 @@ disk (listed pages reach Scrapy's scheduler in bounded batches)."""
 from __future__ import annotations
 
 import json
-import sqlite3
-from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import signals
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from tests import docsite
+from tests import docsite, statedb
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -44,8 +42,7 @@ def statuses(site: Site, suffix: str) -> dict[str, int]:
 
 
 def stored(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    with closing(sqlite3.connect(db)) as conn:
-        return conn.execute(sql).fetchall()
+    return statedb.rows(db, sql)
 
 
 @deferred_f_from_coro_f

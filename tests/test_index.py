@@ -3,14 +3,10 @@ whole-run publication, the spike hold, quarantine and gone, dry runs and crash s
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import io
 import os
 import signal
-import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,9 +14,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.cli import main as cli_main
-from recrawler.index import open_kb
-from tests import docsite
+from recrawler.kb.reader import open_kb
+from tests import docsite, shell, statedb
 from tests.embedserver import EmbedServer, Reply
 
 if TYPE_CHECKING:
@@ -89,7 +84,7 @@ async def test_chunk_swap_leaves_exactly_the_new_version(site: Site, crawls: Cra
     assert all("beta" in t and "alpha" not in t for _, t in a_chunks)
     assert [c for c in after if "/b.html" in c[0]] == [c for c in chunks if "/b.html" in c[0]]
     # retired rows were garbage-collected once the run published
-    rows = sqlite3.connect(crawls.db_path).execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+    rows = statedb.value(crawls.db_path, "SELECT COUNT(*) FROM chunks")
     assert rows == 9
 
 
@@ -149,7 +144,7 @@ async def test_search_follows_the_published_version(site: Site, crawls: Crawls) 
     assert search_urls(crawls, "retry_limit transfers")[0].endswith("cfg.html#retries")
     assert search_urls(crawls, "max_retries") == []
     # the CLI reads the same published run
-    out = await _acli(["search", "retry_limit transfers", "--db", crawls.db_uri, "-k", "1", "--json"])
+    out = await shell.acli_out("search", "retry_limit transfers", "--db", crawls.db_uri, "-k", "1", "--json")
     assert '"heading": "Config > Retries"' in out
 
 
@@ -176,7 +171,7 @@ async def test_spike_holds_the_run_until_approved(
     assert not any("new template" in t for _, _, t in chunk_texts(crawls))
 
     # approve: embeds exactly the held run's new texts and publishes it
-    out = await _acli(["runs", "approve", str(r2.report["run_id"]), "--db", crawls.db_uri])
+    out = await shell.acli_out("runs", "approve", str(r2.report["run_id"]), "--db", crawls.db_uri)
     assert "approved and published" in out
     assert len(embedded_inputs(embed_server)) == 22
     assert sum("new template" in t for _, _, t in chunk_texts(crawls)) == 22
@@ -194,7 +189,7 @@ async def test_discarded_run_is_checked_again(site: Site, crawls: Crawls) -> Non
         site.write(p, sections_page(p, 1, extra="Template noise."), mtime=T0 + 5)
     r2 = await crawls.crawl(sitemap)
     assert r2.report["index"]["state"] == "held"
-    out = await _acli(["runs", "discard", str(r2.report["run_id"]), "--db", crawls.db_uri])
+    out = await shell.acli_out("runs", "discard", str(r2.report["run_id"]), "--db", crawls.db_uri)
     assert "12 pages back as published (checked again next run)" in out
     assert chunk_texts(crawls) == before
     # the next run sees the pages as changed again (and, still a spike, holds again)
@@ -228,9 +223,8 @@ async def test_quarantine_hides_and_restore_reuses_embeddings(
     site.remove("b.html", gone=True)
     r4 = await crawls.crawl(sitemap, **remote(embed_server))
     assert r4.counts["gone"] == 1
-    db = sqlite3.connect(crawls.db_path)
-    assert db.execute("SELECT COUNT(*) FROM chunks WHERE key LIKE '%/b.html'").fetchone()[0] == 0
-    assert db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0] == 5
+    assert statedb.value(crawls.db_path, "SELECT COUNT(*) FROM chunks WHERE key LIKE '%/b.html'") == 0
+    assert statedb.value(crawls.db_path, "SELECT COUNT(*) FROM embeddings") == 5
 
     # back with the content it had: restored, re-chunked, nothing embedded
     site.write("b.html", sections_page("B", 2), mtime=T0)
@@ -282,12 +276,11 @@ def test_sigkill_during_embedding_keeps_the_published_run(
     site.write("cfg.html", docsite.page("Config", [("Retries", ["Set max_retries for uploads."])]), mtime=T0)
     sitemap = site.write_sitemap(["cfg.html"])
     db = tmp_path / "kb.db"
-    base = [
-        sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}",
-        "-s", f"RECRAWLER_DB_URI=sqlite:///{db}", "-s", "RECRAWLER_EMBEDDER=openai:test-model",
-        "-s", f"RECRAWLER_EMBEDDER_BASE_URL={embed_server.url}", "-s", "LOG_LEVEL=WARNING",
-    ]  # fmt: skip
-    subprocess.run(base, cwd=REPO, check=True, capture_output=True, timeout=120)
+    base = shell.scrapy_crawl_argv(
+        sitemap, f"RECRAWLER_DB_URI=sqlite:///{db}", "RECRAWLER_EMBEDDER=openai:test-model",
+        f"RECRAWLER_EMBEDDER_BASE_URL={embed_server.url}", "LOG_LEVEL=WARNING",
+    )  # fmt: skip
+    shell.run_in_checkout(base, check=True)
     with open_kb(f"sqlite:///{db}", embedder="hashing") as kb:
         assert "max_retries" in next(kb.chunks()).text
 
@@ -313,19 +306,8 @@ def test_sigkill_during_embedding_keeps_the_published_run(
 
     # the next run completes the work: the page is unchanged now, its staged chunks get published
     embed_server.script()
-    subprocess.run(base, cwd=REPO, check=True, capture_output=True, timeout=120)
+    shell.run_in_checkout(base, check=True)
     with open_kb(f"sqlite:///{db}", embedder="hashing") as kb:
         texts = [c.text for c in kb.chunks()]
     assert len(texts) == 1
     assert "retry_limit" in texts[0]
-
-
-def _cli(argv: list[str]) -> str:
-    out = io.StringIO()
-    assert cli_main(argv, out=out) == 0
-    return out.getvalue()
-
-
-async def _acli(argv: list[str]) -> str:
-    # the CLI runs its own event loop: give it a thread, as a separate process would
-    return await asyncio.to_thread(_cli, argv)

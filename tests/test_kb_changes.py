@@ -12,7 +12,7 @@ import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
-from recrawler.index import open_kb
+from recrawler.kb.reader import open_kb
 from tests import docsite
 from tests.kbfill import fill_sync
 

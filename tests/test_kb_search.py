@@ -1,5 +1,5 @@
 """The bot's search: exact vectors without loading them, keywords fused in, no padding, both
-backends alike (recrawler.kb.search, recrawler.kb.vectors, the readers in recrawler.index)."""
+backends alike (recrawler.kb.ranking, recrawler.kb.vectors, the readers in recrawler.kb.reader)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recrawler.embedders import HashingEmbedder
-from recrawler.index import open_kb
 from recrawler.integrations.langchain import RecrawlerRetriever
-from recrawler.kb.search import Ranked, fuse, keyword_terms
+from recrawler.kb.embedders import HashingEmbedder
+from recrawler.kb.ranking import Ranked, fuse, keyword_terms
+from recrawler.kb.reader import open_kb
 from recrawler.state.sql.search import BLOCK
+from tests import statedb
 from tests.kbfill import fill_sync
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -211,7 +212,7 @@ def test_vector_search_is_exact_over_blocks_and_tail_with_visibility_and_site(tm
     n = 2 * BLOCK + 3000  # two blocks and a tail
     path = tmp_path / "kb.db"
     vectors = synthetic_kb(path, n)
-    assert sqlite3.connect(path).execute("SELECT COUNT(*) FROM vector_blocks").fetchone()[0] == 2
+    assert statedb.value(path, "SELECT COUNT(*) FROM vector_blocks") == 2
     visible = np.array([i % 7 != 3 for i in range(n)])
     site_a = np.array([(i // 10) % 2 == 0 for i in range(n)])
     embedder = HashingEmbedder()
@@ -226,6 +227,56 @@ def test_vector_search_is_exact_over_blocks_and_tail_with_visibility_and_site(tm
                 got = kb.search(q, k=10, site=site, mode="vector")
                 assert [h.chunk.chunk_hash for h in got] == [f"{i:064x}" for i in want], (q, site)
                 assert [round(h.score, 5) for h in got] == [round(float(scores[i]), 5) for i in want]
+
+
+def test_a_warm_search_keeps_columns_within_its_bound_and_stays_exact(tmp_path: Path) -> None:
+    """One process, many queries: the columns it keeps (none, a few with evictions, all) give the
+    exact ranking; a block written meanwhile by a publishing run drops what was kept, and the
+    searches after it are exact over the new block too."""
+    from recrawler.exceptions import ConfigurationError
+    from recrawler.state.sql.dialect import drive
+    from recrawler.state.sql.search import build_blocks
+    from recrawler.state.sqlite.database import _execute
+
+    n = 2 * BLOCK + 700
+    path = tmp_path / "kb.db"
+    vectors = synthetic_kb(path, n)
+    conn = sqlite3.connect(path, isolation_level=None)
+    # as a store left by a run that had one block to write: the second block is still tail
+    conn.execute("DELETE FROM vector_columns WHERE block = 1")
+    conn.execute("DELETE FROM vector_blocks WHERE block = 1")
+    visible = np.array([i % 7 != 3 for i in range(n)])
+    embedder = HashingEmbedder()
+    queries = [f"{w} {w2} guide" for w in WORDS for w2 in WORDS[::4]]
+    want = {}
+    for q, scores in zip(
+        queries, embedder.embed(queries).astype(np.float64) @ vectors.T.astype(np.float64), strict=True
+    ):
+        ranked = np.flatnonzero(visible & (scores > 0))
+        want[q] = [f"{i:064x}" for i in ranked[np.argsort(-scores[ranked], kind="stable")][:10]]
+
+    # a dimension of a block is 16 KB and its scale: 0.1 MiB keeps 6 of the 2 blocks' dimensions
+    kbs = [open_kb(f"sqlite:///{path}", cache_mb=mb) for mb in (0, 0.1, 1000)]
+    try:
+        for written in (False, True):
+            if written:
+                conn.execute("BEGIN")
+                assert drive(build_blocks(embedder.id), lambda op: _execute(conn, op)) == 1
+                conn.execute("COMMIT")
+            for q in queries:
+                for kb in kbs:
+                    got = kb.search(q, k=10, mode="vector")
+                    assert [h.chunk.chunk_hash for h in got] == want[q], (q, written)
+            kept = [kb._scan._cached for kb in kbs]
+            assert kept[0] == 0
+            assert 0 < kept[1] <= 0.1 * 2**20
+            assert kept[2] > 0.1 * 2**20
+    finally:
+        for kb in kbs:
+            kb.close()
+        conn.close()
+    with pytest.raises(ConfigurationError, match="RECRAWLER_SEARCH_CACHE_MB"):
+        open_kb(f"sqlite:///{path}", cache_mb=-1)
 
 
 def test_a_cold_search_reads_only_what_it_needs(tmp_path: Path) -> None:
@@ -328,7 +379,7 @@ def test_a_warm_search_does_not_work_through_every_page(tmp_path: Path) -> None:
 def test_the_best_positions_are_those_of_a_full_sort() -> None:
     """The vector candidates (a threshold taken from a sample, checked) are the first n of a stable
     sort, ties and filtered-out scores included."""
-    from recrawler.index.sqlite import _best
+    from recrawler.kb.sqlite import _best
 
     rng = np.random.default_rng(3)
     for size, n in ((10, 3), (1000, 40), (200_000, 42), (200_000, 5000)):

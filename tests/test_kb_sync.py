@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -20,9 +19,9 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 pytest.importorskip("langchain_core")
 
 from recrawler.cli import main as cli_main
-from recrawler.index import open_kb
+from recrawler.kb.reader import open_kb
 from recrawler.kb.sync import VectorStoreSync, chunk_id
-from tests import docsite, stores
+from tests import docsite, statedb, stores
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -126,12 +125,12 @@ async def test_a_sync_killed_half_way_resumes_without_duplicates_or_orphans(
         deadline = time.monotonic() + 60
         # killed once it has added some of the new chunks, and before it is done
         while time.monotonic() < deadline and proc.poll() is None:
-            with sqlite3.connect(crawls.db_path) as conn:
-                pending = conn.execute("SELECT COUNT(*) FROM sink_chunks WHERE state = 0").fetchone()[0]
-                added = conn.execute(
-                    f"SELECT COUNT(*) FROM sink_chunks WHERE state = 1 AND key IN ({','.join('?' * 30)})",
-                    [f"{site.url(p).split('://', 1)[1]}" for p in paths[:30]],
-                ).fetchone()[0]
+            pending = statedb.value(crawls.db_path, "SELECT COUNT(*) FROM sink_chunks WHERE state = 0")
+            added = statedb.value(
+                crawls.db_path,
+                f"SELECT COUNT(*) FROM sink_chunks WHERE state = 1 AND key IN ({','.join('?' * 30)})",
+                [f"{site.url(p).split('://', 1)[1]}" for p in paths[:30]],
+            )
             if added >= 16 and pending:
                 break
             await asyncio.sleep(0.05)

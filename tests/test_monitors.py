@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
-from contextlib import closing
 from typing import TYPE_CHECKING
 
 import pytest
@@ -16,7 +14,7 @@ from spidermon.core.actions import Action
 from recrawler.extensions.reconcile import Reconciler
 from recrawler.monitors import RunOutcomeMonitorSuite
 from recrawler.state import utcnow
-from tests import docsite
+from tests import docsite, statedb
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -147,7 +145,7 @@ async def test_monitors_run_when_a_run_is_refused_at_start(site: Site, crawls: C
 
     # (a held run of the site no longer refuses a later one: exit 3 at start is gone)
     # exit 6: another live run holds the site's lease
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
+    with statedb.editing(crawls.db_path) as conn:
         site_key = conn.execute("SELECT site FROM runs").fetchone()[0]
         conn.execute(
             "INSERT INTO runs (spider, site, started_at, state) VALUES ('docs', ?, ?, 'running')",
@@ -159,7 +157,6 @@ async def test_monitors_run_when_a_run_is_refused_at_start(site: Site, crawls: C
         conn.execute(
             "INSERT INTO leases VALUES (?, ?, 'other-host pid 1', ?, ?)", (site_key, run_id, now, now)
         )
-        conn.commit()
     busy = await crawls.crawl(sitemap, **SPIDERMON)
     assert busy.exit_code == 6
     did_not_begin("one run at a time")

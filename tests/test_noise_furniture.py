@@ -8,7 +8,6 @@ import asyncio
 import dataclasses
 import html
 import random
-import sqlite3
 from collections import Counter
 from itertools import pairwise
 from typing import TYPE_CHECKING
@@ -23,6 +22,7 @@ from recrawler.items import Page, PageStatus
 from recrawler.learning import NoiseRegistry
 from recrawler.state import FieldsRow
 from recrawler.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
+from tests import statedb
 from tests.test_state_sqlite import SITE, T0, opened, query, rec
 
 if TYPE_CHECKING:
@@ -119,8 +119,7 @@ def write_all(site: Site, mtime: float, *, edit: str = EDIT, helpful: tuple[str,
 
 
 def verdicts(crawls: Crawls) -> list[tuple[str, str]]:
-    with sqlite3.connect(crawls.db_path) as conn:
-        rows = conn.execute("SELECT url, verdict FROM page_changes ORDER BY id").fetchall()
+    rows = statedb.rows(crawls.db_path, "SELECT url, verdict FROM page_changes ORDER BY id")
     return [(url.rsplit("/", 1)[-1], verdict) for url, verdict in rows]
 
 
@@ -368,8 +367,7 @@ PAIRS = "SELECT site, prev, block, pages, boilerplate FROM site_pairs ORDER BY s
 def before_pairs(db: Path) -> None:
     """Leave the database as recrawler before schema 6 did: no pair counts; boilerplate blocks
     (on at least half the live pages) flagged in ``site_blocks`` and dropped from page hashes."""
-    conn = sqlite3.connect(db)
-    with conn:
+    with statedb.editing(db) as conn:
         conn.execute("DROP TABLE site_pairs")
         conn.execute("DELETE FROM schema_version WHERE version = 6")
         live = conn.execute("SELECT COUNT(*) FROM pages WHERE status = 'live'").fetchone()[0]
@@ -380,7 +378,6 @@ def before_pairs(db: Path) -> None:
             "UPDATE pages SET content_hash = ? WHERE key = ?",
             [(page_hash([b for b in unpack_blocks(blob) if b not in boiler]), key) for key, blob in rows],
         )
-    conn.close()
 
 
 @deferred_f_from_coro_f

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.index import open_kb
+from recrawler.kb.reader import open_kb
 from tests import docsite
 
 if TYPE_CHECKING:

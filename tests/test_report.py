@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.report import summary_line
+from recrawler.reports.summary import summary_line
 from tests import docsite
 
 if TYPE_CHECKING:
@@ -16,10 +16,6 @@ if TYPE_CHECKING:
     from tests.conftest_mockserver import Site
 
 T0 = 1_760_000_000.0
-
-
-def body(i: int, extra: str = "") -> str:
-    return docsite.page(f"Page {i}", [("Overview", [f"Page {i} explains feature {i}. {extra}"])])
 
 
 def head(result: CrawlResult) -> dict[str, int]:
@@ -38,7 +34,7 @@ def assert_adds_up(result: CrawlResult) -> None:
 @deferred_f_from_coro_f
 async def test_an_audited_304_counts_once_as_unchanged_by_hash(site: Site, crawls: Crawls) -> None:
     for i in range(4):
-        site.write(f"p{i}.html", body(i), mtime=T0)
+        site.write(f"p{i}.html", docsite.feature_page(i), mtime=T0)
     sitemap = site.write_sitemap([f"p{i}.html" for i in range(4)])
     assert_adds_up(await crawls.crawl(sitemap))
     r2 = await crawls.crawl(sitemap, RECRAWLER_AUDIT_SAMPLE=1.0)
@@ -61,12 +57,12 @@ async def test_an_audited_304_counts_once_as_unchanged_by_hash(site: Site, crawl
 @deferred_f_from_coro_f
 async def test_pages_reported_after_the_bar_are_not_in_crawled(site: Site, crawls: Crawls) -> None:
     for i in range(6):
-        site.write(f"p{i}.html", body(i), mtime=T0)
-    site.write("old.html", body(9), mtime=T0)
+        site.write(f"p{i}.html", docsite.feature_page(i), mtime=T0)
+    site.write("old.html", docsite.feature_page(9), mtime=T0)
     sitemap = site.write_sitemap([*(f"p{i}.html" for i in range(6)), "old.html"])
     await crawls.crawl(sitemap)
     site.remove("p0.html")
-    site.write("p1.html", body(1, "Now with more."), mtime=T0 + 60)
+    site.write("p1.html", docsite.feature_page(1, "Now with more."), mtime=T0 + 60)
     site.options("old.html", redirect="p5.html")
     r2 = await crawls.crawl(sitemap)
     c = r2.counts

@@ -34,24 +34,22 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 INJECTED = '<script>console.error("injected")</script><img src=x onerror=alert(1)>'
 
 
-def body(title: str, text: str, usage: str = "Run it like this.") -> str:
-    return docsite.page(title, [("Overview", [text]), ("Usage", [usage], "tool --run")])
-
-
 async def recrawl(site: Site, crawls: Crawls, **settings: object) -> tuple[CrawlResult, CrawlResult]:
     """Run 1 stores 4 pages; run 2 sees an edit with a critical number, a new page and a 404."""
     for name in ("intro", "faq", "old"):
-        site.write(f"{name}.html", body(name.title(), f"The {name} page."), mtime=T0)
-    site.write("limits.html", body("Limits", "Uploads are split into 8 MB parts."), mtime=T0)
+        site.write(f"{name}.html", docsite.tool_guide(name.title(), f"The {name} page."), mtime=T0)
+    site.write("limits.html", docsite.tool_guide("Limits", "Uploads are split into 8 MB parts."), mtime=T0)
     site.write_sitemap([f"{n}.html" for n in ("limits", "intro", "faq", "old")])
     report_html = str(crawls.tmp_path / "run-{run_id}.html")
     r1 = await crawls.crawl(site.url("sitemap.xml"), RECRAWLER_REPORT_HTML_FILE=report_html, **settings)
     site.write(
         "limits.html",
-        body("Limits", "Uploads are split into 16 MB parts.", f"Run it like this. {html.escape(INJECTED)}"),
+        docsite.tool_guide(
+            "Limits", "Uploads are split into 16 MB parts.", f"Run it like this. {html.escape(INJECTED)}"
+        ),
         mtime=T0 + 100,
     )
-    site.write("new.html", body(f"New {INJECTED}", "A new page."), mtime=T0)
+    site.write("new.html", docsite.tool_guide(f"New {INJECTED}", "A new page."), mtime=T0)
     site.remove("old.html")
     site.write_sitemap(["limits.html", "intro.html", "faq.html", "old.html", "new.html"])
     r2 = await crawls.crawl(site.url("sitemap.xml"), RECRAWLER_REPORT_HTML_FILE=report_html, **settings)
@@ -118,7 +116,7 @@ async def test_report_after_each_run_shows_changes_pages_and_trends(site: Site, 
 async def test_held_run_report_gives_the_approve_and_discard_commands(site: Site, crawls: Crawls) -> None:
     names = [f"p{i}.html" for i in range(6)]
     for name in names:
-        site.write(name, body(name, f"Page {name}."), mtime=T0)
+        site.write(name, docsite.tool_guide(name, f"Page {name}."), mtime=T0)
     site.write_sitemap(names)
     await crawls.crawl(site.url("sitemap.xml"))
     for name in names[:4]:
@@ -200,7 +198,7 @@ async def test_an_old_report_shows_its_run_as_it_ended(site: Site, crawls: Crawl
 @deferred_f_from_coro_f
 async def test_an_interrupted_run_says_the_knowledge_base_was_not_updated(site: Site, crawls: Crawls) -> None:
     r1, _ = await recrawl(site, crawls)
-    site.write("intro.html", body("Intro", "The intro page, rewritten."), mtime=T0 + 500)
+    site.write("intro.html", docsite.tool_guide("Intro", "The intro page, rewritten."), mtime=T0 + 500)
     cut = await crawls.crawl(site.url("sitemap.xml"), CLOSESPIDER_PAGECOUNT=1)
     assert cut.report["index"]["state"] == "unpublished"
     out = crawls.tmp_path / "cut.html"
@@ -219,7 +217,7 @@ async def test_an_interrupted_run_says_the_knowledge_base_was_not_updated(site: 
 async def test_an_approved_run_stands_at_exit_0(site: Site, crawls: Crawls) -> None:
     names = [f"p{i}.html" for i in range(6)]
     for name in names:
-        site.write(name, body(name, f"Page {name}."), mtime=T0)
+        site.write(name, docsite.tool_guide(name, f"Page {name}."), mtime=T0)
     site.write_sitemap(names)
     await crawls.crawl(site.url("sitemap.xml"))
     for name in names[:4]:

@@ -12,8 +12,6 @@ import asyncio
 import json
 import os
 import shutil
-import sqlite3
-from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +23,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from recrawler.cli import main as cli_main
 from recrawler.cli.periods import parse_since
 from recrawler.exceptions import ConfigurationError
-from tests import docsite
+from tests import docsite, statedb
 from tests.test_reports import CHROMIUM, chromium, console
 
 if TYPE_CHECKING:
@@ -67,7 +65,7 @@ def age(db: Path, days: float) -> None:
         event["at"] = back(event.get("at"))
         return json.dumps(event)
 
-    with closing(sqlite3.connect(db)) as conn:
+    with statedb.editing(db) as conn:
         conn.create_function("back", 1, back, deterministic=True)
         conn.create_function("back_event", 1, back_event, deterministic=True)
         # the outbox: each event's time is in its payload
@@ -75,7 +73,6 @@ def age(db: Path, days: float) -> None:
         for table, columns in TIMES.items():
             moves = ", ".join(f"{c} = back({c})" for c in columns)
             conn.execute(f"UPDATE {table} SET {moves}")
-        conn.commit()
 
 
 async def baseline(site: Site, crawls: Crawls) -> str:

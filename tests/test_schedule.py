@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from recrawler.exceptions import ConfigurationError
-from recrawler.schedule import (
+from recrawler.intervals import (
     Bounds,
     Revisit,
     SchedulePolicy,

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import gzip
 import logging
-import sqlite3
-from contextlib import closing
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -20,7 +18,7 @@ from recrawler.exceptions import ConfigurationError
 from recrawler.items import Page
 from recrawler.spidermiddlewares.listing import ListingMiddleware
 from recrawler.spiders.docs import DocsSpider
-from tests import docsite
+from tests import docsite, statedb
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -41,8 +39,7 @@ def body(title: str) -> str:
 
 
 def column(db: Path, name: str) -> dict[str, Any]:
-    with closing(sqlite3.connect(db)) as conn:
-        return dict(conn.execute(f"SELECT url, {name} FROM pages").fetchall())
+    return dict(statedb.rows(db, f"SELECT url, {name} FROM pages"))
 
 
 # --- sitemap_filter and parse, on a spider built by a crawler ---------------------------------

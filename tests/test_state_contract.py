@@ -23,11 +23,11 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler import default_settings
 from recrawler.detect.hashing import pack_blocks, unpack_blocks
-from recrawler.embedders import embedder_from_spec, vector_to_blob
 from recrawler.exceptions import PageWriteError, RunRefused, StateStoreError
-from recrawler.index import open_kb
+from recrawler.intervals import Revisit
 from recrawler.kb.chunking import Chunk
-from recrawler.schedule import Revisit
+from recrawler.kb.embedders import embedder_from_spec, vector_to_blob
+from recrawler.kb.reader import open_kb
 from recrawler.state import (
     GONE,
     LIVE,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.schedule import Revisit
+from recrawler.intervals import Revisit
 from recrawler.state import GONE, QUARANTINED, RevisitUpdate, Run
 from recrawler.state.records import SETTLE_APPLY, SETTLE_KEEP
 from tests.test_state_contract import HOLDER, SITE, T0, BackendMixin, ev, rec

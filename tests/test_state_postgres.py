@@ -17,7 +17,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from recrawler import default_settings
 from recrawler.cli import main as cli_main
 from recrawler.exceptions import PageWriteError, SchemaVersionError, StateStoreError, StateStoreUnavailable
-from recrawler.index import open_kb
+from recrawler.kb.reader import open_kb
 from recrawler.state import store_from_uri
 from recrawler.state.postgres import SCHEMA_VERSION
 from recrawler.state.postgres.database import vector_index_name
@@ -374,7 +374,7 @@ def test_search_finds_the_exact_top_10_with_the_visibility_and_site_filters(post
     knowledge base, small."""
     from benchmarks.bench_pgvector import SITE_B, build_index, fill, measure
     from benchmarks.bench_scale import make_queries
-    from recrawler.embedders import HashingEmbedder
+    from recrawler.kb.embedders import HashingEmbedder
 
     embedder = HashingEmbedder()
     vectors, vis, site_b, _ = fill(postgres_uri, 3000, 1, embedder.id)

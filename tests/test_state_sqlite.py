@@ -18,10 +18,11 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from recrawler import default_settings
 from recrawler.events import JsonLinesSink
 from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
-from recrawler.index import open_kb
+from recrawler.kb.reader import open_kb
 from recrawler.state import Event, PageRecord, Run, store_from_uri
 from recrawler.state.records import SETTLE_APPLY, SETTLE_DROP
 from recrawler.state.sqlite import SCHEMA_VERSION, SQLiteStateStore, path_from_uri
+from tests import statedb
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -47,8 +48,7 @@ def event(run: Run, page: PageRecord, action: str = "new") -> Event:
 
 def query(path: Path, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
     """Read through a separate connection: sees only what the store committed."""
-    with closing(sqlite3.connect(path)) as conn:
-        return conn.execute(sql, params).fetchall()
+    return statedb.rows(path, sql, params)
 
 
 def pages(path: Path) -> dict[str, tuple[str, int]]:
@@ -128,7 +128,7 @@ async def test_the_embedding_cache_is_a_rowid_table_and_a_schema_8_cache_moves_i
     assert stored == rows
 
     # a database from schema 8 (its cache WITHOUT ROWID) is moved over on open, vectors and all
-    with closing(sqlite3.connect(db)) as conn, conn:
+    with statedb.editing(db) as conn:
         conn.execute("ALTER TABLE embeddings RENAME TO embeddings_9")
         conn.execute(
             "CREATE TABLE embeddings (embedder TEXT NOT NULL, text_hash TEXT NOT NULL, vector BLOB NOT NULL,"
@@ -231,7 +231,7 @@ async def test_newer_schema_is_refused_and_left_untouched(db: Path) -> None:
     async with opened(db) as store:
         run = await store.begin_run("docs", SITE, T0, lease_secs=0)
         await store.record(run, rec("a"), [])
-    with closing(sqlite3.connect(db)) as conn, conn:
+    with statedb.editing(db) as conn:
         conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
     before = snapshot(db)
     exc = await refuse(db, SchemaVersionError)
@@ -245,7 +245,7 @@ async def test_newer_schema_is_refused_and_left_untouched(db: Path) -> None:
 
 def foreign_database(path: Path) -> None:
     """Another application's SQLite file, in the default rollback-journal mode."""
-    with closing(sqlite3.connect(path)) as conn, conn:
+    with statedb.editing(path) as conn:
         conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
         conn.execute("INSERT INTO users (name) VALUES ('ada')")
 
@@ -265,7 +265,7 @@ async def test_foreign_database_is_refused(db: Path) -> None:
 async def test_knowledge_base_reader_refuses_newer_and_foreign_databases(db: Path, tmp_path: Path) -> None:
     async with opened(db) as store:
         await store.begin_run("docs", SITE, T0, lease_secs=0)
-    with closing(sqlite3.connect(db)) as conn, conn:
+    with statedb.editing(db) as conn:
         conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
     before = db.read_bytes()
     with pytest.raises(SchemaVersionError, match="newer") as exc_info:

@@ -3,23 +3,19 @@ that fails. Never written to when damaged, never "success" when nothing was save
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import io
 import json
 import sqlite3
 import subprocess
 import sys
 import time
-from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.cli import main as cli_main
 from recrawler.exceptions import SchemaVersionError
-from tests import docsite
+from tests import docsite, shell, statedb
 from tests.conftest_mockserver import REPO_ROOT
 from tests.embedserver import EmbedServer, Reply
 
@@ -45,27 +41,18 @@ def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-async def cli(*argv: str) -> tuple[int, str]:
-    """``recrawler ...`` off the reactor's loop; a traceback fails the test."""
-    out = io.StringIO()
-    code = await asyncio.to_thread(cli_main, list(argv), out)
-    return code, out.getvalue()
-
-
 def integrity(db: Path) -> list[str]:
-    with closing(sqlite3.connect(db)) as conn:
-        try:
-            return [str(r[0]) for r in conn.execute("PRAGMA integrity_check")]
-        except sqlite3.DatabaseError as exc:
-            return [str(exc)]
+    try:
+        return [str(r[0]) for r in statedb.rows(db, "PRAGMA integrity_check")]
+    except sqlite3.DatabaseError as exc:
+        return [str(exc)]
 
 
 def flip_index(db: Path, n: int = 64) -> None:
     """Flip *n* bytes at the start of the cell content of the largest index's root page (its keys
     and child pointers): the file opens and its schema reads, but ``PRAGMA integrity_check`` fails."""
-    with closing(sqlite3.connect(db)) as conn:
-        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-        roots = [r[0] for r in conn.execute("SELECT rootpage FROM sqlite_master WHERE type = 'index'")]
+    page_size = statedb.value(db, "PRAGMA page_size")
+    roots = [r[0] for r in statedb.rows(db, "SELECT rootpage FROM sqlite_master WHERE type = 'index'")]
     data = bytearray(db.read_bytes())
 
     def cells(root: int) -> int:
@@ -110,16 +97,16 @@ async def test_a_database_that_fails_its_integrity_check_is_refused_untouched(
     assert "integrity_check" in str(r2.failure)
     assert sha(crawls.db_path) == before
     # recrawler check names it, and --repair writes nothing to a damaged file
-    code, out = await cli("check", "--db", crawls.db_uri, "--json")
+    code, out = await shell.acli("check", "--db", crawls.db_uri, "--json")
     assert code == 1
     assert {json.loads(line)["check"] for line in out.splitlines()} == {"integrity"}
-    code, out = await cli("check", "--db", crawls.db_uri, "--repair")
+    code, out = await shell.acli("check", "--db", crawls.db_uri, "--repair")
     assert code == 1
     assert "restore it from a backup" in out
     assert sha(crawls.db_path) == before
     # the read-only commands answer or fail in one line: never a traceback
     for argv in (["chunks"], ["pages"], ["search", "widget retries"]):
-        code, _ = await cli(*argv, "--db", crawls.db_uri)
+        code, _ = await shell.acli(*argv, "--db", crawls.db_uri)
         assert code in (0, 2), argv
     assert sha(crawls.db_path) == before
 
@@ -130,12 +117,12 @@ async def test_check_finds_chunk_text_that_no_longer_matches_its_hash(
 ) -> None:
     sitemap = write_site(site)
     await crawls.crawl(sitemap)
-    assert await cli("check", "--db", crawls.db_uri) == (0, "ok: every invariant holds\n")
+    assert await shell.acli("check", "--db", crawls.db_uri) == (0, "ok: every invariant holds\n")
     # one chunk's text changed on disk (still UTF-8), another's no longer decodes
     assert replace_in_file(crawls.db_path, b"widget 17 retries", b"widget 71 retries") == 1
     assert replace_in_file(crawls.db_path, b"widget 42 retries", b"widget 42 retr\xffes") == 1
     assert integrity(crawls.db_path) == ["ok"]  # SQLite does not check what a row says
-    code, out = await cli("check", "--db", crawls.db_uri, "--json")
+    code, out = await shell.acli("check", "--db", crawls.db_uri, "--json")
     assert code == 1
     found = [json.loads(line) for line in out.splitlines()]
     assert sorted((f["check"], f["key"].rsplit("/", 1)[-1]) for f in found) == [
@@ -143,17 +130,17 @@ async def test_check_finds_chunk_text_that_no_longer_matches_its_hash(
         ("chunk_hash", "p42.html"),
     ]
     capsys.readouterr()
-    code, _ = await cli("chunks", "--db", crawls.db_uri)
+    code, _ = await shell.acli("chunks", "--db", crawls.db_uri)
     assert code == 2
     err = capsys.readouterr().err
     assert err.startswith("recrawler: error: ")
     assert err.count("\n") == 1
     # --repair queues both pages for a full fetch; the next run indexes them again
-    assert (await cli("check", "--db", crawls.db_uri, "--repair"))[0] == 0
+    assert (await shell.acli("check", "--db", crawls.db_uri, "--repair"))[0] == 0
     r = await crawls.crawl(sitemap)
     assert r.exit_code == 0
-    assert await cli("check", "--db", crawls.db_uri) == (0, "ok: every invariant holds\n")
-    code, out = await cli("chunks", "--db", crawls.db_uri, "--json")
+    assert await shell.acli("check", "--db", crawls.db_uri) == (0, "ok: every invariant holds\n")
+    code, out = await shell.acli("chunks", "--db", crawls.db_uri, "--json")
     assert code == 0
     assert sum("widget 42 retries" in json.loads(line)["text"] for line in out.splitlines()) == 1
 
@@ -173,7 +160,7 @@ async def test_a_zero_byte_database_is_refused_by_the_crawl_as_by_every_command(
     assert "empty (0-byte)" in str(r.failure)
     assert crawls.db_path.stat().st_size == 0
     assert sorted(p.name for p in crawls.tmp_path.iterdir() if p.name.startswith("state.db")) == ["state.db"]
-    assert (await cli("pages", "--db", crawls.db_uri))[0] == 2
+    assert (await shell.acli("pages", "--db", crawls.db_uri))[0] == 2
     # no file at all: the crawl creates its database
     crawls.db_path.unlink()
     assert (await crawls.crawl(sitemap)).counts["new"] == 20
@@ -213,8 +200,7 @@ async def test_a_run_the_embedder_leaves_unpublished_does_not_exit_0(
     assert r2.exit_code == 4
     assert r2.report["outcome"]["exit_code"] == 4
     assert "unpublished" in r2.report["outcome"]["reasons"]
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        (stored,) = conn.execute("SELECT exit_code FROM runs WHERE id = ?", (r2.report["run_id"],)).fetchone()
+    stored = statedb.value(crawls.db_path, "SELECT exit_code FROM runs WHERE id = ?", (r2.report["run_id"],))
     assert stored == 4
 
 

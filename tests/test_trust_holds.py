@@ -10,7 +10,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from contextlib import closing
 from pathlib import Path
@@ -20,9 +19,9 @@ import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
-from recrawler.index import open_kb
+from recrawler.kb.reader import open_kb
 from recrawler.state.sqlite import SQLiteStateStore
-from tests import docsite
+from tests import docsite, shell, statedb
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -64,18 +63,6 @@ def found(crawls: Crawls, text: str) -> set[str]:
         return {c.url.split("#")[0] for c in kb.chunks() if text in c.text}
 
 
-def statuses(crawls: Crawls) -> dict[str, int]:
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        return dict(conn.execute("SELECT status, COUNT(*) FROM pages GROUP BY status").fetchall())
-
-
-def cli_out(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    capsys.readouterr()
-    code = cli_main(argv)
-    out = capsys.readouterr()
-    return code, out.out + out.err
-
-
 @deferred_f_from_coro_f
 async def test_a_release_that_drops_a_section_is_published_whole(site: Site, crawls: Crawls) -> None:
     # a real minor release: 52 pages rewritten, 1 added, a generated API section of 66 pages
@@ -103,7 +90,7 @@ async def test_a_release_that_drops_a_section_is_published_whole(site: Site, cra
     # the next run is never refused; the section's second 404 makes it gone
     r3 = await crawls.crawl(site.url("sitemap.xml"))
     assert (r3.finish_reason, r3.exit_code) == ("finished", 0)
-    assert statuses(crawls) == {"live": 360, "gone": 66}
+    assert statedb.statuses(crawls.db_path) == {"live": 360, "gone": 66}
 
 
 @deferred_f_from_coro_f
@@ -121,7 +108,7 @@ async def test_a_broken_deploy_of_listed_pages_removes_nothing_and_the_rest_publ
     assert "290 of 300 live pages would leave the knowledge base while the listing still names them" in str(
         r2.report["alert"]
     )
-    assert statuses(crawls) == {"live": 300}
+    assert statedb.statuses(crawls.db_path) == {"live": 300}
     # the rest of the run is published: the edit is searchable, the missing pages still are
     assert found(crawls, word("hotfix", 0)) == {site.url(guides[0])}
     assert found(crawls, word("guide", 200)) == {site.url(guides[200])}
@@ -130,8 +117,7 @@ async def test_a_broken_deploy_of_listed_pages_removes_nothing_and_the_rest_publ
         site.write(name, page(f"g{i}", word("guide", i)), mtime=T0)
     r3 = await crawls.crawl(sitemap)
     assert (r3.report["held"], r3.exit_code, r3.counts["new"]) == ([], 0, 0)
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM run_misses").fetchone() == (0,)
+    assert statedb.row(crawls.db_path, "SELECT COUNT(*) FROM run_misses") == (0,)
 
 
 @deferred_f_from_coro_f
@@ -148,7 +134,7 @@ async def test_a_held_run_is_announced_nowhere_and_read_nowhere(
     assert [e for e in r2.events if e["action"] == "changed"] == []
     # readers show what the knowledge base holds: the published text beside its own metadata
     code, out = await asyncio.to_thread(
-        cli_out, ["search", word("guide", 3), "--json", "--db", crawls.db_uri], capsys
+        shell.cli_captured, capsys, "search", word("guide", 3), "--json", "--db", crawls.db_uri
     )
     assert code == 0
     hit = json.loads(out.splitlines()[0])
@@ -158,7 +144,7 @@ async def test_a_held_run_is_announced_nowhere_and_read_nowhere(
         for p in (
             json.loads(line)
             for line in (
-                await asyncio.to_thread(cli_out, ["pages", "--json", "--db", crawls.db_uri], capsys)
+                await asyncio.to_thread(shell.cli_captured, capsys, "pages", "--json", "--db", crawls.db_uri)
             )[1].splitlines()
         )
     }
@@ -177,7 +163,7 @@ async def test_a_held_run_is_announced_nowhere_and_read_nowhere(
         for p in (
             json.loads(line)
             for line in (
-                await asyncio.to_thread(cli_out, ["pages", "--json", "--db", crawls.db_uri], capsys)
+                await asyncio.to_thread(shell.cli_captured, capsys, "pages", "--json", "--db", crawls.db_uri)
             )[1].splitlines()
         )
     }
@@ -203,9 +189,9 @@ async def test_the_rest_of_an_interrupted_first_run_is_not_a_spike(site: Site, c
 
 
 def crawl_process(sitemap: str, db: Path, *settings: str) -> subprocess.Popen[bytes]:
-    args = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}"]
-    for s in ("RECRAWLER_SCHEDULE=all", "RECRAWLER_AUDIT_SAMPLE=0", "RETRY_TIMES=0", *settings):
-        args += ["-s", s]
+    args = shell.scrapy_crawl_argv(
+        sitemap, "RECRAWLER_SCHEDULE=all", "RECRAWLER_AUDIT_SAMPLE=0", "RETRY_TIMES=0", *settings
+    )
     env = {**os.environ, "RECRAWLER_DB_URI": f"sqlite:///{db}", "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -275,12 +261,12 @@ async def test_a_run_that_dies_before_publishing_counts_no_miss(site: Site, craw
     r2 = await crawls.crawl(sitemap, RECRAWLER_STATE_BACKENDS=failing)
     assert r2.exit_code == 5
     # its misses never counted: one more 404 quarantines (not gone one run early)
-    assert statuses(crawls) == {"live": 100}
+    assert statedb.statuses(crawls.db_path) == {"live": 100}
     # (the dead run's lease lapses: here its process lives on, so its lease must age)
     await asyncio.sleep(0.3)
     r3 = await crawls.crawl(sitemap, RECRAWLER_LEASE_SECS=0.2)
     assert r3.counts["quarantined"] == 5
-    assert statuses(crawls) == {"live": 95, "quarantined": 5}
+    assert statedb.statuses(crawls.db_path) == {"live": 95, "quarantined": 5}
 
 
 @deferred_f_from_coro_f
@@ -300,4 +286,4 @@ async def test_a_move_on_a_guarded_day_lives_once(site: Site, crawls: Crawls) ->
     with open_kb(crawls.db_uri, embedder="hashing") as kb:
         texts = [c.text for c in kb.chunks() if word("moved", 1) in c.text]
     assert len(texts) == len(set(texts)) > 0
-    assert statuses(crawls).get("moved") == 1
+    assert statedb.statuses(crawls.db_path).get("moved") == 1

@@ -4,8 +4,6 @@ one bad entry costs one entry, bounded sitemap trees and link discovery, lastmod
 from __future__ import annotations
 
 import json
-import sqlite3
-from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +13,7 @@ import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, statedb
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -26,23 +24,9 @@ START = datetime(2026, 1, 5, 6, 0, tzinfo=UTC)
 SECRET = "TOPSECRETMARKER"
 
 
-def body(title: str, text: str = "The original text.", extra: str = "") -> str:
-    return docsite.page(title, [("Overview", [text + extra])])
-
-
-def db_rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    with closing(sqlite3.connect(db)) as conn:
-        return conn.execute(sql).fetchall()
-
-
 def everything_stored(db: Path) -> str:
     """Every text value of every table, as one string (to look for what must never be stored)."""
-    out = []
-    with closing(sqlite3.connect(db)) as conn:
-        for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
-            for row in conn.execute(f"SELECT * FROM {table}"):
-                out.extend(str(v) for v in row if isinstance(v, str))
-    return "\n".join(out)
+    return "\n".join(value for _, _, value in statedb.text_values(db))
 
 
 def local_secret(tmp_path: Path) -> Path:
@@ -66,13 +50,13 @@ async def test_a_file_url_in_the_sitemap_is_never_read_or_stored(
 ) -> None:
     secret = local_secret(tmp_path)
     host = urlsplit(site.url()).netloc
-    site.write("a.html", body("A"), mtime=T0)
+    site.write("a.html", docsite.guide("A"), mtime=T0)
     listed = [site.url("a.html"), f"file://{host}{secret}", f"file://{secret}"]
     site.write("sitemap.xml", docsite.sitemap(listed))
     r = await crawls.crawl(site.url("sitemap.xml"))
     assert r.counts["new"] == 1
     assert r.stats["recrawler/url/refused/scheme"] == 2
-    assert [u for (u,) in db_rows(crawls.db_path, "SELECT url FROM pages")] == [site.url("a.html")]
+    assert [u for (u,) in statedb.rows(crawls.db_path, "SELECT url FROM pages")] == [site.url("a.html")]
     assert SECRET not in everything_stored(crawls.db_path)
     assert SECRET not in search(crawls, SECRET.lower(), capsys)
     assert r.report["reconcile"]["applied"]  # the rest of the listing is trusted as usual
@@ -85,8 +69,8 @@ async def test_a_file_url_behind_a_link_is_never_followed(
     secret = local_secret(tmp_path)
     host = urlsplit(site.url()).netloc
     links = f'<a href="file://{host}{secret}">notes</a> <a href="b.html">b</a>'
-    site.write("a.html", body("A", extra=f" {links}"), mtime=T0)
-    site.write("b.html", body("B"), mtime=T0)
+    site.write("a.html", docsite.guide("A", extra=f" {links}"), mtime=T0)
+    site.write("b.html", docsite.guide("B"), mtime=T0)
     sitemap = site.write_sitemap(["a.html"])
     r = await crawls.crawl(sitemap, spider_args={"follow_links": "1", "follow_prefix": "/"})
     assert r.counts["new"] == 2
@@ -100,8 +84,8 @@ async def test_other_schemes_and_credentials_are_refused_by_reason(
     site: Site, crawls: Crawls, caplog: pytest.LogCaptureFixture
 ) -> None:
     host = urlsplit(site.url()).netloc
-    site.write("a.html", body("A"), mtime=T0)
-    site.write("private.html", body("Private"), mtime=T0)
+    site.write("a.html", docsite.guide("A"), mtime=T0)
+    site.write("private.html", docsite.guide("Private"), mtime=T0)
     listed = [
         site.url("a.html"),
         "data:text/html,<main>hi</main>",
@@ -139,7 +123,7 @@ async def test_a_malformed_entry_costs_only_itself(
 ) -> None:
     port = urlsplit(site.url()).port
     for name in ("a", "b", "c"):
-        site.write(f"{name}.html", body(name), mtime=T0)
+        site.write(f"{name}.html", docsite.guide(name), mtime=T0)
     listed = [
         site.url("a.html"),
         bad.format(port=port, name=site.name),
@@ -160,7 +144,7 @@ async def test_a_listing_that_lost_most_entries_is_a_failed_listing_not_proof(
 ) -> None:
     pages = [f"p{i}.html" for i in range(30)]
     for p in pages:
-        site.write(p, body(p), mtime=T0)
+        site.write(p, docsite.guide(p), mtime=T0)
     sitemap = site.write_sitemap(pages)
     await crawls.crawl(sitemap)
     # a broken deploy: the sitemap names one page, and the pages it dropped answer 404
@@ -170,7 +154,7 @@ async def test_a_listing_that_lost_most_entries_is_a_failed_listing_not_proof(
     r = await crawls.crawl(sitemap, RECRAWLER_MAX_REMOVE_RATIO=1.0)
     assert "listing_shrunk" in r.report["reconcile"]["skipped"]
     assert r.counts["quarantined"] == r.counts["gone"] == 0
-    statuses = {s for (s,) in db_rows(crawls.db_path, "SELECT status FROM pages")}
+    statuses = {s for (s,) in statedb.rows(crawls.db_path, "SELECT status FROM pages")}
     assert statuses == {"live"}
 
 
@@ -179,7 +163,7 @@ async def test_a_listing_that_lost_most_entries_is_a_failed_listing_not_proof(
 
 @deferred_f_from_coro_f
 async def test_a_sitemap_index_chain_is_bounded(site: Site, crawls: Crawls) -> None:
-    site.write("a.html", body("A"), mtime=T0)
+    site.write("a.html", docsite.guide("A"), mtime=T0)
     site.write_sitemap(["a.html"], name="leaf.xml")
     # index0 -> index1 -> ... -> index49: a chain no real site has
     for i in range(50):
@@ -197,7 +181,7 @@ async def test_a_sitemap_index_chain_is_bounded(site: Site, crawls: Crawls) -> N
 @deferred_f_from_coro_f
 async def test_sitemap_files_per_run_are_bounded(site: Site, crawls: Crawls) -> None:
     for i in range(30):
-        site.write(f"p{i}.html", body(f"P{i}"), mtime=T0)
+        site.write(f"p{i}.html", docsite.guide(f"P{i}"), mtime=T0)
         site.write_sitemap([f"p{i}.html"], name=f"part{i}.xml")
     site.write("sitemap.xml", docsite.sitemap_index([site.url(f"part{i}.xml") for i in range(30)]))
     r = await crawls.crawl(site.url("sitemap.xml"), RECRAWLER_SITEMAP_MAX_FILES=10)
@@ -209,18 +193,22 @@ async def test_sitemap_files_per_run_are_bounded(site: Site, crawls: Crawls) -> 
 
 @deferred_f_from_coro_f
 async def test_link_discovery_is_bounded_across_runs(site: Site, crawls: Crawls) -> None:
-    site.write("index.html", body("Index", extra=' <a href="cal/1.html">calendar</a>'), mtime=T0)
+    site.write("index.html", docsite.guide("Index", extra=' <a href="cal/1.html">calendar</a>'), mtime=T0)
     site.options("cal/", trap=True)
     sitemap = site.write_sitemap(["index.html"])
     args = {"follow_links": "1"}
     stored = []
     for _ in range(4):
         await crawls.crawl(sitemap, spider_args=args, RECRAWLER_FOLLOW_DEPTH_LIMIT=3)
-        stored.append(db_rows(crawls.db_path, "SELECT COUNT(*) FROM pages")[0][0])
+        stored.append(statedb.rows(crawls.db_path, "SELECT COUNT(*) FROM pages")[0][0])
     # the listed page and three months, then never more
     assert stored == [4, 4, 4, 4]
     assert (
-        max(int(Path(u).stem) for (u,) in db_rows(crawls.db_path, "SELECT url FROM pages") if "/cal/" in u)
+        max(
+            int(Path(u).stem)
+            for (u,) in statedb.rows(crawls.db_path, "SELECT url FROM pages")
+            if "/cal/" in u
+        )
         == 3
     )
 
@@ -228,9 +216,9 @@ async def test_link_discovery_is_bounded_across_runs(site: Site, crawls: Crawls)
 @deferred_f_from_coro_f
 async def test_link_requests_per_run_are_bounded(site: Site, crawls: Crawls) -> None:
     links = " ".join(f'<a href="w{i}.html">{i}</a>' for i in range(40))
-    site.write("index.html", body("Index", extra=f" {links}"), mtime=T0)
+    site.write("index.html", docsite.guide("Index", extra=f" {links}"), mtime=T0)
     for i in range(40):
-        site.write(f"w{i}.html", body(f"W{i}"), mtime=T0)
+        site.write(f"w{i}.html", docsite.guide(f"W{i}"), mtime=T0)
     sitemap = site.write_sitemap(["index.html"])
     r = await crawls.crawl(sitemap, spider_args={"follow_links": "1"}, RECRAWLER_FOLLOW_MAX_LINKS=15)
     assert r.stats["recrawler/follow/links"] == 15
@@ -246,7 +234,7 @@ async def test_a_link_to_a_listed_page_gets_the_listings_lastmod_decision(site: 
     names = [f"p{i}" for i in range(12)]
     nav = " ".join(f'<a href="{n}.html">{n}</a>' for n in names)
     for n in names:
-        site.write(f"{n}.html", body(n, extra=f" {nav}"), mtime=T0)
+        site.write(f"{n}.html", docsite.guide(n, extra=f" {nav}"), mtime=T0)
     lastmod = (START - timedelta(days=3)).date().isoformat()
     sitemap = site.write_sitemap([(f"{n}.html", lastmod) for n in names])
     settings: dict[str, Any] = {
@@ -260,7 +248,7 @@ async def test_a_link_to_a_listed_page_gets_the_listings_lastmod_decision(site: 
     # a day later only p0 says it changed; its links to the other listed pages must not make
     # them due: the listing's lastmod already decided them
     later = START + timedelta(days=1)
-    site.write("p0.html", body("p0", "Edited.", extra=f" {nav}"), mtime=T0 + 10)
+    site.write("p0.html", docsite.guide("p0", "Edited.", extra=f" {nav}"), mtime=T0 + 10)
     entries = [(f"{n}.html", lastmod) for n in names[1:]]
     site.write_sitemap([("p0.html", later.isoformat()), *entries])
     r = await crawls.crawl(

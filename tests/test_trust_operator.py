@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import sqlite3
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,14 +23,14 @@ from recrawler.cli import main as cli_main
 from recrawler.detect.hashing import content_hash
 from recrawler.detect.verdict import Verdict
 from recrawler.exceptions import StateStoreError
-from recrawler.index.sqlite import SQLiteKnowledgeBase
-from recrawler.index.visibility import visible_from, visible_run, visible_where
 from recrawler.items import PageStatus
 from recrawler.kb.chunking import Chunk
+from recrawler.kb.sqlite import SQLiteKnowledgeBase
 from recrawler.pipelines.classify import pending_after, unified_diff
 from recrawler.state import PENDING_CHANGED, ChangeRow, Event, FieldsRow, PageRecord, Run, store_from_uri
 from recrawler.state.records import SETTLE_APPLY, SETTLE_KEEP
-from tests import docsite
+from recrawler.state.sql.visibility import visible_from, visible_run, visible_where
+from tests import docsite, shell, statedb
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -55,16 +53,17 @@ ENDINGS = st.sampled_from(["publish", "hold", "hold_removals", "kill"])
 
 def current(path: Path) -> list[tuple[str, str]]:
     """The chunks of each live page's current stored state."""
-    with closing(sqlite3.connect(path)) as conn:
-        rows = conn.execute(
-            """SELECT c.key, c.text FROM chunks c JOIN pages p ON p.key = c.key
-               WHERE p.status = 'live' AND c.retired_run IS NULL"""
-        ).fetchall()
-        counts = conn.execute(
-            """SELECT p.key, p.chunks, (SELECT COUNT(*) FROM chunks c
-                                        WHERE c.key = p.key AND c.retired_run IS NULL)
-               FROM pages p WHERE p.status = 'live'"""
-        ).fetchall()
+    rows = statedb.rows(
+        path,
+        """SELECT c.key, c.text FROM chunks c JOIN pages p ON p.key = c.key
+           WHERE p.status = 'live' AND c.retired_run IS NULL""",
+    )
+    counts = statedb.rows(
+        path,
+        """SELECT p.key, p.chunks, (SELECT COUNT(*) FROM chunks c
+                                    WHERE c.key = p.key AND c.retired_run IS NULL)
+           FROM pages p WHERE p.status = 'live'""",
+    )
     for key, stored, actual in counts:
         assert stored == actual, f"{key}: pages.chunks {stored} != {actual} current chunk rows"
     return sorted(rows)
@@ -427,12 +426,6 @@ def kb_chunks(path: Path) -> list[tuple[str, str]]:
         return sorted((c.key, c.text) for c in kb.chunks())
 
 
-def cli_out(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    capsys.readouterr()
-    code = cli_main(argv)
-    return code, capsys.readouterr().out
-
-
 @deferred_f_from_coro_f
 async def test_discard_recrawl_approve_leaves_history_as_if_the_discarded_runs_never_ran(
     site: Site, crawls: Crawls, capsys: pytest.CaptureFixture[str]
@@ -453,7 +446,7 @@ async def test_discard_recrawl_approve_leaves_history_as_if_the_discarded_runs_n
     r3 = await crawls.crawl(sitemap)
     assert (r3.finish_reason, r3.report["index"]["state"]) == ("finished", "held")
     code, out = await asyncio.to_thread(
-        cli_out, ["runs", "discard", str(r2.report["run_id"]), "--db", crawls.db_uri], capsys
+        shell.cli_captured, capsys, "runs", "discard", str(r2.report["run_id"]), "--db", crawls.db_uri
     )
     assert code == 2
     await asyncio.to_thread(cli_main, ["runs", "discard", str(r3.report["run_id"]), "--db", crawls.db_uri])
@@ -468,12 +461,14 @@ async def test_discard_recrawl_approve_leaves_history_as_if_the_discarded_runs_n
     assert {h["run_id"] for h in history} == {r4.report["run_id"]}
     assert all("-Page" in h["diff"] or "first edition" in h["diff"] for h in history)
     assert all("+" in h["diff"] and "second edition" in h["diff"] for h in history)
-    code, out = await asyncio.to_thread(cli_out, ["diff", site.url(names[0]), "--db", crawls.db_uri], capsys)
+    code, out = await asyncio.to_thread(
+        shell.cli_captured, capsys, "diff", site.url(names[0]), "--db", crawls.db_uri
+    )
     assert code == 0
     assert "fields: -" not in out
     assert "second edition" in out
     code, out = await asyncio.to_thread(
-        cli_out, ["report", str(r4.report["run_id"]), "--db", crawls.db_uri, "-o", "-"], capsys
+        shell.cli_captured, capsys, "report", str(r4.report["run_id"]), "--db", crawls.db_uri, "-o", "-"
     )
     assert code == 0
     assert out.count("second edition") >= 12

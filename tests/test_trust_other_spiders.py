@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
-from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 import scrapy
@@ -11,7 +9,7 @@ from scrapy import signals
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.spiders import RecrawlerSpiderMixin
-from tests import docsite
+from tests import docsite, statedb
 from tests.conftest import make_crawler
 
 if TYPE_CHECKING:
@@ -111,8 +109,7 @@ async def test_an_opted_in_spider_of_the_same_project_is_recrawled(site: Site, t
     site.clear_requests()
     await crawl(OptedIn, settings, urls=urls)
     assert sorted(q["status"] for q in site.requests()) == [304, 304]  # the utm variant is the same page
-    with closing(sqlite3.connect(db)) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 2
+    assert statedb.value(db, "SELECT COUNT(*) FROM runs") == 2
 
 
 @deferred_f_from_coro_f
@@ -127,8 +124,7 @@ async def test_the_database_and_events_from_the_environment_are_honoured(
     monkeypatch.setenv("RECRAWLER_EVENTS_URI", f"file://{events}")
     # a user's project: only the add-on, no recrawler settings module
     await crawl(OptedIn, {"ADDONS": ADDON, "LOG_LEVEL": "INFO"}, urls=urls)
-    with closing(sqlite3.connect(env_db)) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM pages").fetchone()[0] == 2
+    assert statedb.value(env_db, "SELECT COUNT(*) FROM pages") == 2
     assert len(events.read_text().splitlines()) == 2
     assert not (tmp_path / "recrawler.db").exists()
     # -s on the command line still wins over the environment

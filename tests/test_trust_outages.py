@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import gzip
 import logging
-import sqlite3
-from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.report import summary_line
-from tests import docsite
+from recrawler.reports.summary import summary_line
+from tests import docsite, statedb
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -24,27 +22,15 @@ if TYPE_CHECKING:
 T0 = 1_760_000_000.0
 
 
-def body(n: int, extra: str = "") -> str:
-    return docsite.page(
-        f"Page {n}",
-        [
-            ("Overview", [f"Page {n} explains how widget {n} retries its uploads after {n} seconds.{extra}"]),
-            ("Usage", [f"Run widget {n} from the command line."], f"widget-{n} --retry {n}"),
-        ],
-    )
-
-
 def write_pages(site: Site, n: int, folder: str = "") -> list[str]:
     paths = [f"{folder}page-{i}.html" for i in range(n)]
     for i, path in enumerate(paths):
-        site.write(path, body(i), mtime=T0)
+        site.write(path, docsite.widget_page(i), mtime=T0)
     return paths
 
 
 def status_of(crawls: Crawls, path: str) -> str:
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        (status,) = conn.execute("SELECT status FROM pages WHERE url LIKE ?", (f"%/{path}",)).fetchone()
-    return str(status)
+    return str(statedb.value(crawls.db_path, "SELECT status FROM pages WHERE url LIKE ?", (f"%/{path}",)))
 
 
 def errors(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -228,11 +214,10 @@ async def test_a_huge_page_is_indexed_in_a_bounded_number_of_chunks(site: Site, 
     paths = write_pages(site, 100)
     # about 3 MB of text: some 2,700 chunks of 1,200 characters
     words = " ".join(f"Sentence {i} says something about retries." for i in range(70_000))
-    site.write("page-3.html", body(3, " " + words), mtime=T0)
+    site.write("page-3.html", docsite.widget_page(3, " " + words), mtime=T0)
     sitemap = site.write_sitemap(paths)
     r = await crawls.crawl(sitemap, RECRAWLER_CHUNK_MAX_PER_PAGE=50)
     assert r.counts["new"] == 100
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        (chunks,) = conn.execute("SELECT chunks FROM pages WHERE url LIKE '%/page-3.html'").fetchone()
+    chunks = statedb.value(crawls.db_path, "SELECT chunks FROM pages WHERE url LIKE '%/page-3.html'")
     assert chunks == 50
     assert r.stats["recrawler/index/capped"] == 1

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
-import io
 import json
 import re
-import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.cli import main as cli_main
 from recrawler.cli import terminal_safe
 from recrawler.extract import ContentExtractor, ExtractionError, clean_text, looks_binary
-from tests import docsite
+from tests import docsite, shell, statedb
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from tests.conftest import Crawls
     from tests.conftest_mockserver import Site
 
@@ -142,12 +136,10 @@ def test_terminal_safe_shows_controls_as_escapes() -> None:
 
 
 def stored(crawls: Crawls) -> dict[str, Any]:
-    conn = sqlite3.connect(crawls.db_path)
-    try:
-        pages = dict(conn.execute("SELECT url, content_hash FROM pages"))
-        chunks = sorted(conn.execute("SELECT url, chunk_index, text FROM chunks WHERE retired_run IS NULL"))
-    finally:
-        conn.close()
+    pages = dict(statedb.rows(crawls.db_path, "SELECT url, content_hash FROM pages"))
+    chunks = sorted(
+        statedb.rows(crawls.db_path, "SELECT url, chunk_index, text FROM chunks WHERE retired_run IS NULL")
+    )
     return {"pages": pages, "chunks": chunks}
 
 
@@ -205,17 +197,6 @@ def no_controls(text: str) -> bool:
     return CONTROL.search(text) is None
 
 
-def _cli(argv: list[str]) -> str:
-    out = io.StringIO()
-    assert cli_main(argv, out=out) == 0
-    return out.getvalue()
-
-
-async def cli(*argv: str) -> str:
-    # the CLI may run its own event loop: give it a thread, as a separate process would
-    return await asyncio.to_thread(_cli, list(argv))
-
-
 def hostile(version: str) -> str:
     return docsite.page(
         "Evil \x1b]0;pwned\x07title \x1b[31m",
@@ -241,12 +222,13 @@ async def test_control_characters_never_reach_stored_text_or_the_terminal(site: 
     r2 = await crawls.crawl(sitemap)
     assert r2.actions() == {"evil.html": "changed"}
 
-    dirty = [(t, c, v) for t, c, v in text_values(crawls.db_path) if not no_controls(v)]
+    dirty = [(t, c, v) for t, c, v in statedb.text_values(crawls.db_path) if not no_controls(v)]
     assert dirty == []
     assert all(no_controls(json.dumps(e, ensure_ascii=False)) for e in r2.events)
 
     chunks = [
-        json.loads(line) for line in (await cli("chunks", "--db", crawls.db_uri, "--json")).splitlines()
+        json.loads(line)
+        for line in (await shell.acli_out("chunks", "--db", crawls.db_uri, "--json")).splitlines()
     ]
     assert chunks
     assert all(no_controls(str(value)) for chunk in chunks for value in chunk.values())
@@ -258,7 +240,7 @@ async def test_control_characters_never_reach_stored_text_or_the_terminal(site: 
         ("diff", site.url("evil.html"), "--db", crawls.db_uri),
         ("runs", "--db", crawls.db_uri),
     ):
-        out = await cli(*argv)
+        out = await shell.acli_out(*argv)
         assert out
         assert no_controls(out), argv
 
@@ -272,15 +254,13 @@ async def test_cli_escapes_control_characters_held_in_the_database(site: Site, c
     site.write("a.html", page("A", "Version two words."), mtime=T0 + 5)
     await crawls.crawl(sitemap)
     evil = "\x1b]0;pwned\x07\x1b[2J\r"
-    conn = sqlite3.connect(crawls.db_path)
-    with conn:
+    with statedb.editing(crawls.db_path) as conn:
         conn.execute("UPDATE pages SET url = url || ?, title = ?", (evil, evil))
         conn.execute(
             "UPDATE chunks SET text = text || ?, heading = heading || ?, url = url || ?", (evil,) * 3
         )
         conn.execute("UPDATE page_changes SET diff = diff || ?, url = url || ?", (evil, evil))
         conn.execute("UPDATE runs SET site = site || ?", (evil,))
-    conn.close()
 
     for argv in (
         ("chunks", "--db", crawls.db_uri),
@@ -289,30 +269,10 @@ async def test_cli_escapes_control_characters_held_in_the_database(site: Site, c
         ("diff", site.url("a.html"), "--db", crawls.db_uri),
         ("runs", "--db", crawls.db_uri),
     ):
-        out = await cli(*argv)
+        out = await shell.acli_out(*argv)
         assert "\\x1b]0;pwned\\x07\\x1b[2J\\x0d" in out, argv
         assert no_controls(out), argv
     # --json output escapes them too (JSON's own \u001b)
-    out = await cli("chunks", "--db", crawls.db_uri, "--json")
+    out = await shell.acli_out("chunks", "--db", crawls.db_uri, "--json")
     assert no_controls(out)
     assert evil in json.loads(out.splitlines()[0])["text"]
-
-
-def text_values(db_path: Path) -> list[tuple[str, str, str]]:
-    """(table, column, value) for every text value of every table."""
-    conn = sqlite3.connect(db_path)
-    try:
-        found = []
-        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        for table in tables:
-            cursor = conn.execute(f'SELECT * FROM "{table}"')
-            columns = [d[0] for d in cursor.description]
-            for row in cursor:
-                found.extend(
-                    (table, column, value)
-                    for column, value in zip(columns, row, strict=True)
-                    if isinstance(value, str)
-                )
-        return found
-    finally:
-        conn.close()

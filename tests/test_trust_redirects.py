@@ -4,9 +4,7 @@ address, one to another host is never followed, a loop changes nothing."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections import Counter
-from contextlib import closing
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -14,7 +12,7 @@ import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, statedb
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -25,22 +23,16 @@ if TYPE_CHECKING:
 T0 = 1_760_000_000.0
 
 
-def body(title: str, text: str) -> str:
-    return docsite.page(title, [("Overview", [text]), ("Usage", ["Run it like this."], "tool --run")])
-
-
 def pages(db: Path) -> dict[str, tuple[str, str | None]]:
     """url tail -> (status, moved_to tail)"""
-    with closing(sqlite3.connect(db)) as conn:
-        conn.row_factory = sqlite3.Row
-        out = {}
-        for row in conn.execute("SELECT * FROM pages"):
-            moved_to = row["moved_to"] if "moved_to" in row.keys() else None  # noqa: SIM118 (sqlite3.Row)
-            out[row["url"].rsplit("/", 1)[-1]] = (
-                row["status"],
-                moved_to.rsplit("/", 1)[-1] if moved_to else None,
-            )
-        return out
+    out = {}
+    for row in statedb.dicts(db, "SELECT * FROM pages"):
+        moved_to = row.get("moved_to")
+        out[row["url"].rsplit("/", 1)[-1]] = (
+            row["status"],
+            moved_to.rsplit("/", 1)[-1] if moved_to else None,
+        )
+    return out
 
 
 def chunk_urls(crawls: Crawls, capsys: pytest.CaptureFixture[str]) -> list[str]:
@@ -56,14 +48,14 @@ def chunk_urls(crawls: Crawls, capsys: pytest.CaptureFixture[str]) -> list[str]:
 async def test_a_permanent_redirect_moves_the_page(
     site: Site, crawls: Crawls, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    site.write("a.html", body("A", "Retry failed uploads with --retry."), mtime=T0)
-    site.write("b.html", body("B", "Something else."), mtime=T0)
+    site.write("a.html", docsite.tool_guide("A", "Retry failed uploads with --retry."), mtime=T0)
+    site.write("b.html", docsite.tool_guide("B", "Something else."), mtime=T0)
     sitemap = site.write_sitemap(["a.html", "b.html"])
     await crawls.crawl(sitemap)
     before = Counter(chunk_urls(crawls, capsys))
     assert before["a.html"] > 0
 
-    site.write("guide/uploads.html", body("A", "Retry failed uploads with --retry."), mtime=T0)
+    site.write("guide/uploads.html", docsite.tool_guide("A", "Retry failed uploads with --retry."), mtime=T0)
     site.options("a.html", redirect="guide/uploads.html")
     r = await crawls.crawl(sitemap)
     assert pages(crawls.db_path) == {
@@ -93,10 +85,10 @@ async def test_a_permanent_redirect_moves_the_page(
 async def test_old_and_new_address_both_listed_leave_one_key_live(
     site: Site, crawls: Crawls, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    site.write("old.html", body("Old", "How to configure the cache."), mtime=T0)
+    site.write("old.html", docsite.tool_guide("Old", "How to configure the cache."), mtime=T0)
     sitemap = site.write_sitemap(["old.html"])
     await crawls.crawl(sitemap)
-    site.write("new.html", body("Old", "How to configure the cache."), mtime=T0)
+    site.write("new.html", docsite.tool_guide("Old", "How to configure the cache."), mtime=T0)
     site.options("old.html", redirect="new.html", redirect_status=308)
     site.write_sitemap(["old.html", "new.html"])
     await crawls.crawl(sitemap)
@@ -111,8 +103,10 @@ async def test_old_and_new_address_both_listed_leave_one_key_live(
 async def test_a_temporary_redirect_keeps_the_address_and_indexes_the_target(
     site: Site, crawls: Crawls, capsys: pytest.CaptureFixture[str], status: int
 ) -> None:
-    site.write("latest.html", body("Latest", "Version 1 notes."), mtime=T0)
-    site.write("v2.html", body("Latest", "Version 2 notes: retries are on by default."), mtime=T0)
+    site.write("latest.html", docsite.tool_guide("Latest", "Version 1 notes."), mtime=T0)
+    site.write(
+        "v2.html", docsite.tool_guide("Latest", "Version 2 notes: retries are on by default."), mtime=T0
+    )
     sitemap = site.write_sitemap(["latest.html"])
     await crawls.crawl(sitemap)
     site.options("latest.html", redirect="v2.html", redirect_status=status)
@@ -130,9 +124,9 @@ async def test_a_redirect_to_another_host_is_never_followed_and_counts_as_a_miss
     site: Site, crawls: Crawls
 ) -> None:
     port = urlsplit(site.url()).port
-    site.write("a.html", body("A", "Our own words."), mtime=T0)
-    site.write("b.html", body("B", "More words."), mtime=T0)
-    site.write("elsewhere.html", body("Elsewhere", "Somebody else's words."), mtime=T0)
+    site.write("a.html", docsite.tool_guide("A", "Our own words."), mtime=T0)
+    site.write("b.html", docsite.tool_guide("B", "More words."), mtime=T0)
+    site.write("elsewhere.html", docsite.tool_guide("Elsewhere", "Somebody else's words."), mtime=T0)
     sitemap = site.write_sitemap(["a.html", "b.html"])
     await crawls.crawl(sitemap)
     site.options("a.html", location=f"http://localhost:{port}/{site.name}/elsewhere.html")
@@ -151,9 +145,9 @@ async def test_the_direct_check_of_an_unlisted_page_never_follows_it_off_site(
     site: Site, crawls: Crawls
 ) -> None:
     port = urlsplit(site.url()).port
-    site.write("a.html", body("A", "Our own words."), mtime=T0)
-    site.write("b.html", body("B", "More words."), mtime=T0)
-    site.write("foreign.html", body("Foreign", "Somebody else's words."), mtime=T0)
+    site.write("a.html", docsite.tool_guide("A", "Our own words."), mtime=T0)
+    site.write("b.html", docsite.tool_guide("B", "More words."), mtime=T0)
+    site.write("foreign.html", docsite.tool_guide("Foreign", "Somebody else's words."), mtime=T0)
     sitemap = site.write_sitemap(["a.html", "b.html"])
     await crawls.crawl(sitemap)
     # a.html drops out of the listing and now points at another host
@@ -164,8 +158,7 @@ async def test_the_direct_check_of_an_unlisted_page_never_follows_it_off_site(
     assert r.counts["verified"] == 1
     assert site.requests("foreign.html") == []  # neither fetched nor sent a.html's ETag
     assert pages(crawls.db_path)["a.html"] == ("quarantined", None)
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        texts = " ".join(t for (t,) in conn.execute("SELECT text FROM chunks"))
+    texts = " ".join(t for (t,) in statedb.rows(crawls.db_path, "SELECT text FROM chunks"))
     assert "Somebody else" not in texts
 
 
@@ -173,8 +166,8 @@ async def test_the_direct_check_of_an_unlisted_page_never_follows_it_off_site(
 async def test_a_redirect_loop_is_an_error_that_changes_nothing(
     site: Site, crawls: Crawls, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    site.write("a.html", body("A", "Stable words."), mtime=T0)
-    site.write("b.html", body("B", "More words."), mtime=T0)
+    site.write("a.html", docsite.tool_guide("A", "Stable words."), mtime=T0)
+    site.write("b.html", docsite.tool_guide("B", "More words."), mtime=T0)
     sitemap = site.write_sitemap(["a.html", "b.html"])
     await crawls.crawl(sitemap)
     before = chunk_urls(crawls, capsys)
@@ -189,7 +182,7 @@ async def test_a_redirect_loop_is_an_error_that_changes_nothing(
 
 @deferred_f_from_coro_f
 async def test_a_redirected_sitemap_is_followed(site: Site, crawls: Crawls) -> None:
-    site.write("a.html", body("A", "Words."), mtime=T0)
+    site.write("a.html", docsite.tool_guide("A", "Words."), mtime=T0)
     site.write_sitemap(["a.html"], name="sitemap-v2.xml")
     site.options("sitemap.xml", redirect="sitemap-v2.xml")
     r = await crawls.crawl(site.url("sitemap.xml"))

@@ -3,15 +3,14 @@ are restored; a maintenance page on many pages at once is a spike of its own."""
 
 from __future__ import annotations
 
-import sqlite3
-from contextlib import closing
+import asyncio
 from typing import TYPE_CHECKING
 
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, shell, statedb
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -46,18 +45,10 @@ def visible_chunks(crawls: Crawls, capsys: pytest.CaptureFixture[str]) -> int:
     return len(capsys.readouterr().out.splitlines())
 
 
-def statuses(crawls: Crawls) -> dict[str, int]:
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        return dict(conn.execute("SELECT status, COUNT(*) FROM pages GROUP BY status").fetchall())
-
-
 async def cli(argv: list[str], capsys: pytest.CaptureFixture[str], *, code: int = 0) -> str:
-    import asyncio
-
-    capsys.readouterr()
-    assert await asyncio.to_thread(cli_main, argv) == code
-    out = capsys.readouterr()
-    return str(out.out + out.err)
+    got, out = await asyncio.to_thread(shell.cli_captured, capsys, *argv)
+    assert got == code
+    return out
 
 
 @pytest.mark.parametrize("gone", [False, True], ids=["404", "410"])
@@ -72,7 +63,7 @@ async def test_a_bad_deploy_that_loses_most_pages_is_held_not_applied(
         site.remove(name, gone=gone)
     r = await crawls.crawl(sitemap)
     # nothing left the knowledge base; an alert says why the run waits
-    assert statuses(crawls) == {"live": 40}
+    assert statedb.statuses(crawls.db_path) == {"live": 40}
     assert visible_chunks(crawls, capsys) == before
     assert [e for e in r.events if e["action"] in ("quarantined", "gone")] == []
     assert r.counts["quarantined"] == r.counts["gone"] == 0
@@ -87,14 +78,16 @@ async def test_a_bad_deploy_that_loses_most_pages_is_held_not_applied(
     assert (r2.finish_reason, r2.exit_code, r2.report["held"]) == ("finished", 3, ["mass_removal"])
     assert r2.report["index"]["state"] == "published"
     assert r2.counts["changed"] == 1
-    assert statuses(crawls) == {"live": 40}
+    assert statedb.statuses(crawls.db_path) == {"live": 40}
     # the decision is the latest run's: the first one names it
     out = await cli(["runs", "approve", str(r.report["run_id"]), "--db", crawls.db_uri], capsys, code=2)
     assert f"carried to run {r2.report['run_id']}" in out
     # the operator confirms: the removal happens now, exactly as it would have
     out = await cli(["runs", "approve", str(r2.report["run_id"]), "--db", crawls.db_uri], capsys)
     assert "approved and published" in out
-    assert statuses(crawls) == ({"live": 2, "gone": 38} if gone else {"live": 2, "quarantined": 38})
+    assert statedb.statuses(crawls.db_path) == (
+        {"live": 2, "gone": 38} if gone else {"live": 2, "quarantined": 38}
+    )
     assert visible_chunks(crawls, capsys) == 2 * before // 40
 
 
@@ -108,7 +101,7 @@ async def test_a_discarded_mass_removal_leaves_the_site_as_it_was(
     for name in names[4:]:
         site.remove(name)
     r2 = await crawls.crawl(sitemap)
-    assert statuses(crawls) == {"live": 40}
+    assert statedb.statuses(crawls.db_path) == {"live": 40}
     assert r2.report["held"] == ["mass_removal"]
     await cli(["runs", "discard", str(r2.report["run_id"]), "--db", crawls.db_uri], capsys)
     # the deploy is fixed: everything is back, nothing is new, nothing held
@@ -117,7 +110,7 @@ async def test_a_discarded_mass_removal_leaves_the_site_as_it_was(
     r3 = await crawls.crawl(sitemap)
     assert r3.report["held"] == []
     assert (r3.counts["new"], r3.counts["quarantined"], r3.counts["gone"]) == (0, 0, 0)
-    assert statuses(crawls) == {"live": 40}
+    assert statedb.statuses(crawls.db_path) == {"live": 40}
     assert visible_chunks(crawls, capsys) == before
 
 

@@ -6,19 +6,17 @@ import json
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, shell, statedb
 from tests.conftest_mockserver import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -29,32 +27,22 @@ if TYPE_CHECKING:
 T0 = 1_760_000_000.0
 
 
-def body(i: int) -> str:
-    return docsite.page(f"Page {i}", [("Overview", [f"Page {i} explains feature {i}."])])
-
-
 def argv(sitemap: str, db: Path, *settings: str) -> list[str]:
-    command = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}"]
-    for setting in (f"RECRAWLER_DB_URI=sqlite:///{db}", "RETRY_TIMES=0", "RECRAWLER_SCHEDULE=all", *settings):
-        command += ["-s", setting]
-    return command
+    db_uri = f"RECRAWLER_DB_URI=sqlite:///{db}"
+    return shell.scrapy_crawl_argv(sitemap, db_uri, "RETRY_TIMES=0", "RECRAWLER_SCHEDULE=all", *settings)
 
 
 def crawl(sitemap: str, db: Path, *settings: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        argv(sitemap, db, *settings), cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False
-    )
+    return shell.run_in_checkout(argv(sitemap, db, *settings))
 
 
 def runs(db: Path) -> list[dict[str, Any]]:
-    with closing(sqlite3.connect(db)) as conn:
-        conn.row_factory = sqlite3.Row
-        return [dict(row) for row in conn.execute("SELECT * FROM runs ORDER BY id")]
+    return statedb.dicts(db, "SELECT * FROM runs ORDER BY id")
 
 
 def build(site: Site, n: int = 5) -> str:
     for i in range(n):
-        site.write(f"p{i}.html", body(i), mtime=T0)
+        site.write(f"p{i}.html", docsite.feature_page(i), mtime=T0)
     return site.write_sitemap([f"p{i}.html" for i in range(n)])
 
 
@@ -107,10 +95,11 @@ def test_a_second_run_of_the_same_site_exits_at_once(site: Site, tmp_path: Path)
     states = [r["state"] for r in runs(db)]
     assert states == ["published", "aborted", "published"]
     # the killed run's staged 404 was dropped with it: one 404 is one miss, not two
-    with closing(sqlite3.connect(db)) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM run_misses").fetchone()[0] == 0
-        row = conn.execute("SELECT status, misses FROM pages WHERE url LIKE '%/p0.html'").fetchone()
-    assert row == ("quarantined", 1)
+    assert statedb.value(db, "SELECT COUNT(*) FROM run_misses") == 0
+    assert statedb.row(db, "SELECT status, misses FROM pages WHERE url LIKE '%/p0.html'") == (
+        "quarantined",
+        1,
+    )
 
 
 def test_a_lapsed_lease_is_taken_over(site: Site, tmp_path: Path) -> None:
@@ -118,7 +107,7 @@ def test_a_lapsed_lease_is_taken_over(site: Site, tmp_path: Path) -> None:
     db = tmp_path / "state.db"
     assert crawl(sitemap, db).returncode == 0
     # a holder on another machine that stopped beating long ago
-    with closing(sqlite3.connect(db)) as conn:
+    with statedb.editing(db) as conn:
         site_key = conn.execute("SELECT site FROM runs").fetchone()[0]
         conn.execute(
             "INSERT INTO runs (spider, site, started_at, state) VALUES ('docs', ?, ?, 'running')",
@@ -130,7 +119,6 @@ def test_a_lapsed_lease_is_taken_over(site: Site, tmp_path: Path) -> None:
             "'2026-01-01T00:00:00+00:00')",
             (site_key, run_id),
         )
-        conn.commit()
     result = crawl(sitemap, db)
     assert result.returncode == 0
     assert "marked aborted" in result.stderr
@@ -169,24 +157,21 @@ def test_check_flags_a_killed_run_left_running_and_a_lapsed_lease(
     assert f"its process ({socket.gethostname()} pid {killed.pid}) is gone" in out
 
     # a holder on another machine: alive while it beats, stale once its lease lapsed
-    with closing(sqlite3.connect(db)) as conn:
+    with statedb.editing(db) as conn:
         beat = datetime.now(UTC) - timedelta(seconds=10)
         conn.execute("UPDATE leases SET holder = 'other-host pid 1', heartbeat_at = ?", (beat.isoformat(),))
-        conn.commit()
     assert cli_main(["check", "--db", f"sqlite:///{db}"]) == 0
     capsys.readouterr()
-    with closing(sqlite3.connect(db)) as conn:
+    with statedb.editing(db) as conn:
         beat = datetime.now(UTC) - timedelta(seconds=70)
         conn.execute("UPDATE leases SET heartbeat_at = ?", (beat.isoformat(),))
-        conn.commit()
     assert cli_main(["check", "--db", f"sqlite:///{db}"]) == 1
     assert "last heartbeat 70 s ago (RECRAWLER_LEASE_SECS=60)" in capsys.readouterr().out
     # --repair runs an event loop of its own: on a thread of its own here
     with ThreadPoolExecutor(1) as pool:
         assert pool.submit(cli_main, ["check", "--repair", "--db", f"sqlite:///{db}"]).result() == 0
     assert [r["state"] for r in runs(db)] == ["published", "aborted"]
-    with closing(sqlite3.connect(db)) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0
+    assert statedb.value(db, "SELECT COUNT(*) FROM leases") == 0
     # the next run starts at once, with nothing to take over
     result = crawl(sitemap, db)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -268,9 +253,8 @@ def test_a_database_from_a_newer_recrawler_is_one_line_and_exit_5(site: Site, tm
     sitemap = build(site, 1)
     db = tmp_path / "state.db"
     assert crawl(sitemap, db).returncode == 0
-    with closing(sqlite3.connect(db)) as conn:
+    with statedb.editing(db) as conn:
         conn.execute("INSERT INTO schema_version VALUES (999)")
-        conn.commit()
     before = db.read_bytes()
     site.clear_requests()
     result = crawl(sitemap, db)

@@ -5,14 +5,13 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.embedders import EmbedderError, OpenAIEmbedder
-from tests import docsite
+from recrawler.kb.embedders import EmbedderError, OpenAIEmbedder
+from tests import docsite, statedb
 from tests.embedserver import EmbedServer
 
 if TYPE_CHECKING:
@@ -99,26 +98,6 @@ def test_openai_bad_base_url_error_never_shows_the_password() -> None:
     assert leaks(str(info.value)) == []
 
 
-def text_values(db_path: Path) -> list[tuple[str, str, str]]:
-    """(table, column, value) for every text value of every table."""
-    conn = sqlite3.connect(db_path)
-    try:
-        found = []
-        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        for table in tables:
-            cursor = conn.execute(f'SELECT * FROM "{table}"')
-            columns = [d[0] for d in cursor.description]
-            for row in cursor:
-                found.extend(
-                    (table, column, value)
-                    for column, value in zip(columns, row, strict=True)
-                    if isinstance(value, str)
-                )
-        return found
-    finally:
-        conn.close()
-
-
 @pytest.mark.parametrize(
     ("api_key", "url_credentials"),
     [(API_KEY, False), (API_KEY, True), (None, True)],
@@ -159,7 +138,7 @@ async def test_crawl_leaves_no_secret_behind(
         assert leaks(report.read_text()) == []
     # an unpublished run announces nothing; whatever was written leaks nothing
     assert leaks(crawls.events_path.read_text() if crawls.events_path.exists() else "") == []
-    assert [(t, c) for t, c, v in text_values(crawls.db_path) if leaks(v)] == []
+    assert [(t, c) for t, c, v in statedb.text_values(crawls.db_path) if leaks(v)] == []
 
     # the embedding server refused the credentials and said them back: the run stays unpublished
     assert echo_server.requests
@@ -169,9 +148,7 @@ async def test_crawl_leaves_no_secret_behind(
     assert "401 Unauthorized" in index["reason"]
     # what is kept is still useful: who, where, which embedder
     assert result.report["db"] == f"sqlite://app:***@/{crawls.db_path}"
-    conn = sqlite3.connect(crawls.db_path)
-    stored = json.loads(conn.execute("SELECT embedder FROM runs").fetchone()[0])
-    conn.close()
+    stored = json.loads(statedb.value(crawls.db_path, "SELECT embedder FROM runs"))
     expected = echo_server.url.replace("http://", "http://user:***@") if url_credentials else echo_server.url
     assert stored["base_url"] == expected
 
@@ -226,4 +203,4 @@ async def test_site_credentials_leave_no_trace(
     for report in sorted(crawls.tmp_path.glob("report*.json")):
         assert site_leaks(report.read_text()) == []
     assert site_leaks(crawls.events_path.read_text()) == []
-    assert [(t, c) for t, c, v in text_values(crawls.db_path) if site_leaks(v)] == []
+    assert [(t, c) for t, c, v in statedb.text_values(crawls.db_path) if site_leaks(v)] == []

@@ -5,17 +5,15 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import sqlite3
 import tarfile
 from collections import Counter
-from contextlib import closing
 from typing import TYPE_CHECKING
 
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, statedb
 from tests.conftest_mockserver import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -67,13 +65,11 @@ def write_docs(site: Site, n: int) -> str:
 
 
 def statuses(crawls: Crawls) -> Counter[str]:
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        return Counter(status for (status,) in conn.execute("SELECT status FROM pages"))
+    return Counter(statedb.statuses(crawls.db_path))
 
 
 def status(crawls: Crawls, path: str) -> str | None:
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        row = conn.execute("SELECT status FROM pages WHERE url LIKE ?", (f"%/{path}",)).fetchone()
+    row = statedb.row(crawls.db_path, "SELECT status FROM pages WHERE url LIKE ?", (f"%/{path}",))
     return None if row is None else str(row[0])
 
 

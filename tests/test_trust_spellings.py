@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import sqlite3
 from collections import Counter
-from contextlib import closing
 from typing import TYPE_CHECKING
 
 import pytest
@@ -16,7 +14,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler import urls
 from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, statedb
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -26,19 +24,10 @@ T0 = 1_760_000_000.0
 PAGES = 120
 
 
-def body(n: int) -> str:
-    return docsite.page(
-        f"Page {n}",
-        [
-            ("Overview", [f"Page {n} explains how widget {n} retries its uploads after {n} seconds."]),
-            ("Usage", [f"Run widget {n} from the command line."], f"widget-{n} --retry {n}"),
-        ],
-    )
-
-
 def live_keys(crawls: Crawls) -> list[str]:
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        return [k for (k,) in conn.execute("SELECT key FROM pages WHERE status = 'live' ORDER BY key")]
+    return [
+        k for (k,) in statedb.rows(crawls.db_path, "SELECT key FROM pages WHERE status = 'live' ORDER BY key")
+    ]
 
 
 def chunk_pages(crawls: Crawls) -> Counter[str]:
@@ -94,7 +83,7 @@ def test_dot_segments_resolve_as_rfc_3986_says(path: str, resolved: str) -> None
 @deferred_f_from_coro_f
 async def test_one_page_spelled_three_ways_is_one_live_key(site: Site, crawls: Crawls) -> None:
     for n in range(PAGES):
-        site.write(f"docs/page-{n}.html", body(n), mtime=T0)
+        site.write(f"docs/page-{n}.html", docsite.widget_page(n), mtime=T0)
     base = site.url().rstrip("/")
     entries = [site.url(f"docs/page-{n}.html") for n in range(PAGES)]
     # the attack: the first pages listed again as //docs/page-N.html and /docs//page-N.html
@@ -117,8 +106,8 @@ async def test_one_page_spelled_three_ways_is_one_live_key(site: Site, crawls: C
 @deferred_f_from_coro_f
 async def test_check_names_one_text_stored_under_several_keys(site: Site, crawls: Crawls) -> None:
     for n in range(PAGES):
-        site.write(f"docs/page-{n}.html", body(n), mtime=T0)
-    site.write("docs/guide/index.html", body(9999), mtime=T0)
+        site.write(f"docs/page-{n}.html", docsite.widget_page(n), mtime=T0)
+    site.write("docs/guide/index.html", docsite.widget_page(9999), mtime=T0)
     entries = [f"docs/page-{n}.html" for n in range(PAGES)]
     # one page served at two addresses that are two keys: its text twice in search
     entries += ["docs/guide/", "docs/guide/index.html"]
@@ -152,7 +141,7 @@ async def test_dot_segments_never_escape_the_follow_prefix(site: Site, crawls: C
     )
     site.write("docs/index.html", docsite.page("Index", [("Links", [links])]), mtime=T0)
     for n in range(PAGES):
-        site.write(f"docs/page-{n}.html", body(n), mtime=T0)
+        site.write(f"docs/page-{n}.html", docsite.widget_page(n), mtime=T0)
     listed = [f"docs/page-{n}.html" for n in range(PAGES)]
     site.write_sitemap([*listed, "docs/index.html"], "docs/sitemap.xml")
     r = await crawls.crawl(site.url("docs/sitemap.xml"), {"follow_links": "1"})

@@ -6,16 +6,13 @@ from __future__ import annotations
 import re
 import resource
 import signal
-import sqlite3
 import subprocess
-import sys
-from contextlib import closing
 from typing import TYPE_CHECKING
 
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
-from tests import docsite
+from tests import docsite, shell, statedb
 from tests.conftest_mockserver import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -44,16 +41,10 @@ def crawl(sitemap: str, db: Path, *, disk: int | None = None) -> subprocess.Comp
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (disk, disk))
 
-    argv = [sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}"]
     # groups of 20 page writes per commit: several commit before the disk is full, the rest are lost
-    argv += [
-        "-s",
-        f"RECRAWLER_DB_URI=sqlite:///{db}",
-        "-s",
-        "RETRY_TIMES=0",
-        "-s",
-        "RECRAWLER_DB_BATCH_SIZE=20",
-    ]
+    argv = shell.scrapy_crawl_argv(
+        sitemap, f"RECRAWLER_DB_URI=sqlite:///{db}", "RETRY_TIMES=0", "RECRAWLER_DB_BATCH_SIZE=20"
+    )
     return subprocess.run(
         argv,
         cwd=REPO_ROOT,
@@ -71,8 +62,7 @@ def summary(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
 
 
 def one(db: Path, sql: str) -> int:
-    with closing(sqlite3.connect(db)) as conn:
-        return int(conn.execute(sql).fetchone()[0])
+    return int(statedb.value(db, sql))
 
 
 def check(db: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
@@ -98,8 +88,7 @@ def test_a_full_disk_is_not_counted_and_the_next_run_completes_the_kb(
     assert counts["new"] == stored
     assert counts["errors"] == 300 - stored
     assert first.returncode == 5
-    with closing(sqlite3.connect(db)) as conn:
-        state, reasons = conn.execute("SELECT state, reasons FROM runs").fetchone()
+    state, reasons = statedb.row(db, "SELECT state, reasons FROM runs")
     # the run's own closing write may not fit on the full disk either (which write meets the limit
     # first is a matter of timing): then the run stays as it was, never published, with its lease
     # row, and the next run takes the dead holder's lease over and ends it as aborted
@@ -120,8 +109,7 @@ def test_a_full_disk_is_not_counted_and_the_next_run_completes_the_kb(
     # space is back: the next run stores the rest, is not held for it, and publishes everything
     second = crawl(sitemap, db)
     assert second.returncode == 0, second.stderr[-2000:]
-    with closing(sqlite3.connect(db)) as conn:
-        states = [row[0] for row in conn.execute("SELECT state FROM runs ORDER BY id")]
+    states = [row[0] for row in statedb.rows(db, "SELECT state FROM runs ORDER BY id")]
     assert states == ["aborted" if closing_write_failed else "finished", "published"]
     assert summary(second)["new"] == 300 - stored
     assert one(db, "SELECT COUNT(*) FROM pages WHERE status = 'live' AND chunks > 0") == 300
@@ -148,7 +136,7 @@ async def test_check_finds_drift_and_repair_lets_the_next_run_mend_it(
     db = crawls.db_path
     assert check(db, capsys)[0] == 0
     key0, key1 = (site.url(n).split("://")[1] for n in names[:2])
-    with closing(sqlite3.connect(db)) as conn:
+    with statedb.editing(db) as conn:
         # a page lost its chunks, another shows two versions, a local file got in, a run never ended
         conn.execute("DELETE FROM chunks WHERE key = ?", (key0,))
         conn.execute(
@@ -164,7 +152,6 @@ async def test_check_finds_drift_and_repair_lets_the_next_run_mend_it(
         conn.execute(
             "INSERT INTO runs (spider, site, started_at, state) VALUES ('docs', 'x', '2026', 'running')"
         )
-        conn.commit()
     code, out = check(db, capsys)
     assert code == 1
     for problem in ("chunk_count", "missing_chunks", "visible_duplicates", "refused_url", "stale_run"):

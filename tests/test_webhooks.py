@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import logging
 import re
 import socket
-import sqlite3
 import threading
 import time
-from contextlib import closing
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -23,7 +20,7 @@ from recrawler.cli import main
 from recrawler.exceptions import ConfigurationError, EventDeliveryError
 from recrawler.state.sqlite import SQLiteStateStore, lease_holder
 from recrawler.webhooks import WebhookSink, idempotency_key, sign, verify
-from tests import docsite
+from tests import docsite, shell, statedb
 from tests.conftest_mockserver import REPO_ROOT
 from tests.test_state_contract import SITE, ev, rec
 from tests.test_state_contract import T0 as T0_DT
@@ -136,15 +133,7 @@ def write_site(site: Site, n: int = 3) -> str:
 
 def outbox(crawls: Crawls) -> int:
     """Events waiting for delivery (delivered ones stay in the log, marked)."""
-    with closing(sqlite3.connect(crawls.db_path)) as conn:
-        return int(conn.execute("SELECT COUNT(*) FROM outbox WHERE delivered = 0").fetchone()[0])
-
-
-async def cli(*argv: str) -> tuple[int, str]:
-    """``recrawler ...`` off the reactor's loop (the CLI runs its own)."""
-    out = io.StringIO()
-    code = await asyncio.to_thread(main, list(argv), out)
-    return code, out.getvalue()
+    return int(statedb.value(crawls.db_path, "SELECT COUNT(*) FROM outbox WHERE delivered = 0"))
 
 
 def without_key(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -276,7 +265,7 @@ async def test_a_receiver_down_for_a_run_gets_the_events_later(
     monkeypatch.setenv("RECRAWLER_WEBHOOK_URL", down_url)
     monkeypatch.setenv("RECRAWLER_WEBHOOK_SECRET", SECRET)
     fast = ["-s", "RECRAWLER_WEBHOOK_BACKOFF_SECS=0.01", "-s", "RECRAWLER_WEBHOOK_MAX_RETRIES=1"]
-    code, out = await cli("events", "deliver", "--db", crawls.db_uri, *fast)
+    code, out = await shell.acli("events", "deliver", "--db", crawls.db_uri, *fast)
     assert (code, out) == (
         1,
         "0 events delivered; 3 still wait in the outbox: delivery failed (see above); run it again later\n",
@@ -287,7 +276,7 @@ async def test_a_receiver_down_for_a_run_gets_the_events_later(
     server = serve(rec)
     try:
         monkeypatch.setenv("RECRAWLER_WEBHOOK_URL", rec.url)
-        assert await cli("events", "deliver", "--db", crawls.db_uri, *fast) == (
+        assert await shell.acli("events", "deliver", "--db", crawls.db_uri, *fast) == (
             0,
             "3 events delivered; none wait in the outbox\n",
         )
@@ -298,7 +287,7 @@ async def test_a_receiver_down_for_a_run_gets_the_events_later(
         assert all(verify_recrawler(SECRET.encode(), r.headers, r.body) for r in rec.received)
         assert outbox(crawls) == 0
         # delivered events left the outbox: a second delivery sends nothing
-        assert (await cli("events", "deliver", "--db", crawls.db_uri, *fast))[0] == 0
+        assert (await shell.acli("events", "deliver", "--db", crawls.db_uri, *fast))[0] == 0
         assert len(rec.received) == 1
     finally:
         server.shutdown()
@@ -375,12 +364,12 @@ async def test_a_held_run_posts_nothing_until_approved_and_a_discarded_one_never
     assert r2.report["held"] == ["change_spike"]
     assert len(receiver.delivered()) == posted
     # discarded: its events are gone, never POSTed
-    assert (await cli("runs", "discard", str(r2.report["run_id"]), "--db", crawls.db_uri))[0] == 0
+    assert (await shell.acli("runs", "discard", str(r2.report["run_id"]), "--db", crawls.db_uri))[0] == 0
     r3 = await crawls.crawl(sitemap, **webhook(receiver.url))
     assert r3.report["held"] == ["change_spike"]
     assert len(receiver.delivered()) == posted
     # approved: its events go out with the next delivery, once each
-    assert (await cli("runs", "approve", str(r3.report["run_id"]), "--db", crawls.db_uri))[0] == 0
+    assert (await shell.acli("runs", "approve", str(r3.report["run_id"]), "--db", crawls.db_uri))[0] == 0
     await crawls.crawl(sitemap, **webhook(receiver.url))
     changed = [e for e in receiver.delivered()[posted:] if e["action"] == "changed"]
     assert sorted(e["key"].rsplit("/", 1)[1] for e in changed) == sorted(f"p{i}.html" for i in range(12))

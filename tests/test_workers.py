@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-import sqlite3
 import subprocess
-import sys
 import time
 from collections import Counter
 from contextlib import closing
@@ -16,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from recrawler.index import open_kb
-from tests import docsite
+from recrawler.kb.reader import open_kb
+from tests import docsite, shell, statedb
 from tests.conftest_mockserver import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -78,29 +76,26 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
         proc.wait(timeout=10)
 
 
-def argv(sitemap: str, db: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable, "-m", "scrapy", "crawl", "docs", "-a", f"sitemap_url={sitemap}",
-        "-s", f"RECRAWLER_DB_URI=sqlite:///{db}", "-s", "RETRY_TIMES=0", "-s", "RECRAWLER_SCHEDULE=all",
-        "-s", "RECRAWLER_AUDIT_SAMPLE=0", "-s", "LOG_LEVEL=INFO", "-s", "RECRAWLER_DB_BATCH_SIZE=10",
-        "-s", "CONCURRENT_REQUESTS=4", "-s", "DOWNLOAD_DELAY=0.01",
-        "-s", f"RECRAWLER_EVENTS_URI=file://{db.with_suffix('.jsonl')}", *extra,
-    ]  # fmt: skip
+def argv(sitemap: str, db: Path, *settings: str) -> list[str]:
+    return shell.scrapy_crawl_argv(
+        sitemap,
+        f"RECRAWLER_DB_URI=sqlite:///{db}", "RETRY_TIMES=0", "RECRAWLER_SCHEDULE=all",
+        "RECRAWLER_AUDIT_SAMPLE=0", "LOG_LEVEL=INFO", "RECRAWLER_DB_BATCH_SIZE=10",
+        "CONCURRENT_REQUESTS=4", "DOWNLOAD_DELAY=0.01",
+        f"RECRAWLER_EVENTS_URI=file://{db.with_suffix('.jsonl')}", *settings,
+    )  # fmt: skip
 
 
 def single(sitemap: str, db: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        argv(sitemap, db), cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False
-    )
+    return shell.run_in_checkout(argv(sitemap, db), timeout=300)
 
 
 def workers(sitemap: str, db: Path, redis_url: str, n: int = 2) -> list[tuple[int, str]]:
     """*n* worker processes started alike; returns each one's exit code and log."""
     # one request at a time per worker, 0.2 s apart: the leader cannot finish before the others join
     extra = (
-        "-s", "RECRAWLER_WORKERS_ENABLED=1", "-s", f"REDIS_URL={redis_url}",
-        "-s", "RECRAWLER_WORKERS_TTL_SECS=5",
-        "-s", "CONCURRENT_REQUESTS_PER_DOMAIN=1", "-s", "DOWNLOAD_DELAY=0.2",
+        "RECRAWLER_WORKERS_ENABLED=1", f"REDIS_URL={redis_url}", "RECRAWLER_WORKERS_TTL_SECS=5",
+        "CONCURRENT_REQUESTS_PER_DOMAIN=1", "DOWNLOAD_DELAY=0.2",
     )  # fmt: skip
     procs = [
         subprocess.Popen(
@@ -121,9 +116,8 @@ def workers(sitemap: str, db: Path, redis_url: str, n: int = 2) -> list[tuple[in
 
 def state(db: Path) -> dict[str, Any]:
     """What a run leaves that a bot or the next run reads: pages, the published chunks, run states."""
-    with closing(sqlite3.connect(db)) as conn:
-        pages = sorted(conn.execute("SELECT key, status, content_hash, chunks FROM pages").fetchall())
-        runs = [r[0] for r in conn.execute("SELECT state FROM runs ORDER BY id")]
+    pages = sorted(statedb.rows(db, "SELECT key, status, content_hash, chunks FROM pages"))
+    runs = [r[0] for r in statedb.rows(db, "SELECT state FROM runs ORDER BY id")]
     with open_kb(f"sqlite:///{db}", embedder="hashing") as kb:
         chunks = sorted((c.key, c.chunk_index, c.chunk_hash) for c in kb.chunks())
     return {"pages": pages, "chunks": chunks, "runs": runs}
@@ -177,9 +171,8 @@ def test_two_workers_share_one_run_and_leave_what_one_worker_would(
 def start_worker(sitemap: str, db: Path, redis_url: str, log: Path) -> subprocess.Popen[bytes]:
     """One worker process (as :func:`workers` starts them), its log in *log*."""
     extra = (
-        "-s", "RECRAWLER_WORKERS_ENABLED=1", "-s", f"REDIS_URL={redis_url}",
-        "-s", "RECRAWLER_WORKERS_TTL_SECS=2",
-        "-s", "CONCURRENT_REQUESTS_PER_DOMAIN=1", "-s", "DOWNLOAD_DELAY=0.1",
+        "RECRAWLER_WORKERS_ENABLED=1", f"REDIS_URL={redis_url}", "RECRAWLER_WORKERS_TTL_SECS=2",
+        "CONCURRENT_REQUESTS_PER_DOMAIN=1", "DOWNLOAD_DELAY=0.1",
     )  # fmt: skip
     with log.open("wb") as out:
         return subprocess.Popen(
@@ -232,12 +225,10 @@ def test_a_worker_killed_mid_run_is_noticed_and_the_run_ends_unfinished(
     assert "reconcile skipped: worker_lost" in summary
     assert summary.endswith("| exit 7")
     # the pages it had taken, and those never fetched, are checked by the next run: none is lost
-    with closing(sqlite3.connect(got["db"])) as conn:
-        assert conn.execute("SELECT state, exit_code FROM runs").fetchall()[0][1] == 7
+    assert statedb.rows(got["db"], "SELECT state, exit_code FROM runs")[0][1] == 7
     nxt = single(got["sitemap"], got["db"])
     assert nxt.returncode == 0, nxt.stderr[-2000:]
-    with closing(sqlite3.connect(got["db"])) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM pages WHERE status = 'live'").fetchone()[0] == 150
+    assert statedb.value(got["db"], "SELECT COUNT(*) FROM pages WHERE status = 'live'") == 150
 
 
 def test_a_worker_whose_leader_was_killed_says_the_run_is_unfinished(

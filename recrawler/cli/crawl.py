@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
-from recrawler.cli.settings import FALLBACK_SETTINGS_MODULE
+from recrawler.project import FALLBACK_SETTINGS_MODULE
 
 if TYPE_CHECKING:
     from typing import TextIO

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from recrawler.cli.output import Column, Table, json_line, when
 from recrawler.cli.settings import db_uri
 from recrawler.exceptions import ConfigurationError
-from recrawler.index import open_kb
-from recrawler.kb.search import MODES
+from recrawler.kb.ranking import MODES
+from recrawler.kb.reader import open_kb
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

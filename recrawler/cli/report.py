@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from recrawler.addon import project_data_path
 from recrawler.cli.periods import parse_since
 from recrawler.cli.settings import db_uri, open_store
+from recrawler.project import project_data_path
 from recrawler.reports import collect, render, write_report
 from recrawler.state import utcnow
 

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 from recrawler import outcome
 from recrawler.cli.output import Column, Table, json_line
 from recrawler.cli.settings import open_store, require_database
-from recrawler.embedders import embedder_from_spec
 from recrawler.exceptions import ConfigurationError, StateStoreError
-from recrawler.index.publish import embed_missing
-from recrawler.index.sqlite import embedder_spec
+from recrawler.kb.embedders import embedder_from_spec
+from recrawler.kb.publish import embed_missing
+from recrawler.kb.sqlite import embedder_spec
 from recrawler.state import RUN_HELD, utcnow
 from recrawler.terminal import Progress
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from recrawler.cli.output import Column, Table, duration, json_line, when
 from recrawler.cli.settings import open_store, write
 from recrawler.exceptions import ConfigurationError
+from recrawler.intervals import SchedulePolicy, parse_now
 from recrawler.reports.freshness import freshness_view
-from recrawler.schedule import SchedulePolicy, parse_now
 from recrawler.state import TRUST_SIGNALS
 from recrawler.urls import key_host
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from scrapy.settings import Settings
 
     from recrawler.cli import Parsers
-    from recrawler.schedule import Revisit
+    from recrawler.intervals import Revisit
     from recrawler.state import Freshness
 
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-from importlib import import_module
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from recrawler.exceptions import ConfigurationError
+from recrawler.project import project_settings
 
 if TYPE_CHECKING:
     import argparse
@@ -31,26 +30,6 @@ FLAG_SETTINGS = {
     "keep": "RECRAWLER_URL_KEEP_PARAMS",
     "base_url": "RECRAWLER_EMBEDDER_BASE_URL",
 }
-#: the settings module used outside a Scrapy project
-FALLBACK_SETTINGS_MODULE = "recrawler.settings"
-
-
-def project_settings() -> Settings:
-    """The Scrapy project's settings when run inside one, else recrawler's own ``recrawler.settings``."""
-    from scrapy.settings import Settings
-    from scrapy.utils.project import ENVVAR, get_project_settings, inside_project
-
-    module = os.environ.get(ENVVAR)
-    if module:
-        try:
-            import_module(module)
-        except ImportError as exc:
-            raise ConfigurationError(f"{ENVVAR}: cannot import {module!r}: {exc}") from exc
-    if inside_project():
-        return get_project_settings()
-    settings = Settings()
-    settings.setmodule(FALLBACK_SETTINGS_MODULE, priority="project")
-    return settings
 
 
 def build_settings(args: argparse.Namespace | None = None, **flags: Any) -> Settings:

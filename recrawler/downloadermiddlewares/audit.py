@@ -9,10 +9,10 @@ from scrapy.exceptions import NotConfigured
 
 from recrawler import meta
 from recrawler import signals as recrawler_signals
+from recrawler.intervals import parse_audit_sample
 from recrawler.items import PageStatus
 from recrawler.meta import is_page_request, request_key
 from recrawler.runtime import runtime_of
-from recrawler.schedule import parse_audit_sample
 from recrawler.urls import KeyMaker
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from recrawler.meta import is_page_request, is_sitemap_request, request_key
 from recrawler.misses import stage_soft_miss
 from recrawler.redact import redact_text, redact_url
 from recrawler.runtime import runtime_of
-from recrawler.state import GONE, LIVE, MOVED, Event, PageRecord, RecordHints, utcnow
+from recrawler.state import GONE, LIVE, MOVED, Event, PageRecord, utcnow
 from recrawler.urls import KeyMaker, UrlPolicy, key_host, resolve_dots, url_host
 
 if TYPE_CHECKING:
@@ -79,7 +79,9 @@ class ConditionalRequestMiddleware:
     that permanently redirect to a live stored page are moves, however many).
 
     Settings: ``RECRAWLER_CONDITIONAL_ENABLED``, ``RECRAWLER_DB_URI``, ``RECRAWLER_URL_*_PARAMS``,
-    ``RECRAWLER_GONE_STATUSES``, ``RECRAWLER_MISSING_STATUSES``, ``REDIRECT_ENABLED``,
+    ``RECRAWLER_GONE_STATUSES``, ``RECRAWLER_MISSING_STATUSES``, ``RECRAWLER_INDEX_ENABLED`` with
+    ``ITEM_PIPELINES`` (IndexPipeline on: a page stored without chunks is fetched whole),
+    ``REDIRECT_ENABLED``,
     ``REDIRECT_MAX_TIMES``, ``RECRAWLER_SOFT404_ENABLED``, ``HTTPERROR_ALLOWED_CODES`` (its statuses
     reach the callback as they are), ``HTTPCACHE_ENABLED`` with ``HTTPCACHE_POLICY`` (RFC2616Policy
     also sends validators: a ConfigurationError).
@@ -104,6 +106,7 @@ class ConditionalRequestMiddleware:
         follow_redirects: bool = True,
         max_redirects: int = 20,
         soft_404: bool = True,
+        indexing: bool = False,
         crawler: Crawler | None = None,
         runtime: Runtime | None = None,
     ) -> None:
@@ -121,6 +124,8 @@ class ConditionalRequestMiddleware:
         self.follow_redirects = follow_redirects
         self.max_redirects = max_redirects
         self.soft_404 = soft_404
+        #: the knowledge base is kept (IndexPipeline): a page stored without chunks is fetched whole
+        self.indexing = indexing
         #: this run's redirect targets and the pages sent to each (bounded), and the targets found
         #: shared by too many pages
         self._loans: dict[str, set[str]] = {}
@@ -151,6 +156,7 @@ class ConditionalRequestMiddleware:
             follow_redirects=s.getbool("REDIRECT_ENABLED"),
             max_redirects=s.getint("REDIRECT_MAX_TIMES"),
             soft_404=s.getbool("RECRAWLER_SOFT404_ENABLED"),
+            indexing=meta.indexes_pages(s),
             crawler=crawler,
             runtime=runtime,
         )
@@ -160,10 +166,6 @@ class ConditionalRequestMiddleware:
         """The spider's URL policy (None for a spider without one: nothing is refused)."""
         spider = self.crawler.spider if self.crawler else None
         return getattr(spider, "recrawler_url_policy", None)
-
-    def _indexing(self) -> bool:
-        # an enabled IndexPipeline registers its hand-over when it is built
-        return self.runtime is not None and self.runtime.handover is not None
 
     def _inc(self, name: str, count: int = 1) -> None:
         if self.runtime is not None:
@@ -205,10 +207,9 @@ class ConditionalRequestMiddleware:
             request.meta[meta.REDIRECTS] = True
         if not self.conditional or request.meta.get(meta.CONDITIONAL) is False:
             return
-        hint = self.runtime.hints.peek(key) if self.runtime is not None else RecordHints.MISSING
-        if hint is not RecordHints.MISSING:
+        if meta.RECORD in request.meta:
             # read with its frontier batch, a moment ago
-            rec = hint
+            rec = request.meta[meta.RECORD]
         else:
             try:
                 rec = await self.store.get(key)
@@ -216,11 +217,11 @@ class ConditionalRequestMiddleware:
                 # A read failure is treated as "no record" (as httpcache does): the page is fetched.
                 self._state_error(exc)
                 return
-            if self.runtime is not None:
-                self.runtime.hints.put(key, rec)
+            # the response and its Page carry it on: the pipelines need not read it again
+            request.meta[meta.RECORD] = rec
         if rec is None or rec.status in (GONE, MOVED):
             return
-        if rec.status == LIVE and rec.chunks == 0 and self._indexing():
+        if rec.status == LIVE and rec.chunks == 0 and self.indexing:
             # stored before the knowledge base was on: fetch the body once so it gets indexed
             return
         # validators a host was caught lying with are switched off for it (see AuditMiddleware)
@@ -323,8 +324,8 @@ class ConditionalRequestMiddleware:
         if self._shared and request.meta.get(meta.HOPS) and self.key_maker(request.url) in self._shared:
             # an earlier page sent to a target many pages were sent to: its miss is staged
             raise IgnoreRequest("a soft 404 (redirect_shared)")
-        if status == 200 and self.runtime is not None:
-            rec = self.runtime.hints.peek(key)
+        if status == 200:
+            rec = request.meta.get(meta.RECORD)
             if isinstance(rec, PageRecord) and _same_validator(response, rec):
                 # the server calls this the same entity: if its text moved, that is noise
                 request.meta[meta.SAME_VALIDATOR] = True
@@ -422,7 +423,8 @@ class ConditionalRequestMiddleware:
                     meta.FOUND_FROM: hops[0],
                 }
             )
-            for name in (meta.LASTMOD, meta.CANONICAL_URL):
+            # the source's stored record is not the new address's
+            for name in (meta.LASTMOD, meta.CANONICAL_URL, meta.RECORD):
                 new_meta.pop(name, None)
             # staged now: the listing may fetch the new address itself (the duplicate filter then
             # drops this hop); the move applies only if the new address is a live page by the end
@@ -479,15 +481,12 @@ class ConditionalRequestMiddleware:
 
     async def _live(self, key: str) -> bool:
         """Whether page *key* is a live stored page (a read failure: it is not known to be)."""
-        assert self.runtime is not None
-        rec = self.runtime.hints.peek(key)
-        if rec is RecordHints.MISSING:
-            try:
-                rec = await self.store.get(key)
-            except StateStoreError as exc:
-                self._state_error(exc)
-                return False
-        return isinstance(rec, PageRecord) and rec.status == LIVE
+        try:
+            rec = await self.store.get(key)
+        except StateStoreError as exc:
+            self._state_error(exc)
+            return False
+        return rec is not None and rec.status == LIVE
 
     async def _claim(self, key: str) -> bool:
         """Whether to follow a move to page *key*: not when the run's frontier holds it (Scrapy's

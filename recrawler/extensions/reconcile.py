@@ -14,14 +14,14 @@ from scrapy import signals
 from scrapy.exceptions import DontCloseSpider, NotConfigured
 from scrapy.spiders import SitemapSpider
 
-from recrawler import meta, outcome, report, reports
+from recrawler import meta, outcome, reports
 from recrawler import signals as recrawler_signals
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.extensions.verify import UnseenVerifier
-from recrawler.index.publish import Publisher
 from recrawler.items import PageStatus
+from recrawler.kb.publish import Publisher, publish_mode
 from recrawler.outcome import HOLD_MASS_REMOVAL, HOLD_SAME_CONTENT, HOLD_SPIKE, Verdicts
-from recrawler.pipelines.index import publish_mode
+from recrawler.reports import summary
 from recrawler.reports.freshness import freshness_view
 from recrawler.runtime import find_runtime, runtime_of
 from recrawler.state import RUN_FINISHED, RUN_HELD, utcnow
@@ -377,7 +377,7 @@ class Reconciler:
         # WARNING when the run did not end well, so a quiet cron run (--loglevel WARNING) still says so
         level = logging.INFO if rt.exit_code == outcome.EXIT_OK else logging.WARNING
         # logged when the engine stops: the last line, below Scrapy's stats dump
-        rt.summary = (level, report.summary_line(run_report))
+        rt.summary = (level, summary.summary_line(run_report))
         if rt.workers is not None:
             await asyncio.to_thread(rt.workers.release)
         await self.crawler.signals.send_catch_log_async(
@@ -564,9 +564,9 @@ class Reconciler:
         rt = self.runtime
         c = rt.counters
         verdicts = self.verdicts()
-        counts = report.counts(c, verdicts, result)
-        report.mirror(c, verdicts, result, counts["crawled"])
-        no_304 = report.hosts_without_304(
+        counts = summary.counts(c, verdicts, result)
+        summary.mirror(c, verdicts, result, counts["crawled"])
+        no_304 = summary.hosts_without_304(
             c, self.crawler.settings.getint("RECRAWLER_CONDITIONAL_NO_304_AFTER")
         )
         for host in no_304:
@@ -576,7 +576,7 @@ class Reconciler:
                 {"host": host, "n": c[f"recrawler/conditional/sent/{host}"]},
             )
         policy = rt.schedule
-        return report.build(
+        return summary.build(
             run,
             reason,
             counts=counts,
@@ -597,7 +597,7 @@ class Reconciler:
     @staticmethod
     def summary_line(run_report: dict[str, Any]) -> str:
         """``crawled: N new: N changed: N unchanged: N gone: N errors: N | <per layer>``."""
-        return report.summary_line(run_report)
+        return summary.summary_line(run_report)
 
 
 __all__ = ["Reconciler"]

@@ -14,13 +14,13 @@ from langchain_core.documents import Document  # noqa: E402 (after the check abo
 from langchain_core.retrievers import BaseRetriever  # noqa: E402 (after the check above)
 from pydantic import ConfigDict, Field, PrivateAttr  # noqa: E402 (after the check above)
 
-from recrawler.index import open_kb  # noqa: E402 (after the check above)
+from recrawler.kb.reader import open_kb  # noqa: E402 (after the check above)
 from recrawler.redact import redact_url  # noqa: E402 (after the check above)
 
 if TYPE_CHECKING:
     from langchain_core.callbacks import CallbackManagerForRetrieverRun
 
-    from recrawler.index import Hit, KnowledgeBase
+    from recrawler.kb.reader import Hit, KnowledgeBase
 
 __all__ = ["RecrawlerRetriever", "hit_to_document"]
 
@@ -63,7 +63,7 @@ class RecrawlerRetriever(BaseRetriever):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     #: the database (``RECRAWLER_DB_URI``; shown with its password masked; None: the one a crawl
-    #: from the working directory writes, as :func:`recrawler.index.open_kb` finds it)
+    #: from the working directory writes, as :func:`recrawler.kb.reader.open_kb` finds it)
     uri: str | None = None
     #: documents per query, at most (``invoke(query, k=...)`` sets it for one call)
     k: int = 4

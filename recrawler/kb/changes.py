@@ -16,12 +16,11 @@ import base64
 import binascii
 import json
 import zlib
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from recrawler.exceptions import ConfigurationError
-from recrawler.index.records import ChunkRow
-from recrawler.index.visibility import published_pages, visible_from, visible_where
+from recrawler.kb.records import ChangeBatch, ChunkRow, PageChange
+from recrawler.state.sql.visibility import published_pages, visible_from, visible_where
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -32,54 +31,6 @@ __all__ = ["ChangeBatch", "PageChange", "decode_cursor", "encode_cursor", "read_
 # made it visible (c_ra: the adding run, joined by visible_from)
 _MADE_VISIBLE = """(SELECT MIN(pub.id) FROM runs pub WHERE pub.state = 'published'
                      AND COALESCE(pub.site, '') = COALESCE(c_ra.site, '') AND pub.id >= c.added_run)"""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PageChange:
-    """One page the published runs changed: ``action`` is ``new`` or ``changed`` (its chunks are
-    the page's chunks now: replace what you hold for ``key``), or ``gone``, ``moved`` (to
-    ``moved_to``) or ``quarantined`` (delete what you hold for ``key``)."""
-
-    key: str
-    url: str
-    action: str
-    #: the published run that made the page what it is now
-    run_id: int
-    status: str
-    title: str | None
-    content_hash: str | None
-    #: the page's cleaned text as markdown (headings, lists, code), as published
-    text: str | None
-    chunks: tuple[ChunkRow, ...] = ()
-    moved_to: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON shape of ``recrawler changes --json``."""
-        return {
-            "key": self.key,
-            "url": self.url,
-            "action": self.action,
-            "run_id": self.run_id,
-            "status": self.status,
-            "title": self.title,
-            "content_hash": self.content_hash,
-            "moved_to": self.moved_to,
-            "text": self.text,
-            "chunks": [c.to_dict() for c in self.chunks],
-        }
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ChangeBatch:
-    """A page of changes; pass ``cursor`` to the next call (it stays valid across restarts).
-
-    ``done``: nothing more up to ``upto``, the last run published when the listing began; the
-    cursor then lists what runs after ``upto`` publish."""
-
-    changes: list[PageChange] = field(default_factory=list)
-    cursor: str = ""
-    upto: int = 0
-    done: bool = True
 
 
 def encode_cursor(since: int, upto: int | None, after: str) -> str:
@@ -112,7 +63,7 @@ def read_changes(
     """The pages that published runs after *since* changed, by page key, *limit* at a time.
 
     What it reads: ``runs`` (``state = 'published'``: which runs count, and per site which one
-    made a chunk row visible), ``chunks`` (rows the bot sees, by :mod:`recrawler.index.visibility`,
+    made a chunk row visible), ``chunks`` (rows the bot sees, by :mod:`recrawler.state.sql.visibility`,
     whose ``added_run`` was made visible after *since*: new and changed pages, with their
     chunks), ``pages`` (status ``gone``, ``moved`` or ``quarantined`` set by a run made visible
     after *since*, through ``last_seen_run``; title, URL, ``first_seen``, ``content_hash``) and

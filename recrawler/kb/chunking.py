@@ -3,29 +3,19 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from recrawler.detect.hashing import content_hash
 from recrawler.detect.text import FENCE, parse
 from recrawler.exceptions import ConfigurationError
+from recrawler.state.records import Chunk
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+__all__ = ["Chunk", "Chunker"]
+
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Chunk:
-    """One searchable piece of a page: its text, where it lives and the hash that keys its embedding."""
-
-    key: str
-    url: str
-    chunk_index: int
-    heading: str
-    text: str
-    chunk_hash: str
 
 
 def _split_long(block: str, size: int) -> list[str]:

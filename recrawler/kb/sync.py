@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
-from recrawler.index import open_kb
+from recrawler.kb.reader import open_kb
 from recrawler.redact import redact_url
 
 if TYPE_CHECKING:
     from langchain_core.vectorstores import VectorStore
 
-    from recrawler.embedders import Embedder
-    from recrawler.index import ChunkRow
+    from recrawler.kb.embedders import Embedder
+    from recrawler.kb.reader import ChunkRow
 
 __all__ = ["RecrawlerEmbeddings", "VectorStoreSync", "chunk_id"]
 
@@ -66,7 +66,7 @@ class RecrawlerEmbeddings(Embeddings):
     knowledge base was built with, and its vectors and recrawler's agree."""
 
     def __init__(self, embedder: Embedder | str = "hashing", **options: Any) -> None:
-        from recrawler.embedders import embedder_from_spec
+        from recrawler.kb.embedders import embedder_from_spec
 
         self._embedder: Embedder = (
             embedder_from_spec(embedder, **options) if isinstance(embedder, str) else embedder

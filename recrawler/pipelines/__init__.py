@@ -1,5 +1,6 @@
 """Item pipelines: ClassifyPipeline decides, IndexPipeline (when enabled) adds the knowledge base;
-whichever runs last writes the page's state, chunks and events in one transaction."""
+the decision rides on the Page, and whichever runs last writes the page's state, chunks and
+events in one transaction."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from scrapy.exceptions import DropItem
 from recrawler import signals
 from recrawler.exceptions import StateStoreError
 from recrawler.items import PageStatus
-from recrawler.pipelines.handover import PageUpdate, PendingUpdates
+from recrawler.pipelines.handover import PageUpdate
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -27,19 +28,20 @@ logger = logging.getLogger(__name__)
 async def commit(
     runtime: Runtime,
     run: Run,
+    page: Page,
     update: PageUpdate,
     *,
     chunks: Sequence[Chunk] | None = None,
     restore: bool = False,
     embeddings: Sequence[tuple[str, str, bytes]] = (),
 ) -> Page:
-    """Write a page's state, events, knowledge-base rows and next revisit (when the schedule
-    is on) in one transaction; count; signal.
+    """Write *page*'s *update* (its state and events), knowledge-base rows and next revisit (when
+    the schedule is on) in one transaction; count; signal.
 
     A failed write leaves the old state (the page is checked again next run) and drops the item.
     """
     counters, store = runtime.counters, runtime.store
-    page, status = update.page, update.status
+    status = update.status
     how = update.how or ("not_modified" if page.http_status == 304 else "hash")
     outcome = [str(status)]
     if status == PageStatus.UNCHANGED:
@@ -89,4 +91,4 @@ async def commit(
     return page
 
 
-__all__: list[str] = ["PageUpdate", "PendingUpdates", "commit"]
+__all__: list[str] = ["PageUpdate", "commit"]

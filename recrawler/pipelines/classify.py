@@ -15,7 +15,7 @@ from recrawler.detect import decide, fingerprint
 from recrawler.detect.hashing import pack_blocks
 from recrawler.detect.verdict import BY_HASH, RESTORED, Verdict
 from recrawler.exceptions import ConfigurationError, StateStoreError
-from recrawler.items import Page, PageStatus
+from recrawler.items import Page, PageStatus, Unread
 from recrawler.pipelines import PageUpdate, commit
 from recrawler.runtime import runtime_of
 from recrawler.state import (
@@ -29,7 +29,6 @@ from recrawler.state import (
     Event,
     FieldsRow,
     PageRecord,
-    RecordHints,
     utcnow,
 )
 from recrawler.urls import key_host
@@ -167,17 +166,20 @@ class ClassifyPipeline:
     critical-token guard) counts as unchanged. Changes go to the page's append-only history with
     the fields that changed and a capped diff.
 
-    A page's state is written only once it is classified (by IndexPipeline, when enabled, with its
-    chunks); a failed write leaves the old state, so the page is checked again next run. Error
-    pages (``Page.error``) leave state untouched.
+    The page's stored state comes on the item (``Page.record``, read on its request's way) or is
+    read here. A page's state is written only once it is classified: here, or, while IndexPipeline
+    keeps the knowledge base (``RECRAWLER_INDEX_ENABLED``, the pipeline among ``ITEM_PIPELINES``),
+    there with its chunks, the decision riding on the item (``Page.update``); a failed write leaves
+    the old state, so the page is checked again next run. Error pages (``Page.error``) leave state
+    untouched.
 
-    Settings: ``RECRAWLER_DB_URI``, ``RECRAWLER_FUZZY_THRESHOLD``, ``RECRAWLER_FUZZY_THRESHOLDS``,
+    Settings: ``RECRAWLER_DB_URI``, ``RECRAWLER_INDEX_ENABLED``, ``ITEM_PIPELINES``,
+    ``RECRAWLER_FUZZY_THRESHOLD``, ``RECRAWLER_FUZZY_THRESHOLDS``,
     ``RECRAWLER_DIFF_MAX_BYTES``, ``RECRAWLER_VOLATILE_*``, ``RECRAWLER_BOILERPLATE_*``.
     Stats: ``recrawler/page/{new,changed,unchanged,restored,error}``,
     ``recrawler/page/unchanged/{not_modified,hash,rebaseline,fuzzy}``,
     ``recrawler/page/changed/guard``, ``recrawler/page/error/<reason>``,
-    ``recrawler/volatile/{recheck,learned}``, ``recrawler/state/error/<Exception>``,
-    ``recrawler/cpu/worker_fingerprints``.
+    ``recrawler/volatile/{recheck,learned}``, ``recrawler/state/error/<Exception>``.
     Signals: sends ``page_classified`` (through the write).
     """
 
@@ -191,6 +193,7 @@ class ClassifyPipeline:
         thresholds: Mapping[str, int | None] | None = None,
         diff_limit: int = 20_000,
         learn: bool = True,
+        indexing: bool = False,
         runtime: Runtime | None = None,
     ) -> None:
         self.store = store
@@ -201,6 +204,8 @@ class ClassifyPipeline:
         self.thresholds = dict(thresholds or {})
         self.diff_limit = diff_limit
         self.learn = learn
+        #: IndexPipeline writes each page (with its chunks): the decision goes on with the item
+        self.indexing = indexing
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -220,6 +225,7 @@ class ClassifyPipeline:
             thresholds=thresholds,
             diff_limit=s.getint("RECRAWLER_DIFF_MAX_BYTES"),
             learn=s.getbool("RECRAWLER_VOLATILE_ENABLED") and s.getbool("RECRAWLER_VOLATILE_LEARN"),
+            indexing=meta.indexes_pages(s),
             runtime=runtime,
         )
 
@@ -238,15 +244,15 @@ class ClassifyPipeline:
         now = utcnow()
         if item.error:
             return await self._error(run, item, now)
-        rec = self.runtime.hints.pop(item.key)
-        try:
-            if rec is RecordHints.MISSING:
+        rec: PageRecord | Unread | None = item.record
+        if rec is Unread.UNREAD:
+            try:
                 rec = await self.store.get(item.key)
-        except StateStoreError as exc:
-            # A read failure is treated as "no record" (the page is then new; nothing is lost).
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
-            logger.error("state read failed for %(url)s: %(exc)s", {"url": item.url, "exc": exc})
-            rec = None
+            except StateStoreError as exc:
+                # A read failure is treated as "no record" (the page is then new; nothing is lost).
+                self._inc(f"recrawler/state/error/{type(exc).__name__}")
+                logger.error("state read failed for %(url)s: %(exc)s", {"url": item.url, "exc": exc})
+                rec = None
         if item.http_status == 304 and (rec is None or rec.status in _REMOVED):
             item.error = "not_modified_without_record"
             return await self._error(run, item, now)
@@ -263,9 +269,8 @@ class ClassifyPipeline:
             assert item.text is not None
             worked: Worked | None = item.worked
             if worked is not None and worked.noise is noise and worked.fingerprint is not None:
-                # made by a CPU worker under this very model
+                # made with the page's other CPU work, under this very model
                 fp = worked.fingerprint
-                self._inc("recrawler/cpu/worker_fingerprints")
             else:
                 fp = await self.runtime.offload(fingerprint, item.text, noise)
             if (
@@ -384,7 +389,6 @@ class ClassifyPipeline:
                 samples_json=worked.samples_json if worked is not None else None,
             )
         update = PageUpdate(
-            page=item,
             status=status,
             how=verdict.how,
             record=new_rec,
@@ -408,7 +412,6 @@ class ClassifyPipeline:
         new_rec = next_record(item, rec, verdict, now, fp, noise.key if noise else None, run.id)
         item.content_hash = new_rec.content_hash
         update = PageUpdate(
-            page=item,
             status=PageStatus.UNCHANGED,
             how=BY_HASH,
             record=dataclasses.replace(new_rec, pending=None),
@@ -421,15 +424,14 @@ class ClassifyPipeline:
         status = update.status
         item.raw_body = None
         assert self.runtime is not None
-        pending = self.runtime.handover
-        if pending is not None:
+        if self.indexing:
             # IndexPipeline adds the page's chunks (the worker's, if made) and writes everything
             # in one transaction
-            pending.put(update)
+            item.update = update
             item.status = status
             return item
         item.worked = None
-        return await commit(self.runtime, run, update)
+        return await commit(self.runtime, run, item, update)
 
     @staticmethod
     def _event(

@@ -1,21 +1,20 @@
-"""What ClassifyPipeline decided for a page, and the hand-over of it to IndexPipeline."""
+"""What ClassifyPipeline decided for a page: handed to IndexPipeline on the Page itself."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from recrawler.items import Page, PageStatus
+    from recrawler.items import PageStatus
     from recrawler.state import ChangeRow, Event, FieldsRow, PageRecord
 
 
 @dataclass(slots=True, kw_only=True)
 class PageUpdate:
-    """What ClassifyPipeline decided for a page, waiting to be written."""
+    """What ClassifyPipeline decided for a page, waiting to be written with it (``Page.update``
+    carries it to IndexPipeline when the knowledge base is kept)."""
 
-    page: Page
     status: PageStatus
     record: PageRecord
     #: how an unchanged verdict was reached: not_modified, hash, rebaseline or fuzzy
@@ -34,23 +33,4 @@ class PageUpdate:
     revert: bool = False
 
 
-class PendingUpdates:
-    """Updates handed from ClassifyPipeline to IndexPipeline, by page key; bounded, oldest dropped
-    (a dropped update only means the page is checked again next run)."""
-
-    def __init__(self, maxsize: int = 10_000) -> None:
-        self.maxsize = maxsize
-        self._data: OrderedDict[str, PageUpdate] = OrderedDict()
-
-    def put(self, update: PageUpdate) -> None:
-        """Hand *update* over."""
-        self._data[update.page.key] = update
-        if len(self._data) > self.maxsize:
-            self._data.popitem(last=False)
-
-    def pop(self, key: str) -> PageUpdate | None:
-        """Take the update for *key*."""
-        return self._data.pop(key, None)
-
-
-__all__ = ["PageUpdate", "PendingUpdates"]
+__all__ = ["PageUpdate"]

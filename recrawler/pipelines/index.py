@@ -10,41 +10,33 @@ from typing import TYPE_CHECKING, Any, Self
 from scrapy.exceptions import DropItem, NotConfigured
 
 from recrawler import meta
-from recrawler.embedders import EmbedderError, vector_to_blob
-from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.exceptions import StateStoreError
 from recrawler.items import Page, PageStatus
 from recrawler.kb.chunking import Chunker
+from recrawler.kb.embedders import EmbedderError, vector_to_blob
+from recrawler.kb.publish import publish_mode
 from recrawler.outcome import Verdicts, is_spike, spike_figures
-from recrawler.pipelines import PendingUpdates, commit
+from recrawler.pipelines import commit
 from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
 from recrawler.state import RUN_HELD
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
-    from scrapy.settings import BaseSettings
 
     from recrawler.cpu import Worked
     from recrawler.kb.chunking import Chunk
+    from recrawler.pipelines import PageUpdate
     from recrawler.runtime import Runtime
     from recrawler.state import Run, StateStore
 
 logger = logging.getLogger(__name__)
 
-PUBLISH_MODES = ("run", "page")
-
-
-def publish_mode(settings: BaseSettings) -> str:
-    """``RECRAWLER_PUBLISH``, checked."""
-    mode = str(settings.get("RECRAWLER_PUBLISH"))
-    if mode not in PUBLISH_MODES:
-        raise ConfigurationError(f"RECRAWLER_PUBLISH: {mode!r} is not one of {', '.join(PUBLISH_MODES)}")
-    return mode
-
 
 class IndexPipeline:
     """Chunks new and changed pages and writes each page's chunks with its state and events in one
     transaction; quarantined pages coming back get their kept chunks again (no re-embedding).
+    What to write comes on the item: ClassifyPipeline's decision (``Page.update``).
 
     With ``RECRAWLER_PUBLISH=run`` (default) chunks are staged and the Reconciler embeds and
     publishes the whole run at the end; with ``page`` each page is embedded and visible as it
@@ -62,7 +54,6 @@ class IndexPipeline:
         self,
         store: StateStore,
         chunker: Chunker,
-        pending: PendingUpdates,
         *,
         runtime: Runtime,
         publish_each_page: bool = False,
@@ -72,7 +63,6 @@ class IndexPipeline:
     ) -> None:
         self.store = store
         self.chunker = chunker
-        self.pending = pending
         self.runtime = runtime
         self.publish_each_page = publish_each_page and not dry_run
         self.alert_ratio = alert_ratio
@@ -81,15 +71,14 @@ class IndexPipeline:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        """Read settings; from now on ClassifyPipeline hands its pages to this pipeline."""
+        """Enabled by ``RECRAWLER_INDEX_ENABLED`` (ClassifyPipeline then leaves each page's write
+        to this pipeline)."""
         meta.require_opt_in(crawler)
         s = crawler.settings
         if not s.getbool("RECRAWLER_INDEX_ENABLED"):
             # silently, as configured (a message would make Scrapy log a WARNING every run)
             raise NotConfigured
         runtime = runtime_of(crawler)
-        if runtime.handover is None:
-            runtime.handover = PendingUpdates()
         return cls(
             runtime.store,
             Chunker(
@@ -97,7 +86,6 @@ class IndexPipeline:
                 s.getint("RECRAWLER_CHUNK_OVERLAP"),
                 s.getint("RECRAWLER_CHUNK_MAX_PER_PAGE"),
             ),
-            runtime.handover,
             runtime=runtime,
             publish_each_page=publish_mode(s) == "page",
             alert_ratio=s.getfloat("RECRAWLER_CHANGE_ALERT_RATIO"),
@@ -106,12 +94,12 @@ class IndexPipeline:
         )
 
     async def process_item(self, item: Any) -> Any:
-        """Add the page's chunks to its pending update and write both."""
+        """Add the page's chunks to the update ClassifyPipeline put on it and write both."""
         if not isinstance(item, Page):
             return item
         worked: Worked | None = item.worked
-        item.worked = None
-        update = self.pending.pop(item.key)
+        update: PageUpdate | None = item.update
+        item.worked = item.update = None
         if update is None:
             return item  # an error page, or one ClassifyPipeline already wrote
         run = self.runtime.run
@@ -139,7 +127,9 @@ class IndexPipeline:
                 self._capped(item)
         if chunks and self.publish_each_page and not self._held:
             embeddings += await self._embed(chunks, have={h for _, h, _ in embeddings})
-        page = await commit(self.runtime, run, update, chunks=chunks, restore=restore, embeddings=embeddings)
+        page = await commit(
+            self.runtime, run, item, update, chunks=chunks, restore=restore, embeddings=embeddings
+        )
         if self.publish_each_page and not self._held:
             await self._check_spike(run)
         return page
@@ -207,4 +197,4 @@ class IndexPipeline:
             )
 
 
-__all__ = ["IndexPipeline", "publish_mode"]
+__all__ = ["IndexPipeline"]

@@ -209,8 +209,8 @@ class FrontierMiddleware:
         try:
             requests = self._decode(await store.frontier_next(run, self.batch_size))
             keys = [str(r.meta[meta.KEY]) for r in requests if r.meta.get(meta.KEY)]
-            # the batch's stored records in one round trip: ConditionalRequestMiddleware takes
-            # them from the hints instead of reading each page on its own
+            # the batch's stored records in one round trip, each on its request's meta:
+            # ConditionalRequestMiddleware and the pipelines need not read each page on its own
             records = await store.records(keys) if keys else {}
         except StateStoreError as exc:
             self.runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
@@ -219,8 +219,9 @@ class FrontierMiddleware:
             self._queued = 0
             self.runtime.wake()
             return
-        for key in keys:
-            self.runtime.hints.put(key, records.get(key))
+        for request in requests:
+            if request.meta.get(meta.KEY):
+                request.meta[meta.RECORD] = records.get(str(request.meta[meta.KEY]))
         self._crawl(requests)
 
     def _decode(self, blobs: list[bytes]) -> list[Request]:

@@ -10,10 +10,10 @@ from scrapy import Request, signals
 
 from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.intervals import SKIP_LASTMOD, Decision, parse_now
 from recrawler.items import PageStatus
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
 from recrawler.runtime import runtime_of
-from recrawler.schedule import SKIP_LASTMOD, Decision, parse_now
 from recrawler.state.records import RevisitUpdate
 from recrawler.urls import KeyMaker, key_host
 
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
     from recrawler.audit import Auditor
     from recrawler.counters import RunCounters
+    from recrawler.intervals import Revisit, SchedulePolicy
     from recrawler.items import Page
-    from recrawler.schedule import Revisit, SchedulePolicy
     from recrawler.state import Run, ScheduledPage, StateStore
 
 logger = logging.getLogger(__name__)

@@ -10,11 +10,10 @@ from scrapy.exceptions import NotConfigured
 
 from recrawler import meta, notfound
 from recrawler.exceptions import StateStoreError
-from recrawler.items import Page
+from recrawler.items import Page, Unread
 from recrawler.misses import stage_soft_miss
 from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
-from recrawler.state import RecordHints
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -73,7 +72,7 @@ class SoftNotFoundMiddleware:
     async def _soft(self, page: Page) -> bool:
         if not notfound.might_be_not_found(page.title, page.headings, page.text or ""):
             return False
-        stored = await self._stored_length(page.key)
+        stored = await self._stored_length(page)
         shape = notfound.not_found(page.title, page.headings, page.text or "", stored)
         if shape is None:
             return False
@@ -93,15 +92,16 @@ class SoftNotFoundMiddleware:
             await stage_soft_miss(self.runtime, source, page.url, shape, error_if_unknown=staged != "staged")
         return True
 
-    async def _stored_length(self, key: str) -> int | None:
-        """The stored text's length of page *key* (None: never stored, or no text kept)."""
-        rec = self.runtime.hints.peek(key)
+    async def _stored_length(self, page: Page) -> int | None:
+        """The stored text's length of *page* (None: never stored, or no text kept)."""
+        store = self.runtime.store
         try:
-            if rec is RecordHints.MISSING:
-                rec = await self.runtime.store.get(key)
-            if rec is None:
+            if page.record is Unread.UNREAD:
+                # read here, kept on the item: ClassifyPipeline need not read it again
+                page.record = await store.get(page.key)
+            if page.record is None:
                 return None
-            fields = await self.runtime.store.get_fields(key)
+            fields = await store.get_fields(page.key)
         except StateStoreError as exc:
             # without the stored page nothing is compared: the page is content, as it looks
             self.runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")

@@ -19,13 +19,14 @@ from scrapy.utils.gz import gunzip, gzip_magic_number
 from scrapy.utils.sitemap import Sitemap, sitemap_urls_from_robots
 
 from recrawler import meta
-from recrawler.cpu import EncodingOf, PageJob, Worked
+from recrawler.cpu import EncodingOf, PageJob, Worked, chunk_settings, process_page
 from recrawler.detect.hashing import content_hash
 from recrawler.detect.regions import volatile_regions
 from recrawler.documents import HTML, Documents, pdf_limits
 from recrawler.exceptions import ConfigurationError
-from recrawler.extract import Content, ContentExtractor, ExtractionError, looks_binary
-from recrawler.items import Page
+from recrawler.extract import Content, ContentExtractor, looks_binary
+from recrawler.items import Page, Unread
+from recrawler.kb.chunking import Chunker
 from recrawler.redact import redact_url
 from recrawler.runtime import find_runtime
 from recrawler.sitemaps import stopped_early
@@ -39,11 +40,10 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
     from twisted.python.failure import Failure
 
-    from recrawler.cpu import CpuPool
+    from recrawler.cpu import CpuPool, PageWork
     from recrawler.detect.noise import SiteNoise
     from recrawler.learning import NoiseRegistry
     from recrawler.pdf import PdfLimits
-    from recrawler.state import RecordHints
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,9 @@ def _header(response: Response, name: bytes) -> str | None:
 
 class PageBuilder:
     """Turns responses into Page items: a 304 without parsing, a 200 read (HTML, or a PDF within
-    *pdf*'s limits; None: PDFs are ``not_html`` errors) and hashed."""
+    *pdf*'s limits; None: PDFs are ``not_html`` errors) and hashed. Its CPU work is
+    :func:`~recrawler.cpu.process_page`, in this process (:meth:`page`) or in a worker process
+    (:meth:`page_in_worker`): the Page is the same either way."""
 
     def __init__(
         self,
@@ -63,15 +65,20 @@ class PageBuilder:
         key_maker: KeyMaker,
         noise: NoiseRegistry | None = None,
         pdf: PdfLimits | None = None,
+        chunker: Chunker | None = None,
     ) -> None:
         self.extractor = extractor
         self.key_maker = key_maker
         self.noise = noise
         self.documents = Documents(extractor, pdf)
+        #: chunks the pages the knowledge base will take (None: no knowledge base)
+        self.chunker = chunker
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
-        """Build from ``RECRAWLER_CONTENT_*``, ``RECRAWLER_URL_*`` and ``RECRAWLER_PDF_*`` settings."""
+        """Build from ``RECRAWLER_CONTENT_*``, ``RECRAWLER_URL_*``, ``RECRAWLER_PDF_*`` and (with
+        ``RECRAWLER_INDEX_ENABLED``) ``RECRAWLER_CHUNK_*`` settings."""
+        chunking = chunk_settings(settings)
         return cls(
             ContentExtractor(
                 settings.getlist("RECRAWLER_CONTENT_SELECTORS"),
@@ -82,85 +89,94 @@ class PageBuilder:
                 settings.getlist("RECRAWLER_URL_KEEP_PARAMS"),
             ),
             pdf=pdf_limits(settings),
+            chunker=Chunker(*chunking) if chunking is not None else None,
         )
 
     def page(self, response: Response, lastmod: str | None = None) -> Page:
-        """Return the Page for *response* (call it from any spider callback)."""
+        """Return the Page for *response* (call it from any spider callback), its CPU work done here."""
         page, body = self.head(response, lastmod)
         if not body:
             return page
-        if page.document != HTML:
-            # a document with no markup: no volatile regions to drop, nothing to learn
-            try:
-                content = self.documents.read(str(page.document), response.body)
-            except ExtractionError as exc:
-                page.error = exc.reason
-                return page
-            return self.fill(page, response, content)
-        assert isinstance(response, TextResponse)
-        regions = None
+        html = page.document == HTML
+        model = regions = None
         if self.noise is not None:
-            site = self.noise.site(key_host(page.key))
+            site = key_host(page.key)
             first = response.meta.get(meta.FIRST_BODY)
-            if first is not None:
+            if html and first is not None:
                 # a second fetch moments after the first: what differs between them is volatile
+                assert isinstance(response, TextResponse)
                 page.rechecked = True
-                learned = self._learn(first, response, site)
+                learned = self._learn(first, response, self.noise.site(site))
                 if learned:
                     page.learned_regions = tuple(learned)
-                    self.noise.learned(site.site, learned)
-                    site = self.noise.site(site.site)
-            regions = site.regions_css
-        try:
-            content = self.documents.read(HTML, response.body, response.encoding, regions=regions)
-        except ExtractionError as exc:
-            # a page the parser would truncate (too_deep): stored state stays as it was
-            page.error = exc.reason
-            return page
-        return self.fill(page, response, content)
+                    self.noise.learned(site, learned)
+            model = self.noise.ready(site)
+            # a document with no markup: no volatile regions to drop
+            regions = self.noise.site(site).regions_css if html else None
+        # the encoding Scrapy read (a document with no markup has none)
+        encoding = response.encoding if isinstance(response, TextResponse) else ""
+        work = process_page(
+            self._job(page, response, encoding),
+            self.extractor,
+            regions=regions,
+            noise=model,
+            chunker=self.chunker,
+        )
+        return self._worked(page, response, work, model)
 
-    async def page_in_worker(
-        self, response: Response, lastmod: str | None, pool: CpuPool, hints: RecordHints
-    ) -> Page | None:
+    async def page_in_worker(self, response: Response, lastmod: str | None, pool: CpuPool) -> Page | None:
         """:meth:`page` with its CPU work done by a worker process, in one hand-over: the
         content, the fingerprint under the site's noise model (once loaded) and, unless the page
         still hashes to what is indexed, the chunks. None when the workers are gone."""
         page, body = self.head(response, lastmod)
         if not body:
             return page
-        html = page.document == HTML
         model = None
         regions: tuple[str, ...] = ()
         if self.noise is not None:
             site = key_host(page.key)
             model = self.noise.ready(site)
-            regions = (model or self.noise.site(site)).regions if html else ()
-        rec = hints.peek(page.key)
-        indexed = None
-        if isinstance(rec, PageRecord) and rec.chunks and rec.status == LIVE:
-            indexed = rec.content_hash
+            regions = (model or self.noise.site(site)).regions if page.document == HTML else ()
         noise_id, noise = pool.noise(model) if model is not None else (None, None)
-        work = await pool.work(
-            PageJob(
-                key=page.key,
-                url=page.url,
-                body=response.body,
-                # a document with no markup has no encoding to read
-                encoding=EncodingOf.of(response) if isinstance(response, TextResponse) else "",
-                kind=str(page.document),
-                pdf=self.documents.pdf,
-                regions=regions,
-                noise_id=noise_id,
-                noise=noise,
-                indexed_hash=indexed,
-                # a page the database does not hold yet: a changed one waits for the run's verdict
-                embed_dim=pool.embed_dim if rec is None else 0,
-                new=rec is None,
-            )
+        job = self._job(
+            page,
+            response,
+            # the worker reads the encoding as Scrapy would: the crawl's process never scans the body
+            EncodingOf.of(response) if isinstance(response, TextResponse) else "",
+            regions=regions,
+            noise_id=noise_id,
+            noise=noise,
+            # a page the database does not hold yet: a changed one waits for the run's verdict
+            embed_dim=pool.embed_dim if page.record is None else 0,
         )
+        work = await pool.work(job)
         if work is None:
             return None
+        return self._worked(page, response, work, model)
+
+    def _job(self, page: Page, response: Response, encoding: str | EncodingOf, **extra: Any) -> PageJob:
+        """The page's CPU work as one job (*extra*: what a worker process needs besides)."""
+        rec = page.record
+        indexed = None
+        if isinstance(rec, PageRecord) and rec.chunks and rec.status == LIVE:
+            # a page still hashing to what is indexed is not chunked again
+            indexed = rec.content_hash
+        return PageJob(
+            key=page.key,
+            url=page.url,
+            body=response.body,
+            encoding=encoding,
+            kind=str(page.document),
+            pdf=self.documents.pdf,
+            indexed_hash=indexed,
+            new=rec is None,
+            **extra,
+        )
+
+    def _worked(self, page: Page, response: Response, work: PageWork, model: SiteNoise | None) -> Page:
+        """Complete *page* with what :func:`~recrawler.cpu.process_page` made of it."""
         if work.error is not None:
+            # a page the parser would truncate (too_deep), an unreadable PDF: stored state stays
             page.error = work.error
             return page
         assert work.content is not None
@@ -194,6 +210,8 @@ class PageBuilder:
             found_from=response.meta.get(meta.FOUND_FROM),
             found_depth=int(response.meta.get(meta.DEPTH) or 0),
             moved_from=tuple(response.meta.get(meta.MOVED_FROM, ())),
+            # what the request side read of the page's stored state, for the pipelines
+            record=response.meta.get(meta.RECORD, Unread.UNREAD),
         )
         if response.status == 304:
             return page, False
@@ -298,7 +316,7 @@ class RecrawlerSpiderMixin:
         if runtime is None or response.status == 304 or not response.body or meta.FIRST_BODY in response.meta:
             return builder.page(response, lastmod)
         if runtime.cpu_pool.active:
-            page = await builder.page_in_worker(response, lastmod, runtime.cpu_pool, runtime.hints)
+            page = await builder.page_in_worker(response, lastmod, runtime.cpu_pool)
             if page is not None:
                 return page
         if runtime.cpu_threads:

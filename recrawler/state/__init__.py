@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from recrawler.exceptions import ConfigurationError
 from recrawler.extras import missing_extra
@@ -81,7 +80,6 @@ __all__ = [
     "Pages",
     "Readers",
     "ReconcileResult",
-    "RecordHints",
     "RemovalPlan",
     "RevisitUpdate",
     "Run",
@@ -117,33 +115,3 @@ def store_from_uri(uri: str, settings: BaseSettings) -> StateStore:
         raise missing from exc
     store: StateStore = cls.from_settings(uri, settings)
     return store
-
-
-class RecordHints:
-    """Records the middleware read for in-flight requests, so the pipeline does not read again.
-
-    Bounded (oldest dropped first); a miss only costs the pipeline one more read.
-    """
-
-    MISSING: Any = object()
-
-    def __init__(self, maxsize: int = 10_000) -> None:
-        self.maxsize = maxsize
-        self._data: OrderedDict[str, PageRecord | None] = OrderedDict()
-
-    def put(self, key: str, rec: PageRecord | None) -> None:
-        """Remember what the store held for *key* when its request was sent."""
-        self._data[key] = rec
-        if len(self._data) > self.maxsize:
-            self._data.popitem(last=False)
-
-    def pop(self, key: str) -> PageRecord | Any | None:
-        """Return and forget the hint for *key*, or ``MISSING``."""
-        return self._data.pop(key, self.MISSING)
-
-    def peek(self, key: str) -> PageRecord | Any | None:
-        """Return the hint for *key* (kept), or ``MISSING``."""
-        return self._data.get(key, self.MISSING)
-
-    def __len__(self) -> int:
-        return len(self._data)

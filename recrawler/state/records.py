@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from recrawler.schedule import Revisit
+    from recrawler.intervals import Revisit
 
 __all__ = [
     "GONE",
@@ -33,6 +33,7 @@ __all__ = [
     "SETTLE_KEEP_LISTED",
     "TRUST_SIGNALS",
     "ChangeRow",
+    "Chunk",
     "Event",
     "FieldsRow",
     "Freshness",
@@ -66,6 +67,18 @@ RUN_SUPERSEDED = "superseded"
 #: keep them for a decision (all, or those of pages its listing still names), or drop its own
 #: (the outage guard: its moves still apply, and misses kept before wait on)
 SETTLE_APPLY, SETTLE_KEEP, SETTLE_KEEP_LISTED, SETTLE_DROP = "apply", "keep", "keep_listed", "drop"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Chunk:
+    """One searchable piece of a page: its text, where it lives and the hash that keys its embedding."""
+
+    key: str
+    url: str
+    chunk_index: int
+    heading: str
+    text: str
+    chunk_hash: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,7 +23,7 @@ class PostgreSQLStateStore(PostgreSQLDatabase, RoleMethods):
     """State in one PostgreSQL database: the same roles, queries and guarantees as SQLite's store.
 
     Several crawls (one per site, each with its own lease and run) may share the database; each
-    site publishes its own runs. Search reads pgvector's HNSW index (``recrawler.index.open_kb``),
+    site publishes its own runs. Search reads pgvector's HNSW index (``recrawler.kb.reader.open_kb``),
     built once ``RECRAWLER_DB_VECTOR_INDEX_MIN_ROWS`` vectors of a size are stored.
     """
 

@@ -15,7 +15,6 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from recrawler.exceptions import PageWriteError, StateStoreError, StateStoreUnavailable
-from recrawler.index.visibility import visible_run
 from recrawler.redact import redact_text, redact_url
 from recrawler.state.postgres.versions import FIRST_VERSION, check_schema, migrate
 from recrawler.state.sql.database import (
@@ -26,6 +25,7 @@ from recrawler.state.sql.database import (
     undelivered_sql,
 )
 from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, POSTGRES, Row, count, drive, one
+from recrawler.state.sql.visibility import visible_run
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence

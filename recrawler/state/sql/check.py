@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from recrawler.index.visibility import visible_from, visible_where
 from recrawler.state.sql.dialect import count, many, one
 from recrawler.state.sql.runs import _holder_alive
+from recrawler.state.sql.visibility import visible_from, visible_where
 from recrawler.urls import UrlPolicy
 
 if TYPE_CHECKING:

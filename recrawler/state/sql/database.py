@@ -6,8 +6,8 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from recrawler.events import sink_from_settings
-from recrawler.index.visibility import visible_run
 from recrawler.state.sql.dialect import values
+from recrawler.state.sql.visibility import visible_run
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence

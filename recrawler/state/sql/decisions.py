@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from recrawler.detect.hashing import fuzzy_distance
 from recrawler.exceptions import StateStoreError
-from recrawler.index.visibility import unpublished_runs
 from recrawler.state.records import (
     GONE,
     LIVE,
@@ -46,6 +45,7 @@ from recrawler.state.sql.rows import (
     gone_case,
 )
 from recrawler.state.sql.snapshots import record_run_pages
+from recrawler.state.sql.visibility import unpublished_runs
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from recrawler.index.visibility import WATERMARKS
 from recrawler.state.records import (
     RUN_DISCARDED,
     RUN_HELD,
@@ -12,6 +11,7 @@ from recrawler.state.records import (
 )
 from recrawler.state.sql.dialect import count, one, rows
 from recrawler.state.sql.rows import _RETIRED_QUARANTINED, _ts
+from recrawler.state.sql.visibility import WATERMARKS
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

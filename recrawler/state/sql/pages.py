@@ -43,9 +43,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
-    from recrawler.kb.chunking import Chunk
-    from recrawler.schedule import Revisit
-    from recrawler.state.records import RevisitUpdate
+    from recrawler.intervals import Revisit
+    from recrawler.state.records import Chunk, RevisitUpdate
     from recrawler.state.sql.database import Database
     from recrawler.state.sql.dialect import Work
 

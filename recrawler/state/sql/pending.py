@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from recrawler.index.visibility import BEFORE_COLUMNS, unpublished_runs
 from recrawler.state.records import LIVE, PENDING_CHANGED, PENDING_NEW
 from recrawler.state.sql.dialect import count, one, rows, values
 from recrawler.state.sql.rows import _block_delta
+from recrawler.state.sql.visibility import BEFORE_COLUMNS, unpublished_runs
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

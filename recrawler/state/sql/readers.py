@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from recrawler.exceptions import StateStoreError
-from recrawler.index.visibility import published_pages, visible_run
 from recrawler.state.records import (
     GONE,
     LISTING_FAILURES,
@@ -36,6 +35,7 @@ from recrawler.state.sql.rows import (
     _row_to_trust,
     _ts,
 )
+from recrawler.state.sql.visibility import published_pages, visible_run
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence

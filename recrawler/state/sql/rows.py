@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from recrawler.detect.boilerplate import EDGE, block_pairs, kept_blocks
 from recrawler.detect.hashing import page_hash, unpack_blocks
-from recrawler.schedule import Revisit
+from recrawler.intervals import Revisit
 from recrawler.state.records import (
     PageRecord,
     ScheduledPage,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from recrawler.schedule import Revisit, audit_count
+from recrawler.intervals import Revisit, audit_count
 from recrawler.state.records import (
     LIVE,
     RevisitUpdate,

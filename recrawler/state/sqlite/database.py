@@ -5,21 +5,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
-import re
 import sqlite3
 import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, Self, TypeVar
 
 from recrawler.exceptions import PageWriteError, SchemaVersionError, StateStoreError, StateStoreUnavailable
-from recrawler.index.visibility import visible_run
-from recrawler.state.sql.database import insert_embeddings, insert_outbox, store_options, undelivered_sql
+from recrawler.state.sql.database import insert_embeddings, insert_outbox, store_options
 from recrawler.state.sql.dialect import SQLITE, drive
+from recrawler.state.sql.visibility import visible_run
+from recrawler.state.sqlite.connection import (
+    SQLiteReader,
+    connect,
+    deliver_outbox,
+    enable_wal,
+    open_error,
+    refuse_empty,
+)
 from recrawler.state.sqlite.files import abandon, file_identity, file_trouble
 
 if TYPE_CHECKING:
@@ -36,7 +42,6 @@ from recrawler.state.sqlite.versions import (
     _execute,
     check_integrity,
     check_schema,
-    integrity_problems,
     migrate,
     path_from_uri,
     schema_version,
@@ -49,32 +54,6 @@ _CACHE_KIB = 16384
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
-
-
-def _regexp(pattern: str, value: str | None) -> bool:
-    # SQLite's REGEXP operator: Python's re, searched (not anchored)
-    return value is not None and re.search(pattern, value) is not None
-
-
-class SQLiteReader:
-    """A read-only connection of its own, for the synchronous readers."""
-
-    dialect: Dialect = SQLITE
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-
-    def run(self, work: Work[_T]) -> _T:
-        """Run *work* on this connection."""
-        return drive(work, lambda op: _execute(self.conn, op))
-
-    def iter(self, sql: str, params: Any = ()) -> Iterator[Any]:
-        """Stream the rows of a query."""
-        return iter(self.conn.execute(sql, params))
-
-    def damage(self) -> list[str]:
-        """What ``PRAGMA integrity_check`` finds (a file too damaged to check: why)."""
-        return integrity_problems(self.conn)
 
 
 class SQLiteDatabase:
@@ -173,47 +152,6 @@ class SQLiteDatabase:
             raise StateStoreError(f"state store {self.path!r} is not open")
         return self._conn
 
-    def _connect(self, *, readonly: bool = False) -> sqlite3.Connection:
-        path = self.path
-        if path != ":memory:":
-            parent = Path(path).resolve().parent
-            if not parent.is_dir():
-                msg = f"cannot open state database {path!r}: directory {str(parent)!r} does not exist"
-                raise StateStoreUnavailable(msg)
-            if readonly and not Path(path).exists():
-                msg = f"no state database at {path!r} (run a crawl first, or pass --db)"
-                raise StateStoreUnavailable(msg)
-        try:
-            # a read-only open needs a URI: quote the path so "?" or "#" in it stay part of it
-            target = Path(path).resolve().as_uri() + "?mode=ro" if readonly else path
-            conn = sqlite3.connect(
-                target,
-                timeout=self.timeout_secs,
-                isolation_level=None,
-                uri=readonly,
-                check_same_thread=False,
-            )
-            conn.row_factory = sqlite3.Row
-            conn.create_function("regexp", 2, _regexp, deterministic=True)
-            conn.execute("PRAGMA foreign_keys = ON")
-        except sqlite3.DatabaseError as exc:
-            raise self._wrap_open_error(exc) from exc
-        return conn
-
-    def _wrap_open_error(self, exc: sqlite3.Error) -> StateStoreError:
-        text = str(exc)
-        if "locked" in text or "busy" in text:
-            return StateStoreUnavailable(
-                f"state database {self.path!r} is locked by another process ({text}); "
-                "is another crawl running on it?"
-            )
-        if isinstance(exc, sqlite3.OperationalError) and "unable to open" in text:
-            return StateStoreUnavailable(f"cannot open state database {self.path!r}: {text}")
-        return SchemaVersionError(
-            f"state database {self.path!r} is corrupt or not a recrawler database ({text}); "
-            "it was left untouched: move it away or point RECRAWLER_DB_URI elsewhere"
-        )
-
     def _open(self) -> None:
         with self._open_lock:
             if self._conn is not None:
@@ -222,19 +160,19 @@ class SQLiteDatabase:
                 # a dry run against no database compares with empty state and creates no file
                 self.path = ":memory:"
             existed = self.path != ":memory:" and Path(self.path).exists()
-            conn = self._connect()
+            conn = connect(self.path, timeout_secs=self.timeout_secs)
             try:
                 # check the schema before anything writes: a refused file stays byte-identical
                 version = check_schema(conn, self.path)
                 if version and self.integrity_check:
                     check_integrity(conn, self.path)
                 if not version and existed:
-                    self._refuse_empty()
+                    refuse_empty(self.path, timeout_secs=self.timeout_secs)
                 if self.dry_run:
                     # one transaction for the whole run, rolled back at close: nothing is written
                     conn.execute("BEGIN IMMEDIATE")
                 else:
-                    self._enable_wal(conn)
+                    enable_wal(conn, timeout_secs=self.timeout_secs)
                     # WAL + NORMAL: a commit is atomic and consistent; only the last commits
                     # before a power loss may roll back, which the next run re-checks.
                     conn.execute("PRAGMA synchronous = NORMAL")
@@ -244,7 +182,7 @@ class SQLiteDatabase:
                 migrate(conn, self.path, self.dry_run)
             except sqlite3.DatabaseError as exc:
                 conn.close()
-                raise self._wrap_open_error(exc) from exc
+                raise open_error(self.path, exc) from exc
             except StateStoreError:
                 conn.close()
                 raise
@@ -253,47 +191,13 @@ class SQLiteDatabase:
                 self._identity = file_identity(self.path)
         self._deliver()
 
-    def _refuse_empty(self) -> None:
-        """A crawl creates its database only where there is no file: an existing empty (0-byte)
-        file is refused, as every command refuses it (a truncated database is not a new one).
-        One that another process is creating this moment gets its header within milliseconds."""
-        if self.path == ":memory:":
-            return
-        file = Path(self.path)
-        deadline = time.monotonic() + min(self.timeout_secs, 1.0)
-        while file.exists() and file.stat().st_size == 0 and not Path(self.path + "-wal").exists():
-            if time.monotonic() >= deadline:
-                msg = (
-                    f"state database {self.path!r} is an empty (0-byte) file: refused and left "
-                    "untouched (remove it to start a new database, or restore it from a backup)"
-                )
-                raise SchemaVersionError(msg)
-            time.sleep(0.01)
-
-    def _enable_wal(self, conn: sqlite3.Connection) -> None:
-        """Switch the file to WAL, waiting like any other lock for up to ``timeout_secs``.
-
-        The switch needs the file to itself and SQLite does not call the busy handler for it:
-        a second process opening the same new file at that moment got "database is locked" at
-        once. WAL is kept in the file, so a later open finds it set and takes no lock.
-        """
-        deadline = time.monotonic() + self.timeout_secs
-        while True:
-            try:
-                conn.execute("PRAGMA journal_mode = WAL")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.01)
-
     def _begin(self) -> None:
         conn = self.conn
         if not conn.in_transaction:
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                raise self._wrap_open_error(exc) from exc
+                raise open_error(self.path, exc) from exc
             self._txn_since = time.monotonic()
             self._pending = 0
 
@@ -348,31 +252,8 @@ class SQLiteDatabase:
         return await self._call(self._guard, work)
 
     def _deliver(self, *, asked: bool = False) -> None:
-        """Send committed outbox events of published runs to the sink, a batch at a time, marking
-        each batch delivered once the sink took it (at-least-once). A sink that is not
-        ``immediate`` (a webhook) is only called when a delivery is *asked* for."""
-        if self.sink is None or not (asked or self.sink.immediate):
-            return
-        conn = self.conn
-        if conn.in_transaction:
-            return
-        while True:
-            rows = conn.execute(undelivered_sql(self.dialect), (self.sink.batch_size,)).fetchall()
-            if not rows:
-                return
-            try:
-                self.sink.deliver([r["payload"] for r in rows])
-            except OSError as exc:
-                # the pages are committed; their events wait in the outbox for the next delivery
-                logger.error(
-                    "event delivery to %(sink)s failed, kept in the outbox: %(exc)s",
-                    {"sink": getattr(self.sink, "path", self.sink), "exc": exc},
-                )
-                return
-            conn.execute(
-                "UPDATE outbox SET delivered = 1 WHERE id IN (SELECT value FROM json_each(?))",
-                (json.dumps([r["id"] for r in rows]),),
-            )
+        """Deliver the committed events of published runs (:func:`deliver_outbox`)."""
+        deliver_outbox(self.conn, self.sink, self.dialect, asked=asked)
 
     def _drive(self, work: Work[_T]) -> _T:
         conn = self.conn
@@ -553,16 +434,16 @@ class SQLiteDatabase:
         except sqlite3.Error as exc:
             text = str(exc)
             if "locked" in text or "busy" in text:
-                raise self._wrap_open_error(exc) from exc
+                raise open_error(self.path, exc) from exc
             raise StateStoreError(f"state database {self.path!r}: {exc}") from exc
 
     def _reader(self) -> sqlite3.Connection:
-        conn = self._connect(readonly=True)
+        conn = connect(self.path, timeout_secs=self.timeout_secs, readonly=True)
         try:
             version = schema_version(conn, self.path)
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise self._wrap_open_error(exc) from exc
+            raise open_error(self.path, exc) from exc
         if not version:
             # an empty file (a 0-byte one, say): nothing to read, and readers never create a schema
             conn.close()
@@ -579,12 +460,12 @@ class SQLiteDatabase:
             # an older schema (recrawler was upgraded, no crawl ran since): migrated forward
             # first, as the next crawl would, so readers see the columns they read
             conn.close()
-            rw = self._connect()
+            rw = connect(self.path, timeout_secs=self.timeout_secs)
             try:
                 migrate(rw, self.path, False)
             except sqlite3.DatabaseError as exc:
-                raise self._wrap_open_error(exc) from exc
+                raise open_error(self.path, exc) from exc
             finally:
                 rw.close()
-            conn = self._connect(readonly=True)
+            conn = connect(self.path, timeout_secs=self.timeout_secs, readonly=True)
         return conn

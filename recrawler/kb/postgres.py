@@ -8,12 +8,10 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from recrawler.embedders import Embedder, embedder_from_spec
 from recrawler.exceptions import StateStoreError, StateStoreUnavailable
-from recrawler.index.records import ChunkRow, Hit
-from recrawler.index.visibility import published_pages, visible_from, visible_where
 from recrawler.kb.changes import ChangeBatch, read_changes
-from recrawler.kb.search import (
+from recrawler.kb.embedders import Embedder, embedder_from_spec
+from recrawler.kb.ranking import (
     MODES,
     Ranked,
     bm25,
@@ -23,7 +21,9 @@ from recrawler.kb.search import (
     similarity_order,
     term_limit,
 )
+from recrawler.kb.records import ChunkRow, Hit
 from recrawler.redact import redact_text, redact_url
+from recrawler.state.sql.visibility import published_pages, visible_from, visible_where
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -56,7 +56,7 @@ class PostgreSQLKnowledgeBase:
     def __init__(self, uri: str, *, embedder: Embedder | str | None = None, **embedder_options: Any) -> None:
         import psycopg
 
-        from recrawler.index.sqlite import embedder_spec
+        from recrawler.kb.sqlite import embedder_spec
         from recrawler.state.postgres.database import pg_row
         from recrawler.state.postgres.versions import check_schema
         from recrawler.state.sql.dialect import drive

@@ -1,4 +1,5 @@
-"""The run report and its summary line, built from the run's counters and the reconcile result."""
+"""The run report (a dict, written as JSON) and its summary line, built from the run's counters and
+the reconcile result."""
 
 from __future__ import annotations
 

@@ -6,19 +6,20 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from recrawler.embedders import EmbedderError, HashingEmbedder, vector_to_blob
-from recrawler.exceptions import StateStoreError
+from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.kb.embedders import EmbedderError, HashingEmbedder, vector_to_blob
 from recrawler.state import RUN_FINISHED, RUN_HELD, RUN_PUBLISHED, utcnow
 from recrawler.terminal import Progress
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from scrapy.settings import BaseSettings
+
     from recrawler.counters import RunCounters
-    from recrawler.cpu import CpuPool
-    from recrawler.embedders import Embedder
+    from recrawler.kb.embedders import Embedder
     from recrawler.state import ReconcileResult, Run, StateStore
 
 logger = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ async def embed_missing(
     *,
     include_run: int | None = None,
     progress: Callable[[int], object] | None = None,
-    pool: CpuPool | None = None,
+    pool: EmbedPool | None = None,
 ) -> tuple[int, int]:
     """Embed every current chunk text the cache lacks, batch by batch; return (texts, calls).
 
@@ -128,6 +129,28 @@ async def embed_missing(
     return texts, embedder.calls - calls
 
 
+class EmbedPool(Protocol):
+    """Worker processes that embed with the hashing embedder off the crawl's GIL (the CPU pool)."""
+
+    processes: int
+
+    @property
+    def active(self) -> bool: ...
+
+    async def embed(self, embedder: HashingEmbedder, texts: list[str]) -> list[bytes] | None: ...
+
+
+PUBLISH_MODES = ("run", "page")
+
+
+def publish_mode(settings: BaseSettings) -> str:
+    """``RECRAWLER_PUBLISH``, checked."""
+    mode = str(settings.get("RECRAWLER_PUBLISH"))
+    if mode not in PUBLISH_MODES:
+        raise ConfigurationError(f"RECRAWLER_PUBLISH: {mode!r} is not one of {', '.join(PUBLISH_MODES)}")
+    return mode
+
+
 class Publisher:
     """Decides a finished run's index state: dry run, held, unpublished (with why) or published.
 
@@ -143,7 +166,7 @@ class Publisher:
         *,
         dry_run: bool,
         each_page: bool,
-        pool: CpuPool | None = None,
+        pool: EmbedPool | None = None,
         gone_after: int = 2,
         gone_statuses: Sequence[int] = (410,),
     ) -> None:
@@ -252,4 +275,4 @@ class Publisher:
         )
 
 
-__all__ = ["Publisher", "embed_missing"]
+__all__ = ["PUBLISH_MODES", "Publisher", "embed_missing", "publish_mode"]

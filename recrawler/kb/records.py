@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -10,10 +10,9 @@ if TYPE_CHECKING:
     from datetime import datetime
     from types import TracebackType
 
-    from recrawler.embedders import Embedder
-    from recrawler.kb.changes import ChangeBatch
+    from recrawler.kb.embedders import Embedder
 
-__all__ = ["ChunkRow", "Hit", "KnowledgeBase"]
+__all__ = ["ChangeBatch", "ChunkRow", "Hit", "KnowledgeBase", "PageChange"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +79,54 @@ class Hit:
             "last_checked": self.last_checked.isoformat() if self.last_checked else None,
             "last_changed": self.last_changed.isoformat() if self.last_changed else None,
         }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PageChange:
+    """One page the published runs changed: ``action`` is ``new`` or ``changed`` (its chunks are
+    the page's chunks now: replace what you hold for ``key``), or ``gone``, ``moved`` (to
+    ``moved_to``) or ``quarantined`` (delete what you hold for ``key``)."""
+
+    key: str
+    url: str
+    action: str
+    #: the published run that made the page what it is now
+    run_id: int
+    status: str
+    title: str | None
+    content_hash: str | None
+    #: the page's cleaned text as markdown (headings, lists, code), as published
+    text: str | None
+    chunks: tuple[ChunkRow, ...] = ()
+    moved_to: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape of ``recrawler changes --json``."""
+        return {
+            "key": self.key,
+            "url": self.url,
+            "action": self.action,
+            "run_id": self.run_id,
+            "status": self.status,
+            "title": self.title,
+            "content_hash": self.content_hash,
+            "moved_to": self.moved_to,
+            "text": self.text,
+            "chunks": [c.to_dict() for c in self.chunks],
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChangeBatch:
+    """A page of changes; pass ``cursor`` to the next call (it stays valid across restarts).
+
+    ``done``: nothing more up to ``upto``, the last run published when the listing began; the
+    cursor then lists what runs after ``upto`` publish."""
+
+    changes: list[PageChange] = field(default_factory=list)
+    cursor: str = ""
+    upto: int = 0
+    done: bool = True
 
 
 class KnowledgeBase(Protocol):

@@ -1,4 +1,4 @@
-"""Adaptive revisits: a Poisson change-rate estimate per page, the next interval, and due decisions.
+"""Adaptive revisit intervals: a Poisson change-rate estimate per page, the next interval, and due decisions.
 
 Pure: no Scrapy, no database. The spider middleware, the pipelines' schedule update, the CLI and
 the benchmark all call these functions.

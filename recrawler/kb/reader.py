@@ -1,6 +1,6 @@
 """The knowledge base a bot reads: open it, search it, dump it.
 
-    from recrawler.index import open_kb
+    from recrawler.kb import open_kb
 
     with open_kb() as kb:  # the database a crawl from here writes (or open_kb("sqlite:///docs.db"))
         for hit in kb.search("how do I retry failed uploads?", k=5):
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from recrawler.index.records import ChunkRow, Hit, KnowledgeBase
+from recrawler.kb.records import ChunkRow, Hit, KnowledgeBase
 
 if TYPE_CHECKING:
-    from recrawler.embedders import Embedder
+    from recrawler.kb.embedders import Embedder
 
 __all__ = ["ChunkRow", "Hit", "KnowledgeBase", "open_kb"]
 
@@ -35,14 +35,14 @@ def open_kb(
     *embedder_options* (``base_url``, ``api_key``, ...) are passed to it.
     """
     if uri is None:
-        from recrawler.cli.settings import build_settings, db_uri
+        from recrawler.project import project_database
 
-        uri = db_uri(build_settings())
+        uri = project_database()
     if uri.split("://", 1)[0].lower() in ("postgresql", "postgres"):
-        from recrawler.index.postgres import PostgreSQLKnowledgeBase
+        from recrawler.kb.postgres import PostgreSQLKnowledgeBase
 
         return PostgreSQLKnowledgeBase(uri, embedder=embedder, **embedder_options)
-    from recrawler.index.sqlite import SQLiteKnowledgeBase
+    from recrawler.kb.sqlite import SQLiteKnowledgeBase
     from recrawler.state.sqlite import path_from_uri
 
     return SQLiteKnowledgeBase(path_from_uri(uri), embedder=embedder, **embedder_options)

@@ -10,12 +10,15 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from recrawler.embedders import Embedder, embedder_from_spec
-from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
-from recrawler.index.records import ChunkRow, Hit
-from recrawler.index.visibility import published_pages, visible_from, visible_where
+from recrawler.exceptions import (
+    ConfigurationError,
+    SchemaVersionError,
+    StateStoreError,
+    StateStoreUnavailable,
+)
 from recrawler.kb.changes import ChangeBatch, read_changes
-from recrawler.kb.search import (
+from recrawler.kb.embedders import Embedder, embedder_from_spec
+from recrawler.kb.ranking import (
     MODES,
     Ranked,
     bm25,
@@ -25,15 +28,17 @@ from recrawler.kb.search import (
     similarity_order,
     term_limit,
 )
+from recrawler.kb.records import ChunkRow, Hit
 from recrawler.kb.vectors import VectorScan
 from recrawler.state.sql.search import BLOCK
+from recrawler.state.sql.visibility import published_pages, visible_from, visible_where
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from types import TracebackType
 
 _PUBLISHED = "SELECT COALESCE(MAX(id), 0) FROM runs WHERE state = 'published'"
-_DOCS = "SELECT doc FROM chunks_fts_terms WHERE term = ?"
+_DOCS = "SELECT COUNT(*) FROM (SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)"
 
 
 def embedder_spec(stored: str | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -59,15 +64,31 @@ class SQLiteKnowledgeBase:
 
     Vector search is exact without loading the vectors (:mod:`recrawler.kb.vectors`: the cached
     vectors in blocks a dimension at a time, read where the query vector is not zero); keyword
-    search is SQLite's FTS5 (BM25); the two lists are fused (:mod:`recrawler.kb.search`). Every
+    search is SQLite's FTS5 (BM25); the two lists are fused (:mod:`recrawler.kb.ranking`). Every
     search reads one snapshot, and only the chunks the bot sees
-    (:mod:`recrawler.index.visibility`).
+    (:mod:`recrawler.state.sql.visibility`).
+
+    A process that searches again keeps the vector columns it read, up to *cache_mb* MiB (None:
+    ``RECRAWLER_SEARCH_CACHE_MB``; 0: none kept), for as long as the database is unchanged.
     """
 
-    def __init__(self, path: str, *, embedder: Embedder | str | None = None, **embedder_options: Any) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        embedder: Embedder | str | None = None,
+        cache_mb: float | None = None,
+        **embedder_options: Any,
+    ) -> None:
         # imported here: the store's package imports this module (recrawler check reads VISIBLE)
         from recrawler.state.sqlite.versions import check_schema
 
+        if cache_mb is None:
+            from recrawler.default_settings import RECRAWLER_SEARCH_CACHE_MB
+
+            cache_mb = RECRAWLER_SEARCH_CACHE_MB
+        if cache_mb < 0:
+            raise ConfigurationError(f"RECRAWLER_SEARCH_CACHE_MB: expected 0 or more (MiB), got {cache_mb!r}")
         self.path = path
         if path != ":memory:" and not Path(path).exists():
             raise StateStoreUnavailable(f"no knowledge base at {path!r} (run a crawl first, or pass --db)")
@@ -98,7 +119,7 @@ class SQLiteKnowledgeBase:
         self.embedder: Embedder = (
             embedder_from_spec(embedder, **embedder_options) if isinstance(embedder, str) else embedder
         )
-        self._scan = VectorScan(self._conn, self.embedder.id)
+        self._scan = VectorScan(self._conn, self.embedder.id, cache_bytes=int(cache_mb * 2**20))
         self._df: dict[str, int] = {}
         self._df_version: Any = None
 
@@ -192,31 +213,35 @@ class SQLiteKnowledgeBase:
                 f"search with the embedder the knowledge base was built with"
             )
             raise StateStoreError(msg)
-        # exact cosines lie in [upper - 2 * error, upper]; a block's error is the same for all its rows
+        # the most each exact cosine can be; a block's error is the same for all its rows
         n_blocks = (len(errors) - 1) * BLOCK
         upper = scores
-        for b in range(len(errors) - 1):
-            upper[b * BLOCK : (b + 1) * BLOCK] += errors[b]
-
-        def lower(p: int) -> float:
-            return float(upper[p]) - (2.0 * float(errors[p // BLOCK]) if p < n_blocks else 0.0)
-
-        resolved: dict[int, list[Ranked]] = {}
+        upper[:n_blocks].reshape(-1, BLOCK)[...] += errors[:-1, None]
+        hits: list[Ranked] = []
+        # positive exact cosines (rowid, cosine) not resolved to chunks yet, best first
+        pending: list[tuple[int, float]] = []
+        looked = np.zeros(total, dtype=bool)
         wanted = min(total, n + 32)
         masked = False
+        floor = 0.0
         while True:
             top = _best(upper, wanted)
-            fresh = [int(p) for p in top if int(p) not in resolved]
-            if fresh:
-                ids = self._scan.rowids(np.array(fresh, dtype=np.int64))
-                by_row = self._resolve([int(i) for i in ids], site)
-                for pos, rowid in zip(fresh, ids.tolist(), strict=True):
-                    resolved[pos] = by_row.get(rowid, [])
-            bounds = sorted((lower(p) for p, hits in resolved.items() for _ in hits), reverse=True)
-            floor = max(0.0, bounds[n - 1]) if len(bounds) >= n else 0.0
+            # a vector whose bound is no more than 0, or below the n-th hit, cannot rank
+            least = max(0.0, floor - 1e-6) if len(hits) >= n else 0.0
+            fresh = top[(upper[top] > least) & ~looked[top]].astype(np.int64)
+            looked[fresh] = True
+            if len(fresh):
+                # exact cosines from the stored vectors before anything else: the bound is no
+                # longer needed for those, and only the best of them are resolved to chunks
+                rowids = self._scan.rowids(fresh)
+                exact = self._scan.exact(list(dict.fromkeys(rowids.tolist())), q)
+                pending.extend((r, s) for r, s in exact.items() if s > 0.0)
+                pending.sort(key=lambda t: -t[1])
+            floor = self._take(hits, pending, n, site)
             # every vector not looked at yet scores at most this
-            frontier = float(upper[top[-1]]) if wanted < total else -np.inf
-            if frontier <= floor:
+            frontier = float(upper[top[-1]]) if wanted < total and len(top) else -np.inf
+            # rounded as the ranking rounds (6 decimals): a vector below it cannot tie with the n-th
+            if frontier <= 0.0 or (len(hits) >= n and frontier < floor - 1e-6):
                 break
             if wanted >= 16 * 4096 and not masked:
                 # few cached vectors pass the filter (a small site, an old cache): score only those
@@ -226,37 +251,44 @@ class SQLiteKnowledgeBase:
                 upper = np.where(keep, upper, -np.inf)
                 masked = True
             wanted = min(total, wanted * 4)
-        rescore = [p for p, hits in resolved.items() if hits and upper[p] >= floor]
-        rowids = {p: int(self._scan.rowids(np.array([p], dtype=np.int64))[0]) for p in rescore}
-        exact = self._scan.exact(list(rowids.values()), q)
-        ranked = [
-            Ranked(r.id, r.key, r.chunk_index, exact[rowids[p]])
-            for p in rescore
-            for r in resolved[p]
-            if exact.get(rowids[p], 0.0) > 0.0
-        ]
-        ranked.sort(key=similarity_order)
-        return ranked[:n]
+        return hits[:n]
+
+    def _take(self, hits: list[Ranked], pending: list[tuple[int, float]], n: int, site: str | None) -> float:
+        """Resolve the best *pending* cosines to visible chunks into *hits* (kept in ranking
+        order) while they may rank among the first *n*; the n-th hit's cosine (0: fewer hits)."""
+        floor = 0.0
+        while pending:
+            if len(hits) >= n:
+                floor = float(hits[n - 1].similarity or 0.0)
+                # equal to 6 decimals, a chunk may still come first by page key
+                if round(pending[0][1], 6) < round(floor, 6):
+                    break
+            size = max(n - len(hits), 8)
+            part, pending[:size] = pending[:size], []
+            cosine = dict(part)
+            for rowid, found in self._resolve(list(cosine), site).items():
+                hits.extend(Ranked(r.id, r.key, r.chunk_index, cosine[rowid]) for r in found)
+            hits.sort(key=similarity_order)
+        return float(hits[n - 1].similarity or 0.0) if len(hits) >= n else 0.0
 
     def _keyword(self, query: str, n: int, site: str | None) -> list[Ranked]:
         """The *n* visible chunks that best match *query*'s words, best first: FTS5 finds the
-        best few times *n* matches, :func:`~recrawler.kb.search.bm25` ranks them (as on
+        best few times *n* matches, :func:`~recrawler.kb.ranking.bm25` ranks them (as on
         PostgreSQL)."""
         terms = keyword_terms(query)
         if not terms:
             return []
         size = int(self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM chunks").fetchone()[0])
         limit = term_limit(size)
-        # a word's chunk count walks its whole posting list (milliseconds for a common word at a
-        # million chunks): kept while the database is unchanged
+        # a word's chunk count, counted no further than the limit (a common word's whole posting
+        # list is milliseconds at a million chunks): kept while the database is unchanged
         version = self._conn.execute("PRAGMA data_version").fetchone()[0]
         if version != self._df_version or len(self._df) > 100_000:
             self._df, self._df_version = {}, version
         df: dict[str, int] = {}
         for term in terms:
             if term not in self._df:
-                row = self._conn.execute(_DOCS, (term,)).fetchone()
-                self._df[term] = int(row[0]) if row is not None else 0
+                self._df[term] = int(self._conn.execute(_DOCS, (f'"{term}"', limit + 1)).fetchone()[0])
             if 0 < self._df[term] <= limit:
                 df[term] = self._df[term]
         if not df:

@@ -1,0 +1,102 @@
+"""The project around a run: its settings module, its data directory and the database it writes.
+
+Low on purpose: the add-on, the CLI and ``open_kb()`` all find the same database through here.
+Scrapy loads when a function here needs it: a search outside a project never imports it.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import import_module
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from recrawler.exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings, Settings
+
+#: settings a deployment may set in the environment; ``-s`` still wins, the project's file does not
+ENVIRONMENT_SETTINGS = (
+    "RECRAWLER_DB_URI",
+    "RECRAWLER_EVENTS_URI",
+    "RECRAWLER_WEBHOOK_URL",
+    "RECRAWLER_WEBHOOK_SECRET",
+    "RECRAWLER_AUTH_USER",
+    "RECRAWLER_AUTH_PASSWORD",
+    "RECRAWLER_AUTH_HEADERS",
+    "RECRAWLER_AUTH_COOKIES_FILE",
+)
+#: the database file when ``RECRAWLER_DB_URI`` is not set, in Scrapy's project data directory
+DEFAULT_DB_FILE = "recrawler.db"
+#: the settings module used outside a Scrapy project
+FALLBACK_SETTINGS_MODULE = "recrawler.settings"
+
+
+def project_data_path(name: str, *, create: bool = False) -> Path:
+    """*name* in Scrapy's project data directory, as deltafetch and httpcache keep theirs
+    (``.scrapy`` beside ``scrapy.cfg``, or a ``[datadir]`` of Scrapy's config); with *create*, its
+    directory is created when missing."""
+    from scrapy.exceptions import NotConfigured
+    from scrapy.utils.project import data_path
+
+    try:
+        path = Path(data_path(name))
+    except NotConfigured:
+        # a settings module but no scrapy.cfg (a Scrapyd job, `recrawler crawl` from anywhere):
+        # Scrapy's data directory outside a project, .scrapy in the working directory
+        path = Path(".scrapy", name)
+    path = path.resolve()
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def project_db_uri(*, create: bool = False) -> str:
+    """``sqlite:///`` + ``recrawler.db`` in Scrapy's project data directory (:func:`project_data_path`);
+    with *create*, its directory is created when missing."""
+    return f"sqlite:///{project_data_path(DEFAULT_DB_FILE, create=create)}"
+
+
+def apply_environment(settings: BaseSettings) -> None:
+    """A deployment's environment (:data:`ENVIRONMENT_SETTINGS`) over the project's settings file,
+    not over ``-s``."""
+    from scrapy.settings import SETTINGS_PRIORITIES
+
+    for name in ENVIRONMENT_SETTINGS:
+        value = os.environ.get(name)
+        if value and (settings.getpriority(name) or 0) <= SETTINGS_PRIORITIES["project"]:
+            settings.set(name, value, priority="project")
+
+
+def project_settings() -> Settings:
+    """The Scrapy project's settings when run inside one, else recrawler's own ``recrawler.settings``."""
+    from scrapy.settings import Settings
+    from scrapy.utils.project import ENVVAR, get_project_settings, inside_project
+
+    module = os.environ.get(ENVVAR)
+    if module:
+        try:
+            import_module(module)
+        except ImportError as exc:
+            raise ConfigurationError(f"{ENVVAR}: cannot import {module!r}: {exc}") from exc
+    if inside_project():
+        return get_project_settings()
+    settings = Settings()
+    settings.setmodule(FALLBACK_SETTINGS_MODULE, priority="project")
+    return settings
+
+
+def project_database() -> str:
+    """The database a crawl from the working directory writes: ``RECRAWLER_DB_URI`` from the
+    environment or the project's settings, else ``recrawler.db`` in the project data directory."""
+    from scrapy.settings import SETTINGS_PRIORITIES
+
+    settings = project_settings()
+    apply_environment(settings)
+    if (settings.getpriority("RECRAWLER_DB_URI") or 0) <= SETTINGS_PRIORITIES["default"]:
+        return project_db_uri()
+    uri = settings.get("RECRAWLER_DB_URI")
+    if not uri:
+        raise ConfigurationError("RECRAWLER_DB_URI: empty; set a database URI such as sqlite:///recrawler.db")
+    return str(uri)
