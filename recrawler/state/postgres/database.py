@@ -44,6 +44,19 @@ _T = TypeVar("_T")
 _HNSW_MAX_DIMS = 2000
 
 
+def binary_vectors(conn: psycopg.BaseConnection[Any]) -> None:
+    """Send numpy arrays on *conn* in pgvector's binary form (pgvector-python's dumper). The
+    parameter's type comes from its ``CAST(... AS vector)``, so no type lookup is needed, and the
+    connection may open before the migration creates the extension."""
+    from pgvector.psycopg.vector import VectorBinaryDumper
+
+    conn.adapters.register_dumper("numpy.ndarray", VectorBinaryDumper)
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    binary_vectors(conn)
+
+
 def pg_row(cursor: Any) -> Any:
     """psycopg row factory: rows readable by position and by name, as ``sqlite3.Row``."""
     desc = cursor.description
@@ -270,6 +283,7 @@ class PostgreSQLDatabase:
                 open=False,
                 timeout=self.timeout_secs,
                 kwargs={"autocommit": True, "row_factory": pg_row},
+                configure=_configure,
                 name="recrawler",
             )
             try:
@@ -366,6 +380,7 @@ class PostgreSQLDatabase:
             )
         except psycopg.Error as exc:
             raise self._error(exc) from None
+        binary_vectors(conn)
         try:
             yield conn
         except psycopg.Error as exc:
