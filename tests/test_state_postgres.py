@@ -448,3 +448,32 @@ async def test_a_page_the_server_refuses_among_pages_written_together_fails_alon
             assert (got is None) if i == 5 else (got is not None and got.chunks == 1)
     finally:
         await store.close()
+
+
+@deferred_f_from_coro_f
+async def test_vectors_reach_the_vector_column_bit_for_bit_in_binary_form(postgres_uri: str) -> None:
+    """A vector goes to pgvector's column as the float32s the blob holds (binary, no text
+    literal on the way): 300 vectors of 384 dimensions, with values a short text form would
+    round (subnormals, the largest float32, -0.0, thirds), read back equal to their blobs."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((300, 384)).astype("<f4")
+    vectors[0, :4] = [np.float32(1.4e-45), np.float32(3.4028235e38), np.float32(-0.0), np.float32(1 / 3)]
+    rows = [("model:384", f"text{i}", v.tobytes()) for i, v in enumerate(vectors)]
+    store = store_from_uri(postgres_uri, settings())
+    await store.open()
+    try:
+        await store.store_embeddings(rows)
+    finally:
+        await store.close()
+    with psycopg.connect(postgres_uri) as conn:
+        got = conn.execute(
+            "SELECT text_hash, vector, CAST(embedding AS real[]) FROM embeddings "
+            "WHERE embedder = 'model:384' ORDER BY text_hash"
+        ).fetchall()
+    assert len(got) == 300
+    for text_hash, blob, array in got:
+        want = vectors[int(text_hash.removeprefix("text"))]
+        assert bytes(blob) == want.tobytes()
+        assert np.array_equal(np.asarray(array, dtype="<f4").view("<u4"), want.view("<u4"))
