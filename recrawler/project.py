@@ -87,12 +87,14 @@ def project_settings() -> Settings:
     return settings
 
 
-def project_database() -> str:
+def project_database(settings: Settings | None = None) -> str:
     """The database a crawl from the working directory writes: ``RECRAWLER_DB_URI`` from the
-    environment or the project's settings, else ``recrawler.db`` in the project data directory."""
+    environment or the project's settings (*settings*, else :func:`project_settings`), else
+    ``recrawler.db`` in the project data directory."""
     from scrapy.settings import SETTINGS_PRIORITIES
 
-    settings = project_settings()
+    if settings is None:
+        settings = project_settings()
     apply_environment(settings)
     if (settings.getpriority("RECRAWLER_DB_URI") or 0) <= SETTINGS_PRIORITIES["default"]:
         return project_db_uri()

@@ -232,3 +232,31 @@ def test_credentials_in_the_uri_are_masked(
     err = capsys.readouterr().err
     assert "hunter2" not in err
     assert err.count("\n") == 1
+
+
+def test_the_search_cache_setting_reaches_search_and_open_kb(
+    project: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``RECRAWLER_SEARCH_CACHE_MB`` from the project's settings and from ``-s`` reaches
+    ``recrawler search``, and the project's reaches ``open_kb()``: a bad value is refused in one
+    line naming the setting, a good one sizes the SQLite knowledge base's column cache."""
+    from recrawler.kb import open_kb
+
+    db = tmp_path / "state.db"
+    uri = make_db(db)
+    project(RECRAWLER_SEARCH_CACHE_MB=-1)
+    assert shell.run_cli("search", "retry uploads", "--db", uri)[0] == 2
+    err = capsys.readouterr().err
+    assert err.startswith("recrawler: error: RECRAWLER_SEARCH_CACHE_MB: expected 0 or more"), err
+    assert err.count("\n") == 1
+    project(RECRAWLER_SEARCH_CACHE_MB=3)
+    assert shell.run_cli("-s", "RECRAWLER_SEARCH_CACHE_MB=-2", "search", "retry uploads", "--db", uri)[0] == 2
+    assert "got -2" in capsys.readouterr().err
+    code, out = shell.run_cli("search", "retry uploads", "--db", uri)
+    assert code == 0, out
+    assert "no run has published yet" in out
+    project(RECRAWLER_SEARCH_CACHE_MB=3, RECRAWLER_DB_URI=uri)
+    with open_kb() as kb:
+        assert kb._scan.cache_bytes == 3 * 2**20  # type: ignore[attr-defined]
+    with open_kb(cache_mb=0) as kb:
+        assert kb._scan.cache_bytes == 0  # type: ignore[attr-defined]

@@ -281,7 +281,8 @@ def test_a_warm_search_keeps_columns_within_its_bound_and_stays_exact(tmp_path: 
 
 def test_a_cold_search_reads_only_what_it_needs(tmp_path: Path) -> None:
     """A fresh `recrawler search` over 120,000 chunks: the vectors (184 MB as float32) are never
-    all in memory (the process stays under 150 MB), and Scrapy is not loaded."""
+    all in memory (the process stays under 150 MB), and neither Scrapy nor the crawl's side of
+    recrawler (change detection, the state store) is loaded."""
     path = tmp_path / "kb.db"
     synthetic_kb(path, 120_000)
     probe = (
@@ -289,6 +290,9 @@ def test_a_cold_search_reads_only_what_it_needs(tmp_path: Path) -> None:
         "from recrawler.cli import main\n"
         "code = main(['search', 'deploy upload retry', '-k', '5', '--json', '--db', sys.argv[1]])\n"
         "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]\n"
+        "crawl_side = sorted(m for m in sys.modules if m.startswith(('recrawler.detect', "
+        "'recrawler.state.sqlite.database', 'recrawler.state.sqlite.store')))\n"
+        "print(','.join(crawl_side) or '-', file=sys.stderr)\n"
         "print('scrapy' in sys.modules, int(hwm) // 1024, file=sys.stderr)\n"
         "sys.exit(code)\n"
     )
@@ -306,7 +310,8 @@ def test_a_cold_search_reads_only_what_it_needs(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.splitlines()) == 5
-    loaded_scrapy, peak_mib = proc.stderr.split()[-2:]
+    crawl_side, loaded_scrapy, peak_mib = proc.stderr.split()[-3:]
+    assert crawl_side == "-"
     assert loaded_scrapy == "False"
     assert int(peak_mib) < 150
 

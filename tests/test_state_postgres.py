@@ -172,6 +172,9 @@ async def test_search_of_the_hashing_embedders_vectors_is_exact_and_reads_the_pu
     assert hnsw_indexes(postgres_uri) == {}
     with open_kb(postgres_uri) as kb:
         assert "Run it like this" in kb.search("Run it like this", k=1)[0].text
+    # the SQLite column cache's size is no embedder option: PostgreSQL takes it and keeps its own
+    with open_kb(postgres_uri, cache_mb=64) as kb:
+        assert "Run it like this" in kb.search("Run it like this", k=1)[0].text
     # a run that has not published yet is invisible to search
     site.write("strong.html", docsite.page("Strong", [("Overview", ["Zebra crossing."])]), mtime=T0 + 5)
     with open_kb(postgres_uri) as kb:

@@ -30,16 +30,19 @@ NOTHING_PUBLISHED = (
 def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Search the published knowledge base; hits scoring ``--min-score`` or less are left out."""
     base_url = settings.get("RECRAWLER_EMBEDDER_BASE_URL")
-    return _search(args, db_uri(settings), {"base_url": base_url} if base_url else {}, out)
+    options: dict[str, Any] = {"base_url": base_url} if base_url else {}
+    return _search(args, db_uri(settings), options, out, settings.getfloat("RECRAWLER_SEARCH_CACHE_MB"))
 
 
-def _search(args: argparse.Namespace, uri: str, options: dict[str, Any], out: TextIO) -> int:
+def _search(
+    args: argparse.Namespace, uri: str, options: dict[str, Any], out: TextIO, cache_mb: float | None = None
+) -> int:
     table = Table(
         out,
         [Column("SCORE", 5, right=True), Column("VERIFIED", 16), Column("CHANGED", 16), Column("URL")],
         empty=f"no match above score {args.min_score:g}",
     )
-    with open_kb(uri, embedder=args.embedder, **options) as kb:
+    with open_kb(uri, embedder=args.embedder, cache_mb=cache_mb, **options) as kb:
         if not kb.published_run():
             # nothing to search: not "no match"
             if not args.json:

@@ -23,7 +23,11 @@ __all__ = ["ChunkRow", "Hit", "KnowledgeBase", "open_kb"]
 
 
 def open_kb(
-    uri: str | None = None, *, embedder: Embedder | str | None = None, **embedder_options: Any
+    uri: str | None = None,
+    *,
+    embedder: Embedder | str | None = None,
+    cache_mb: float | None = None,
+    **embedder_options: Any,
 ) -> KnowledgeBase:
     """Open the knowledge base in the database at *uri* for reading.
 
@@ -33,16 +37,23 @@ def open_kb(
     *embedder* defaults to the one the last published run indexed with (an ``Embedder`` or a
     ``RECRAWLER_EMBEDDER`` spec such as ``"hashing"`` or ``"openai:text-embedding-3-small"``);
     *embedder_options* (``base_url``, ``api_key``, ...) are passed to it.
+
+    *cache_mb* bounds the vector columns a SQLite knowledge base keeps for the next searches
+    (None: ``RECRAWLER_SEARCH_CACHE_MB``, the project's when *uri* is None too); PostgreSQL keeps
+    what it reads in its own buffers and takes no cache here.
     """
     if uri is None:
-        from recrawler.project import project_database
+        from recrawler.project import project_database, project_settings
 
-        uri = project_database()
+        settings = project_settings()
+        uri = project_database(settings)
+        if cache_mb is None:
+            cache_mb = settings.getfloat("RECRAWLER_SEARCH_CACHE_MB")
     if uri.split("://", 1)[0].lower() in ("postgresql", "postgres"):
         from recrawler.kb.postgres import PostgreSQLKnowledgeBase
 
         return PostgreSQLKnowledgeBase(uri, embedder=embedder, **embedder_options)
     from recrawler.kb.sqlite import SQLiteKnowledgeBase
-    from recrawler.state.sqlite import path_from_uri
+    from recrawler.state.sqlite.versions import path_from_uri
 
-    return SQLiteKnowledgeBase(path_from_uri(uri), embedder=embedder, **embedder_options)
+    return SQLiteKnowledgeBase(path_from_uri(uri), embedder=embedder, cache_mb=cache_mb, **embedder_options)

@@ -1,66 +1,39 @@
 """SQLite state store: one file, WAL, group commits on one dedicated worker thread.
 
-:class:`SQLiteStateStore` is the shared role implementations (:mod:`recrawler.state.sql`) over one
-:class:`~recrawler.state.sqlite.database.SQLiteDatabase` (connection, worker thread, group
-transaction, outbox).
+:class:`SQLiteStateStore` (:mod:`recrawler.state.sqlite.store`) is the shared role implementations
+(:mod:`recrawler.state.sql`) over one :class:`~recrawler.state.sqlite.database.SQLiteDatabase`
+(connection, worker thread, group transaction, outbox).
+
+Its names load on first use: a reader of the knowledge base that only opens the file and checks
+its schema (:mod:`recrawler.state.sqlite.versions`) loads none of the store.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from recrawler.state.records import LIVE
-from recrawler.state.sql import RoleMethods
-from recrawler.state.sql.rows import _at
-from recrawler.state.sql.runs import lease_holder
-from recrawler.state.sqlite.database import SQLiteDatabase
-from recrawler.state.sqlite.versions import SCHEMA_VERSION, path_from_uri
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from recrawler.events import EventSink
+    from recrawler.state.records import LIVE
+    from recrawler.state.sql.rows import _at
+    from recrawler.state.sql.runs import lease_holder
+    from recrawler.state.sqlite.store import SQLiteStateStore
+    from recrawler.state.sqlite.versions import SCHEMA_VERSION, path_from_uri
 
 __all__ = ["LIVE", "SCHEMA_VERSION", "SQLiteStateStore", "_at", "lease_holder", "path_from_uri"]
 
-
-class SQLiteStateStore(SQLiteDatabase, RoleMethods):
-    """State in one SQLite file (WAL, ``synchronous=NORMAL``): every role over one connection.
-
-    Every call runs on one dedicated worker thread that owns the connection, so the reactor never
-    blocks. Page writes are savepoints inside a group transaction committed every
-    ``RECRAWLER_DB_BATCH_SIZE`` pages or ``RECRAWLER_DB_COMMIT_SECS`` seconds: each page is atomic,
-    and a kill loses at most the uncommitted tail, which the next run simply checks again.
-
-    The roles are attributes (``pages``, ``runs``, ``kb``, ``history``, ``schedule``, ``signals``
-    for trust, ``readers``); the store's methods are theirs, bound once, so callers may type a
-    store by :class:`~recrawler.state.roles.StateStore` or by the one role they use.
-    """
-
-    def __init__(
-        self,
-        uri: str,
-        *,
-        batch_size: int = 1000,
-        commit_secs: float = 2.0,
-        timeout_secs: float = 10.0,
-        sink: EventSink | None = None,
-        dry_run: bool = False,
-        deliver_on_commit: bool = True,
-    ) -> None:
-        super().__init__(
-            uri,
-            batch_size=batch_size,
-            commit_secs=commit_secs,
-            timeout_secs=timeout_secs,
-            sink=sink,
-            dry_run=dry_run,
-            deliver_on_commit=deliver_on_commit,
-        )
-        self._bind_roles(self)
+_HOMES = {
+    "LIVE": "recrawler.state.records",
+    "SCHEMA_VERSION": "recrawler.state.sqlite.versions",
+    "SQLiteStateStore": "recrawler.state.sqlite.store",
+    "_at": "recrawler.state.sql.rows",
+    "lease_holder": "recrawler.state.sql.runs",
+    "path_from_uri": "recrawler.state.sqlite.versions",
+}
 
 
-if TYPE_CHECKING:
-    from recrawler.state.roles import StateStore
-
-    def _implements_every_role(store: SQLiteStateStore) -> StateStore:
-        # mypy checks here that the SQLite store keeps every role's signatures
-        return store
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'recrawler.state.sqlite' has no attribute {name!r}")
+    return getattr(import_module(home), name)
