@@ -66,7 +66,7 @@ def fill(uri: str, n: int, seed: int, embedder_id: str) -> tuple[np.ndarray, np.
     import numpy as np
     import psycopg
 
-    from recrawler.state.postgres.database import _execute_sync
+    from recrawler.state.postgres.cursors import _execute_sync
     from recrawler.state.postgres.versions import migrate
     from recrawler.state.sql.dialect import drive
 
@@ -154,7 +154,7 @@ def build_index(uri: str, dims: int, embedder_id: str, maintenance_work_mem: str
     """The store's own index build (what a run does once the table is large enough)."""
     import psycopg
 
-    from recrawler.state.postgres.database import ensure_vector_index, vector_index_name
+    from recrawler.state.postgres.vector_index import ensure_vector_index, vector_index_name
 
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")

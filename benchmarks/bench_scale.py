@@ -566,7 +566,7 @@ class PostgresFill:
     def __init__(self, uri: str) -> None:
         import psycopg
 
-        from recrawler.state.postgres.database import _execute_sync
+        from recrawler.state.postgres.cursors import _execute_sync
         from recrawler.state.postgres.versions import migrate
         from recrawler.state.sql.dialect import drive
 
@@ -642,7 +642,7 @@ class PostgresFill:
         self.seconds += time.perf_counter() - t0
 
     def finish(self, dims: int, embedder_id: str, maintenance_work_mem: str) -> dict[str, Any]:
-        from recrawler.state.postgres.database import ensure_vector_index, vector_index_name
+        from recrawler.state.postgres.vector_index import ensure_vector_index, vector_index_name
 
         self.conn.execute("ANALYZE")
         t0 = time.perf_counter()
@@ -666,7 +666,7 @@ def hnsw_scans(uri: str, dims: int, embedder_id: str) -> int:
     """How many scans the HNSW index has served (``pg_stat_user_indexes``)."""
     import psycopg
 
-    from recrawler.state.postgres.database import vector_index_name
+    from recrawler.state.postgres.vector_index import vector_index_name
 
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("SELECT pg_stat_force_next_flush()")

@@ -20,7 +20,7 @@ from recrawler.exceptions import PageWriteError, SchemaVersionError, StateStoreE
 from recrawler.kb.reader import open_kb
 from recrawler.state import store_from_uri
 from recrawler.state.postgres import SCHEMA_VERSION
-from recrawler.state.postgres.database import vector_index_name
+from recrawler.state.postgres.vector_index import vector_index_name
 from tests import docsite
 from tests.conftest import Crawls
 from tests.embedserver import EmbedServer
@@ -389,7 +389,7 @@ def test_positional_statements_go_in_numbered_parameters_and_named_ones_through_
 ) -> None:
     """``?`` statements reach PostgreSQL as ``$1, $2, ...`` (a ``?`` or ``%`` in a literal stays
     text), a multi-row insert of 4,000 parameters among them; ``:name`` ones go through psycopg."""
-    from recrawler.state.postgres.database import _execute_sync, pg_row
+    from recrawler.state.postgres.cursors import _execute_sync, pg_row
     from recrawler.state.sql.dialect import count, drive, many, one, values
 
     rows = [(i, f"k{i}", f"text {i}% '?'", i * 2) for i in range(1000)]
