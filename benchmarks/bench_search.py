@@ -105,7 +105,7 @@ def build_blocks_now(path: Path, embedder: str) -> float:
     """Write the vector blocks as a publishing run does; seconds."""
     from recrawler.state.sql.dialect import drive
     from recrawler.state.sql.search import build_blocks
-    from recrawler.state.sqlite.database import _execute
+    from recrawler.state.sqlite.versions import _execute
 
     t0 = time.perf_counter()
     conn = sqlite3.connect(path, isolation_level=None)
