@@ -28,8 +28,9 @@ from urllib.parse import urlsplit
 if not __package__:  # run as a script: python benchmarks/bench_pgvector.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_scale import chunk_batches, log, make_queries, postgres_server, table
-from benchmarks.lib.results import add_json_option, fmt, write_json
+from benchmarks.lib.results import add_json_option, fmt, log, table, write_json
+from benchmarks.lib.scale_fill import chunk_batches, make_queries
+from benchmarks.lib.scale_servers import postgres_server
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

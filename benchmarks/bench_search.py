@@ -36,18 +36,10 @@ from typing import TYPE_CHECKING, Any
 if not __package__:  # run as a script: python benchmarks/bench_search.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_scale import (
-    PostgresFill,
-    SQLiteFill,
-    chunk_batches,
-    make_queries,
-    page_of,
-    postgres_server,
-    sizes,
-    table,
-)
-from benchmarks.lib.results import add_json_option, fmt, write_json
+from benchmarks.lib.results import add_json_option, fmt, sizes, table, write_json
 from benchmarks.lib.runners import proc_status_mib, recrawler_cli, run_process, scrapy_env
+from benchmarks.lib.scale_fill import PostgresFill, SQLiteFill, chunk_batches, make_queries, page_of
+from benchmarks.lib.scale_servers import postgres_server
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

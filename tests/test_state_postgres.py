@@ -373,7 +373,7 @@ def test_search_finds_the_exact_top_10_with_the_visibility_and_site_filters(post
     top 10 held 0.4 of the exact one through the HNSW index): benchmarks/bench_pgvector.py's
     knowledge base, small."""
     from benchmarks.bench_pgvector import SITE_B, build_index, fill, measure
-    from benchmarks.bench_scale import make_queries
+    from benchmarks.lib.scale_fill import make_queries
     from recrawler.kb.embedders import HashingEmbedder
 
     embedder = HashingEmbedder()
