@@ -6,6 +6,7 @@
   what the server sent it;
 - ``results``: progress lines, tables, ratios and their formatting, and the JSON each script writes
   (``--json PATH``, default ``benchmarks/results/<script>.json``);
-- ``<benchmark>_*`` (``detect_``, ``index_``, ``scale_``, ``vector_``): one benchmark's parts, which
-  its script runs and the scripts measured beside it reuse (``scale_servers``, ``scale_fill``).
+- ``<benchmark>_*`` (``detect_``, ``index_``, ``scale_``, ``search_``, ``vector_``): one benchmark's
+  parts, which its script runs and the scripts measured beside it reuse (``scale_servers``,
+  ``scale_fill``).
 """
