@@ -36,8 +36,9 @@ from urllib.parse import urlsplit
 if not __package__:  # run as a script: python benchmarks/bench_pgvector.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_scale import chunk_batches, log, make_queries, postgres_server, table
-from benchmarks.lib.results import add_json_option, fmt, write_json
+from benchmarks.lib.results import add_json_option, fmt, log, table, write_json
+from benchmarks.lib.scale_fill import chunk_batches, make_queries
+from benchmarks.lib.scale_servers import postgres_server
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -114,7 +115,7 @@ def fill(
     import numpy as np
     import psycopg
 
-    from recrawler.state.postgres.database import _execute_sync
+    from recrawler.state.postgres.cursors import _execute_sync
     from recrawler.state.postgres.versions import migrate
     from recrawler.state.sql.dialect import drive
 
@@ -204,7 +205,7 @@ def build_index(uri: str, dims: int, embedder_id: str, maintenance_work_mem: str
     """The store's own index build (what a run does once the table is large enough)."""
     import psycopg
 
-    from recrawler.state.postgres.database import ensure_vector_index, vector_index_name
+    from recrawler.state.postgres.vector_index import ensure_vector_index, vector_index_name
 
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 if not __package__:  # run as a script: python benchmarks/bench_recheck.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_scale import crawl_cmd, log, one_crawl, postgres_server, serve_site, table
-from benchmarks.lib.results import add_json_option, fmt, write_json
+from benchmarks.lib.results import add_json_option, fmt, log, table, write_json
+from benchmarks.lib.scale_crawl import crawl_cmd, one_crawl, serve_site
+from benchmarks.lib.scale_servers import postgres_server
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -601,7 +601,7 @@ def test_a_worker_embeds_each_new_chunk_text_once_while_it_has_time_to_spare(
     tasks stops embedding and leaves the texts to the run's end."""
     import pickle
 
-    from recrawler.cpu import _SPARE, _Tools
+    from recrawler.cpu.worker_process import _SPARE, _Tools
 
     tools = _Tools(["main"], [], (1200, 150))
     packed = pickle.dumps(NoiseRegistry().site("docs.example.com"))
@@ -642,7 +642,7 @@ def test_a_worker_embeds_each_new_chunk_text_once_while_it_has_time_to_spare(
     assert again[0].vectors == []
     # a worker whose tasks follow one another with no wait has no time to spare
     clock = [100.0]
-    monkeypatch.setattr("recrawler.cpu.time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr("recrawler.cpu.worker_process.time", SimpleNamespace(monotonic=lambda: clock[0]))
     assert tools.spare() == 1.0
     for _ in range(12):
         started = tools.started()
@@ -664,7 +664,7 @@ def test_a_model_carried_by_a_page_without_text_still_reaches_the_worker() -> No
     the model, and every other page of the task came back without a fingerprint."""
     import pickle
 
-    from recrawler.cpu import _Tools
+    from recrawler.cpu.worker_process import _Tools
 
     tools = _Tools(["main"], [], None)
     packed = pickle.dumps(NoiseRegistry().site("docs.example.com"))
@@ -688,7 +688,7 @@ def test_a_worker_makes_the_stored_forms_of_a_field_record_it_will_be_written_wi
     import json
     import pickle
 
-    from recrawler.cpu import _Tools
+    from recrawler.cpu.worker_process import _Tools
     from recrawler.state.records import packed_text, samples_json
 
     packed = pickle.dumps(NoiseRegistry().site("docs.example.com"))
@@ -714,7 +714,7 @@ def test_a_page_built_in_the_crawls_process_carries_what_a_worker_makes_of_it() 
     import pickle
 
     from recrawler import meta
-    from recrawler.cpu import _Tools
+    from recrawler.cpu.worker_process import _Tools
     from recrawler.extract import ContentExtractor
     from recrawler.kb.chunking import Chunker
     from recrawler.spiders import PageBuilder

@@ -162,8 +162,7 @@ def synthetic_kb(path: Path, n: int, seed: int = 7) -> np.ndarray:
     as the hashing embedder's; half of the pages on a second site; the vector blocks written."""
     from recrawler.state.sql.dialect import drive
     from recrawler.state.sql.search import build_blocks
-    from recrawler.state.sqlite.database import _execute
-    from recrawler.state.sqlite.versions import migrate
+    from recrawler.state.sqlite.versions import _execute, migrate
 
     rng = np.random.default_rng(seed)
     vectors = rng.standard_normal((n, 384)).astype(np.float32)
@@ -236,7 +235,7 @@ def test_a_warm_search_keeps_columns_within_its_bound_and_stays_exact(tmp_path: 
     from recrawler.exceptions import ConfigurationError
     from recrawler.state.sql.dialect import drive
     from recrawler.state.sql.search import build_blocks
-    from recrawler.state.sqlite.database import _execute
+    from recrawler.state.sqlite.versions import _execute
 
     n = 2 * BLOCK + 700
     path = tmp_path / "kb.db"
@@ -321,7 +320,7 @@ def test_float16_blocks_of_an_older_store_are_searched_exact_and_written_again(t
     publish writes them again as int8 columns, and the ranking stays the exact one."""
     from recrawler.state.sql.dialect import drive
     from recrawler.state.sql.search import build_blocks
-    from recrawler.state.sqlite.database import _execute
+    from recrawler.state.sqlite.versions import _execute
 
     path = tmp_path / "kb.db"
     n = BLOCK + 500

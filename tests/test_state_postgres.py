@@ -20,7 +20,7 @@ from recrawler.exceptions import PageWriteError, SchemaVersionError, StateStoreE
 from recrawler.kb.reader import open_kb
 from recrawler.state import store_from_uri
 from recrawler.state.postgres import SCHEMA_VERSION
-from recrawler.state.postgres.database import vector_index_name
+from recrawler.state.postgres.vector_index import vector_index_name
 from tests import docsite
 from tests.conftest import Crawls
 from tests.embedserver import EmbedServer
@@ -376,7 +376,7 @@ def test_search_finds_the_exact_top_10_with_the_visibility_and_site_filters(post
     top 10 held 0.4 of the exact one through the HNSW index): benchmarks/bench_pgvector.py's
     knowledge base, small."""
     from benchmarks.bench_pgvector import SITE_B, build_index, fill, measure
-    from benchmarks.bench_scale import make_queries
+    from benchmarks.lib.scale_fill import make_queries
     from recrawler.kb.embedders import HashingEmbedder
 
     embedder = HashingEmbedder()
@@ -392,7 +392,7 @@ def test_positional_statements_go_in_numbered_parameters_and_named_ones_through_
 ) -> None:
     """``?`` statements reach PostgreSQL as ``$1, $2, ...`` (a ``?`` or ``%`` in a literal stays
     text), a multi-row insert of 4,000 parameters among them; ``:name`` ones go through psycopg."""
-    from recrawler.state.postgres.database import _execute_sync, pg_row
+    from recrawler.state.postgres.cursors import _execute_sync, pg_row
     from recrawler.state.sql.dialect import count, drive, many, one, values
 
     rows = [(i, f"k{i}", f"text {i}% '?'", i * 2) for i in range(1000)]

@@ -1,4 +1,5 @@
-"""Results: ratios side by side, and every figure as JSON (``benchmarks/results/``, not in git)."""
+"""Results: progress on stderr, tables and ratios side by side on stdout, and every figure as JSON
+(``benchmarks/results/``, not in git)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Sequence
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
 
@@ -49,3 +51,41 @@ def meets(value: float | None, target: float) -> str:
     if value is None:
         return "n/a"
     return "OK" if value <= target else "MISSED"
+
+
+def log(msg: str) -> None:
+    """Progress on stderr."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def sizes(text: str) -> list[int]:
+    """``10000,100000`` -> ``[10000, 100000]``."""
+    return [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+
+
+def mib(n: float | None) -> float | None:
+    """Bytes in MiB."""
+    return None if n is None else n / (1 << 20)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell, the first left-aligned."""
+    all_rows = [list(header), *[list(r) for r in rows]]
+    widths = [max(len(r[i]) for r in all_rows) for i in range(len(header))]
+    lines = []
+    for n, row in enumerate(all_rows):
+        lines.append(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def print_ratios(ratios: dict[str, Any]) -> None:
+    """One ratio a line."""
+    print()
+    for key, value in ratios.items():
+        print(f"  {key:55s} {fmt(value, '.2f')}")

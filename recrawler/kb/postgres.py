@@ -57,7 +57,7 @@ class PostgreSQLKnowledgeBase:
         import psycopg
 
         from recrawler.kb.sqlite import embedder_spec
-        from recrawler.state.postgres.database import pg_row
+        from recrawler.state.postgres.cursors import pg_row
         from recrawler.state.postgres.versions import check_schema
         from recrawler.state.sql.dialect import drive
 
@@ -69,7 +69,7 @@ class PostgreSQLKnowledgeBase:
             raise StateStoreUnavailable(msg) from None
         self._psycopg_error = psycopg.Error
         try:
-            from recrawler.state.postgres.database import _execute_sync
+            from recrawler.state.postgres.cursors import _execute_sync
 
             applied = drive(check_schema(self.label), lambda op: _execute_sync(self._conn, op))
             if not applied:
@@ -90,7 +90,7 @@ class PostgreSQLKnowledgeBase:
         self.embedder: Embedder = (
             embedder_from_spec(embedder, **embedder_options) if isinstance(embedder, str) else embedder
         )
-        from recrawler.state.postgres.database import exact_only
+        from recrawler.state.postgres.vector_index import exact_only
 
         self._exact = exact_only(self.embedder.id)
 
@@ -237,7 +237,7 @@ class PostgreSQLKnowledgeBase:
             # the distance over the column itself, which no index serves: an exact scan
             distance = f"e.embedding <=> CAST(%(q)s AS vector({dims}))"
         else:
-            # the expression of the embedder's HNSW index (recrawler.state.postgres.database)
+            # the expression of the embedder's HNSW index (recrawler.state.postgres.vector_index)
             distance = f"CAST(e.embedding AS vector({dims})) <=> CAST(%(q)s AS vector({dims}))"
         where = visible_where("c") + (" AND p.site = %(site)s" if site is not None else "")
         sql = f"""WITH nearest AS MATERIALIZED (

@@ -1,11 +1,12 @@
 """The decisions role: what a run's end may remove, what waits for an operator, publishing and discarding.
 
 A run's 404/410 answers and permanent redirects are staged in ``run_misses``. At its end they are
-applied in the transaction that publishes the run (never before: a run killed on the way applies
-nothing), dropped (the outage guard), or kept for a decision (a hold). Kept misses are carried
-from run to run until ``runs approve`` applies them, ``runs discard`` drops them, or a later run's
-own answer for the page settles them. A change hold keeps the run's pages pending (see
-:mod:`recrawler.state.sql.pending`); publishing covers them, discarding puts them back.
+applied in the transaction that publishes the run (:mod:`recrawler.state.sql.removals`; never
+before: a run killed on the way applies nothing), dropped (the outage guard), or kept for a
+decision (a hold). Kept misses are carried from run to run until ``runs approve`` applies them,
+``runs discard`` drops them, or a later run's own answer for the page settles them. A change hold
+keeps the run's pages pending (see :mod:`recrawler.state.sql.pending`); publishing covers them,
+discarding puts them back.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from recrawler.exceptions import StateStoreError
 from recrawler.state.records import (
     GONE,
     LIVE,
-    MOVED,
     QUARANTINED,
     RUN_DISCARDED,
     RUN_HELD,
@@ -27,19 +27,16 @@ from recrawler.state.records import (
     SETTLE_DROP,
     SETTLE_KEEP,
     SETTLE_KEEP_LISTED,
-    Event,
     ReconcileResult,
     RemovalPlan,
     Run,
 )
 from recrawler.state.sql.dialect import count, one, rows
 from recrawler.state.sql.pending import discard_pending, pending_counts, publish_pending
+from recrawler.state.sql.removals import apply_misses
 from recrawler.state.sql.rows import (
     _REPLACED_DISTANCE,
-    _RETIRED_GONE,
-    _RETIRED_QUARANTINED,
     _SAME_CONTENT_DISTANCE,
-    _block_delta,
     _dt,
     _ts,
     gone_case,
@@ -179,7 +176,7 @@ class SQLDecisions:
         from recrawler.state.sql.kb import gc_chunks
 
         def work() -> Work[tuple[ReconcileResult, dict[str, int]]]:
-            result = yield from self._reconcile(run, gone_after, list(gone_statuses), at)
+            result = yield from apply_misses(self.db, run, gone_after, list(gone_statuses), at)
             # held runs before it are covered by this publication (their pages were judged again)
             yield from _supersede(run)
             yield count(
@@ -210,125 +207,6 @@ class SQLDecisions:
             yield count("UPDATE runs SET state = ? WHERE id = ?", (RUN_HELD, run.id))
 
         await self.db.transaction(work())
-
-    def _reconcile(
-        self, run: Run, gone_after: int, gone_statuses: list[int], at: datetime
-    ) -> Work[ReconcileResult]:
-        d = self.db.dialect
-        events: list[Event] = []
-        # Moves first: a page moves only to a live page (one key live, never two); a move whose
-        # target is not live is dropped and the source stays as it is.
-        moved_rows = yield rows(
-            """UPDATE pages SET status = :moved, misses = 0, last_checked = :at,
-                 moved_to = (SELECT m.moved_to FROM run_misses m WHERE m.run_id = :run AND m.key = pages.key)
-               WHERE status IN (:live, :quarantined) AND key IN (
-                 SELECT m.key FROM run_misses m JOIN pages t ON t.key = m.moved_to
-                 WHERE m.run_id = :run AND m.kept = 0 AND m.moved_to IS NOT NULL AND t.status = :live)
-               RETURNING key, url, content_hash, moved_to,
-                 (SELECT t.url FROM pages t WHERE t.key = pages.moved_to) AS moved_url""",
-            {"run": run.id, "moved": MOVED, "at": _ts(at), "live": LIVE, "quarantined": QUARANTINED},
-        )
-        events.extend(
-            Event(
-                run_id=run.id,
-                action=MOVED,
-                url=r["url"],
-                key=r["key"],
-                content_hash=r["content_hash"],
-                status=MOVED,
-                at=at,
-                reason="http_301",
-                extra={"moved_to": r["moved_url"], "moved_to_key": r["moved_to"]},
-            )
-            for r in moved_rows
-        )
-        yield count(
-            "DELETE FROM run_misses WHERE run_id = ? AND kept = 0 AND moved_to IS NOT NULL AND key NOT IN "
-            "(SELECT key FROM pages WHERE status = ?)",
-            (run.id, MOVED),
-        )
-        codes = d.list_param(gone_statuses)
-        # Decide every staged miss in one statement: gone (gone status, or enough consecutive
-        # misses) or quarantined. RETURNING gives the counts without loading the rows' state.
-        decided = yield rows(
-            f"""UPDATE pages SET
-                 misses = misses + 1,
-                 last_checked = :at,
-                 status = CASE
-                   WHEN (SELECT m.http_status FROM run_misses m
-                         WHERE m.run_id = :run AND m.key = pages.key)
-                        {d.in_list(":codes", sql_type="INTEGER")} THEN :gone
-                   WHEN misses + 1 >= :after THEN :gone
-                   ELSE :quarantined END
-               WHERE status IN (:live, :quarantined)
-                 AND key IN (SELECT key FROM run_misses WHERE run_id = :run AND kept = 0 AND moved_to IS NULL)
-               RETURNING key, url, status, content_hash,
-                 (SELECT m.http_status FROM run_misses m
-                  WHERE m.run_id = :run AND m.key = pages.key) AS http_status""",
-            {
-                "at": _ts(at),
-                "run": run.id,
-                "codes": codes,
-                "gone": GONE,
-                "live": LIVE,
-                "quarantined": QUARANTINED,
-                "after": gone_after,
-            },
-        )
-        quarantined = 0
-        gone: dict[str, int] = {}
-        for r in decided:
-            action = r["status"]
-            reason = f"http_{r['http_status']}"
-            if action == GONE:
-                gone[reason] = gone.get(reason, 0) + 1
-            else:
-                quarantined += 1
-            events.append(
-                Event(
-                    run_id=run.id,
-                    action=action,
-                    url=r["url"],
-                    key=r["key"],
-                    content_hash=r["content_hash"],
-                    status=action,
-                    at=at,
-                    reason=reason,
-                    http_status=r["http_status"],
-                )
-            )
-        yield from self.db._outbox(events)
-        applied = (
-            "SELECT m.key FROM run_misses m JOIN pages p ON p.key = m.key "
-            "WHERE m.run_id = :run AND m.kept = 0"
-        )
-        # The knowledge base follows in the same transaction: quarantined pages' chunks are
-        # retired but kept (restored without re-embedding), gone and moved pages' chunks are
-        # retired for good (a moved page's text lives on under its new key).
-        for statuses, why in (((QUARANTINED,), _RETIRED_QUARANTINED), ((GONE, MOVED), _RETIRED_GONE)):
-            yield count(
-                f"""UPDATE chunks SET retired_run = :run, retired_why = :why
-                   WHERE retired_run IS NULL
-                     AND key IN ({applied} AND p.status {d.in_list(":statuses")})""",
-                {"run": run.id, "why": why, "statuses": d.list_param(statuses)},
-            )
-        yield count(
-            "UPDATE pages SET chunks = 0 WHERE key IN "
-            "(SELECT key FROM run_misses WHERE run_id = ? AND kept = 0)",
-            (run.id,),
-        )
-        # a gone page no longer counts towards its site's boilerplate statistics
-        removed = yield rows(
-            """SELECT p.key, p.site, f.blocks FROM run_misses m JOIN pages p ON p.key = m.key
-               JOIN page_fields f ON f.key = p.key WHERE m.run_id = :run AND m.kept = 0
-               AND p.status IN (:gone, :moved)""",
-            {"run": run.id, "gone": GONE, "moved": MOVED},
-        )
-        for key, site, blob in removed:
-            yield from _block_delta(site, bytes(blob or b""), b"", None)
-            yield count("DELETE FROM page_fields WHERE key = ?", (key,))
-        yield count("DELETE FROM run_misses WHERE run_id = ? AND kept = 0", (run.id,))
-        return ReconcileResult(applied=True, quarantined=quarantined, gone=gone, moved=len(moved_rows))
 
     # -- an operator's decision ------------------------------------------------------------------
 

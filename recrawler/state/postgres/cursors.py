@@ -1,0 +1,114 @@
+"""The dialect's statements run on psycopg connections (the pool's async ones and blocking ones),
+rows readable as ``sqlite3.Row``, and the synchronous readers' connection."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import psycopg
+
+from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, POSTGRES, Row, drive
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from recrawler.state.sql.dialect import Dialect, Op, Work
+
+_T = TypeVar("_T")
+
+
+def binary_vectors(conn: psycopg.BaseConnection[Any]) -> None:
+    """Send numpy arrays on *conn* in pgvector's binary form (pgvector-python's dumper). The
+    parameter's type comes from its ``CAST(... AS vector)``, so no type lookup is needed, and the
+    connection may open before the migration creates the extension."""
+    from pgvector.psycopg.vector import VectorBinaryDumper
+
+    conn.adapters.register_dumper("numpy.ndarray", VectorBinaryDumper)
+
+
+async def configure_connection(conn: psycopg.AsyncConnection[Any]) -> None:
+    """The pool's set-up of each new connection: :func:`binary_vectors`."""
+    binary_vectors(conn)
+
+
+def pg_row(cursor: Any) -> Any:
+    """psycopg row factory: rows readable by position and by name, as ``sqlite3.Row``."""
+    desc = cursor.description
+    index = {c.name: i for i, c in enumerate(desc or ())}
+    return lambda values: Row(values, index)
+
+
+def _statement(op: Op) -> tuple[str, bool]:
+    """*op*'s statement as psycopg takes it, and whether it goes through a raw cursor: positional
+    parameters are sent in PostgreSQL's own numbered spelling, named ones psycopg rewrites."""
+    first = op.params[0] if op.kind is MANY else op.params
+    if isinstance(first, Mapping):
+        return POSTGRES.sql(op.sql), False
+    return POSTGRES.numbered_sql(op.sql), True
+
+
+async def _execute(conn: psycopg.AsyncConnection[Any], op: Op) -> Any:
+    if op.kind is MANY and not op.params:
+        return 0
+    sql, raw = _statement(op)
+    async with psycopg.AsyncRawCursor(conn) if raw else conn.cursor() as cur:
+        if op.kind is MANY:
+            await cur.executemany(sql, op.params)
+            return cur.rowcount
+        await cur.execute(sql, op.params)
+        if op.kind is ONE:
+            return await cur.fetchone()
+        if op.kind is ALL:
+            return await cur.fetchall()
+        if op.kind is COUNT:
+            return cur.rowcount
+    raise ValueError(f"unknown statement kind {op.kind!r}")
+
+
+def _execute_sync(conn: psycopg.Connection[Any], op: Op) -> Any:
+    if op.kind is MANY and not op.params:
+        return 0
+    sql, raw = _statement(op)
+    with psycopg.RawCursor(conn) if raw else conn.cursor() as cur:
+        if op.kind is MANY:
+            cur.executemany(sql, op.params)
+            return cur.rowcount
+        cur.execute(sql, op.params)
+        if op.kind is ONE:
+            return cur.fetchone()
+        if op.kind is ALL:
+            return cur.fetchall()
+        return cur.rowcount
+
+
+async def _drive(conn: psycopg.AsyncConnection[Any], work: Work[_T]) -> _T:
+    try:
+        op = next(work)
+        while True:
+            op = work.send(await _execute(conn, op))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]  # the generator's declared return type
+
+
+class PostgreSQLReader:
+    """A connection of its own for the synchronous readers: never commits (rolled back at close)."""
+
+    dialect: Dialect = POSTGRES
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def run(self, work: Work[_T]) -> _T:
+        """Run *work* on this connection."""
+        return drive(work, lambda op: _execute_sync(self.conn, op))
+
+    def iter(self, sql: str, params: Any = ()) -> Iterator[Any]:
+        """Stream the rows of a query through a server-side cursor."""
+        with self.conn.cursor(name="recrawler_reader") as cur:
+            cur.execute(POSTGRES.sql(sql), params)
+            yield from cur
+
+    def damage(self) -> list[str]:
+        """Nothing: PostgreSQL checksums and checks its own pages (amcheck, for an operator)."""
+        return []
