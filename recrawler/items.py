@@ -79,6 +79,6 @@ class Page:
     #: the request's meta; ``Unread.UNREAD`` when nothing read it on the way (the pipelines read
     #: it then)
     record: Any = field(default=Unread.UNREAD, repr=False, compare=False)
-    #: ClassifyPipeline's decision (a ``recrawler.pipelines.handover.PageUpdate``) on its way to
+    #: ClassifyPipeline's decision (a ``recrawler.pipelines.commit.PageUpdate``) on its way to
     #: IndexPipeline, which writes it with the page's chunks
     update: Any = field(default=None, repr=False, compare=False)

@@ -6,9 +6,16 @@ from itertools import pairwise
 
 import pytest
 
-from recrawler.detect.boilerplate import EDGE, block_pairs, kept_blocks, shared_run, without_furniture
+from recrawler.detect.boilerplate import (
+    EDGE,
+    block_pairs,
+    deleted_runs,
+    is_pure_deletion,
+    kept_blocks,
+    shared_run,
+    without_furniture,
+)
 from recrawler.detect.hashing import block_hash, page_hash
-from recrawler.detect.verdict import deleted_runs, is_pure_deletion
 
 # blocks by name: T top furniture, H/Y the feedback run at the bottom, F1..F5 a shared feature
 # list, N a shared note, a..e the page's own paragraphs

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
+from recrawler.detect.boilerplate import deleted_runs, is_pure_deletion
 from recrawler.detect.hashing import block_hash, content_hash, pack_blocks
 from recrawler.detect.noise import SiteNoise, fingerprint
 from recrawler.detect.tokens import Normalizer
@@ -17,8 +18,6 @@ from recrawler.detect.verdict import (
     RESTORED,
     Verdict,
     decide,
-    deleted_runs,
-    is_pure_deletion,
 )
 from recrawler.items import Page, PageStatus
 

@@ -26,7 +26,7 @@ from recrawler.exceptions import StateStoreError
 from recrawler.items import PageStatus
 from recrawler.kb.chunking import Chunk
 from recrawler.kb.sqlite import SQLiteKnowledgeBase
-from recrawler.pipelines.classify import pending_after, unified_diff
+from recrawler.pipelines.commit import pending_after, unified_diff
 from recrawler.state import PENDING_CHANGED, ChangeRow, Event, FieldsRow, PageRecord, Run, store_from_uri
 from recrawler.state.records import SETTLE_APPLY, SETTLE_KEEP
 from recrawler.state.sql.visibility import visible_from, visible_run, visible_where

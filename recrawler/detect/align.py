@@ -1,13 +1,17 @@
-"""How two sequences of texts differ: modified pairs (alike enough), removals, additions and moves."""
+"""How two sequences of texts differ: modified pairs (alike enough), removals, additions and moves;
+over a text's sentences, its modified passages; over its code blocks, the blocks edited."""
 
 from __future__ import annotations
 
 import difflib
 import re
+from collections import Counter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from recrawler.detect.text import Unit
 
 # A similar removed and added sentence are one modified sentence (difflib ratio).
 PAIR_RATIO = 0.6
@@ -128,4 +132,88 @@ class Alignment:
         self.added: set[int] = set(left_new) - {j for _, j, _ in found}
 
 
-__all__ = ["PAIR_RATIO", "Alignment", "ratio"]
+class _Group:
+    """A modified passage: old units and new units (contiguous, each side) that say the same thing."""
+
+    __slots__ = ("new", "old", "ratio")
+
+    def __init__(self, old: int, new: int, ratio: float) -> None:
+        self.old = [old]
+        self.new = [new]
+        self.ratio = ratio
+
+
+def _joined(units: Sequence[Unit], idx: Sequence[int]) -> str:
+    return " ".join(units[k].text for k in idx)
+
+
+def _absorb(
+    groups: list[_Group], left: set[int], old: Sequence[Unit], new: Sequence[Unit], side: str
+) -> None:
+    """Attach leftover units to a neighbouring group when that makes the group more alike: a
+    sentence split in two or two merged into one is a modification, not an addition."""
+    units = new if side == "new" else old
+    changed = True
+    while changed and left:
+        changed = False
+        for g in groups:
+            idx = g.new if side == "new" else g.old
+            for k in (idx[0] - 1, idx[-1] + 1):
+                if k not in left or units[k].line != units[idx[0]].line:
+                    continue
+                trial = sorted([*idx, k])
+                o = _joined(old, trial if side == "old" else g.old)
+                n = _joined(new, trial if side == "new" else g.new)
+                r = ratio(o, n)
+                if r > g.ratio:
+                    idx[:] = trial
+                    g.ratio = r
+                    left.discard(k)
+                    changed = True
+                    break
+
+
+class Passages:
+    """How two texts' sentence units differ: modified passages (a sentence edited, split in two or
+    merged with its neighbour) as (old, new) texts in new order, and sentences added, removed and
+    moved."""
+
+    __slots__ = ("added", "modified", "moved", "removed")
+
+    def __init__(self, old: Sequence[Unit], new: Sequence[Unit]) -> None:
+        self.modified: list[tuple[str, str]] = []
+        self.added: list[str] = []
+        self.removed: list[str] = []
+        self.moved: list[str] = []
+        old_texts = [u.text for u in old]
+        new_texts = [u.text for u in new]
+        if old_texts == new_texts:
+            return
+        al = Alignment(old_texts, new_texts)
+        groups = [_Group(i, j, r) for i, j, r in al.pairs]
+        _absorb(groups, al.added, old, new, "new")
+        _absorb(groups, al.removed, old, new, "old")
+        groups.sort(key=lambda g: g.new[0])
+        self.modified = [(_joined(old, g.old), _joined(new, g.new)) for g in groups]
+        self.added = [new_texts[k] for k in sorted(al.added)]
+        self.removed = [old_texts[k] for k in sorted(al.removed)]
+        self.moved = [old_texts[i] for i, _ in sorted(al.moved)] + [new_texts[j] for _, j in sorted(al.far)]
+
+
+def block_edits(old: Sequence[str], new: Sequence[str]) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+    """How two lists of code blocks differ: (old, new) blocks edited, in new order, then blocks
+    removed and added; when as many went as came, each one is taken as edited in place. The same
+    blocks in another order differ in nothing: a reordered code block alone is no edit a reader
+    acts on (inline spans move with their sentences, which the passages show)."""
+    if Counter(old) == Counter(new):
+        return [], [], []
+    al = Alignment(old, new)
+    edited = [(old[i], new[j]) for i, j, _ in sorted(al.pairs, key=lambda p: p[1])]
+    removed, added = sorted(al.removed), sorted(al.added)
+    if len(removed) == len(added):
+        edited += [(old[i], new[j]) for i, j in zip(removed, added, strict=True)]
+        return edited, [], []
+    return edited, [old[i] for i in removed], [new[j] for j in added]
+
+
+__all__ = ["PAIR_RATIO", "Alignment", "Passages", "block_edits", "ratio"]

@@ -107,3 +107,35 @@ def joins_furniture(old: Sequence[int], new: Sequence[int], furniture: Collectio
                 joined.add(i)
                 grew = True
     return joined == added
+
+
+def is_pure_deletion(old: Sequence[int], new: Sequence[int]) -> bool:
+    """True when *new* is *old* with some blocks removed and nothing added or reordered."""
+    if len(new) >= len(old):
+        return False
+    it = iter(old)
+    return all(any(h == o for o in it) for h in new)
+
+
+def deleted_runs(old: Sequence[int], new: Sequence[int]) -> int:
+    """In how many contiguous places blocks of *old* are missing from *new* (a pure deletion)."""
+    runs, j, gap = 0, 0, False
+    for h in old:
+        if j < len(new) and new[j] == h:
+            j += 1
+            gap = False
+        elif not gap:
+            runs += 1
+            gap = True
+    return runs
+
+
+def only_noise_removed(
+    old: Sequence[int], new: Sequence[int], boilerplate: Collection[tuple[int, int]], region_hits: int
+) -> bool:
+    """Whether *new* is *old* with only noise cut, furniture aside (see :func:`without_furniture`):
+    blocks went, nothing came in, and they went in no more places than the learned volatile regions
+    cut from this very page (*region_hits*; a paragraph deleted elsewhere is still a change)."""
+    old_blocks = without_furniture(old, boilerplate)
+    new_blocks = without_furniture(new, boilerplate)
+    return is_pure_deletion(old_blocks, new_blocks) and deleted_runs(old_blocks, new_blocks) <= region_hits

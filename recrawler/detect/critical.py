@@ -1,10 +1,16 @@
 """Critical tokens: the numbers, versions, identifiers, names, negations and modals whose change a
-reader must not miss (pure), and the reasons a pair of sentences differs in them."""
+reader must not miss (pure), and the reasons an edit is critical: tokens changed within a modified
+passage, headings and code changed, sentences added, removed or moved."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections import Counter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 _UNITS = (
     r"%|\u2030|\u00b0[CF]?|KiB|MiB|GiB|TiB|kB|KB|MB|GB|TB|PB|Kb|Mb|Gb|bytes?|bits?|B|"
@@ -308,4 +314,76 @@ def token_reasons(old_text: str, new_text: str) -> list[str]:
     return reasons
 
 
-__all__ = ["counter_changes", "token_reasons"]
+# Sentences listed per "sentence added/removed" reason kind before the rest is counted.
+_MAX_LISTED = 5
+_SHORT = 80
+
+
+def _short(text: str, limit: int = _SHORT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _listed(prefix: str, texts: Sequence[str]) -> list[str]:
+    reasons = [f"{prefix} {_short(t)!r}" for t in texts[:_MAX_LISTED]]
+    if len(texts) > _MAX_LISTED:
+        reasons.append(f"{prefix} {len(texts) - _MAX_LISTED} more")
+    return reasons
+
+
+def heading_reasons(old: Sequence[str], new: Sequence[str]) -> list[str]:
+    """Reasons from the headings: each one gone or added, or their order changed."""
+    if list(old) == list(new):
+        return []
+    minus, plus = counter_changes(Counter(old), Counter(new))
+    if not minus and not plus:
+        return ["heading: order changed"]
+    return [f"heading: -{_short(h)!r}" for h in minus] + [f"heading: +{_short(h)!r}" for h in plus]
+
+
+def _code_change(a: str, b: str) -> str:
+    if "\n" not in a and "\n" not in b:
+        return f"code: {_short(a)!r} -> {_short(b)!r}"
+    al, bl = a.splitlines(), b.splitlines()
+    minus: list[str] = []
+    plus: list[str] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, al, bl, autojunk=False).get_opcodes():
+        if tag != "equal":
+            minus.extend(al[i1:i2])
+            plus.extend(bl[j1:j2])
+    if [x.strip() for x in minus] == [x.strip() for x in plus]:
+        return f"code: indentation changed in {_short(a.splitlines()[0].strip())!r}"
+    parts = [f"-{_short(x.strip(), 60)!r}" for x in minus[:3]]
+    parts += [f"+{_short(x.strip(), 60)!r}" for x in plus[:3]]
+    more = len(minus) + len(plus) - len(parts)
+    return "code: " + " ".join(parts) + (f" (+{more} lines)" if more > 0 else "")
+
+
+def code_reasons(
+    edited: Sequence[tuple[str, str]], removed: Sequence[str], added: Sequence[str]
+) -> list[str]:
+    """Reasons from the code blocks (see :func:`~recrawler.detect.align.block_edits`): each edited
+    block's changed lines, each removed or added block's first line."""
+    changes = [_code_change(a, b) for a, b in edited]
+    changes += [f"code: -{_short(a.splitlines()[0])!r}" for a in removed]
+    changes += [f"code: +{_short(b.splitlines()[0])!r}" for b in added]
+    reasons = changes[: 2 * _MAX_LISTED]
+    if len(changes) > len(reasons):
+        reasons.append(f"code: {len(changes) - len(reasons)} more changes")
+    return reasons
+
+
+def passage_reasons(
+    modified: Sequence[tuple[str, str]], added: Sequence[str], removed: Sequence[str], moved: Sequence[str]
+) -> list[str]:
+    """Reasons from the sentences (see :class:`~recrawler.detect.align.Passages`): the critical
+    tokens of each modified passage, then the sentences added, removed and moved."""
+    reasons: list[str] = []
+    for old, new in modified:
+        reasons.extend(token_reasons(old, new))
+    reasons.extend(_listed("sentence added:", added))
+    reasons.extend(_listed("sentence removed:", removed))
+    reasons.extend(_listed("order: moved", moved))
+    return reasons
+
+
+__all__ = ["code_reasons", "counter_changes", "heading_reasons", "passage_reasons", "token_reasons"]

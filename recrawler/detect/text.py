@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 FENCE = "```"
 # a heading is a block of one line: 1 to 6 "#", spaces or tabs, then its text
@@ -16,6 +21,10 @@ _HEADING = re.compile(r"(#{1,6})[ \t]+(.+)")
 _CODE = re.compile(r"```[^\n]*\n(?:(.*)\n)?```[ \t]*", re.DOTALL)
 # list item and quote markers at the start of a line: "- ", "1. ", "2) ", "> ", nested ones too
 _MARKER = re.compile(r"^(?:(?:[-*+>]|\d{1,3}[.)])[ \t]+)+")
+_SENTENCE_END = re.compile(r"[.!?\u2026]+[\"'\u201d\u2019)\]]*\s+(?=[^\sa-z])")
+_ABBREVIATIONS = frozenset(
+    {"e.g", "i.e", "etc", "vs", "cf", "approx", "dr", "mr", "mrs", "ms", "fig", "eq", "incl", "al", "resp"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,15 +120,87 @@ def headings(text: str) -> list[tuple[int, str]]:
     return [(b.level, b.title) for b in parse(text) if b.level]
 
 
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One sentence (or table row) of rendered text."""
+
+    text: str
+    #: the line (block, list item, table row) it comes from
+    line: int
+
+
+def sentences(line: str) -> list[str]:
+    """The sentences of one cleaned line; an abbreviation or an initial ends none."""
+    out: list[str] = []
+    start = 0
+    for m in _SENTENCE_END.finditer(line):
+        before = line[start : m.start()].rsplit(None, 1)
+        last = before[-1].lstrip("([\"'").lower() if before else ""
+        # an abbreviation or an initial ("e.g. Foo", "J. Smith") does not end a sentence
+        if last in _ABBREVIATIONS or (len(last) == 1 and last.isalpha()):
+            continue
+        out.append(line[start : m.end()].strip())
+        start = m.end()
+    rest = line[start:].strip()
+    if rest:
+        out.append(rest)
+    return out
+
+
+def units(text: str) -> tuple[list[Unit], list[str], list[str]]:
+    """Split rendered text into sentence units, heading texts and (cleaned, non-empty) code blocks."""
+    found: list[Unit] = []
+    titles: list[str] = []
+    code_blocks: list[str] = []
+    n = 0
+    for block in parse(text):
+        if block.code is not None:
+            code_blocks.append(clean_code(block.code))
+            continue
+        if block.level:
+            n += 1
+            titles.append(block.title)
+            continue
+        for raw in block.text.splitlines():
+            line = raw.strip()
+            if not line:
+                continue
+            n += 1
+            line = clean(unmarked(line))
+            if not line:
+                continue
+            if line.startswith("|"):
+                found.append(Unit(line, n))
+            else:
+                found.extend(Unit(s, n) for s in sentences(line))
+    return found, titles, [c for c in code_blocks if c]
+
+
+def merge_code(code: Sequence[str], code_blocks: Sequence[str]) -> list[str]:
+    """Code spans (cleaned) plus the fenced blocks of the text that they do not hold yet."""
+    spans = [c for c in (clean_code(s) for s in code) if c]
+    have = Counter(spans)
+    for block in code_blocks:
+        if have[block] > 0:
+            have[block] -= 1
+        else:
+            spans.append(block)
+    return spans
+
+
 __all__ = [
     "FENCE",
     "Block",
+    "Unit",
     "blocks",
     "clean",
     "clean_code",
     "code",
     "heading",
     "headings",
+    "merge_code",
     "parse",
+    "sentences",
+    "units",
     "unmarked",
 ]

@@ -5,15 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from recrawler.detect.boilerplate import without_furniture
-from recrawler.detect.guard import critical_changes, fields_from_text
+from recrawler.detect.boilerplate import only_noise_removed
+from recrawler.detect.guard import Fields, critical_changes
 from recrawler.detect.hashing import fuzzy_distance, unpack_blocks
 from recrawler.items import PageStatus
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from recrawler.detect.guard import Fields
     from recrawler.detect.noise import Fingerprint, SiteNoise
 
 #: how an unchanged verdict was reached (the ``recrawler/page/unchanged/<how>`` stats)
@@ -87,33 +86,6 @@ class Verdict:
         return bool(self.critical) and self.status == PageStatus.CHANGED and self.distance is not None
 
 
-def is_pure_deletion(old: Sequence[int], new: Sequence[int]) -> bool:
-    """True when *new* is *old* with some blocks removed and nothing added or reordered."""
-    if len(new) >= len(old):
-        return False
-    it = iter(old)
-    return all(any(h == o for o in it) for h in new)
-
-
-def deleted_runs(old: Sequence[int], new: Sequence[int]) -> int:
-    """In how many contiguous places blocks of *old* are missing from *new* (a pure deletion)."""
-    runs, j, gap = 0, 0, False
-    for h in old:
-        if j < len(new) and new[j] == h:
-            j += 1
-            gap = False
-        elif not gap:
-            runs += 1
-            gap = True
-    return runs
-
-
-def guard_fields(text: str, code: Sequence[str], noise: SiteNoise) -> Fields:
-    """What the critical-token guard compares: normalised text (volatile tokens do not trip it)."""
-    normalize = noise.normalizer.normalize
-    return fields_from_text(normalize(text), [normalize(c) for c in code])
-
-
 def decide(
     page: Fetched,
     rec: Stored | None,
@@ -152,24 +124,23 @@ def decide(
     if rec.noise_key is None and page.content_hash == rec.content_hash:
         # stored before per-block hashing: the same cleaned text is the same page
         return Verdict(status=PageStatus.UNCHANGED, how=BY_HASH)
-    if old is not None and rec.noise_key != noise.key:
-        old_blocks = without_furniture(unpack_blocks(old.blocks), noise.boilerplate)
-        new_blocks = without_furniture(fp.blocks, noise.boilerplate)
-        # the noise model changed since (a region learned): blocks went, nothing came in, and they
-        # went in no more places than the learned regions cut from this very page (a paragraph
-        # deleted elsewhere is still a change)
-        if (
-            is_pure_deletion(old_blocks, new_blocks)
-            and deleted_runs(old_blocks, new_blocks) <= page.region_hits
-        ):
-            return Verdict(status=PageStatus.UNCHANGED, how=REBASELINED)
+    # the cheap signals first, in the order the data flows: hashes, blocks, then the guard
+    noise_changed = old is not None and rec.noise_key != noise.key
+    old_blocks = unpack_blocks(old.blocks) if old is not None and noise_changed else []
     distance = None
     if fp.fuzzy_hash and rec.fuzzy_hash:
         distance = fuzzy_distance(rec.fuzzy_hash, fp.fuzzy_hash)
+    # the noise model changed since (a region learned): only noise went
+    if noise_changed and only_noise_removed(old_blocks, fp.blocks, noise.boilerplate, page.region_hits):
+        return Verdict(status=PageStatus.UNCHANGED, how=REBASELINED)
     critical = []
     if old is not None:
-        new_fields = guard_fields(page.text or "", page.code, noise)
-        critical = critical_changes(guard_fields(old.text, old.code, noise), new_fields)
+        # normalised texts: volatile tokens do not trip the guard
+        normalize = noise.normalizer.normalize
+        critical = critical_changes(
+            Fields(text=normalize(old.text), code=tuple(normalize(c) for c in old.code)),
+            Fields(text=normalize(page.text or ""), code=tuple(normalize(c) for c in page.code)),
+        )
     if threshold is not None and distance is not None and distance <= threshold and not critical:
         return Verdict(
             status=PageStatus.UNCHANGED, how=BY_FUZZY, distance=distance, critical=critical, advance=False
@@ -189,7 +160,4 @@ __all__ = [
     "StoredFields",
     "Verdict",
     "decide",
-    "deleted_runs",
-    "guard_fields",
-    "is_pure_deletion",
 ]
