@@ -23,6 +23,7 @@ from recrawler.downloadermiddlewares.redirect import PageRedirectMiddleware
 from recrawler.downloadermiddlewares.render import RenderMiddleware, render_settings
 from recrawler.downloadermiddlewares.retry import PoliteRetryMiddleware
 from recrawler.downloadermiddlewares.robotstxt import CountedRobotsTxtMiddleware
+from recrawler.downloadermiddlewares.urlpolicy import UrlPolicyMiddleware
 from recrawler.exceptions import ConfigurationError
 from recrawler.extensions.logs import DownloadFailureLog
 from recrawler.extensions.reconcile import Reconciler
@@ -207,6 +208,9 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", ConditionalRequestMiddleware, 540
         )
+        # 40: first, so a URL outside the spider's policy is never downloaded (nor its host's
+        # robots.txt: RobotsTxtMiddleware is at 100)
+        settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", UrlPolicyMiddleware, 40)
         # 700 then 800: late, so a project's enrichment pipelines run first; IndexPipeline writes
         # the page (state, chunks, events) last, in one transaction.
         settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", ClassifyPipeline, 700)

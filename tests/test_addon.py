@@ -16,6 +16,7 @@ from recrawler import default_settings, meta
 from recrawler.addon import FAST_PROFILE, POLITE_PROFILE
 from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddleware
 from recrawler.downloadermiddlewares.redirect import PageRedirectMiddleware
+from recrawler.downloadermiddlewares.urlpolicy import UrlPolicyMiddleware
 from recrawler.exceptions import ConfigurationError
 from recrawler.extensions.reconcile import Reconciler
 from recrawler.items import Page
@@ -40,7 +41,10 @@ T0 = 1_760_000_000.0
 ADDON = {"recrawler.addon.RecrawlerAddon": 0}
 COMPONENTS = {
     "DOWNLOADER_MIDDLEWARES": {
-        "recrawler.downloadermiddlewares.conditional.ConditionalRequestMiddleware": 540
+        "recrawler.downloadermiddlewares.urlpolicy.UrlPolicyMiddleware": 40,
+        "recrawler.downloadermiddlewares.conditional.ConditionalRequestMiddleware": 540,
+        "scrapy.downloadermiddlewares.redirect.RedirectMiddleware": None,
+        "recrawler.downloadermiddlewares.redirect.PageRedirectMiddleware": 541,
     },
     "ITEM_PIPELINES": {"recrawler.pipelines.classify.ClassifyPipeline": 800},
     "EXTENSIONS": {"recrawler.runtime.Runtime": 0, "recrawler.extensions.reconcile.Reconciler": 0},
@@ -224,6 +228,7 @@ async def test_addon_places_components_and_defaults(tmp_path: Path) -> None:
     async with built(MySpider, settings) as crawler:
         s = crawler.settings
         assert s.getdict("DOWNLOADER_MIDDLEWARES")[ConditionalRequestMiddleware] == 540
+        assert s.getdict("DOWNLOADER_MIDDLEWARES")[UrlPolicyMiddleware] == 40
         # Scrapy's redirects, subclassed, below CredentialsMiddleware (545)
         base = s.getdict("DOWNLOADER_MIDDLEWARES_BASE")
         assert base[PageRedirectMiddleware] == 541

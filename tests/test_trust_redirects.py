@@ -223,3 +223,16 @@ async def test_a_page_s_meta_refresh_is_content_not_a_hop(site: Site, crawls: Cr
     r = await crawls.crawl(site.write_sitemap(["a.html"]))
     assert r.counts["new"] == 1
     assert site.requests("other.html") == []
+
+
+@deferred_f_from_coro_f
+async def test_a_sitemap_redirected_to_another_host_is_never_fetched(site: Site, crawls: Crawls) -> None:
+    port = urlsplit(site.url()).port
+    site.write("a.html", docsite.tool_guide("A", "Words."), mtime=T0)
+    site.write_sitemap(["a.html"], name="sitemap-v2.xml")
+    # Scrapy follows a sitemap's redirect; the hop is checked like any other URL
+    site.options("sitemap.xml", location=f"http://localhost:{port}/{site.name}/sitemap-v2.xml")
+    r = await crawls.crawl(site.url("sitemap.xml"))
+    assert site.requests("sitemap-v2.xml") == []
+    assert r.stats["recrawler/url/refused/offsite"] == 1
+    assert r.counts["new"] == 0

@@ -16,7 +16,7 @@ from recrawler.misses import record_page_error, stage_miss, state_error
 from recrawler.redact import redact_text, redact_url
 from recrawler.runtime import runtime_of
 from recrawler.state import GONE, LIVE, MOVED, PageRecord
-from recrawler.urls import KeyMaker, UrlPolicy, key_host
+from recrawler.urls import KeyMaker, key_host
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -47,19 +47,16 @@ def _same_validator(response: Response, rec: PageRecord) -> bool:
 
 
 class ConditionalRequestMiddleware:
-    """Lets only URLs of the spider's policy through, sends stored validators back and accounts
-    for every page request's final outcome.
+    """Sends stored validators back and accounts for every page request's final outcome.
 
-    Every request of the spider passes the spider's URL policy first (``http``/``https`` on the
-    site's hosts, no credentials): anything else is never downloaded, redirect hops included. Sends
-    the stored ``ETag`` byte for byte as ``If-None-Match`` and the stored ``Last-Modified`` as
+    Sends the stored ``ETag`` byte for byte as ``If-None-Match`` and the stored ``Last-Modified`` as
     ``If-Modified-Since`` (RFC 9110 §13.1) and lets the 304 reach the callback; sitemap files get
     their stored validators too, and an unchanged one (304) is listed from the database. The stored
     record it reads rides on to the callback in the request's meta. It sits below the redirect
     middleware (PageRedirectMiddleware), so it sees final answers: 404/410 of stored pages (and of
     the pages a permanent redirect moved there) are staged as misses for the Reconciler; 5xx, other
     error statuses, an unfollowed redirect and download exceptions are counted as errors and change
-    nothing else.
+    nothing else. (URLs outside the spider's policy never get here: see UrlPolicyMiddleware.)
 
     Settings: ``RECRAWLER_CONDITIONAL_ENABLED``, ``RECRAWLER_DB_URI``, ``RECRAWLER_URL_*_PARAMS``,
     ``RECRAWLER_GONE_STATUSES``, ``RECRAWLER_MISSING_STATUSES``, ``RECRAWLER_INDEX_ENABLED`` with
@@ -68,7 +65,7 @@ class ConditionalRequestMiddleware:
     with ``HTTPCACHE_POLICY`` (RFC2616Policy also sends validators: a ConfigurationError).
     Stats: ``recrawler/conditional/{sent,not_modified}`` (and per host below each),
     ``recrawler/request/{count,failed}``, ``recrawler/page/missing/http_<code>``,
-    ``recrawler/page/error/<reason>``, ``recrawler/url/refused/<reason>``,
+    ``recrawler/page/error/<reason>``,
     ``recrawler/sitemap/{fetched,error,conditional,not_modified}``, ``recrawler/bytes/received``,
     ``recrawler/state/error/<Exception>``.
     Meta: ``recrawler_enabled=False`` skips a request, ``recrawler_key`` overrides its page key,
@@ -128,12 +125,6 @@ class ConditionalRequestMiddleware:
             runtime=runtime,
         )
 
-    @property
-    def policy(self) -> UrlPolicy | None:
-        """The spider's URL policy (None for a spider without one: nothing is refused)."""
-        spider = self.crawler.spider if self.crawler else None
-        return getattr(spider, "recrawler_url_policy", None)
-
     def _inc(self, name: str, count: int = 1) -> None:
         if self.runtime is not None:
             self.runtime.counters.inc(name, count)
@@ -142,24 +133,14 @@ class ConditionalRequestMiddleware:
         if self.runtime is not None:
             state_error(self.runtime, exc)
 
-    def _refused(self, url: str, reason: str, source: str) -> None:
-        if self.runtime is not None:
-            self.runtime.refused(url, reason, source)
-
     async def process_request(self, request: Request) -> None:
-        """Refuse URLs the policy does not allow; attach the stored validators of the request's page."""
+        """Attach the stored validators of the request's page (or sitemap file)."""
         # A redirect hop re-enters here: drop validators set for the previous URL first.
         if request.meta.pop(meta.SENT, False):
             for header in _VALIDATOR_HEADERS:
                 request.headers.pop(header, None)
         if request.meta.get(meta.ENABLED, True) is False:
             return
-        policy = self.policy
-        if policy is not None:
-            reason = policy.refusal(request.url)
-            if reason is not None:
-                self._refused(request.url, reason, meta.role(request))
-                raise IgnoreRequest(f"recrawler refused the URL ({reason})")
         if is_sitemap_request(request):
             if self.conditional and request.meta.get(meta.CONDITIONAL) is not False:
                 await self._attach_sitemap(request)
