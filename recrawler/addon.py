@@ -7,6 +7,7 @@ import importlib.util
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy.downloadermiddlewares.httpcompression import HttpCompressionMiddleware
+from scrapy.downloadermiddlewares.redirect import RedirectMiddleware
 from scrapy.downloadermiddlewares.retry import RetryMiddleware
 from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
 from scrapy.exceptions import NotConfigured
@@ -18,9 +19,11 @@ from recrawler.downloadermiddlewares.audit import AuditMiddleware
 from recrawler.downloadermiddlewares.compression import BoundedHttpCompressionMiddleware
 from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddleware
 from recrawler.downloadermiddlewares.credentials import CredentialsMiddleware
+from recrawler.downloadermiddlewares.redirect import PageRedirectMiddleware
 from recrawler.downloadermiddlewares.render import RenderMiddleware, render_settings
 from recrawler.downloadermiddlewares.retry import PoliteRetryMiddleware
 from recrawler.downloadermiddlewares.robotstxt import CountedRobotsTxtMiddleware
+from recrawler.downloadermiddlewares.urlpolicy import UrlPolicyMiddleware
 from recrawler.exceptions import ConfigurationError
 from recrawler.extensions.logs import DownloadFailureLog
 from recrawler.extensions.reconcile import Reconciler
@@ -111,14 +114,15 @@ def _check_numbers(settings: BaseSettings) -> None:
             raise ConfigurationError(f"{name}: must be {kind}, got {raw!r}") from None
 
 
-def _replace_builtin(settings: BaseSettings, builtin: type, ours: type) -> None:
-    """Put *ours* (a subclass) in the place of Scrapy's *builtin* downloader middleware, unless the
-    project placed or disabled *builtin* itself (then its choice stands)."""
+def _replace_builtin(settings: BaseSettings, builtin: type, ours: type, priority: int | None = None) -> None:
+    """Put *ours* (a subclass) in the place of Scrapy's *builtin* downloader middleware (at
+    *priority*, else at the builtin's), unless the project placed or disabled *builtin* itself
+    (then its choice stands)."""
     own = settings.getdict("DOWNLOADER_MIDDLEWARES")
     if any(_loads(name) in (builtin, ours) for name in own):
         return
     with contextlib.suppress(KeyError):
-        settings.replace_in_component_priority_dict("DOWNLOADER_MIDDLEWARES_BASE", builtin, ours)
+        settings.replace_in_component_priority_dict("DOWNLOADER_MIDDLEWARES_BASE", builtin, ours, priority)
 
 
 def _loads(name: Any) -> Any:
@@ -196,11 +200,17 @@ class RecrawlerAddon:
         _replace_builtin(settings, RobotsTxtMiddleware, CountedRobotsTxtMiddleware)
         # ...and a page that decompresses past DOWNLOAD_MAXSIZE (a gzip bomb) is a counted error
         _replace_builtin(settings, HttpCompressionMiddleware, BoundedHttpCompressionMiddleware)
-        # 540: below RetryMiddleware (550) and RedirectMiddleware (600), so process_response and
+        # ...and a page's redirect moves it, lends it an address or misses it; moved from 600 to
+        # 541: below CredentialsMiddleware (545), so a redirect to the login page is never followed
+        _replace_builtin(settings, RedirectMiddleware, PageRedirectMiddleware, 541)
+        # 540: below RetryMiddleware (550) and PageRedirectMiddleware (541), so process_response and
         # process_exception see only final outcomes, after retries and redirects.
         settings.setdefault_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", ConditionalRequestMiddleware, 540
         )
+        # 40: first, so a URL outside the spider's policy is never downloaded (nor its host's
+        # robots.txt: RobotsTxtMiddleware is at 100)
+        settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", UrlPolicyMiddleware, 40)
         # 700 then 800: late, so a project's enrichment pipelines run first; IndexPipeline writes
         # the page (state, chunks, events) last, in one transaction.
         settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", ClassifyPipeline, 700)

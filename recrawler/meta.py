@@ -45,14 +45,13 @@ DUE = "recrawler_due"
 VERIFY = "recrawler_verify"
 
 # --- private: set and read by recrawler's own components --------------------------------------------
-#: the validators this middleware attached (they are removed again on a redirect hop)
+#: the validators ConditionalRequestMiddleware attached (they are removed again on a redirect hop)
 SENT = "_recrawler_validators"
 #: set on a 200 whose validators equal the stored ones
 SAME_VALIDATOR = "_recrawler_same_validator"
-#: recrawler follows this page request's redirects itself (it set ``dont_redirect``)
+#: PageRedirectMiddleware decides this page request's redirects (its ``dont_redirect`` only keeps
+#: MetaRefreshMiddleware away); the hops so far are Scrapy's ``redirect_urls``
 REDIRECTS = "_recrawler_redirects"
-#: the URLs of the redirect hops so far, oldest first
-HOPS = "_recrawler_hops"
 #: keys of stored pages a permanent redirect chain moved to this request's key
 MOVED_FROM = "_recrawler_moved_from"
 #: the URL a page is cited under when a temporary redirect served it from elsewhere

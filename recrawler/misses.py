@@ -1,4 +1,4 @@
-"""Staging a soft 404 as a miss: what a 404 would stage, from wherever the soft 404 was found."""
+"""A page request's failed outcomes: a 404/410 or a soft 404 staged as a miss, an error recorded."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["stage_soft_miss"]
+__all__ = ["record_page_error", "stage_miss", "stage_soft_miss", "state_error"]
 
 
 async def stage_soft_miss(
@@ -59,3 +59,58 @@ async def stage_soft_miss(
             logger.error("state store write failed: %(exc)s", {"exc": exc})
     logger.debug("soft 404 (%(shape)s): %(url)s", {"shape": shape, "url": url})
     return staged
+
+
+def state_error(runtime: Runtime, exc: StateStoreError) -> None:
+    """Count and log a state store failure that the request goes on without."""
+    runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+    logger.error("state store read failed: %(exc)s", {"exc": exc})
+
+
+async def stage_miss(runtime: Runtime, key: str, url: str, status: int) -> None:
+    """Stage a 404/410 (a status of ``RECRAWLER_MISSING_STATUSES`` / ``RECRAWLER_GONE_STATUSES``)
+    of page *key* for the Reconciler; a gone page answering it again is a tombstone, an unknown
+    URL an error (a broken listing, not a page)."""
+    run = runtime.run
+    if run is None:
+        return
+    try:
+        staged = await runtime.store.record_miss(run, key, status)
+    except StateStoreError as exc:
+        state_error(runtime, exc)
+        return
+    if staged == "staged":
+        runtime.counters.inc(f"recrawler/page/missing/http_{status}")
+    elif staged == "tombstone":
+        # A gone page still answering 404/410: nothing new; not a page check either.
+        runtime.counters.inc("recrawler/page/tombstone")
+    else:
+        await record_page_error(runtime, key, url, f"http_{status}", http_status=status)
+
+
+async def record_page_error(
+    runtime: Runtime, key: str, url: str, reason: str, *, http_status: int | None = None
+) -> None:
+    """Count a page request that ended in an error (``recrawler/page/error/<reason>``) and record
+    its event: uncertainty, which changes nothing else."""
+    runtime.counters.inc(f"recrawler/page/{PageStatus.ERROR}")
+    runtime.counters.inc(f"recrawler/page/{PageStatus.ERROR}/{reason}")
+    logger.debug("page error %(reason)s: %(url)s", {"reason": reason, "url": url})
+    run = runtime.run
+    if run is None:
+        return
+    event = Event(
+        run_id=run.id,
+        action=PageStatus.ERROR,
+        url=url,
+        key=key,
+        content_hash=None,
+        status=PageStatus.ERROR,
+        at=utcnow(),
+        reason=reason,
+        http_status=http_status,
+    )
+    try:
+        await runtime.store.record_error(run, key, [event])
+    except StateStoreError as exc:
+        state_error(runtime, exc)

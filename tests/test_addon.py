@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import scrapy
+from scrapy.downloadermiddlewares.redirect import RedirectMiddleware
 from scrapy.extensions.httpcache import DummyPolicy, RFC2616Policy
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
@@ -14,6 +15,8 @@ from scrapy.utils.test import get_crawler
 from recrawler import default_settings, meta
 from recrawler.addon import FAST_PROFILE, POLITE_PROFILE
 from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddleware
+from recrawler.downloadermiddlewares.redirect import PageRedirectMiddleware
+from recrawler.downloadermiddlewares.urlpolicy import UrlPolicyMiddleware
 from recrawler.exceptions import ConfigurationError
 from recrawler.extensions.reconcile import Reconciler
 from recrawler.items import Page
@@ -38,7 +41,10 @@ T0 = 1_760_000_000.0
 ADDON = {"recrawler.addon.RecrawlerAddon": 0}
 COMPONENTS = {
     "DOWNLOADER_MIDDLEWARES": {
-        "recrawler.downloadermiddlewares.conditional.ConditionalRequestMiddleware": 540
+        "recrawler.downloadermiddlewares.urlpolicy.UrlPolicyMiddleware": 40,
+        "recrawler.downloadermiddlewares.conditional.ConditionalRequestMiddleware": 540,
+        "scrapy.downloadermiddlewares.redirect.RedirectMiddleware": None,
+        "recrawler.downloadermiddlewares.redirect.PageRedirectMiddleware": 541,
     },
     "ITEM_PIPELINES": {"recrawler.pipelines.classify.ClassifyPipeline": 800},
     "EXTENSIONS": {"recrawler.runtime.Runtime": 0, "recrawler.extensions.reconcile.Reconciler": 0},
@@ -222,6 +228,12 @@ async def test_addon_places_components_and_defaults(tmp_path: Path) -> None:
     async with built(MySpider, settings) as crawler:
         s = crawler.settings
         assert s.getdict("DOWNLOADER_MIDDLEWARES")[ConditionalRequestMiddleware] == 540
+        assert s.getdict("DOWNLOADER_MIDDLEWARES")[UrlPolicyMiddleware] == 40
+        # Scrapy's redirects, subclassed, below CredentialsMiddleware (545)
+        base = s.getdict("DOWNLOADER_MIDDLEWARES_BASE")
+        assert base[PageRedirectMiddleware] == 541
+        assert RedirectMiddleware not in base
+        assert "scrapy.downloadermiddlewares.redirect.RedirectMiddleware" not in base
         assert s.getdict("ITEM_PIPELINES")[ClassifyPipeline] == 700
         assert s.getdict("ITEM_PIPELINES")[IndexPipeline] == 800
         assert s.getdict("EXTENSIONS")[Reconciler] == 0
@@ -257,6 +269,16 @@ async def test_addon_keeps_the_projects_own_settings(tmp_path: Path) -> None:
         assert type(crawler.request_fingerprinter).__name__ == "RequestFingerprinter"
         pipelines = s.getdict("ITEM_PIPELINES")
         assert pipelines == {"recrawler.pipelines.classify.ClassifyPipeline": 300, IndexPipeline: 800}
+
+
+@deferred_f_from_coro_f
+async def test_addon_leaves_a_redirect_middleware_the_project_placed(tmp_path: Path) -> None:
+    own = {"scrapy.downloadermiddlewares.redirect.RedirectMiddleware": 610}
+    settings = base_settings(tmp_path, ADDONS=ADDON, DOWNLOADER_MIDDLEWARES=own)
+    async with built(MySpider, settings) as crawler:
+        placed = crawler.settings.getwithbase("DOWNLOADER_MIDDLEWARES")
+        assert placed["scrapy.downloadermiddlewares.redirect.RedirectMiddleware"] == 610
+        assert PageRedirectMiddleware not in placed
 
 
 @deferred_f_from_coro_f

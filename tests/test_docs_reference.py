@@ -24,6 +24,8 @@ COMPONENTS = [
     "recrawler.extensions.reconcile.Reconciler",
     "recrawler.extensions.logs.DownloadFailureLog",
     "recrawler.downloadermiddlewares.conditional.ConditionalRequestMiddleware",
+    "recrawler.downloadermiddlewares.redirect.PageRedirectMiddleware",
+    "recrawler.downloadermiddlewares.urlpolicy.UrlPolicyMiddleware",
     "recrawler.downloadermiddlewares.audit.AuditMiddleware",
     "recrawler.spidermiddlewares.listing.ListingMiddleware",
     "recrawler.spidermiddlewares.deltafetch.DeltaFetchMiddleware",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import urlsplit
 
 import scrapy
 from scrapy import signals
+from scrapy.downloadermiddlewares.redirect import RedirectMiddleware
 from scrapy.utils.defer import deferred_f_from_coro_f
 
+from recrawler.downloadermiddlewares.redirect import PageRedirectMiddleware
 from recrawler.spiders import RecrawlerSpiderMixin
 from tests import docsite, statedb
 from tests.conftest import make_crawler
@@ -110,6 +113,73 @@ async def test_an_opted_in_spider_of_the_same_project_is_recrawled(site: Site, t
     await crawl(OptedIn, settings, urls=urls)
     assert sorted(q["status"] for q in site.requests()) == [304, 304]  # the utm variant is the same page
     assert statedb.value(db, "SELECT COUNT(*) FROM runs") == 2
+
+
+class RedirectsSeen(OptedIn):
+    """An opted-in spider that keeps what Scrapy's redirect machinery put on each response."""
+
+    name = "opted_redirects"
+    seen: ClassVar[list[tuple[str, list[str], list[Any]]]] = []
+
+    def parse(self, response: Response) -> Any:
+        meta = response.meta
+        self.seen.append((response.url, meta.get("redirect_urls", []), meta.get("redirect_reasons", [])))
+        yield self.recrawler_page(response)
+
+
+def redirect_middlewares(crawler: Any) -> list[type]:
+    return [
+        type(mw)
+        for mw in crawler.engine.downloader.middleware.middlewares
+        if isinstance(mw, RedirectMiddleware)
+    ]
+
+
+@deferred_f_from_coro_f
+async def test_redirects_of_a_plain_spider_are_scrapys_own(site: Site, tmp_path: Path) -> None:
+    port = urlsplit(site.url()).port
+    site.write("there.html", docsite.page("There", [("Intro", ["Somewhere else."])]), mtime=T0)
+    # another host, as recrawler sees it (it would refuse to follow): Scrapy follows it
+    site.options("a.html", location=f"http://localhost:{port}/{site.name}/there.html")
+    db = tmp_path / "state.db"
+    settings = {"ADDONS": ADDON, "RECRAWLER_DB_URI": f"sqlite:///{db}", "LOG_LEVEL": "INFO"}
+    crawler = make_crawler(PlainSpider, settings)
+    kinds: list[list[type]] = []
+
+    def opened() -> None:
+        kinds.append(redirect_middlewares(crawler))
+
+    crawler.signals.connect(opened, signal=signals.spider_opened)
+    await crawler.crawl_async(urls=[site.url("a.html")])
+    assert kinds == [[RedirectMiddleware]]
+    assert [r["status"] for r in site.requests("there.html")] == [200]
+    assert not db.exists()
+
+
+@deferred_f_from_coro_f
+async def test_page_redirects_of_an_opted_in_spider_go_through_scrapys_machinery(
+    site: Site, tmp_path: Path
+) -> None:
+    site.write("new.html", docsite.page("New", [("Intro", ["The page, moved."])]), mtime=T0)
+    site.options("a.html", redirect="hop.html", redirect_status=302)
+    site.options("hop.html", redirect="new.html", redirect_status=301)
+    db = tmp_path / "state.db"
+    settings = {"ADDONS": ADDON, "RECRAWLER_DB_URI": f"sqlite:///{db}", "LOG_LEVEL": "INFO"}
+    crawler = make_crawler(RedirectsSeen, settings)
+    kinds: list[list[type]] = []
+
+    def opened() -> None:
+        kinds.append(redirect_middlewares(crawler))
+
+    crawler.signals.connect(opened, signal=signals.spider_opened)
+    RedirectsSeen.seen = []
+    await crawler.crawl_async(urls=[site.url("a.html")])
+    assert kinds == [[PageRedirectMiddleware]]
+    assert RedirectsSeen.seen == [
+        (site.url("new.html"), [site.url("a.html"), site.url("hop.html")], [302, 301])
+    ]
+    # a temporary hop first: the page keeps its address, and the content is the target's
+    assert statedb.rows(db, "SELECT url, status FROM pages") == [(site.url("a.html"), "live")]
 
 
 @deferred_f_from_coro_f

@@ -188,3 +188,51 @@ async def test_a_redirected_sitemap_is_followed(site: Site, crawls: Crawls) -> N
     r = await crawls.crawl(site.url("sitemap.xml"))
     assert r.counts["new"] == 1
     assert r.report["reconcile"]["applied"]
+
+
+@deferred_f_from_coro_f
+async def test_a_chain_longer_than_redirect_max_times_is_an_error_that_changes_nothing(
+    site: Site, crawls: Crawls
+) -> None:
+    site.write("a.html", docsite.tool_guide("A", "Stable words."), mtime=T0)
+    site.write("b.html", docsite.tool_guide("B", "More words."), mtime=T0)
+    site.write("end.html", docsite.tool_guide("End", "Words at the end."), mtime=T0)
+    sitemap = site.write_sitemap(["a.html", "b.html"])
+    await crawls.crawl(sitemap)
+    site.options("a.html", redirect="h1.html", redirect_status=302)
+    site.options("h1.html", redirect="h2.html", redirect_status=302)
+    site.options("h2.html", redirect="end.html", redirect_status=302)
+    r = await crawls.crawl(sitemap, REDIRECT_MAX_TIMES=2)
+    assert r.stats["recrawler/page/error/redirect_limit"] == 1
+    assert r.stats["recrawler/redirect/temporary"] == 2
+    assert [len(site.requests(p)) for p in ("h1.html", "h2.html", "end.html")] == [1, 1, 0]
+    assert pages(crawls.db_path) == {"a.html": ("live", None), "b.html": ("live", None)}
+    assert r.counts["quarantined"] == r.counts["gone"] == r.counts["moved"] == r.counts["changed"] == 0
+    # within the limit, the same chain lends a.html the end's content
+    r = await crawls.crawl(sitemap, REDIRECT_MAX_TIMES=3)
+    assert "recrawler/page/error/redirect_limit" not in r.stats
+    assert r.counts["changed"] == 1
+
+
+@deferred_f_from_coro_f
+async def test_a_page_s_meta_refresh_is_content_not_a_hop(site: Site, crawls: Crawls) -> None:
+    refresh = '<meta http-equiv="refresh" content="0; url=other.html">'
+    site.write("a.html", docsite.tool_guide("A", "Words.").replace("<head>", f"<head>{refresh}"), mtime=T0)
+    site.write("other.html", docsite.tool_guide("Other", "Other words."), mtime=T0)
+    assert refresh in (site.root / "a.html").read_text()
+    r = await crawls.crawl(site.write_sitemap(["a.html"]))
+    assert r.counts["new"] == 1
+    assert site.requests("other.html") == []
+
+
+@deferred_f_from_coro_f
+async def test_a_sitemap_redirected_to_another_host_is_never_fetched(site: Site, crawls: Crawls) -> None:
+    port = urlsplit(site.url()).port
+    site.write("a.html", docsite.tool_guide("A", "Words."), mtime=T0)
+    site.write_sitemap(["a.html"], name="sitemap-v2.xml")
+    # Scrapy follows a sitemap's redirect; the hop is checked like any other URL
+    site.options("sitemap.xml", location=f"http://localhost:{port}/{site.name}/sitemap-v2.xml")
+    r = await crawls.crawl(site.url("sitemap.xml"))
+    assert site.requests("sitemap-v2.xml") == []
+    assert r.stats["recrawler/url/refused/offsite"] == 1
+    assert r.counts["new"] == 0

@@ -1,4 +1,4 @@
-"""DeltaFetchMiddleware: scrapy-deltafetch for immutable pages, kept in recrawler's database."""
+"""DeltaFetchMiddleware: immutable pages fetched once (scrapy-deltafetch's way), keys in the database."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import Request, signals
 from scrapy.exceptions import NotConfigured
-from scrapy_deltafetch import DeltaFetch
 
 from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
@@ -30,11 +29,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafetch ships no types
-    """scrapy-deltafetch, backed by the state database instead of a ``dbm`` file.
+class DeltaFetchMiddleware:
+    """scrapy-deltafetch's spider middleware, written for the state database instead of a ``dbm``
+    file: its settings, meta keys, spider attribute and stats mean what they mean there, and its
+    keys are looked up a batch of requests at a time without blocking the reactor.
 
     A request whose key was stored by an earlier run is dropped; the key of a response that
-    yields an item is stored. Enabled for requests whose URL matches
+    yields an item (a page read: not an error) is stored. Enabled for requests whose URL matches
     ``RECRAWLER_IMMUTABLE_PATTERNS`` (regular expressions, ``re.search``), or for every request
     with ``DELTAFETCH_ENABLED``. Keys live in the ``deltafetch`` table, per spider: they survive a
     kill (each is committed with the page writes) and are shared by every worker on the database.
@@ -59,8 +60,8 @@ class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafet
         reset: bool = False,
         key_maker: KeyMaker | None = None,
     ) -> None:
-        super().__init__(None, reset, crawler.stats)
         self.store = store
+        self.reset = reset
         self.crawler = crawler
         self.all_requests = all_requests
         self.key_maker = key_maker or KeyMaker()
@@ -102,16 +103,13 @@ class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafet
     def _spider_name(self) -> str:
         return str(getattr(self.crawler.spider, "name", "") or "")
 
-    async def spider_opened(self) -> None:  # spider-less and async, unlike deltafetch's own
+    async def spider_opened(self) -> None:
         """Apply ``DELTAFETCH_RESET`` (or the spider's ``deltafetch_reset``): forget this spider's keys."""
         if await runtime_of(self.crawler).started() is None:
             return
         if self.reset or getattr(self.crawler.spider, "deltafetch_reset", False):
             n = await self.store.immutable_reset(self._spider_name)
             logger.info("deltafetch: reset, %(n)d stored keys forgotten", {"n": n})
-
-    def spider_closed(self, spider: Any = None) -> None:
-        """Nothing to close: the keys live in the state database."""
 
     def _is_enabled_for_request(self, request: Request) -> bool:
         enabled = request.meta.get("deltafetch_enabled")
@@ -125,7 +123,7 @@ class DeltaFetchMiddleware(DeltaFetch):  # type: ignore[misc]  # scrapy-deltafet
         key = request.meta.get("deltafetch_key") or self.fingerprint(request).hex()
         return str(key).encode()
 
-    async def process_spider_output_async(
+    async def process_spider_output(
         self, response: Response, result: AsyncIterator[Any]
     ) -> AsyncIterator[Any]:
         """Drop requests fetched by an earlier run; store the key of a response yielding an item."""
