@@ -17,7 +17,7 @@ __all__ = ["RoleMethods"]
 
 class RoleMethods:
     """Every role over one database, as attributes (``pages``, ``runs``, ``decisions``, ``kb``, ``history``,
-    ``schedule``, ``signals`` for trust, ``readers``) and as the store's own methods, bound once,
+    ``schedule``, ``host_trust``, ``readers``) and as the store's own methods, bound once,
     so callers may type a store by :class:`~recrawler.state.roles.StateStore` or by one role."""
 
     def _bind_roles(self, db: Database) -> None:
@@ -39,7 +39,7 @@ class RoleMethods:
         self.kb = SQLKnowledgeBaseWriter(db)
         self.history = SQLHistory(db)
         self.schedule = SQLSchedule(db)
-        self.signals = SQLTrust(db)
+        self.host_trust = SQLTrust(db)
         self.readers = SQLReaders(db)
         self.frontier = SQLFrontier(db)
         self.search_index = SQLSearchIndex(db)
@@ -96,12 +96,12 @@ class RoleMethods:
         self.frontier_next = self.frontier.frontier_next
         self.frontier_claim = self.frontier.frontier_claim
         self.records = self.frontier.records
-        self.trust = self.signals.trust
-        self.record_trust = self.signals.record_trust
-        self.reset_trust = self.signals.reset_trust
-        self.immutable_seen = self.signals.immutable_seen
-        self.immutable_add = self.signals.immutable_add
-        self.immutable_reset = self.signals.immutable_reset
+        self.trust = self.host_trust.trust
+        self.record_trust = self.host_trust.record_trust
+        self.reset_trust = self.host_trust.reset_trust
+        self.immutable_seen = self.host_trust.immutable_seen
+        self.immutable_add = self.host_trust.immutable_add
+        self.immutable_reset = self.host_trust.immutable_reset
         self.noise_report = self.readers.noise_report
         self.iter_changes = self.readers.iter_changes
         self.iter_pages = self.readers.iter_pages

@@ -19,7 +19,7 @@ class SQLiteStateStore(SQLiteDatabase, RoleMethods):
     ``RECRAWLER_DB_BATCH_SIZE`` pages or ``RECRAWLER_DB_COMMIT_SECS`` seconds: each page is atomic,
     and a kill loses at most the uncommitted tail, which the next run simply checks again.
 
-    The roles are attributes (``pages``, ``runs``, ``kb``, ``history``, ``schedule``, ``signals``
+    The roles are attributes (``pages``, ``runs``, ``kb``, ``history``, ``schedule``, ``host_trust``
     for trust, ``readers``); the store's methods are theirs, bound once, so callers may type a
     store by :class:`~recrawler.state.roles.StateStore` or by the one role they use.
     """
