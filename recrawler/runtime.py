@@ -45,10 +45,9 @@ _P = ParamSpec("_P")
 CLOSE_BUSY, CLOSE_HELD, CLOSE_STATE = "recrawler_busy", "recrawler_held", "recrawler_state_error"
 
 
-class Frontier(Protocol):
-    """Requests waiting outside Scrapy's scheduler, as the closing work sees them: the run's
-    frontier on disk (FrontierMiddleware) and the sitemap files not requested yet
-    (ListingMiddleware) register themselves."""
+class Listing(Protocol):
+    """The sitemap files not requested yet, as the closing work sees them (ListingMiddleware
+    registers itself)."""
 
     def idle(self) -> bool:
         """On ``spider_idle``: send the next requests; False when none wait."""
@@ -110,10 +109,8 @@ class Runtime:
         self.store = store
         self.counters = RunCounters(crawler.stats)
         self.cpu_pool.counters = self.counters
-        #: the run's frontier on disk (set when FrontierMiddleware is enabled)
-        self.frontier: Frontier | None = None
         #: the sitemap files waiting to be requested (set by ListingMiddleware)
-        self.listing: Frontier | None = None
+        self.listing: Listing | None = None
         #: each checked page's next revisit, written with the page (set by ScheduleMiddleware)
         self.revisits: Revisits | None = None
         self.schedule = schedule
@@ -207,9 +204,9 @@ class Runtime:
         return self._embedder
 
     def wake(self) -> None:
-        """Have the engine look for work (and go idle again) now: a read that kept an idle
-        spider open is in. Scrapy offers nothing public for it; without it the engine would
-        look again at its next heartbeat, 5 seconds later."""
+        """Have the engine look for work (and go idle again) now: a read or a write it waited
+        for (the frontier's, the unseen pages') is in. Scrapy offers nothing public for it;
+        without it the engine would look again at its next heartbeat, 5 seconds later."""
         slot = getattr(self.crawler.engine, "_slot", None)
         nextcall = getattr(slot, "nextcall", None)
         if nextcall is not None:
@@ -481,7 +478,7 @@ __all__ = [
     "CLOSE_BUSY",
     "CLOSE_HELD",
     "CLOSE_STATE",
-    "Frontier",
+    "Listing",
     "Revisits",
     "Runtime",
     "find_runtime",

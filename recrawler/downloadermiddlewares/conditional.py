@@ -18,6 +18,7 @@ from recrawler.meta import is_page_request, is_sitemap_request, request_key
 from recrawler.misses import stage_soft_miss
 from recrawler.redact import redact_text, redact_url
 from recrawler.runtime import runtime_of
+from recrawler.scheduler import frontier_enabled
 from recrawler.state import GONE, LIVE, MOVED, Event, PageRecord, utcnow
 from recrawler.urls import KeyMaker, UrlPolicy, key_host, resolve_dots, url_host
 
@@ -492,7 +493,7 @@ class ConditionalRequestMiddleware:
         """Whether to follow a move to page *key*: not when the run's frontier holds it (Scrapy's
         duplicate filter never sees what the frontier feeds)."""
         run = self.runtime.run if self.runtime is not None else None
-        if run is None or self.runtime is None or self.runtime.frontier is None:
+        if run is None or self.runtime is None or not frontier_enabled(self.crawler):
             return True
         try:
             return await self.store.frontier_claim(run, key)

@@ -156,14 +156,12 @@ class Reconciler:
     # -- verifying unseen pages ------------------------------------------------------------------
 
     def spider_idle(self) -> None:
-        """Feed the frontier's next batch; once it is empty, request stored pages this run has not
-        reached yet (read off the reactor, in batches)."""
+        """Request the sitemap files still waiting; once none wait, request stored pages this run
+        has not reached yet (read off the reactor, in batches). The frontier is the scheduler's:
+        the spider goes idle only once it is drained."""
         rt = self.runtime
         if rt.listing is not None and not rt.lease_lost and rt.listing.idle():
             # the rest of the listing first: a page it names is not unseen
-            raise DontCloseSpider
-        if rt.frontier is not None and not rt.lease_lost and rt.frontier.idle():
-            # the listing's own requests first: a page still in the frontier is not unseen
             raise DontCloseSpider
         if not rt.leads or not self.verify_unseen or rt.lease_lost or rt.run is None or rt.run.site is None:
             return
