@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: a smaller batch than RECRAWLER_FRONTIER_BATCH_SIZE is written once no page request came this long
+_QUIET_SECS = 0.01
+
 
 def _callback_name(spider: Any, func: Any) -> str | None:
     """The name of *spider*'s method *func* is bound to, when it is bound under its own name
@@ -129,11 +132,12 @@ class FrontierScheduler(Scheduler):
     Scrapy's own path, as do every request of a spider that did not opt in and all of them with
     ``RECRAWLER_FRONTIER_ENABLED`` off or ``RECRAWLER_WORKERS_ENABLED`` on.
 
-    ``enqueue_request`` and ``next_request`` never touch the database: writes are buffered and
-    flushed as tasks on the store's own connection, off the reactor, and so are reads, after
-    which the engine is woken. ``has_pending_requests`` stays true while the database may hold
-    requests or a read or a write is under way, so the spider does not go idle before the frontier
-    is drained. A batch that cannot be written waits in memory instead: no page is lost.
+    ``enqueue_request`` and ``next_request`` never touch the database: page requests are written
+    a batch at a time (or what a callback yielded, once it stops coming) and read back by tasks on
+    the store's own connection, off the reactor; the engine is woken when one is done.
+    ``has_pending_requests`` stays true while the database may hold requests or a read or a write
+    is under way, so the spider does not go idle before the frontier is drained. A batch that
+    cannot be written waits in memory instead: no page is lost.
 
     Settings: ``RECRAWLER_FRONTIER_ENABLED``, ``RECRAWLER_FRONTIER_BATCH_SIZE``,
     ``RECRAWLER_WORKERS_ENABLED``, ``RECRAWLER_URL_DROP_PARAMS``, ``RECRAWLER_URL_KEEP_PARAMS``,
@@ -170,7 +174,9 @@ class FrontierScheduler(Scheduler):
         #: page requests not written yet: those a sitemap named (True) and the rest (False),
         #: written apart so that what a sitemap adds is counted once per key
         self._unwritten: dict[bool, list[Request]] = {True: [], False: []}
-        self._flush_soon: asyncio.Handle | None = None
+        #: page requests taken so far, and the write of a smaller batch once they stop coming
+        self._arrived = 0
+        self._quiet: asyncio.Handle | None = None
         self._writes: set[asyncio.Task[None]] = set()
         self._reading: asyncio.Task[None] | None = None
         self._closed = False
@@ -204,9 +210,9 @@ class FrontierScheduler(Scheduler):
         """Let the writes and the read under way end (on the store, still open), then close as
         Scrapy's scheduler does. Requests not written yet are dropped with Scrapy's queues."""
         self._closed = True
-        if self._flush_soon is not None:
-            self._flush_soon.cancel()
-            self._flush_soon = None
+        if self._quiet is not None:
+            self._quiet.cancel()
+            self._quiet = None
         self._unwritten = {True: [], False: []}
         tasks = [t for t in (*self._writes, self._reading) if t is not None and not t.done()]
         if not tasks:
@@ -225,29 +231,32 @@ class FrontierScheduler(Scheduler):
         if super().has_pending_requests():
             return True
         rt = self.runtime
-        if rt is None or self._closed:
+        if rt is None or rt.run is None or self._closed:
             return False
         return bool(
             self._unwritten[True]
             or self._unwritten[False]
             or self._writes
             or (self._reading is not None and not self._reading.done())
-            or (self._queued and rt.run is not None and not rt.lease_lost)
+            or (self._queued and not rt.lease_lost)
         )
 
     def enqueue_request(self, request: Request) -> bool:
         """A page request the run names waits to be written to the frontier; every other request
         goes to Scrapy's queues (through its duplicate filter)."""
-        if self.runtime is None or self._closed or not _takes(request):
+        rt = self.runtime
+        if rt is None or rt.run is None or self._closed or not _takes(request):
             return super().enqueue_request(request)
         listed = bool(request.meta.pop(meta.LISTED, False))
         unwritten = self._unwritten[listed]
         unwritten.append(request)
+        self._arrived += 1
         if len(unwritten) >= self.batch_size:
-            self._write(listed)
-        elif self._flush_soon is None:
-            # what one callback yields comes in together: one write for all of it
-            self._flush_soon = asyncio.get_running_loop().call_soon(self._flush)
+            self._write(rt.run, listed)
+        elif self._quiet is None:
+            self._quiet = asyncio.get_running_loop().call_later(
+                _QUIET_SECS, self._write_when_quiet, self._arrived
+            )
         return True
 
     def next_request(self) -> Request | None:
@@ -262,20 +271,26 @@ class FrontierScheduler(Scheduler):
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def _flush(self) -> None:
-        self._flush_soon = None
-        for listed in (True, False):
-            if self._unwritten[listed]:
-                self._write(listed)
-
-    def _write(self, listed: bool) -> None:
-        batch, self._unwritten[listed] = self._unwritten[listed], []
-        assert self.runtime is not None
-        run = self.runtime.run
-        if run is None:
-            # the run never began (the spider is closing): as Scrapy's scheduler would
-            self._to_memory(batch)
+    def _write_when_quiet(self, arrived: int) -> None:
+        """Write what waits once no page request came for ``_QUIET_SECS``: what a callback yields
+        comes in over many turns of the event loop, and goes in one write (as a batch would)."""
+        self._quiet = None
+        if self._closed:
             return
+        if self._arrived != arrived:
+            self._quiet = asyncio.get_running_loop().call_later(
+                _QUIET_SECS, self._write_when_quiet, self._arrived
+            )
+            return
+        rt = self.runtime
+        run = rt.run if rt is not None else None
+        if run is not None:
+            for listed in (True, False):
+                if self._unwritten[listed]:
+                    self._write(run, listed)
+
+    def _write(self, run: Run, listed: bool) -> None:
+        batch, self._unwritten[listed] = self._unwritten[listed], []
         rows: list[tuple[str, int, bytes]] = []
         written: list[Request] = []
         for r in batch:
@@ -304,13 +319,17 @@ class FrontierScheduler(Scheduler):
             self._state_error(exc, "could not queue requests in the frontier: %(exc)s")
             if not self._closed:
                 self._to_memory(batch)
-            rt.wake()
-            return
-        self._queued += added
-        self._added += bool(added)
-        rt.counters.inc("recrawler/frontier/queued", added)
-        if listed:
-            rt.counters.inc("recrawler/sitemap/pages", added)
+            added = 0
+        else:
+            self._queued += added
+            self._added += bool(added)
+            rt.counters.inc("recrawler/frontier/queued", added)
+            if listed:
+                rt.counters.inc("recrawler/sitemap/pages", added)
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                self._writes.discard(task)
         self._top_up()
         # nothing may be left to do: the engine looks again now, not at its next heartbeat
         rt.wake()
@@ -322,19 +341,16 @@ class FrontierScheduler(Scheduler):
     # -- reading ---------------------------------------------------------------------------------
 
     def _top_up(self) -> None:
+        """Below half a batch of fed requests in Scrapy's queues, read the next batch (unless a
+        read is under way, or the database is known to hold none)."""
         rt = self.runtime
-        if (
-            rt is None
-            or rt.run is None
-            or self._closed
-            or not self._queued
-            or self.waiting * 2 >= self.batch_size
-            or (self._reading is not None and not self._reading.done())
-        ):
+        run = rt.run if rt is not None else None
+        if run is None or self._closed or self.waiting * 2 >= self.batch_size:
             return
-        # never on the reactor: a blocking read on a connection of its own waited for row locks
-        # held by the store's open group transaction, which only the reactor can commit
-        self._reading = asyncio.ensure_future(self._feed(rt.run))
+        if self._queued and (self._reading is None or self._reading.done()):
+            # never on the reactor: a blocking read on a connection of its own waited for row
+            # locks held by the store's open group transaction, which only the reactor can commit
+            self._reading = asyncio.ensure_future(self._feed(run))
 
     async def _feed(self, run: Run) -> None:
         rt = self.runtime
