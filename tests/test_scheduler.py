@@ -4,8 +4,7 @@ opted in; what it cannot write waits in memory, what it cannot read never hangs 
 from __future__ import annotations
 
 import logging
-import sqlite3
-from contextlib import closing, suppress
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -20,7 +19,7 @@ from recrawler.exceptions import StateStoreError
 from recrawler.scheduler import FrontierScheduler, request_dict
 from recrawler.spiders.docs import DocsSpider
 from recrawler.state.sqlite import SQLiteStateStore
-from tests import docsite
+from tests import docsite, statedb
 from tests.conftest import make_crawler
 from tests.test_trust_other_spiders import ADDON, OptedIn, PlainSpider, write_pages
 
@@ -47,11 +46,6 @@ def write_site(site: Site, pages: int, *, per_file: int = 10) -> str:
     ]
     site.write("sitemap.xml", docsite.sitemap_index(files), mtime=T0)
     return site.url("sitemap.xml")
-
-
-def stored(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    with closing(sqlite3.connect(db)) as conn:
-        return conn.execute(sql).fetchall()
 
 
 # --- placed by the add-on, per crawler ----------------------------------------------------------
@@ -145,7 +139,7 @@ async def test_a_batch_that_cannot_be_written_waits_in_memory(
     assert all(len(site.requests(f"p{i}.html")) == 1 for i in range(40))
     assert "recrawler/frontier/queued" not in r.stats
     assert "recrawler/frontier/fed" not in r.stats
-    assert stored(crawls.db_path, "SELECT COUNT(*) FROM frontier") == [(0,)]
+    assert statedb.value(crawls.db_path, "SELECT COUNT(*) FROM frontier") == 0
     # each failed write counted (one or more per sitemap file's output), the first logged
     assert r.stats["recrawler/state/error/StateStoreError"] >= 1
     assert [m for m in caplog.messages if "could not queue" in m] == [
