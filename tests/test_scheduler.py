@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 from scrapy.core.scheduler import Scheduler
@@ -165,6 +165,45 @@ async def test_a_frontier_that_cannot_be_read_never_hangs_the_run(
     # pages it could not feed are not unseen: nothing is removed on a state error
     assert r.report["reconcile"]["skipped"] == ["state_error"]
     assert r.exit_code == 5
+
+
+# --- each fed request carries its stored record ---------------------------------------------------
+
+
+class CountingStore(SQLiteStateStore):
+    """Counts the page keys read one by one (``get``): what the frontier's batch read spares."""
+
+    reads: ClassVar[list[str]] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # the roles' methods are bound on the instance
+        self._get = self.get
+        self.get = self._counted  # type: ignore[method-assign]
+
+    async def _counted(self, key: str) -> Any:
+        CountingStore.reads.append(key)
+        return await self._get(key)
+
+
+@deferred_f_from_coro_f
+async def test_a_fed_request_carries_its_stored_record(site: Site, crawls: Crawls) -> None:
+    sitemap = write_site(site, 30)
+    backends = {"sqlite": "tests.test_scheduler.CountingStore"}
+    await crawls.crawl(sitemap, RECRAWLER_STATE_BACKENDS=backends, RECRAWLER_FRONTIER_BATCH_SIZE=10)
+    CountingStore.reads.clear()
+    site.clear_requests()
+    r = await crawls.crawl(sitemap, RECRAWLER_STATE_BACKENDS=backends, RECRAWLER_FRONTIER_BATCH_SIZE=10)
+    # read with its batch, the record gave each page its validators: 304, unchanged, no read of its own
+    assert r.stats["recrawler/frontier/fed"] == 30
+    assert r.stats["recrawler/page/unchanged"] == 30
+    assert {x["status"] for x in site.requests() if x["path"].endswith(".html")} == {304}
+    assert [k for k in CountingStore.reads if ".html" in k] == []
+    # without the frontier each page is read on its own, once
+    CountingStore.reads.clear()
+    r = await crawls.crawl(sitemap, RECRAWLER_STATE_BACKENDS=backends, RECRAWLER_FRONTIER_ENABLED=False)
+    assert r.stats["recrawler/page/unchanged"] == 30
+    assert len([k for k in CountingStore.reads if ".html" in k]) == 30
 
 
 # --- once per key, Scrapy's own path for the rest -----------------------------------------------
