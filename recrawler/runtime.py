@@ -77,7 +77,9 @@ class Runtime:
     ``RECRAWLER_AUDIT_DISTRUST_AFTER``, ``RECRAWLER_INDEX_ENABLED``, ``RECRAWLER_EMBEDDER*``,
     ``RECRAWLER_PUBLISH``, ``RECRAWLER_DRY_RUN``, ``RECRAWLER_CPU_*``, ``RECRAWLER_GC_THRESHOLD``,
     ``RECRAWLER_WORKERS_ENABLED``, ``RECRAWLER_REPORT_FILE`` (a refused run's report),
-    Signals: listens to ``spider_opened`` and ``engine_stopped``.
+    Signals: listens to ``spider_opened`` and ``engine_stopped``; with ``RECRAWLER_WORKERS_ENABLED``
+    its ``WorkerActivity`` (``recrawler.membership``) listens to ``spider_idle`` and
+    ``request_reached_downloader``.
     """
 
     def __init__(
