@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from recrawler.intervals import Revisit
     from recrawler.items import Page, PageStatus
     from recrawler.kb.embedders import Embedder
+    from recrawler.membership import WorkerActivity
     from recrawler.state import Run, StateStore
     from recrawler.state.records import RevisitUpdate
     from recrawler.workers import SharedRun
@@ -135,6 +136,8 @@ class Runtime:
         self._refusals_logged: set[str] = set()
         #: with RECRAWLER_WORKERS_ENABLED: this process's part in a run shared with other workers
         self.workers: SharedRun | None = None
+        #: with RECRAWLER_WORKERS_ENABLED: this worker's idle and busy reports to the others
+        self.activity: WorkerActivity | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -170,7 +173,8 @@ class Runtime:
             from recrawler.workers import SharedRun
 
             runtime.workers = SharedRun.from_crawler(crawler)
-            activity = WorkerActivity(runtime, runtime.workers)
+            # held here: the signals keep a weak reference to a handler's object
+            runtime.activity = activity = WorkerActivity(runtime, runtime.workers)
             crawler.signals.connect(activity.spider_idle, signal=signals.spider_idle)
             crawler.signals.connect(
                 activity.request_reached_downloader, signal=signals.request_reached_downloader
