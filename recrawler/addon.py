@@ -35,7 +35,6 @@ from recrawler.pipelines.index import IndexPipeline
 from recrawler.project import apply_environment, project_db_uri
 from recrawler.runtime import Runtime
 from recrawler.spidermiddlewares.deltafetch import DeltaFetchMiddleware
-from recrawler.spidermiddlewares.frontier import FrontierMiddleware
 from recrawler.spidermiddlewares.listing import ListingMiddleware
 from recrawler.spidermiddlewares.schedule import ScheduleMiddleware
 from recrawler.spidermiddlewares.softnotfound import SoftNotFoundMiddleware
@@ -72,6 +71,8 @@ POLITE_PROFILE: dict[str, Any] = {
     "AUTOTHROTTLE_TARGET_CONCURRENCY": 1.0,
 }
 PROFILES: dict[str, dict[str, Any]] = {"fast": FAST_PROFILE, "polite": POLITE_PROFILE}
+#: the scheduler that keeps a run's page requests in the database (the frontier)
+FRONTIER_SCHEDULER = "recrawler.scheduler.FrontierScheduler"
 #: the extension that runs Spidermon's engine-stop monitors for a run refused at start
 REFUSED_RUN_MONITORS: Any = "recrawler.monitors.RefusedRunMonitors"
 
@@ -136,10 +137,11 @@ class RecrawlerAddon:
     """Enable with ``ADDONS = {"recrawler.addon.RecrawlerAddon": 0}``.
 
     Installs every ``RECRAWLER_*`` default, the crawl profile (``RECRAWLER_PROFILE``) at addon
-    priority (your project's own settings still win), the page-key request fingerprinter and
-    the components below, for spiders that opt in (``recrawler_enabled = True``: the ``docs``
-    spider and ``RecrawlerSpiderMixin`` set it). Any other spider of the project runs as if
-    recrawler were not installed. ``RECRAWLER_DB_URI``, ``RECRAWLER_EVENTS_URI``,
+    priority (your project's own settings still win), the page-key request fingerprinter, the
+    components below and the ``SCHEDULER`` (the run's frontier in the database, or scrapy-redis's
+    with ``RECRAWLER_WORKERS_ENABLED``), for spiders that opt in (``recrawler_enabled = True``:
+    the ``docs`` spider and ``RecrawlerSpiderMixin`` set it). Any other spider of the project
+    runs as if recrawler were not installed. ``RECRAWLER_DB_URI``, ``RECRAWLER_EVENTS_URI``,
     ``RECRAWLER_WEBHOOK_URL``, ``RECRAWLER_WEBHOOK_SECRET`` and the site's credentials
     (``RECRAWLER_AUTH_USER``, ``_PASSWORD``, ``_HEADERS``, ``_COOKIES_FILE``) are taken from the
     environment when set there (over the project's settings file, under ``-s``). Set nowhere,
@@ -184,6 +186,10 @@ class RecrawlerAddon:
             # scrapy-redis is an extra (recrawler[workers]): one line if it is missing
             require("scrapy_redis", "RECRAWLER_WORKERS_ENABLED")
             self._shared_frontier(settings)
+        elif self.crawler is not None and settings.getbool("RECRAWLER_FRONTIER_ENABLED"):
+            # the run's page requests wait in the database; a project's own SCHEDULER still wins.
+            # A crawl's only, and only a spider that opted in gets here (a SCHEDULER is the crawler's)
+            settings.set("SCHEDULER", FRONTIER_SCHEDULER, priority="addon")
         if (settings.getpriority("LOG_FORMATTER") or 0) <= SETTINGS_PRIORITIES["default"]:
             # Scrapy's per-request lines without the credentials a URL carries (?token=, ?api_key=)
             settings.set("LOG_FORMATTER", "recrawler.logformatter.RedactingLogFormatter", priority="addon")
@@ -244,8 +250,6 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", SoftNotFoundMiddleware, 105)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", DeltaFetchMiddleware, 100)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ScheduleMiddleware, 90)
-        # 80: after the schedule, so only due page requests wait in the frontier (on disk)
-        settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", FrontierMiddleware, 80)
 
     def _shared_frontier(self, settings: BaseSettings) -> None:
         """scrapy-redis as scheduler and frontier, its keys per spider and site; the seen-set is

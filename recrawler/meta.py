@@ -58,12 +58,14 @@ MOVED_FROM = "_recrawler_moved_from"
 CANONICAL_URL = "_recrawler_canonical_url"
 #: how many sitemap files deep this sitemap request is (0: a start URL)
 SITEMAP_DEPTH = "_recrawler_sitemap_depth"
-#: set by recrawler: the request came out of the run's frontier (FrontierMiddleware)
+#: set by recrawler: the request came out of the run's frontier (FrontierScheduler)
 FED = "_recrawler_fed"
 #: the page's stored record as read for this request (a ``PageRecord``; None: the store holds
-#: none), by FrontierMiddleware with its batch or ConditionalRequestMiddleware; absent: not read.
+#: none), by FrontierScheduler with its batch or ConditionalRequestMiddleware; absent: not read.
 #: The spider puts it on the Page (``Page.record``) for the pipelines
 RECORD = "_recrawler_record"
+#: set by ListingMiddleware on a page request a sitemap named (the frontier counts each key once)
+LISTED = "_recrawler_listed"
 #: the body of a first fetch, on the immediate re-fetch that learns volatile regions
 FIRST_BODY = "_recrawler_first_body"
 #: the signal whose 304 an audit re-fetch checks

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, Self, TypeVar
 
 from scrapy import signals
-from scrapy.exceptions import CloseSpider, DontCloseSpider
+from scrapy.exceptions import CloseSpider
 
-from recrawler import meta
+from recrawler import membership, meta
 from recrawler.audit import Auditor
 from recrawler.counters import RunCounters
 from recrawler.cpu import CpuPool
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from recrawler.intervals import Revisit
     from recrawler.items import Page, PageStatus
     from recrawler.kb.embedders import Embedder
+    from recrawler.membership import WorkerActivity
     from recrawler.state import Run, StateStore
     from recrawler.state.records import RevisitUpdate
     from recrawler.workers import SharedRun
@@ -45,10 +46,9 @@ _P = ParamSpec("_P")
 CLOSE_BUSY, CLOSE_HELD, CLOSE_STATE = "recrawler_busy", "recrawler_held", "recrawler_state_error"
 
 
-class Frontier(Protocol):
-    """Requests waiting outside Scrapy's scheduler, as the closing work sees them: the run's
-    frontier on disk (FrontierMiddleware) and the sitemap files not requested yet
-    (ListingMiddleware) register themselves."""
+class Listing(Protocol):
+    """The sitemap files not requested yet, as the closing work sees them (ListingMiddleware
+    registers itself)."""
 
     def idle(self) -> bool:
         """On ``spider_idle``: send the next requests; False when none wait."""
@@ -78,7 +78,9 @@ class Runtime:
     ``RECRAWLER_AUDIT_DISTRUST_AFTER``, ``RECRAWLER_INDEX_ENABLED``, ``RECRAWLER_EMBEDDER*``,
     ``RECRAWLER_PUBLISH``, ``RECRAWLER_DRY_RUN``, ``RECRAWLER_CPU_*``, ``RECRAWLER_GC_THRESHOLD``,
     ``RECRAWLER_WORKERS_ENABLED``, ``RECRAWLER_REPORT_FILE`` (a refused run's report),
-    Signals: listens to ``spider_opened`` and ``engine_stopped``.
+    Signals: listens to ``spider_opened`` and ``engine_stopped``; with ``RECRAWLER_WORKERS_ENABLED``
+    its ``WorkerActivity`` (``recrawler.membership``) listens to ``spider_idle`` and
+    ``request_reached_downloader``.
     """
 
     def __init__(
@@ -110,10 +112,8 @@ class Runtime:
         self.store = store
         self.counters = RunCounters(crawler.stats)
         self.cpu_pool.counters = self.counters
-        #: the run's frontier on disk (set when FrontierMiddleware is enabled)
-        self.frontier: Frontier | None = None
         #: the sitemap files waiting to be requested (set by ListingMiddleware)
-        self.listing: Frontier | None = None
+        self.listing: Listing | None = None
         #: each checked page's next revisit, written with the page (set by ScheduleMiddleware)
         self.revisits: Revisits | None = None
         self.schedule = schedule
@@ -136,9 +136,8 @@ class Runtime:
         self._refusals_logged: set[str] = set()
         #: with RECRAWLER_WORKERS_ENABLED: this process's part in a run shared with other workers
         self.workers: SharedRun | None = None
-        self._idle_report: asyncio.Future[None] | None = None
-        #: requests that reached this worker's downloader (an idle report older than one is stale)
-        self._busy_gen = 0
+        #: with RECRAWLER_WORKERS_ENABLED: this worker's idle and busy reports to the others
+        self.activity: WorkerActivity | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -170,11 +169,16 @@ class Runtime:
         crawler.signals.connect(runtime.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(runtime.engine_stopped, signal=signals.engine_stopped)
         if s.getbool("RECRAWLER_WORKERS_ENABLED"):
+            from recrawler.membership import WorkerActivity
             from recrawler.workers import SharedRun
 
             runtime.workers = SharedRun.from_crawler(crawler)
-            crawler.signals.connect(runtime.worker_idle, signal=signals.spider_idle)
-            crawler.signals.connect(runtime.worker_busy, signal=signals.request_reached_downloader)
+            # held here: the signals keep a weak reference to a handler's object
+            runtime.activity = activity = WorkerActivity(runtime, runtime.workers)
+            crawler.signals.connect(activity.spider_idle, signal=signals.spider_idle)
+            crawler.signals.connect(
+                activity.request_reached_downloader, signal=signals.request_reached_downloader
+            )
         return runtime
 
     def first(self, what: str) -> bool:
@@ -207,9 +211,9 @@ class Runtime:
         return self._embedder
 
     def wake(self) -> None:
-        """Have the engine look for work (and go idle again) now: a read that kept an idle
-        spider open is in. Scrapy offers nothing public for it; without it the engine would
-        look again at its next heartbeat, 5 seconds later."""
+        """Have the engine look for work (and go idle again) now: a read or a write it waited
+        for (the frontier's, the unseen pages') is in. Scrapy offers nothing public for it;
+        without it the engine would look again at its next heartbeat, 5 seconds later."""
         slot = getattr(self.crawler.engine, "_slot", None)
         nextcall = getattr(slot, "nextcall", None)
         if nextcall is not None:
@@ -237,7 +241,7 @@ class Runtime:
         try:
             await self.store.open()
             if self.workers is not None and not await asyncio.to_thread(self.workers.elect):
-                self.run = await self._join()
+                self.run = await membership.join(self)
             else:
                 spider, site, kwargs = self._run_args()
                 self.run = await self.store.begin_run(spider, site, utcnow(), **kwargs)
@@ -296,60 +300,10 @@ class Runtime:
         except OSError as exc_:
             logger.error("could not write the run report %(path)s: %(exc)s", {"path": path, "exc": exc_})
 
-    async def _join(self) -> Run:
-        """A joining worker: the leader's run (its audit sample is the leader's to check)."""
-        assert self.workers is not None
-        run = await self.workers.joined_run()
-        if run is None:
-            msg = (
-                f"no leader announced a run within RECRAWLER_WORKERS_WAIT_SECS={self.workers.wait_secs} "
-                "(is another run's leader alive but stuck?)"
-            )
-            raise RunRefused(msg)
-        self.auditor.sample = 0.0
-        logger.info("joined run %(run)d as a worker", {"run": run.id}, extra={"spider": self.crawler.spider})
-        return run
-
     @property
     def leads(self) -> bool:
         """True for the process that does the run's listing and closing work (always, alone)."""
         return self.workers is None or self.workers.leader
-
-    def worker_idle(self) -> None:
-        """A joining worker stays open while its leader lives and work may still come."""
-        workers = self.workers
-        if workers is None or workers.leader or self.run is None:
-            return
-        self._idle_report = asyncio.ensure_future(self._report_idle(self._busy_gen))
-        if workers.leader_alive() and not (workers.closing() and workers.frontier_empty()):
-            raise DontCloseSpider
-
-    async def _report_idle(self, gen: int) -> None:
-        assert self.workers is not None
-        try:
-            # the leader's unseen checks must see every page this worker fetched
-            await self.store.flush()
-        except StateStoreError as exc:
-            self.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
-        engine = self.crawler.engine
-        # a request that reached this worker meanwhile makes it busy: never report idle over it
-        if gen == self._busy_gen and (engine is None or engine.spider_is_idle()):
-            await asyncio.to_thread(self.workers.set_state, self.workers.IDLE)
-
-    def worker_busy(self) -> None:
-        """A request of the shared frontier reached this worker's downloader."""
-        if self.workers is not None:
-            self._busy_gen += 1
-            if self.workers.state != self.workers.BUSY:
-                self.workers.set_state(self.workers.BUSY)
-
-    def worker_counts(self) -> dict[str, int | float]:
-        """A joining worker's counts for its leader: its counters, and the page writes its store
-        committed (``outcome:``) and lost (``lost:``)."""
-        counts: dict[str, int | float] = dict(self.counters.items())
-        counts.update({f"outcome:{k}": v for k, v in self.store.outcomes.items()})
-        counts.update({f"lost:{k}": v for k, v in self.store.lost.items()})
-        return counts
 
     @staticmethod
     def _close_reason(exc: BaseException) -> str:
@@ -399,7 +353,7 @@ class Runtime:
                 await asyncio.to_thread(self.workers.beat)
                 if not self.workers.leader:
                     # this worker's work so far, counted by the leader should this process die
-                    await asyncio.to_thread(self.workers.report, self.worker_counts())
+                    await asyncio.to_thread(self.workers.report, membership.worker_counts(self))
                     continue
             try:
                 held = await self.store.heartbeat(run)
@@ -481,7 +435,7 @@ __all__ = [
     "CLOSE_BUSY",
     "CLOSE_HELD",
     "CLOSE_STATE",
-    "Frontier",
+    "Listing",
     "Revisits",
     "Runtime",
     "find_runtime",

@@ -30,7 +30,7 @@ COMPONENTS = [
     "recrawler.spidermiddlewares.listing.ListingMiddleware",
     "recrawler.spidermiddlewares.deltafetch.DeltaFetchMiddleware",
     "recrawler.spidermiddlewares.schedule.ScheduleMiddleware",
-    "recrawler.spidermiddlewares.frontier.FrontierMiddleware",
+    "recrawler.scheduler.FrontierScheduler",
     "recrawler.pipelines.classify.ClassifyPipeline",
     "recrawler.pipelines.index.IndexPipeline",
 ]

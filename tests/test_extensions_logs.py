@@ -16,7 +16,6 @@ from scrapy.utils.test import get_crawler
 from recrawler import default_settings
 from recrawler.downloadermiddlewares.audit import AuditMiddleware
 from recrawler.pipelines.index import IndexPipeline
-from recrawler.spidermiddlewares.frontier import FrontierMiddleware
 from recrawler.spiders.docs import DocsSpider
 from tests import docsite, shell
 from tests.test_trust_runs import build
@@ -87,8 +86,6 @@ def test_failed_pages_are_counted_and_logged_once(site: Site, tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("component", "settings"),
     [
-        (FrontierMiddleware, {"RECRAWLER_WORKERS_ENABLED": True}),
-        (FrontierMiddleware, {"RECRAWLER_FRONTIER_ENABLED": False}),
         (AuditMiddleware, {"RECRAWLER_AUDIT_SAMPLE": 0}),
         (IndexPipeline, {"RECRAWLER_INDEX_ENABLED": False}),
     ],

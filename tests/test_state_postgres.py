@@ -99,7 +99,14 @@ async def test_two_crawls_on_postgresql_give_what_sqlite_gives(
     }
     assert second[0].actions() == second[1].actions()
     # timing, and how many hand-overs the pages arriving together made: not the backend's doing
-    timing = {"recrawler/reconcile/elapsed_seconds", "recrawler/cpu/worker_batches"}
+    # (nor how many fed requests waited at once: how the frontier's writes met its reads)
+    timing = {
+        "recrawler/reconcile/elapsed_seconds",
+        "recrawler/cpu/worker_batches",
+        "recrawler/frontier/waiting_max",
+    }
+    for r in second:
+        assert 1 <= r.stats["recrawler/frontier/waiting_max"] <= r.stats["recrawler/frontier/fed"]
     assert {k: v for k, v in without_bytes(second[0].stats).items() if k not in timing} == {
         k: v for k, v in without_bytes(second[1].stats).items() if k not in timing
     }

@@ -16,6 +16,7 @@ from recrawler.exceptions import StateStoreError
 from recrawler.meta import is_page_request, request_key, spider_opted_in
 from recrawler.misses import record_page_error, stage_miss, stage_soft_miss, state_error
 from recrawler.runtime import find_runtime
+from recrawler.scheduler import frontier_enabled
 from recrawler.state import LIVE
 from recrawler.urls import KeyMaker, UrlPolicy, resolve_dots
 
@@ -285,7 +286,7 @@ class PageRedirectMiddleware(RedirectMiddleware):
         """Whether to follow a move to page *key*: not when the run's frontier holds it (Scrapy's
         duplicate filter never sees what the frontier feeds)."""
         runtime = self.runtime
-        if runtime is None or runtime.run is None or runtime.frontier is None:
+        if runtime is None or runtime.run is None or not frontier_enabled(self.crawler):
             return True
         try:
             return await runtime.store.frontier_claim(runtime.run, key)

@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import signals
 from scrapy.exceptions import DontCloseSpider, NotConfigured
-from scrapy.spiders import SitemapSpider
 
-from recrawler import meta, outcome, reports
+from recrawler import membership, meta, outcome, reports
 from recrawler import signals as recrawler_signals
 from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.extensions.guards import RunGuards
 from recrawler.extensions.verify import UnseenVerifier
 from recrawler.items import PageStatus
 from recrawler.kb.publish import Publisher, publish_mode
-from recrawler.outcome import HOLD_MASS_REMOVAL, HOLD_SAME_CONTENT, HOLD_SPIKE, Verdicts
+from recrawler.outcome import HOLD_MASS_REMOVAL, Verdicts
 from recrawler.reports import summary
 from recrawler.reports.freshness import freshness_view
 from recrawler.runtime import find_runtime, runtime_of
@@ -66,43 +66,22 @@ class Reconciler:
         self,
         crawler: Crawler,
         *,
+        guards: RunGuards,
         verify_unseen: bool = True,
         verify_batch: int = 500,
-        gone_after: int = 2,
-        gone_statuses: tuple[int, ...] = (410,),
-        max_error_ratio: float = 0.2,
-        max_remove_ratio: float = 0.1,
-        max_remove_min: int = 3,
-        listing_min_ratio: float = 0.5,
-        alert_ratio: float = 0.5,
-        alert_min: int = 10,
         report_file: str | None = None,
         index_enabled: bool = False,
         publish_each_page: bool = False,
         dry_run: bool = False,
     ) -> None:
-        for name, value, ok in (
-            ("RECRAWLER_GONE_AFTER_MISSES", gone_after, gone_after >= 1),
-            ("RECRAWLER_VERIFY_BATCH_SIZE", verify_batch, verify_batch >= 1),
-            ("RECRAWLER_MAX_ERROR_RATIO", max_error_ratio, 0 <= max_error_ratio <= 1),
-            ("RECRAWLER_MAX_REMOVE_RATIO", max_remove_ratio, 0 <= max_remove_ratio <= 1),
-            ("RECRAWLER_MAX_REMOVE_MIN", max_remove_min, max_remove_min >= 0),
-            ("RECRAWLER_LISTING_MIN_RATIO", listing_min_ratio, 0 <= listing_min_ratio <= 1),
-            ("RECRAWLER_CHANGE_ALERT_RATIO", alert_ratio, 0 <= alert_ratio <= 1),
-        ):
-            if not ok:
-                raise ConfigurationError(f"{name}: bad value {value!r}")
+        if verify_batch < 1:
+            raise ConfigurationError(f"RECRAWLER_VERIFY_BATCH_SIZE: bad value {verify_batch!r}")
         self.crawler = crawler
+        #: the outage guard and the change holds, with the limits they judge by
+        self.guards = guards
+        self.limits = guards.limits
         self.verify_unseen = verify_unseen
         self.verify_batch = verify_batch
-        self.gone_after = gone_after
-        self.gone_statuses = gone_statuses
-        self.max_error_ratio = max_error_ratio
-        self.max_remove_ratio = max_remove_ratio
-        self.max_remove_min = max_remove_min
-        self.listing_min_ratio = listing_min_ratio
-        self.alert_ratio = alert_ratio
-        self.alert_min = alert_min
         self.report_file = report_file
         self.index_enabled = index_enabled
         self.publish_each_page = publish_each_page
@@ -116,23 +95,17 @@ class Reconciler:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        """Read settings and connect the signals (the Runtime is looked up when the spider runs)."""
+        """Read settings, build the guards and connect the signals (the Runtime is looked up when
+        the spider runs)."""
         meta.require_opt_in(crawler)
         s = crawler.settings
         if not s.get("RECRAWLER_DB_URI"):
             raise NotConfigured("RECRAWLER_DB_URI is not set")
         ext = cls(
             crawler,
+            guards=RunGuards.from_crawler(crawler),
             verify_unseen=s.getbool("RECRAWLER_VERIFY_UNSEEN_ENABLED"),
             verify_batch=s.getint("RECRAWLER_VERIFY_BATCH_SIZE"),
-            gone_after=s.getint("RECRAWLER_GONE_AFTER_MISSES"),
-            gone_statuses=tuple(int(x) for x in s.getlist("RECRAWLER_GONE_STATUSES")),
-            max_error_ratio=s.getfloat("RECRAWLER_MAX_ERROR_RATIO"),
-            max_remove_ratio=s.getfloat("RECRAWLER_MAX_REMOVE_RATIO"),
-            max_remove_min=s.getint("RECRAWLER_MAX_REMOVE_MIN"),
-            listing_min_ratio=s.getfloat("RECRAWLER_LISTING_MIN_RATIO"),
-            alert_ratio=s.getfloat("RECRAWLER_CHANGE_ALERT_RATIO"),
-            alert_min=s.getint("RECRAWLER_CHANGE_ALERT_MIN"),
             report_file=s.get("RECRAWLER_REPORT_FILE") or None,
             index_enabled=s.getbool("RECRAWLER_INDEX_ENABLED"),
             publish_each_page=publish_mode(s) == "page",
@@ -156,14 +129,12 @@ class Reconciler:
     # -- verifying unseen pages ------------------------------------------------------------------
 
     def spider_idle(self) -> None:
-        """Feed the frontier's next batch; once it is empty, request stored pages this run has not
-        reached yet (read off the reactor, in batches)."""
+        """Request the sitemap files still waiting; once none wait, request stored pages this run
+        has not reached yet (read off the reactor, in batches). The frontier is the scheduler's:
+        the spider goes idle only once it is drained."""
         rt = self.runtime
         if rt.listing is not None and not rt.lease_lost and rt.listing.idle():
             # the rest of the listing first: a page it names is not unseen
-            raise DontCloseSpider
-        if rt.frontier is not None and not rt.lease_lost and rt.frontier.idle():
-            # the listing's own requests first: a page still in the frontier is not unseen
             raise DontCloseSpider
         if not rt.leads or not self.verify_unseen or rt.lease_lost or rt.run is None or rt.run.site is None:
             return
@@ -171,108 +142,26 @@ class Reconciler:
         if workers is not None and not (workers.others_idle() and workers.frontier_empty()):
             # pages the other workers are still on are not unseen: wait for them
             raise DontCloseSpider
-        why = self._sitemap_failure()
+        why = self.guards.sitemap_failure()
         if self._verifier is None:
             policy = rt.schedule
             due_at = policy.now if policy.mode == "adaptive" else None
             # a whole listing's silence about a page is news: the page is checked in this run
-            listed, last = self._listed(), rt.run.last_listed
+            listed, last = self.guards.listed(), rt.run.last_listed
             whole = (
-                why is None and listed is not None and not (last and listed < self.listing_min_ratio * last)
+                why is None
+                and listed is not None
+                and not (last and listed < self.limits.listing_min_ratio * last)
             )
             self._verifier = UnseenVerifier(
                 self.crawler, rt, batch=self.verify_batch, due_at=due_at, delisted=whole
             )
         self._verifier.idle(rt.run, skip_reason=why if why != "sitemap_incomplete" else None)
 
-    # -- the guards --------------------------------------------------------------------------------
-
-    def _sitemap_failure(self) -> str | None:
-        if not isinstance(self.crawler.spider, SitemapSpider):
-            return None
-        return outcome.sitemap_failure(self.runtime.counters.family("recrawler/sitemap"))
-
-    def _listed(self) -> int | None:
-        """How many pages this run's listing named (None: not a sitemap spider)."""
-        if not isinstance(self.crawler.spider, SitemapSpider):
-            return None
-        c = self.runtime.counters
-        # distinct page keys (the schedule, the frontier and deltafetch count each once); entries, else
-        return c["recrawler/sitemap/pages"] or c["recrawler/sitemap/urls"]
-
-    def _state_errors(self) -> int:
-        return self.runtime.counters.total("recrawler/state/error")
-
-    def _guard(self, reason: str, run: Run) -> list[str]:
-        """Reasons not to trust this run's absence evidence (empty: trust it)."""
-        c = self.runtime.counters
-        why = outcome.outage_reasons(
-            reason=reason,
-            sitemap=self._sitemap_failure(),
-            listed=self._listed(),
-            last_listed=run.last_listed,
-            listing_min_ratio=self.listing_min_ratio,
-            requests=c["recrawler/request/count"],
-            failed=c["recrawler/request/failed"],
-            max_error_ratio=self.max_error_ratio,
-            state_errors=self._state_errors(),
-            robots_forbidden=c["recrawler/robots/forbidden"],
-        )
-        if outcome.OUTAGE_ROBOTS in why:
-            logger.error(
-                "robots.txt forbade %(n)d of %(all)d page requests: this run checked almost nothing "
-                "(a staging robots.txt deployed?); nothing is removed, exit 4",
-                {
-                    "n": c["recrawler/robots/forbidden"],
-                    "all": c["recrawler/robots/forbidden"] + c["recrawler/request/count"],
-                },
-                extra={"spider": self.crawler.spider},
-            )
-        if self.runtime.lease_lost:
-            why.append("lease_lost")
-        if self.runtime.counters["recrawler/workers/lost"]:
-            why.append("worker_lost")
-        return why
-
     def verdicts(self) -> Verdicts:
         """This run's committed verdicts (the store counts a page once its write is durable)."""
         store = self.runtime.store
         return Verdicts.from_outcomes(store.outcomes, store.lost, self._taken_back)
-
-    async def _change_holds(self, run: Run) -> dict[str, str]:
-        """A change spike, or the same text on many pages at once (a maintenance page), holds the
-        run. Both judge everything the site has not published, whichever run stored it (a killed
-        run's pages too); a first run (nothing published yet) is never a spike."""
-        rt = self.runtime
-        holds: dict[str, str] = {}
-        pending = await rt.store.pending_changes(run.site)
-        new = 0 if run.backfill else max(pending["new"] - self.verdicts().moved_in, 0)
-        new_changed = new + pending["changed"]
-        judged = pending["published"] + pending["new"]
-        if outcome.is_spike(
-            prior_pages=pending["published"],
-            new_changed=new_changed,
-            judged=judged,
-            ratio=self.alert_ratio,
-            minimum=self.alert_min,
-        ):
-            holds[HOLD_SPIKE] = (
-                f"{new_changed} of {judged} pages new or changed and not published yet "
-                f"(> RECRAWLER_CHANGE_ALERT_RATIO={self.alert_ratio}): a template change or a noisy hash?"
-            )
-        if pending["published"]:
-            group = await rt.store.largest_same_content(run)
-            if group is not None and group[0] >= self.alert_min:
-                size, sample = group
-                holds[HOLD_SAME_CONTENT] = (
-                    f"{size} pages changed to the same text and are not published yet "
-                    f"(RECRAWLER_CHANGE_ALERT_MIN={self.alert_min}): a maintenance or error page? "
-                    f"e.g. {sample}"
-                )
-        if rt.counters["recrawler/run/held"]:
-            # page mode held the run as soon as the spike showed
-            holds.setdefault(HOLD_SPIKE, "change spike while pages were being published")
-        return holds
 
     # -- closing -------------------------------------------------------------------------------------
 
@@ -288,9 +177,9 @@ class Reconciler:
         rt = self.runtime
         if rt.workers is not None and rt.run is not None:
             if not rt.leads:
-                await self._leave(rt)
+                await membership.leave(rt)
                 return
-            await self._gather(rt)
+            await membership.gather(rt)
         rt.stop_heartbeat()
         run = rt.run
         if run is None:
@@ -306,19 +195,21 @@ class Reconciler:
             # the block-set changes this run's page writes left (and any a killed run left)
             folded = await store.fold_block_stats()
             noise = await self._learn_boilerplate(run)
-            skipped = self._guard(reason, run)
+            skipped = self.guards.outage(reason, run)
             # misses earlier runs kept for a decision are this run's to decide too
             await store.carry_misses(run)
-            plan = await store.removal_plan(run, gone_after=self.gone_after, gone_statuses=self.gone_statuses)
+            plan = await store.removal_plan(
+                run, gone_after=self.limits.gone_after, gone_statuses=self.limits.gone_statuses
+            )
             removal = None
             if not skipped:
                 removal = outcome.mass_removal(
                     plan,
-                    ratio=self.max_remove_ratio,
-                    minimum=self.max_remove_min,
-                    listing=self._listed() is not None,
+                    ratio=self.limits.max_remove_ratio,
+                    minimum=self.limits.max_remove_min,
+                    listing=self.guards.listed() is not None,
                 )
-            changes = await self._change_holds(run)
+            changes = await self.guards.change_holds(run, self.verdicts().moved_in)
             if self.dry_run or rt.lease_lost:
                 changes, removal = {}, None
             hold = {**changes, **({HOLD_MASS_REMOVAL: removal} if removal else {})}
@@ -327,7 +218,7 @@ class Reconciler:
                 action = SETTLE_KEEP
             elif removal:
                 # only the removals the listing does not confirm wait; the rest of the run goes on
-                action = SETTLE_KEEP_LISTED if self._listed() is not None else SETTLE_KEEP
+                action = SETTLE_KEEP_LISTED if self.guards.listed() is not None else SETTLE_KEEP
             else:
                 action = SETTLE_DROP if skipped else SETTLE_APPLY
             settled = await store.settle_misses(run, action)
@@ -344,7 +235,7 @@ class Reconciler:
             c.set("recrawler/reconcile/block_deltas", folded)
             for why in skipped:
                 c.inc(f"recrawler/reconcile/skipped/{why}")
-            self._log_guard(skipped, result)
+            self.guards.log_outage(skipped, result)
             run_report = self._report(run, reason, result, skipped, hold)
             run_report["noise"] = noise
             run_report["index"] = index
@@ -361,7 +252,7 @@ class Reconciler:
                 at=utcnow(),
                 report=run_report,
                 reasons=self.outcome["reasons"],
-                listed=self._listed(),
+                listed=self.guards.listed(),
                 exit_code=rt.exit_code,
             )
         except StateStoreError as exc:
@@ -383,61 +274,6 @@ class Reconciler:
         await self.crawler.signals.send_catch_log_async(
             recrawler_signals.run_finished, run=run, report=run_report
         )
-
-    async def _leave(self, rt: Runtime) -> None:
-        """A joining worker: commit its writes and hand its counts to the leader."""
-        assert rt.workers is not None
-        rt.stop_heartbeat()
-        try:
-            await rt.store.flush()
-        except StateStoreError as exc:
-            rt.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
-        await asyncio.to_thread(rt.workers.leave, rt.worker_counts())
-        run_id = rt.run.id if rt.run else 0
-        if not await asyncio.to_thread(rt.workers.leader_alive):
-            # nobody closes this run: it stays unfinished until the next run takes the site over
-            rt.exit_code = outcome.EXIT_WORKER_LOST
-            logger.error(
-                "the leader of run %(run)d is gone: the run is unfinished (nothing removed or published; "
-                "the next run takes the site over and marks it aborted)",
-                {"run": run_id},
-            )
-            return
-        logger.info("worker done: the leader closes run %(run)d", {"run": run_id})
-
-    async def _gather(self, rt: Runtime) -> None:
-        """The leader: wait for every worker to leave, then count their pages as its own."""
-        assert rt.workers is not None
-        await rt.workers.wait_for_workers()
-        lost = await asyncio.to_thread(rt.workers.lost)
-        if lost:
-            # the pages it had taken are not checked this run: the run ends unfinished
-            rt.counters.set("recrawler/workers/lost", len(lost))
-            logger.error(
-                "%(n)d worker(s) of run %(run)d stopped without leaving it (%(names)s): the pages they "
-                "had taken are not checked this run, their work is counted as of their last heartbeat",
-                {"n": len(lost), "run": rt.run.id if rt.run else 0, "names": ", ".join(lost)},
-            )
-        for key, value in (await asyncio.to_thread(rt.workers.gathered)).items():
-            kind, _, label = key.partition(":")
-            if kind == "outcome":
-                rt.store.outcomes[label] += int(value)
-            elif kind == "lost":
-                rt.store.lost[label] += int(value)
-            elif not key.endswith("_seconds"):
-                rt.counters.inc(key, int(value))
-
-    def _log_guard(self, skipped: list[str], result: ReconcileResult) -> None:
-        if skipped and result.skipped_misses:
-            logger.error(
-                "outage guard: %(n)d missing pages were NOT quarantined or marked gone (%(why)s)",
-                {"n": result.skipped_misses, "why": ", ".join(skipped)},
-            )
-        elif skipped:
-            logger.warning(
-                "outage guard held (%(why)s): nothing quarantined or gone this run",
-                {"why": ", ".join(skipped)},
-            )
 
     async def _hold(self, run: Run, hold: dict[str, str], run_report: dict[str, Any], *, whole: bool) -> None:
         c = self.runtime.counters
@@ -470,7 +306,7 @@ class Reconciler:
     ) -> None:
         rt = self.runtime
         index_state = (run_report.get("index") or {}).get("state")
-        state_errors = bool(self._state_errors()) or "state_error" in skipped
+        state_errors = bool(self.guards.state_errors()) or "state_error" in skipped
         # left unpublished for no reason above (the embedder failed): no success either
         unpublished = index_state == "unpublished" and not (skipped or hold or state_errors)
         code = outcome.exit_code(
@@ -531,10 +367,10 @@ class Reconciler:
             if hold:
                 await rt.store.hold_run(run)
                 return {"state": "disabled"}, None
-            if reason != "finished" or self._state_errors():
+            if reason != "finished" or self.guards.state_errors():
                 return {"state": "disabled"}, None
             result, _ = await rt.store.publish_run(
-                run, at=utcnow(), gone_after=self.gone_after, gone_statuses=self.gone_statuses
+                run, at=utcnow(), gone_after=self.limits.gone_after, gone_statuses=self.limits.gone_statuses
             )
             return {"state": "disabled"}, result
         publisher = Publisher(
@@ -544,10 +380,12 @@ class Reconciler:
             dry_run=self.dry_run,
             each_page=self.publish_each_page,
             pool=rt.cpu_pool,
-            gone_after=self.gone_after,
-            gone_statuses=self.gone_statuses,
+            gone_after=self.limits.gone_after,
+            gone_statuses=self.limits.gone_statuses,
         )
-        return await publisher.publish(run, reason, held=bool(hold), state_errors=bool(self._state_errors()))
+        return await publisher.publish(
+            run, reason, held=bool(hold), state_errors=bool(self.guards.state_errors())
+        )
 
     async def _freshness(self, run: Run) -> dict[str, Any]:
         bound = self.crawler.settings.getfloat("RECRAWLER_MAX_INTERVAL_SECS")

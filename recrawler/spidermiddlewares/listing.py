@@ -55,6 +55,8 @@ class ListingMiddleware:
     ``RECRAWLER_SITEMAP_MAX_FILES``, ``RECRAWLER_LISTING_MAX_URLS``, ``RECRAWLER_FRONTIER_BATCH_SIZE``.
     Stats: ``recrawler/sitemap/refused``, ``recrawler/sitemap/refused/{depth,files,urls}``,
     ``recrawler/sitemap/parsed`` (for an unchanged file), ``recrawler/state/error/<Exception>``.
+    Meta: sets ``recrawler_role`` on what a sitemap yields, and ``_recrawler_listed`` on its pages
+    (the frontier counts them in ``recrawler/sitemap/pages``, each key once).
     """
 
     def __init__(
@@ -135,7 +137,10 @@ class ListingMiddleware:
             # a failed sitemap request leaves the open set unseen: look again with each response
             self._release()
         if request is None or role_of is None or not meta.is_sitemap_request(request):
+            listing = request is not None and meta.is_sitemap_request(request)
             async for r in result:
+                if listing and isinstance(r, Request) and meta.is_page_request(r):
+                    r.meta[meta.LISTED] = True
                 yield r
             return
         try:
@@ -194,6 +199,8 @@ class ListingMiddleware:
                 if self.urls > self.max_urls:
                     self._refuse("urls", r.url, f"more than {self.max_urls} listed pages")
                     continue
+                # the frontier counts the pages a sitemap named, each key once
+                r.meta[meta.LISTED] = True
             yield r
         if listed is not None:
             await listed.done()

@@ -14,6 +14,7 @@ from recrawler.intervals import SKIP_LASTMOD, Decision, parse_now
 from recrawler.items import PageStatus
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
 from recrawler.runtime import runtime_of
+from recrawler.scheduler import frontier_enabled
 from recrawler.state.records import RevisitUpdate
 from recrawler.urls import KeyMaker, key_host
 
@@ -57,9 +58,9 @@ class ScheduleMiddleware:
     Stats: ``recrawler/schedule/due``, ``recrawler/schedule/due/<reason>``,
     ``recrawler/page/skipped``, ``recrawler/page/skipped/{schedule,lastmod}``,
     ``recrawler/sitemap/pages`` (the page keys the sitemaps named, each once: what the outage
-    guard compares with the last run's listing; the due ones are counted by FrontierMiddleware
-    when it is on), ``recrawler/follow/{links,max_links}`` (pages found through links, and refused
-    past the budget), ``recrawler/state/error/<Exception>``.
+    guard compares with the last run's listing; the due ones are counted by the frontier,
+    FrontierScheduler, when it is on), ``recrawler/follow/{links,max_links}`` (pages found
+    through links, and refused past the budget), ``recrawler/state/error/<Exception>``.
     Meta: reads ``recrawler_lastmod``, ``recrawler_feed_updated``, ``recrawler_found_via``;
     sets ``recrawler_due``.
     """
@@ -92,6 +93,8 @@ class ScheduleMiddleware:
         self.batch_size = batch_size
         self.key_maker = key_maker or KeyMaker()
         self._lock = asyncio.Lock()
+        #: the due pages a sitemap named are counted by the frontier (each key once) when it is on
+        self._frontier = frontier_enabled(crawler)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -212,7 +215,7 @@ class ScheduleMiddleware:
                         self._inc(f"recrawler/page/skipped/{was_skipped}", -1)
                     self._inc("recrawler/schedule/due")
                     self._inc(f"recrawler/schedule/due/{decision.reason}")
-                if listing and not earlier and runtime_of(self.crawler).frontier is None:
+                if listing and not earlier and not self._frontier:
                     # without the frontier (which counts the due ones once per key), here
                     self._inc("recrawler/sitemap/pages")
                 decided[key] = decision
