@@ -116,7 +116,6 @@ def _takes(request: Request) -> bool:
         is_page_request(request)
         and not request.dont_filter
         and not request.meta.get("is_start_request")
-        and not request.meta.get(meta.HOPS)
         and "redirect_urls" not in request.meta
     )
 
