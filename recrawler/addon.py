@@ -258,8 +258,8 @@ class RecrawlerAddon:
         prefix = f"recrawler:%(spider)s:{site}" if site else "recrawler:%(spider)s"
         for name, value in (
             ("SCHEDULER", "scrapy_redis.scheduler.Scheduler"),
-            ("DUPEFILTER_CLASS", "recrawler.workers.PageKeyDupeFilter"),
-            ("SCHEDULER_DUPEFILTER_CLASS", "recrawler.workers.PageKeyDupeFilter"),
+            ("DUPEFILTER_CLASS", "recrawler.shared_run.PageKeyDupeFilter"),
+            ("SCHEDULER_DUPEFILTER_CLASS", "recrawler.shared_run.PageKeyDupeFilter"),
             # a worker that closes must not flush the frontier the others still work on
             ("SCHEDULER_PERSIST", True),
             ("SCHEDULER_QUEUE_KEY", f"{prefix}:requests"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from scrapy.exceptions import DontCloseSpider
 
@@ -12,11 +12,29 @@ from recrawler import outcome
 from recrawler.exceptions import RunRefused, StateStoreError
 
 if TYPE_CHECKING:
-    from recrawler.runtime import Runtime
-    from recrawler.state import Run
-    from recrawler.workers import SharedRun
+    from scrapy.crawler import Crawler
+
+    from recrawler.auditor import Auditor
+    from recrawler.counters import RunCounters
+    from recrawler.shared_run import SharedRun
+    from recrawler.state import Run, StateStore
 
 logger = logging.getLogger(__name__)
+
+
+class Member(Protocol):
+    """What a process's part in a shared run reads and sets of the run's owner (the Runtime)."""
+
+    crawler: Crawler
+    store: StateStore
+    counters: RunCounters
+    auditor: Auditor
+    run: Run | None
+    workers: SharedRun | None
+    exit_code: int | None
+
+    def stop_heartbeat(self) -> None:
+        """Stop renewing the site's lease."""
 
 
 class WorkerActivity:
@@ -25,7 +43,7 @@ class WorkerActivity:
     writes are committed) or busy. The Runtime connects it to ``spider_idle`` and
     ``request_reached_downloader``."""
 
-    def __init__(self, runtime: Runtime, shared: SharedRun) -> None:
+    def __init__(self, runtime: Member, shared: SharedRun) -> None:
         self.runtime = runtime
         self.shared = shared
         self._idle_report: asyncio.Future[None] | None = None
@@ -60,7 +78,7 @@ class WorkerActivity:
             self.shared.set_state(self.shared.BUSY)
 
 
-async def join(rt: Runtime) -> Run:
+async def join(rt: Member) -> Run:
     """A joining worker: the leader's run (its audit sample is the leader's to check)."""
     assert rt.workers is not None
     run = await rt.workers.joined_run()
@@ -75,7 +93,7 @@ async def join(rt: Runtime) -> Run:
     return run
 
 
-def worker_counts(rt: Runtime) -> dict[str, int | float]:
+def worker_counts(rt: Member) -> dict[str, int | float]:
     """A joining worker's counts for its leader: its counters, and the page writes its store
     committed (``outcome:``) and lost (``lost:``)."""
     counts: dict[str, int | float] = dict(rt.counters.items())
@@ -84,7 +102,7 @@ def worker_counts(rt: Runtime) -> dict[str, int | float]:
     return counts
 
 
-async def leave(rt: Runtime) -> None:
+async def leave(rt: Member) -> None:
     """A joining worker: commit its writes and hand its counts to the leader."""
     assert rt.workers is not None
     rt.stop_heartbeat()
@@ -106,7 +124,7 @@ async def leave(rt: Runtime) -> None:
     logger.info("worker done: the leader closes run %(run)d", {"run": run_id})
 
 
-async def gather(rt: Runtime) -> None:
+async def gather(rt: Member) -> None:
     """The leader: wait for every worker to leave, then count their pages as its own."""
     assert rt.workers is not None
     await rt.workers.wait_for_workers()

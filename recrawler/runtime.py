@@ -13,7 +13,7 @@ from scrapy import signals
 from scrapy.exceptions import CloseSpider
 
 from recrawler import membership, meta
-from recrawler.audit import Auditor
+from recrawler.auditor import Auditor
 from recrawler.counters import RunCounters
 from recrawler.cpu import CpuPool
 from recrawler.exceptions import ConfigurationError, RunRefused, SchemaVersionError, StateStoreError
@@ -33,9 +33,9 @@ if TYPE_CHECKING:
     from recrawler.items import Page, PageStatus
     from recrawler.kb.embedders import Embedder
     from recrawler.membership import WorkerActivity
+    from recrawler.shared_run import SharedRun
     from recrawler.state import Run, StateStore
     from recrawler.state.records import RevisitUpdate
-    from recrawler.workers import SharedRun
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ class Runtime:
         crawler.signals.connect(runtime.engine_stopped, signal=signals.engine_stopped)
         if s.getbool("RECRAWLER_WORKERS_ENABLED"):
             from recrawler.membership import WorkerActivity
-            from recrawler.workers import SharedRun
+            from recrawler.shared_run import SharedRun
 
             runtime.workers = SharedRun.from_crawler(crawler)
             # held here: the signals keep a weak reference to a handler's object

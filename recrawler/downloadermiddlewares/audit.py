@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Request, Response
 
-    from recrawler.audit import Auditor
+    from recrawler.auditor import Auditor
     from recrawler.items import Page
 
 logger = logging.getLogger(__name__)

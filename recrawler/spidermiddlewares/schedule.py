@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from recrawler.audit import Auditor
+    from recrawler.auditor import Auditor
     from recrawler.counters import RunCounters
     from recrawler.intervals import Revisit, SchedulePolicy
     from recrawler.items import Page
