@@ -13,7 +13,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from recrawler.intervals import Revisit
 from recrawler.state import GONE, QUARANTINED, RevisitUpdate, Run
 from recrawler.state.records import SETTLE_APPLY, SETTLE_KEEP
-from tests.test_state_contract import HOLDER, SITE, T0, BackendMixin, ev, rec
+from tests.state_contract import HOLDER, SITE, T0, BackendMixin, ev, rec
 
 if TYPE_CHECKING:
     from pathlib import Path

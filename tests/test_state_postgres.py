@@ -451,8 +451,8 @@ async def test_a_page_the_server_refuses_among_pages_written_together_fails_alon
     middle of a write of pages written together: the write goes back to its savepoint and its
     pages are written one by one, so that page alone fails, with a PageWriteError; the group
     stands (the savepoint stays open for the next write to release) and nothing else is logged."""
-    from tests.test_state_contract import HOLDER, SITE, chunks, rec
-    from tests.test_state_contract import T0 as AT
+    from tests.state_contract import HOLDER, SITE, chunks, rec
+    from tests.state_contract import T0 as AT
 
     store = store_from_uri(postgres_uri, settings())
     await store.open()

@@ -22,8 +22,8 @@ from recrawler.state.sqlite import SQLiteStateStore, lease_holder
 from recrawler.webhooks import WebhookSink, idempotency_key, sign, verify
 from tests import docsite, shell, statedb
 from tests.conftest_mockserver import REPO_ROOT
-from tests.test_state_contract import SITE, ev, rec
-from tests.test_state_contract import T0 as T0_DT
+from tests.state_contract import SITE, ev, rec
+from tests.state_contract import T0 as T0_DT
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -1,0 +1,177 @@
+"""The history role's contract, on every backend (SQLite and PostgreSQL): field records,
+regions, boilerplate and block statistics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from recrawler.detect.hashing import pack_blocks
+from recrawler.kb.embedders import vector_to_blob
+from recrawler.state import (
+    ChangeRow,
+    FieldsRow,
+)
+from tests.state_contract import HOLDER, SITE, T0, BackendMixin, chunks, rec
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from scrapy.settings import Settings
+
+
+class HistoryContract(BackendMixin):
+    @deferred_f_from_coro_f
+    async def test_field_records_and_history_follow_the_page(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            fields = FieldsRow(
+                title="A", headings=["H"], code=["x = 1"], links=[["https://x", "x"]], text="body",
+                blocks=pack_blocks([11, 12, 13]),
+            )  # fmt: skip
+            change = ChangeRow(
+                key=f"{SITE}/a", url=f"https://{SITE}/a", at=T0, verdict="changed", old_hash="h0",
+                new_hash="h-a", changed_fields=["text"], distance=40,
+            )  # fmt: skip
+            assert await store.get_fields(f"{SITE}/a") is None
+            await store.record(run, rec("a"), [], fields=fields, change=change)
+            assert await store.get_fields(f"{SITE}/a") == replace(fields, samples={})
+            await store.flush()
+            # history is what published runs did
+            assert list(store.iter_changes(key=f"{SITE}/a")) == []
+            await store.publish_run(run, at=T0, gone_after=3, gone_statuses=[410])
+            (row,) = list(store.iter_changes(key=f"{SITE}/a"))
+            assert (row["verdict"], row["changed_fields"], row["run_id"]) == ("changed", ["text"], run.id)
+
+    @deferred_f_from_coro_f
+    async def test_regions_are_learned_once(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            kw: dict[str, Any] = {"source": "learned", "learned_from": "https://x", "at": T0}
+            assert await store.add_regions(SITE, [".ad", ".clock"], **kw) == 2
+            assert await store.add_regions(SITE, [".ad"], **kw) == 0
+            assert await store.load_regions() == {SITE: [".ad", ".clock"]}
+
+    @deferred_f_from_coro_f
+    async def test_pairs_on_most_pages_become_boilerplate(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for i in range(4):
+                blocks = pack_blocks([7, 8, 100 + i])
+                fields = FieldsRow(title="", headings=[], code=[], links=[], text="", blocks=blocks)
+                await store.record(run, rec(f"p{i}", noise_key="n"), [], fields=fields)
+            assert await store.load_boilerplate(SITE) == frozenset()
+            done = await store.update_boilerplate(SITE, enter_share=0.75, exit_share=0.5, min_pages=3)
+            assert done["boilerplate_on"] == 2  # (edge, 7) and (7, 8)
+            assert await store.load_boilerplate(SITE) == {(0, 7), (7, 8)}
+            assert sum(1 for _ in store.noise_report()[SITE]["boilerplate"]) == 2
+
+    @deferred_f_from_coro_f
+    async def test_block_statistics_are_folded_once_even_by_two_folds_at_once(
+        self, uri: str, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # small batches: the two folds interleave, each adding to the same counters
+        monkeypatch.setattr("recrawler.state.sql.history.FOLD_BATCH", 7)
+        async with self.opened(uri, settings) as store, self.opened(uri, settings) as other:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for i in range(60):
+                # blocks 7 and 8 on every page, one block of its own
+                blocks = pack_blocks([7, 8, 100 + i])
+                fields = FieldsRow(
+                    title="", headings=[], code=[], links=[], text="", blocks=blocks,
+                    samples={7: "seven", 8: "eight", 100 + i: "own"},
+                )  # fmt: skip
+                await store.record(run, rec(f"p{i}", noise_key="n"), [], fields=fields)
+            # a page loses block 8: its change is a delta too, folded with the rest
+            blocks = pack_blocks([7, 100])
+            fields = FieldsRow(title="", headings=[], code=[], links=[], text="", blocks=blocks)
+            await store.record(run, rec("p0", noise_key="n"), [], fields=fields)
+            await store.flush()
+            # the page writes left 61 deltas; two folds at once take each of them once
+            folded = await asyncio.gather(store.fold_block_stats(), other.fold_block_stats())
+            assert sum(folded) == 61
+            assert await store.fold_block_stats() == 0
+            await store.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=3)
+            listed = store.noise_report()[SITE]["boilerplate"]
+            report = {b["block"]: (b["pages"], b["sample"]) for b in listed}
+            assert report == {7: (60, "seven"), 8: (59, "eight")}
+
+    @deferred_f_from_coro_f
+    async def test_page_writes_fold_block_deltas_as_they_go(
+        self, uri: str, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr("recrawler.state.sql.pages.FOLD_EVERY", 10)
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for i in range(25):
+                fields = FieldsRow(
+                    title="", headings=[], code=[], links=[], text="", blocks=pack_blocks([7, 100 + i]),
+                    samples={7: "seven"},
+                )  # fmt: skip
+                await store.record(run, rec(f"p{i}", noise_key="n"), [], fields=fields)
+            await store.flush()
+            # two folds went with the writes (after the 10th and the 20th): five deltas wait
+            assert await store.fold_block_stats() == 5
+            await store.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=3)
+            listed = store.noise_report()[SITE]["boilerplate"]
+            assert {b["block"]: (b["pages"], b["sample"]) for b in listed} == {7: (25, "seven")}
+
+    @deferred_f_from_coro_f
+    async def test_writes_of_more_rows_than_one_statement_carries_land_whole(
+        self, uri: str, settings: Settings
+    ) -> None:
+        # 1,201 chunks, vectors and blocks: several multi-row statements each (500 rows at most)
+        n = 1201
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            big = rec("big")
+            texts = [f"text {i}" for i in range(n)]
+            vectors = [("e1", f"c-{t}", vector_to_blob([float(i), 1.0])) for i, t in enumerate(texts)]
+            blocks = list(range(1000, 1000 + n))
+            fields = FieldsRow(
+                title="", headings=[], code=[], links=[], text="", blocks=pack_blocks(blocks),
+                samples={b: f"block {b}" for b in blocks},
+            )  # fmt: skip
+            await store.record(run, big, [], chunks=chunks(big, *texts), embeddings=vectors, fields=fields)
+            await store.flush()
+            assert await store.fold_block_stats() == 1
+            # the twin page comes in a later fold: every block it shares was on one page already
+            twin = FieldsRow(
+                title="", headings=[], code=[], links=[], text="", blocks=pack_blocks(blocks[1:]),
+                samples={b: f"twin {b}" for b in blocks},
+            )  # fmt: skip
+            await store.record(run, rec("twin"), [], chunks=chunks(rec("twin"), "only"), fields=twin)
+            await store.flush()
+            assert await store.fold_block_stats() == 1
+            counts = await store.run_index_counts(run.id, "e1")
+            assert (counts["chunks_added"], counts["texts_cached"]) == (n + 1, n)
+            assert (await store.get(big.key)).chunks == n  # type: ignore[union-attr]
+            assert await store.missing_for("e1", [h for _, h, _ in vectors]) == []
+            await store.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=2)
+            report = store.noise_report()[SITE]["boilerplate"]
+            listed = {b["block"]: (b["pages"], b["sample"]) for b in report}
+            # shared blocks count both pages, each with the sample of the page that made it two
+            assert listed == {b: (2, f"twin {b}") for b in blocks[1:]}
+            # a stored page's count follows its new chunks, and only them
+            await store.record(run, big, [], chunks=chunks(big, "short", "page"))
+            assert (await store.get(big.key)).chunks == 2  # type: ignore[union-attr]
+            await store.record(run, replace(big, chunks=0), [])
+            assert (await store.get(big.key)).chunks == 2  # type: ignore[union-attr]
+
+
+class TestSQLiteHistory(HistoryContract):
+    @pytest.fixture
+    def uri(self, tmp_path: Path) -> str:
+        return f"sqlite:///{tmp_path / 'state.db'}"
+
+
+@pytest.mark.postgres
+class TestPostgreSQLHistory(HistoryContract):
+    @pytest.fixture
+    def uri(self, postgres_uri: str) -> str:
+        # a fresh database per test (tests/postgres.py)
+        return postgres_uri

@@ -1,0 +1,182 @@
+"""The knowledge base role's contract, on every backend (SQLite and PostgreSQL): publication,
+held and discarded runs, reverts, per-site publishing and the embeddings cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import pytest
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from recrawler.kb.embedders import embedder_from_spec, vector_to_blob
+from recrawler.kb.reader import open_kb
+from recrawler.state import (
+    PENDING_CHANGED,
+    PENDING_NEW,
+    RUN_PUBLISHED,
+    PageRecord,
+)
+from recrawler.state.records import SETTLE_APPLY
+from tests.state_contract import HOLDER, SITE, T0, BackendMixin, chunks, ev, rec
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from scrapy.settings import Settings
+
+
+class KnowledgeBaseContract(BackendMixin):
+    @deferred_f_from_coro_f
+    async def test_publish_makes_exactly_the_live_pages_chunks_visible(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            a, b = rec("a"), rec("b")
+            await store.record(run, a, [], chunks=chunks(a, "a1", "a2"))
+            await store.record(run, b, [], chunks=chunks(b, "b1"))
+            await store.flush()
+            with open_kb(uri, embedder="hashing") as kb:
+                assert list(kb.chunks()) == []  # nothing published yet
+            await store.publish(run.id, T0)
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            a2 = rec("a", content_hash="h-a2")
+            await store.record(run2, a2, [], chunks=chunks(a2, "a3"))
+            await store.record_miss(run2, b.key, 410)
+            await store.settle_misses(run2, SETTLE_APPLY)
+            await store.flush()
+            with open_kb(uri, embedder="hashing") as kb:
+                assert sorted(c.text for c in kb.chunks()) == ["a1", "a2", "b1"]  # run 1 still
+            await store.publish_run(run2, at=T0, gone_after=3, gone_statuses=[410])
+            with open_kb(uri, embedder="hashing") as kb:
+                assert [c.text for c in kb.chunks()] == ["a3"]
+                assert kb.published_run() == run2.id
+
+    @deferred_f_from_coro_f
+    async def test_a_held_run_stays_invisible_and_discard_undoes_it(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            a = rec("a")
+            await store.record(run, a, [], chunks=chunks(a, "v1"))
+            await store.publish(run.id, T0)
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            a2 = rec("a", content_hash="h2", title="A two", pending=PENDING_CHANGED)
+            b = rec("b", pending=PENDING_NEW)
+            await store.record(run2, a2, [ev(run2, a2, "changed")], chunks=chunks(a2, "v2"))
+            await store.record(run2, b, [ev(run2, b)], chunks=chunks(b, "b1"))
+            await store.hold_run(run2)
+            run3 = await store.begin_run("docs", "other.example.com", T0, holder=HOLDER)
+            await store.publish(run3.id, T0)
+            with open_kb(uri, embedder="hashing") as kb:
+                assert [c.text for c in kb.chunks()] == ["v1"]
+            # readers see the published state: the held page as it was, the new one not at all
+            assert [(p.key, p.content_hash, p.title) for p in store.iter_pages()] == [(a.key, "h-a", None)]
+            assert await store.discard(run2.id) == {"pages": 2, "chunks_dropped": 2, "misses": 0}
+            got = await store.get(a.key)
+            assert got is not None
+            # as it was published: its next check is due at once
+            assert (got.content_hash, got.title, got.pending) == ("h-a", None, None)
+            assert await store.get(b.key) is None
+            assert await store.pending_events() == 0
+            info = await store.run_info(run.id)
+            assert info is not None
+            assert info["state"] == RUN_PUBLISHED
+
+    @deferred_f_from_coro_f
+    async def test_a_page_back_to_its_published_state_is_reverted_alone(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            a, b = rec("a"), rec("b")
+            await store.record(run, a, [], chunks=chunks(a, "v1"))
+            await store.record(run, b, [], chunks=chunks(b, "b1"))
+            await store.publish(run.id, T0)
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            for page, text in ((a, "v2"), (b, "b2")):
+                page2 = replace(page, content_hash=f"{page.content_hash}-2", pending=PENDING_CHANGED)
+                await store.record(run2, page2, [ev(run2, page2, "changed")], chunks=chunks(page2, text))
+            await store.hold_run(run2)
+            assert (await store.pending_changes(SITE))["changed"] == 2
+            got = await store.get(a.key)
+            assert got is not None
+            assert (got.pending, got.published_hash) == (PENDING_CHANGED, "h-a")
+            run3 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            await store.record(run3, replace(got, content_hash="h-a", pending=None), [], revert=True)
+            await store.flush()
+            assert (await store.pending_changes(SITE))["changed"] == 1
+            await store.supersede(run3)
+            await store.publish_run(run3, at=T0, gone_after=3, gone_statuses=[410])
+            with open_kb(uri, embedder="hashing") as kb:
+                assert sorted(c.text for c in kb.chunks()) == ["b2", "v1"]
+            # a's change was never published: it is announced nowhere
+            with store.reader() as conn:
+                actions = sorted((r[0], r[1]) for r in conn.iter("SELECT key, action FROM outbox"))
+            assert actions == [(b.key, "changed")]
+
+    @deferred_f_from_coro_f
+    async def test_each_site_publishes_on_its_own(self, uri: str, settings: Settings) -> None:
+        other = "other.example.com"
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            a = rec("a")
+            await store.record(run, a, [], chunks=chunks(a, "alpha one"))
+            await store.publish(run.id, T0)
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            a2 = rec("a", content_hash="h2")
+            await store.record(run2, a2, [], chunks=chunks(a2, "alpha two"))
+            run3 = await store.begin_run("docs", other, T0, holder=HOLDER)
+            o = PageRecord(key=f"{other}/o", site=other, url=f"https://{other}/o", first_seen=T0)
+            await store.record(run3, o, [], chunks=chunks(o, "omega"))
+            # a later run of another site publishes: SITE's running run stays invisible, and the
+            # version it replaced stays visible (and stored)
+            await store.publish(run3.id, T0)
+            embedder = embedder_from_spec("hashing")
+            texts = ["alpha one", "alpha two", "omega"]
+            vectors = embedder.embed(texts)
+            await store.store_embeddings(
+                [(embedder.id, f"c-{t}", vector_to_blob(v)) for t, v in zip(texts, vectors, strict=True)]
+            )
+            with open_kb(uri, embedder=embedder) as kb:
+                assert sorted(c.text for c in kb.chunks()) == ["alpha one", "omega"]
+                assert [h.text for h in kb.search("alpha", k=5, site=SITE)] == ["alpha one"]
+                assert [h.text for h in kb.search("omega", k=5, site=other)] == ["omega"]
+                # no padding: another site's chunk that shares nothing with the query is no hit
+                assert [h.text for h in kb.search("alpha", k=5, site=other)] == []
+                assert sorted(h.text for h in kb.search("alpha omega", k=5)) == ["alpha one", "omega"]
+            await store.publish(run2.id, T0)
+            with open_kb(uri, embedder="hashing") as kb:
+                assert sorted(c.text for c in kb.chunks()) == ["alpha two", "omega"]
+
+    @deferred_f_from_coro_f
+    async def test_embeddings_are_a_cache_paid_once(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            a = rec("a")
+            await store.record(run, a, [], chunks=chunks(a, "x", "y", "x"))
+            await store.flush()
+            assert await store.count_missing("e1") == 2
+            assert await store.missing_embeddings("e1", 10) == [("c-x", "x"), ("c-y", "y")]
+            await store.store_embeddings([("e1", "c-x", b"\0" * 8), ("e1", "c-x", b"\1" * 8)])
+            assert await store.missing_for("e1", ["c-y", "c-x"]) == ["c-y"]
+            assert await store.missing_for("e2", ["c-x"]) == ["c-x"]
+            counts = await store.run_index_counts(run.id, "e1")
+            assert counts == {"chunks_added": 3, "chunks_retired": 0, "texts_cached": 1}
+
+
+class TestSQLiteKnowledgeBase(KnowledgeBaseContract):
+    @pytest.fixture
+    def uri(self, tmp_path: Path) -> str:
+        return f"sqlite:///{tmp_path / 'state.db'}"
+
+
+@pytest.mark.postgres
+class TestPostgreSQLKnowledgeBase(KnowledgeBaseContract):
+    @pytest.fixture
+    def uri(self, postgres_uri: str) -> str:
+        # a fresh database per test (tests/postgres.py)
+        return postgres_uri

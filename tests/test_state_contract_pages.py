@@ -1,0 +1,269 @@
+"""The lifecycle and pages roles' contracts, on every backend (SQLite and PostgreSQL): opening,
+committed outcomes, the event outbox, and page writes that land whole or not at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from recrawler.detect.hashing import pack_blocks, unpack_blocks
+from recrawler.exceptions import PageWriteError
+from recrawler.intervals import Revisit
+from recrawler.kb.reader import open_kb
+from recrawler.state import (
+    GONE,
+    Event,
+    FieldsRow,
+    RevisitUpdate,
+    Run,
+    StateStore,
+)
+from recrawler.state.sql.pages import SQLPages
+from tests.state_contract import HOLDER, SITE, T0, BackendMixin, ExplodingEvent, chunks, ev, rec
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from scrapy.settings import Settings
+
+
+class LifecycleContract(BackendMixin):
+    @deferred_f_from_coro_f
+    async def test_open_is_idempotent_and_reopening_keeps_committed_state(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            await store.open()
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            await store.record(run, rec("a"), [])
+            await store.finish_run(run, reason="finished", at=T0, report={})
+        async with self.opened(uri, settings) as store:
+            got = await store.get(f"{SITE}/a")
+            assert got is not None
+            assert got.content_hash == "h-a"
+
+    @deferred_f_from_coro_f
+    async def test_outcomes_count_only_what_committed(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings, RECRAWLER_DB_BATCH_SIZE=100) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            await store.record(run, rec("a"), [], outcome=["new"])
+            await store.record(run, rec("b"), [], outcome=["new"])
+            assert store.outcomes == {}
+            await store.flush()
+            assert store.outcomes == {"new": 2}
+            assert store.lost == {}
+
+    @deferred_f_from_coro_f
+    async def test_events_wait_in_the_outbox_until_delivered(
+        self, uri: str, settings: Settings, events_path: Path
+    ) -> None:
+        async with self.opened(uri, settings, RECRAWLER_DB_BATCH_SIZE=100) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            page = rec("a")
+            await store.record(run, page, [ev(run, page)])
+            assert self.events(events_path) == []
+            # a run's events go out once it is published, never before
+            await store.deliver()
+            assert self.events(events_path) == []
+            await store.publish_run(run, at=T0, gone_after=3, gone_statuses=[410])
+            await store.deliver()
+            assert [(e["action"], e["key"]) for e in self.events(events_path)] == [("new", page.key)]
+            # delivered once: the log keeps them, marked
+            await store.deliver()
+            assert len(self.events(events_path)) == 1
+
+    @deferred_f_from_coro_f
+    async def test_pending_events_count_the_outbox_until_delivered(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings, RECRAWLER_DB_BATCH_SIZE=100) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, publish_each_page=True)
+            assert await store.pending_events() == 0
+            for name in ("a", "b"):
+                page = rec(name)
+                await store.record(run, page, [ev(run, page)])
+            assert await store.pending_events() == 2
+            await store.deliver()
+            assert await store.pending_events() == 0
+
+
+class PagesContract(BackendMixin):
+    @deferred_f_from_coro_f
+    async def test_get_returns_what_record_wrote(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            assert await store.get(f"{SITE}/a") is None
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            page = rec("a", etag='"e"', last_checked=T0 + timedelta(hours=1), found_depth=2, title="A")
+            await store.record(run, page, [])
+            got = await store.get(page.key)
+            assert got == replace(page, last_seen_run=run.id)
+            assert got.first_seen.tzinfo is not None
+
+    @deferred_f_from_coro_f
+    async def test_a_page_write_commits_whole_or_not_at_all(
+        self, uri: str, settings: Settings, events_path: Path
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, publish_each_page=True)
+            page = rec("a")
+            await store.record(run, page, [ev(run, page)], chunks=chunks(page, "one"), outcome=["new"])
+            changed = rec("a", content_hash="h2")
+            bad = ExplodingEvent(**{f: getattr(ev(run, changed, "changed"), f) for f in Event.__slots__})
+            with pytest.raises(RuntimeError, match="injected"):
+                await store.record(run, changed, [bad], chunks=chunks(changed, "two"), outcome=["changed"])
+            await store.deliver()
+            got = await store.get(page.key)
+            assert got is not None
+            assert (got.content_hash, got.chunks) == ("h-a", 1)
+            assert store.outcomes == {"new": 1}
+            assert [e["action"] for e in self.events(events_path)] == ["new"]
+            await store.publish(run.id, T0)
+        with open_kb(uri, embedder="hashing") as kb:
+            assert [c.text for c in kb.chunks()] == ["one"]
+
+    @deferred_f_from_coro_f
+    async def test_record_miss_stages_only_stored_live_pages(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            await store.record(run, rec("a"), [])
+            await store.record(run, rec("g", status=GONE), [])
+            assert await store.record_miss(run, f"{SITE}/a", 404) == "staged"
+            assert await store.record_miss(run, f"{SITE}/g", 410) == "tombstone"
+            assert await store.record_miss(run, f"{SITE}/nope", 404) == "unknown"
+
+    @deferred_f_from_coro_f
+    async def test_unseen_hands_each_page_out_once_and_never_a_listed_one(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            for name in ("a", "b", "c", "d"):
+                await store.record(run, rec(name), [])
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            await store.record(run2, rec("a"), [])
+            await store.mark_listed(run2, [(f"{SITE}/b", "lastmod")])
+            first = await store.unseen(run2, 1)
+            rest = await store.unseen(run2, 10)
+            assert [k for k, _, _ in first + rest] == [f"{SITE}/c", f"{SITE}/d"]
+            assert await store.unseen(run2, 10) == []
+
+    @deferred_f_from_coro_f
+    async def test_page_writes_queued_together_land_as_each_would_alone(
+        self, uri: str, settings: Settings, events_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Writes that wait for the one being written go as one unit of multi-row statements:
+        each page ends up as its own write would leave it, and a page that fails fails alone."""
+        units: list[int] = []
+        many = SQLPages._many
+
+        def spy(self: SQLPages, batch: Any) -> Any:
+            units.append(len(batch))
+            return many(self, batch)
+
+        monkeypatch.setattr(SQLPages, "_many", spy)
+
+        def update(before: Revisit | None) -> Revisit:
+            assert before is not None
+            return replace(before, last_check_at=T0, checks=before.checks + 1)
+
+        def write(store: StateStore, run: Run, i: int, second: bool = False) -> Any:
+            page = rec(f"p{i}", title=f"Page {i}{' again' if second else ''}")
+            texts = [f"page {i} text {n}{' v2' if second else ''}" for n in range(3)]
+            fields = FieldsRow(
+                title=page.title or "", headings=["H"], code=[], links=[], text=" ".join(texts),
+                blocks=pack_blocks([7, 1000 + i, 2000 + i if second else 3000 + i]),
+                samples={7: "seven", 1000 + i: "own", 2000 + i: "new", 3000 + i: "old"},
+            )  # fmt: skip
+            kind = "changed" if second else "new"
+            return store.record(
+                run,
+                page,
+                [ExplodingEvent(**{f: getattr(ev(run, page, kind), f) for f in Event.__slots__})]
+                if i == 13
+                else [ev(run, page, kind)],
+                chunks=chunks(page, *texts),
+                embeddings=[("e1", f"c-{t}", b"\0" * 8) for t in texts[:2]],
+                fields=fields,
+                revisit=RevisitUpdate(update=update, found_via="sitemap"),
+                outcome=[kind],
+            )
+
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, publish_each_page=True)
+            for second in (False, True):
+                done = await asyncio.gather(
+                    *(write(store, run, i, second) for i in range(40)), return_exceptions=True
+                )
+                assert [i for i, d in enumerate(done) if isinstance(d, BaseException)] == [13]
+                assert all(d.checks == (1 if second else 0) for d in done if isinstance(d, Revisit))
+            assert units
+            assert max(units) > 1
+            await store.deliver()
+            assert store.outcomes == {"new": 39, "changed": 39}
+            for i in range(40):
+                got = await store.get(f"{SITE}/p{i}")
+                if i == 13:
+                    assert got is None
+                    continue
+                assert got is not None
+                assert (got.title, got.chunks) == (f"Page {i} again", 3)
+                fields = await store.get_fields(got.key)
+                assert fields is not None
+                assert (fields.text, unpack_blocks(fields.blocks)) == (
+                    f"page {i} text 0 v2 page {i} text 1 v2 page {i} text 2 v2",
+                    [7, 1000 + i, 2000 + i],
+                )
+                assert (await store.scheduled([got.key]))[got.key].revisit.checks == 2
+            counts = await store.run_index_counts(run.id, "e1")
+            assert (counts["chunks_added"], counts["chunks_retired"]) == (39 * 6, 39 * 3)
+            assert sorted(e["key"] for e in self.events(events_path)) == sorted(
+                [f"{SITE}/p{i}" for i in range(40) if i != 13] * 2
+            )
+            assert await store.fold_block_stats() == 78
+            await store.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=3)
+            report = store.noise_report()[SITE]["boilerplate"]
+            assert {b["block"]: (b["pages"], b["sample"]) for b in report} == {7: (39, "seven")}
+
+    @deferred_f_from_coro_f
+    async def test_a_page_the_database_refuses_fails_alone_among_pages_written_together(
+        self, uri: str, settings: Settings
+    ) -> None:
+        """A value the driver cannot store fails the unit's statements: the unit is undone and its
+        pages written one by one, so that page alone fails, with a PageWriteError."""
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            pages = [rec(f"q{i}", title=object() if i == 3 else f"Q{i}") for i in range(12)]  # type: ignore[arg-type]
+            done = await asyncio.gather(
+                *(
+                    store.record(run, page, [], chunks=chunks(page, f"q{i}"), outcome=["new"])
+                    for i, page in enumerate(pages)
+                ),
+                return_exceptions=True,
+            )
+            assert [i for i, d in enumerate(done) if isinstance(d, BaseException)] == [3]
+            assert isinstance(done[3], PageWriteError)
+            await store.flush()
+            assert store.outcomes == {"new": 11}
+            for i, page in enumerate(pages):
+                got = await store.get(page.key)
+                assert (got is None) if i == 3 else (got is not None and got.chunks == 1)
+
+
+class TestSQLitePages(LifecycleContract, PagesContract):
+    @pytest.fixture
+    def uri(self, tmp_path: Path) -> str:
+        return f"sqlite:///{tmp_path / 'state.db'}"
+
+
+@pytest.mark.postgres
+class TestPostgreSQLPages(LifecycleContract, PagesContract):
+    @pytest.fixture
+    def uri(self, postgres_uri: str) -> str:
+        # a fresh database per test (tests/postgres.py)
+        return postgres_uri

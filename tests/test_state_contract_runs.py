@@ -1,0 +1,246 @@
+"""The runs and readers roles' contracts, on every backend (SQLite and PostgreSQL): leases,
+reconciliation of misses, moves, and what a run reports it decided.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import pytest
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from recrawler.exceptions import RunRefused, StateStoreError
+from recrawler.state import (
+    GONE,
+    LIVE,
+    MOVED,
+    QUARANTINED,
+    RUN_ABORTED,
+    ChangeRow,
+)
+from recrawler.state.records import SETTLE_APPLY, SETTLE_DROP, SETTLE_KEEP, SETTLE_KEEP_LISTED
+from tests.state_contract import HOLDER, SITE, T0, BackendMixin, rec
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from scrapy.settings import Settings
+
+
+class RunsContract(BackendMixin):
+    @deferred_f_from_coro_f
+    async def test_a_live_lease_refuses_a_second_run(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)
+            with pytest.raises(RunRefused, match="one run at a time"):
+                await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)
+            # another site is another lease
+            await store.begin_run("docs", "other.example.com", T0, holder=HOLDER, lease_secs=60)
+            assert await store.heartbeat(run)
+
+    @deferred_f_from_coro_f
+    async def test_a_lapsed_lease_is_taken_over_and_its_run_aborted(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            old = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            await store.record(old, rec("a"), [])
+            await store.record_miss(old, f"{SITE}/a", 404)
+            new = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            assert new.id > old.id
+            assert new.backfill
+            info = await store.run_info(old.id)
+            assert info is not None
+            assert info["state"] == RUN_ABORTED
+            assert not await store.heartbeat(old)
+            assert await store.heartbeat(new)
+            # the aborted run's staged miss was dropped with it
+            assert (await store.removal_plan(new, gone_after=3, gone_statuses=[410])).removals == 0
+
+    @deferred_f_from_coro_f
+    async def test_finish_run_releases_the_lease(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)
+            await store.finish_run(run, reason="finished", at=T0, report={"counts": {"new": 0}}, listed=5)
+            nxt = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)
+            assert nxt.last_listed == 5
+
+    @deferred_f_from_coro_f
+    async def test_reconcile_quarantines_and_removes_in_one_set_operation(
+        self, uri: str, settings: Settings, events_path: Path
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for name in ("keep", "q", "g410", "g3"):
+                await store.record(run, rec(name, misses=2 if name == "g3" else 0), [])
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            assert (run2.prior_pages, run2.prior_live) == (4, 4)
+            for name, code in (("q", 404), ("g410", 410), ("g3", 404)):
+                await store.record_miss(run2, f"{SITE}/{name}", code)
+            plan = await store.removal_plan(run2, gone_after=3, gone_statuses=[410])
+            assert (plan.quarantine, plan.gone, plan.removals) == (1, 2, 3)
+            assert (await store.get(f"{SITE}/q")).status == LIVE  # type: ignore[union-attr]
+            await store.settle_misses(run2, SETTLE_APPLY)
+            assert (await store.get(f"{SITE}/q")).status == LIVE  # type: ignore[union-attr]
+            # applied in the transaction that publishes the run
+            result, _ = await store.publish_run(run2, at=T0, gone_after=3, gone_statuses=[410])
+            assert (result.applied, result.quarantined, result.gone) == (
+                True, 1, {"http_410": 1, "http_404": 1}
+            )  # fmt: skip
+            status = {p.key.rsplit("/", 1)[1]: p.status for p in store.iter_pages()}
+            assert status == {"keep": LIVE, "q": QUARANTINED, "g410": GONE, "g3": GONE}
+            await store.deliver()
+            assert sorted(e["action"] for e in self.events(events_path)) == [GONE, GONE, QUARANTINED]
+
+    @deferred_f_from_coro_f
+    async def test_reconcile_without_apply_drops_or_keeps_the_misses(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            await store.record(run, rec("a"), [])
+            await store.record_miss(run, f"{SITE}/a", 410)
+            kept = await store.settle_misses(run, SETTLE_KEEP)
+            assert (kept.kept, kept.skipped_misses) == (True, 1)
+            await store.hold_run(run)
+            # what `recrawler runs approve` does: the kept misses apply with the publication
+            decided = await store.decision(run.id)
+            assert await store.release_kept(decided) == 1
+            held, _ = await store.publish_run(decided, at=T0, gone_after=3, gone_statuses=[410])
+            assert held.gone == {"http_410": 1}
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            await store.record(run2, rec("b"), [])
+            await store.record_miss(run2, f"{SITE}/b", 410)
+            dropped = await store.settle_misses(run2, SETTLE_DROP)
+            assert (dropped.applied, dropped.skipped_misses) == (False, 1)
+            result, _ = await store.publish_run(run2, at=T0, gone_after=3, gone_statuses=[410])
+            assert (result.gone, result.quarantined) == ({}, 0)
+            assert (await store.get(f"{SITE}/b")).status == LIVE  # type: ignore[union-attr]
+
+    @deferred_f_from_coro_f
+    async def test_kept_misses_are_carried_until_an_answer_or_a_decision_settles_them(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for name in ("a", "b", "c"):
+                await store.record(run, rec(name), [])
+            await store.record_miss(run, f"{SITE}/a", 404)
+            await store.record_miss(run, f"{SITE}/b", 404)
+            # a's listing no longer names it; b is still listed: only b's removal waits
+            await store.mark_listed(run, [(f"{SITE}/b", None), (f"{SITE}/c", None)])
+            plan = await store.removal_plan(run, gone_after=3, gone_statuses=[410])
+            assert (plan.removals, plan.delisted) == (2, 1)
+            kept = await store.settle_misses(run, SETTLE_KEEP_LISTED)
+            assert kept.skipped_misses == 1
+            result, _ = await store.publish_run(run, at=T0, gone_after=3, gone_statuses=[410])
+            assert result.quarantined == 1
+            # a later run that checks nothing carries the kept miss into its own plan...
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            assert await store.carry_misses(run2) == 1
+            assert (await store.removal_plan(run2, gone_after=3, gone_statuses=[410])).carried == 1
+            await store.settle_misses(run2, SETTLE_KEEP)
+            await store.publish_run(run2, at=T0, gone_after=3, gone_statuses=[410])
+            with pytest.raises(StateStoreError, match=f"carried to run {run2.id}"):
+                await store.decision(run.id)
+            # ...until the page answers again: no decision is left
+            run3 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            await store.record(run3, rec("b"), [])
+            await store.flush()
+            with pytest.raises(StateStoreError, match="nothing of it waits"):
+                await store.decision(run2.id)
+            assert (await store.get(f"{SITE}/b")).status == LIVE  # type: ignore[union-attr]
+
+    @deferred_f_from_coro_f
+    async def test_a_page_moves_only_onto_a_live_page(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for name in ("old", "old2", "new"):
+                await store.record(run, rec(name), [])
+            assert await store.record_moves(run, [f"{SITE}/old"], f"{SITE}/new", http_status=301) == 1
+            assert await store.record_moves(run, [f"{SITE}/old2"], f"{SITE}/nowhere", http_status=301) == 1
+            result, _ = await store.publish_run(run, at=T0, gone_after=3, gone_statuses=[410])
+            assert result.moved == 1
+            old = await store.get(f"{SITE}/old")
+            assert old is not None
+            assert (old.status, old.moved_to) == (MOVED, f"{SITE}/new")
+            assert (await store.get(f"{SITE}/old2")).status == LIVE  # type: ignore[union-attr]
+
+
+class ReadersContract(BackendMixin):
+    @deferred_f_from_coro_f
+    async def test_readers_see_committed_rows_in_their_order(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            for name in ("b", "a", "c"):
+                await store.record(run, rec(name, status=GONE if name == "c" else LIVE), [])
+            await store.finish_run(run, reason="finished", at=T0, report={"counts": {"new": 3}})
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            await store.flush()
+            assert [p.key for p in store.iter_pages()] == [f"{SITE}/a", f"{SITE}/b", f"{SITE}/c"]
+            assert [p.key for p in store.iter_pages(GONE)] == [f"{SITE}/c"]
+            runs = list(store.iter_runs())
+            assert [r["id"] for r in runs] == [run2.id, run.id]
+            assert runs[1]["counts"] == {"new": 3}
+
+    @deferred_f_from_coro_f
+    async def test_run_report_and_the_pages_a_run_decided(self, uri: str, settings: Settings) -> None:
+        t = [T0 + timedelta(minutes=m) for m in range(8)]
+        async with self.opened(uri, settings) as store:
+            run1 = await store.begin_run("docs", SITE, t[0], holder=HOLDER, lease_secs=0)
+            for name in ("a", "b"):
+                await store.record(run1, rec(name, first_seen=t[0], last_checked=t[0]), [])
+            await store.finish_run(run1, reason="finished", at=t[1], report={"counts": {"new": 2}, "x": 1})
+            run2 = await store.begin_run("docs", SITE, t[2], holder=HOLDER, lease_secs=0)
+            await store.record(run2, rec("c", first_seen=t[3], last_checked=t[3]), [])
+            b = rec("b", content_hash="h-b2", last_checked=t[3])
+            change = ChangeRow(
+                key=b.key, url=b.url, at=t[3], verdict="changed", old_hash="h-b", new_hash="h-b2",
+                changed_fields=["text"], critical=["number: '8 MB' -> '16 MB'"], diff="-8 MB\n+16 MB",
+            )  # fmt: skip
+            await store.record(run2, b, [], change=change)
+            assert await store.record_miss(run2, f"{SITE}/a", 404) == "staged"
+            await store.publish_run(run2, at=t[4], gone_after=2, gone_statuses=[410])
+            await store.finish_run(run2, reason="finished", at=t[5], report={"counts": {"new": 1}})
+            await store.flush()
+            assert store.run_report(999) is None
+            changes = list(store.iter_changes(run_id=run2.id))
+            assert [(c["key"], c["critical"]) for c in changes] == [(b.key, ["number: '8 MB' -> '16 MB'"])]
+            assert list(store.iter_changes(run_id=run1.id)) == []
+            info = store.run_report(run1.id)
+            assert info is not None
+            assert (info["id"], info["counts"]) == (run1.id, {"new": 2})
+            assert info["report"] == {"counts": {"new": 2}, "x": 1}
+            assert [(p["url"], p["event"], p["status"]) for p in store.iter_run_pages(run2.id)] == [
+                (f"https://{SITE}/a", QUARANTINED, QUARANTINED),
+                (f"https://{SITE}/c", "new", LIVE),
+            ]
+            # a page stays new in the run that first saw it, whatever became of it since
+            assert [(p["url"], p["event"]) for p in store.iter_run_pages(run1.id)] == [
+                (f"https://{SITE}/a", "new"),
+                (f"https://{SITE}/b", "new"),
+            ]
+            # a held run lists the removals it staged, with their HTTP status
+            run3 = await store.begin_run("docs", SITE, t[6], holder=HOLDER, lease_secs=0)
+            await store.record_miss(run3, f"{SITE}/b", 410)
+            await store.settle_misses(run3, SETTLE_KEEP)
+            await store.hold_run(run3)
+            await store.flush()
+            assert [(p["url"], p["event"], p["http_status"]) for p in store.iter_run_pages(run3.id)] == [
+                (f"https://{SITE}/b", "held", 410)
+            ]
+
+
+class TestSQLiteRuns(RunsContract, ReadersContract):
+    @pytest.fixture
+    def uri(self, tmp_path: Path) -> str:
+        return f"sqlite:///{tmp_path / 'state.db'}"
+
+
+@pytest.mark.postgres
+class TestPostgreSQLRuns(RunsContract, ReadersContract):
+    @pytest.fixture
+    def uri(self, postgres_uri: str) -> str:
+        # a fresh database per test (tests/postgres.py)
+        return postgres_uri
