@@ -21,6 +21,7 @@ from recrawler.runtime import Runtime
 from recrawler.spiders.docs import DocsSpider
 from tests.conftest_mockserver import *  # noqa: F403 (fixtures: mockserver, site)
 from tests.postgres import own_postgres, postgres_server, postgres_uri  # noqa: F401 (fixtures)
+from tests.state_sqlite import db, events_path  # noqa: F401 (fixtures)
 
 
 def make_crawler(spidercls: type[Any], settings: dict[str, Any]) -> Crawler:

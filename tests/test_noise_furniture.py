@@ -23,7 +23,7 @@ from recrawler.learning import NoiseRegistry
 from recrawler.state import FieldsRow
 from recrawler.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
 from tests import statedb
-from tests.test_state_sqlite import SITE, T0, opened, query, rec
+from tests.state_sqlite import SITE, T0, opened, query, rec
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.intervals import Revisit
-from tests.test_state_sqlite import SITE, T0, opened, query, rec
+from tests.state_sqlite import SITE, T0, opened, query, rec
 
 if TYPE_CHECKING:
     from pathlib import Path
