@@ -1,0 +1,85 @@
+"""The PostgreSQL backend's statements and page writes: parameters as psycopg takes them, and a page
+the server refuses fails alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import psycopg
+import pytest
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from recrawler.exceptions import PageWriteError
+from recrawler.state import store_from_uri
+from tests.state_postgres import settings
+
+pytestmark = pytest.mark.postgres
+
+
+def test_positional_statements_go_in_numbered_parameters_and_named_ones_through_psycopg(
+    postgres_uri: str,
+) -> None:
+    """``?`` statements reach PostgreSQL as ``$1, $2, ...`` (a ``?`` or ``%`` in a literal stays
+    text), a multi-row insert of 4,000 parameters among them; ``:name`` ones go through psycopg."""
+    from recrawler.state.postgres.cursors import _execute_sync, pg_row
+    from recrawler.state.sql.dialect import count, drive, many, one, values
+
+    rows = [(i, f"k{i}", f"text {i}% '?'", i * 2) for i in range(1000)]
+
+    def work() -> Any:
+        yield count("CREATE TEMPORARY TABLE t (id INTEGER, key TEXT, text TEXT, n INTEGER)")
+        yield from values("INSERT INTO t (id, key, text, n)", rows)
+        yield many("UPDATE t SET n = n + ? WHERE key = ?", [(1, "k0"), (1, "k999")])
+        got = yield one(
+            "SELECT COUNT(*) AS rows, SUM(n) AS total, '50% ?' AS lit, CAST(? AS INTEGER) + 1 AS next, "
+            "(SELECT text FROM t WHERE key = ?)::text AS text FROM t WHERE id >= ?",
+            (41, "k7", 0),
+        )
+        named = yield one("SELECT n FROM t WHERE key = :key AND n > :least", {"key": "k999", "least": 0})
+        return got, named
+
+    with psycopg.connect(postgres_uri, row_factory=pg_row) as conn:
+        got, named = drive(work(), lambda op: _execute_sync(conn, op))
+    assert (got["rows"], got["total"], got["lit"], got["next"], got["text"]) == (
+        1000, sum(i * 2 for i in range(1000)) + 2, "50% ?", 42, "text 7% '?'",
+    )  # fmt: skip
+    assert named["n"] == 1999
+
+
+@deferred_f_from_coro_f
+async def test_a_page_the_server_refuses_among_pages_written_together_fails_alone(
+    postgres_uri: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A value only the server refuses (a miss count beyond INTEGER) fails a statement in the
+    middle of a write of pages written together: the write goes back to its savepoint and its
+    pages are written one by one, so that page alone fails, with a PageWriteError; the group
+    stands (the savepoint stays open for the next write to release) and nothing else is logged."""
+    from tests.state_contract import HOLDER, SITE, chunks, rec
+    from tests.state_contract import T0 as AT
+
+    store = store_from_uri(postgres_uri, settings())
+    await store.open()
+    try:
+        run = await store.begin_run("docs", SITE, AT, holder=HOLDER)
+        pages = [rec(f"q{i}", misses=2**40 if i == 5 else 0) for i in range(40)]
+        with caplog.at_level(logging.WARNING):
+            done = await asyncio.gather(
+                *(
+                    store.record(run, p, [], chunks=chunks(p, f"q{i}"), outcome=["new"])
+                    for i, p in enumerate(pages)
+                ),
+                return_exceptions=True,
+            )
+            await store.flush()
+        assert [i for i, d in enumerate(done) if isinstance(d, BaseException)] == [5]
+        assert isinstance(done[5], PageWriteError)
+        assert store.outcomes == {"new": 39}
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+        for i, page in enumerate(pages):
+            got = await store.get(page.key)
+            assert (got is None) if i == 5 else (got is not None and got.chunks == 1)
+    finally:
+        await store.close()
