@@ -17,28 +17,24 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.cli import main as cli_main
 from recrawler.detect.hashing import content_hash
 from recrawler.detect.verdict import Verdict
 from recrawler.exceptions import StateStoreError
 from recrawler.items import PageStatus
 from recrawler.kb.chunking import Chunk
-from recrawler.kb.sqlite import SQLiteKnowledgeBase
 from recrawler.pipelines.commit import pending_after, unified_diff
 from recrawler.state import PENDING_CHANGED, ChangeRow, Event, FieldsRow, PageRecord, Run, store_from_uri
 from recrawler.state.records import SETTLE_APPLY, SETTLE_KEEP
 from recrawler.state.sql.visibility import visible_from, visible_run, visible_where
-from tests import docsite, shell, statedb
+from tests.trust_operator import current
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from recrawler.state import StateStore
-    from tests.conftest import Crawls
-    from tests.conftest_mockserver import Site
     from tests.postgres import PostgresServer
+
 
 SITE = "docs.example.com"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -49,24 +45,6 @@ ANSWERS = st.sampled_from([*TEXTS, 404, 410])
 # how a run ends: published, held (its changes wait), its removals held (the rest published), or
 # killed before its end
 ENDINGS = st.sampled_from(["publish", "hold", "hold_removals", "kill"])
-
-
-def current(path: Path) -> list[tuple[str, str]]:
-    """The chunks of each live page's current stored state."""
-    rows = statedb.rows(
-        path,
-        """SELECT c.key, c.text FROM chunks c JOIN pages p ON p.key = c.key
-           WHERE p.status = 'live' AND c.retired_run IS NULL""",
-    )
-    counts = statedb.rows(
-        path,
-        """SELECT p.key, p.chunks, (SELECT COUNT(*) FROM chunks c
-                                    WHERE c.key = p.key AND c.retired_run IS NULL)
-           FROM pages p WHERE p.status = 'live'""",
-    )
-    for key, stored, actual in counts:
-        assert stored == actual, f"{key}: pages.chunks {stored} != {actual} current chunk rows"
-    return sorted(rows)
 
 
 def visible(store: StateStore) -> list[tuple[str, str]]:
@@ -411,79 +389,3 @@ def test_any_sequence_of_runs_holds_approves_and_discards_on_postgresql(
         new_uri = staticmethod(postgres_server.database)
 
     _run_machine(OnPostgres, 10)
-
-
-# --- the observed sequence, end to end -----------------------------------------------------------
-
-
-def body(i: int, edition: str) -> str:
-    return docsite.page(f"Page {i}", [("Overview", [f"Page {i}, {edition}: feature {i} explained."])])
-
-
-def kb_chunks(path: Path) -> list[tuple[str, str]]:
-    """What the bot reads of a database file: (page key, chunk text) of every published chunk."""
-    with SQLiteKnowledgeBase(str(path), embedder="hashing") as kb:
-        return sorted((c.key, c.text) for c in kb.chunks())
-
-
-@deferred_f_from_coro_f
-async def test_discard_recrawl_approve_leaves_history_as_if_the_discarded_runs_never_ran(
-    site: Site, crawls: Crawls, capsys: pytest.CaptureFixture[str]
-) -> None:
-    names = [f"p{i}.html" for i in range(12)]
-    for i, name in enumerate(names):
-        site.write(name, body(i, "first edition"), mtime=1_760_000_000)
-    sitemap = site.write_sitemap(names)
-    await crawls.crawl(sitemap)
-    for i, name in enumerate(names):
-        site.write(name, body(i, "second edition"), mtime=1_760_000_100)
-    r2 = await crawls.crawl(sitemap)
-    assert r2.report["index"]["state"] == "held"
-    # nothing of a held run is announced or read: no event, no history, the published metadata
-    assert [e for e in r2.events if e["action"] == "changed"] == []
-    assert list(open_store_at(crawls).iter_changes()) == []
-    # the next cron run goes on and carries the decision (it holds again: the site still says so)
-    r3 = await crawls.crawl(sitemap)
-    assert (r3.finish_reason, r3.report["index"]["state"]) == ("finished", "held")
-    code, out = await asyncio.to_thread(
-        shell.cli_captured, capsys, "runs", "discard", str(r2.report["run_id"]), "--db", crawls.db_uri
-    )
-    assert code == 2
-    await asyncio.to_thread(cli_main, ["runs", "discard", str(r3.report["run_id"]), "--db", crawls.db_uri])
-    assert all("first edition" in text for _, text in kb_chunks(crawls.db_path))
-    assert list(open_store_at(crawls).iter_changes()) == []
-    # the site still says "second edition": held again, then approved
-    r4 = await crawls.crawl(sitemap)
-    assert r4.report["index"]["state"] == "held"
-    await asyncio.to_thread(cli_main, ["runs", "approve", str(r4.report["run_id"]), "--db", crawls.db_uri])
-    history = list(open_store_at(crawls).iter_changes())
-    assert len(history) == 12
-    assert {h["run_id"] for h in history} == {r4.report["run_id"]}
-    assert all("-Page" in h["diff"] or "first edition" in h["diff"] for h in history)
-    assert all("+" in h["diff"] and "second edition" in h["diff"] for h in history)
-    code, out = await asyncio.to_thread(
-        shell.cli_captured, capsys, "diff", site.url(names[0]), "--db", crawls.db_uri
-    )
-    assert code == 0
-    assert "fields: -" not in out
-    assert "second edition" in out
-    code, out = await asyncio.to_thread(
-        shell.cli_captured, capsys, "report", str(r4.report["run_id"]), "--db", crawls.db_uri, "-o", "-"
-    )
-    assert code == 0
-    assert out.count("second edition") >= 12
-    await crawls.crawl(sitemap)
-    # each changed page is announced once: the approved run's events (the next delivery sent them)
-    changed = [e for e in crawls._events() if e["action"] == "changed"]
-    assert sorted(e["url"] for e in changed) == sorted(site.url(n) for n in names)
-    assert {e["run_id"] for e in changed} == {r4.report["run_id"]}
-    seen = kb_chunks(crawls.db_path)
-    assert Counter(key for key, _ in seen) == {f"{site.url(n).split('://')[1]}": 1 for n in names}
-    assert all("second edition" in text for _, text in seen)
-    assert seen == current(crawls.db_path)
-
-
-def open_store_at(crawls: Crawls) -> Any:
-    from recrawler.state.sqlite import SQLiteStateStore
-
-    return SQLiteStateStore(crawls.db_uri)
