@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from tests import docsite, shell, statedb
-from tests.test_noise_furniture import counted_from_scratch, counters
+from tests.noise_furniture import counted_from_scratch, counters
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls

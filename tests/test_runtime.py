@@ -35,7 +35,7 @@ END_TO_END = [
     "tests/test_crawl.py",
     "tests/test_index.py",
     "tests/test_audit.py",
-    "tests/test_noise_furniture.py",
+    "tests/test_noise_furniture_crawl.py",
     "tests/test_trust_listing.py",
     "tests/test_trust_redirects.py",
     "tests/test_trust_removal.py",
