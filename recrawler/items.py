@@ -69,6 +69,8 @@ class Page:
     found_depth: int = 0
     #: keys of stored pages a permanent redirect moved to this page
     moved_from: tuple[str, ...] = ()
+    #: the key of the address a temporary redirect lent the page (None: it answered itself)
+    served_from: str | None = None
     #: what the body was read as (``html``, ``pdf``: see ``recrawler.documents``); None without one
     document: str | None = None
     #: the fingerprint and chunks ``recrawler.cpu.process_page`` made with the text, in a worker

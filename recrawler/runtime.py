@@ -116,6 +116,9 @@ class Runtime:
         self.listing: Listing | None = None
         #: each checked page's next revisit, written with the page (set by ScheduleMiddleware)
         self.revisits: Revisits | None = None
+        #: the keys of this run's redirect targets that many pages were lent (soft 404s: an answer
+        #: served from one is never a page's content; kept by PageRedirectMiddleware)
+        self.shared_targets: set[str] = set()
         self.schedule = schedule
         self.noise = noise
         self.auditor = Auditor(store, self.counters, sample=audit_sample, distrust_after=distrust_after)

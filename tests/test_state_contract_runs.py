@@ -4,6 +4,7 @@ reconciliation of misses, moves, and what a run reports it decided.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -117,6 +118,26 @@ class RunsContract(BackendMixin):
             result, _ = await store.publish_run(run2, at=T0, gone_after=3, gone_statuses=[410])
             assert (result.gone, result.quarantined) == ({}, 0)
             assert (await store.get(f"{SITE}/b")).status == LIVE  # type: ignore[union-attr]
+
+    @deferred_f_from_coro_f
+    async def test_a_miss_lands_after_the_page_writes_queued_before_it(
+        self, uri: str, settings: Settings
+    ) -> None:
+        """A page write lifts the run's staged miss of the page: a miss staged while a write of
+        the page (content read before the miss was known) waits in the queue lands after it, and
+        stays staged. Writes of other pages queued at the same time are not waited for."""
+        async with self.opened(uri, settings, RECRAWLER_DB_BATCH_SIZE=100) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for name in ("a", "b"):
+                await store.record(run, rec(name), [])
+            await store.flush()
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            writes = [asyncio.ensure_future(store.record(run2, rec(n, content_hash="h2"), [])) for n in "ab"]
+            await asyncio.sleep(0)  # both writes are queued, none written yet
+            assert await store.record_miss(run2, f"{SITE}/a", 404) == "staged"
+            await asyncio.gather(*writes)
+            kept = await store.settle_misses(run2, SETTLE_KEEP)
+            assert (kept.kept, kept.skipped_misses) == (True, 1)
 
     @deferred_f_from_coro_f
     async def test_kept_misses_are_carried_until_an_answer_or_a_decision_settles_them(

@@ -78,10 +78,9 @@ class PageRedirectMiddleware(RedirectMiddleware):
         )
         self.soft_404 = settings.getbool("RECRAWLER_SOFT404_ENABLED")
         self.runtime: Runtime | None = None
-        #: this run's redirect targets and the pages sent to each (bounded), and the targets found
-        #: shared by too many pages
+        #: this run's redirect targets and the pages sent to each (bounded); the targets found
+        #: shared by too many pages are the Runtime's (the commit step drops their answers too)
         self._loans: dict[str, set[str]] = {}
-        self._shared: set[str] = set()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -126,10 +125,10 @@ class PageRedirectMiddleware(RedirectMiddleware):
             self._inc("recrawler/bytes/received", len(response.body))
             return await self._follow(request, response)
         if (
-            self._shared
+            self.runtime.shared_targets
             and request.meta.get("redirect_urls")
             and not (response.status == 304 and request.meta.get(meta.SENT))
-            and self.key_maker(request.url) in self._shared
+            and self.key_maker(request.url) in self.runtime.shared_targets
         ):
             # an earlier page sent to a target many pages were sent to: its miss is staged
             self._inc("recrawler/bytes/received", len(response.body))
@@ -259,15 +258,16 @@ class PageRedirectMiddleware(RedirectMiddleware):
             return None
         if len(self._loans) >= _LOANS_MAX and target_key not in self._loans:
             self._loans.clear()
-            self._shared.clear()
+            self.runtime.shared_targets.clear()
         lent = self._loans.setdefault(target_key, set())
         lent.add(key)
         if len(lent) < SHARED_TARGET_MIN:
             return None
         if len(lent) == SHARED_TARGET_MIN:
             # the pages sent there before it was plain that it is everybody's: misses too (and
-            # their answers, still on their way, are dropped: see process_response)
-            self._shared.add(target_key)
+            # their answers, still on their way, are dropped: see process_response, and the commit
+            # step for an answer already past this middleware)
+            self.runtime.shared_targets.add(target_key)
             for earlier in sorted(lent - {key}):
                 await stage_soft_miss(self.runtime, earlier, request.url, notfound.SHARED_REDIRECT)
         return notfound.SHARED_REDIRECT

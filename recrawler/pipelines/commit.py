@@ -297,6 +297,10 @@ async def commit(
         outcome.append(f"{status}/moved_in")
     if update.restored:
         outcome.append(str(PageStatus.RESTORED))
+    if page.served_from is not None and page.served_from in runtime.shared_targets:
+        # lent an address many pages were sent to since its answer passed the redirects: a soft
+        # 404, whose miss PageRedirectMiddleware staged (checked here, where the write is queued)
+        raise DropItem("a soft 404 (redirect_shared)", log_level="DEBUG")
     revisits = runtime.revisits
     revisit = revisits.revisit_update(page, status) if revisits is not None else None
     try:

@@ -42,6 +42,7 @@ OPTIONS = {
     "gone": "true answers 410 Gone",
     "noise": "true substitutes {{NOW}}, {{TOKEN}} and {{WIDGET}} on every request",
     "hang": "true never answers",
+    "delay": "seconds to wait before answering (whatever the path answers)",
     "no304": "true sends validators but ignores them in requests (never 304)",
     "redirect": "answers 301 (or redirect_status) to /<site>/<value>",
     "redirect_status": "the status of a redirect: 301, 302, 303, 307 or 308",
@@ -102,6 +103,8 @@ class Reply:
     status: int
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
+    #: seconds to wait before answering
+    delay: float = 0.0
 
 
 def error(status: int, **headers: str) -> Reply:
@@ -210,6 +213,25 @@ class SiteTree(Resource):
         if reply is None:
             # "hang": keep the connection open and never answer.
             return NOT_DONE_YET
+        if reply.delay > 0:
+            from twisted.internet import reactor
+
+            reactor.callLater(reply.delay, self._answer_later, request, reply)  # type: ignore[attr-defined]
+            return NOT_DONE_YET
+        return self._answer(request, reply)
+
+    def _answer_later(self, request: Request, reply: Reply) -> None:
+        if request.finished or request.channel is None:
+            return
+        body = self._answer(request, reply)
+        if isinstance(body, bytes):
+            request.setHeader("Content-Length", str(len(body)))
+            if request.method != b"HEAD":
+                request.write(body)
+            request.finish()
+
+    @staticmethod
+    def _answer(request: Request, reply: Reply) -> bytes | int:
         request.setResponseCode(reply.status)
         for name, value in reply.headers.items():
             request.setHeader(name, value)
@@ -230,6 +252,7 @@ class SiteTree(Resource):
         reply = self._reply(request, site, key, parts, options, all_options)
         if reply is not None:
             reply.headers.update(options.get("headers") or {})
+            reply.delay = float(options.get("delay") or 0)
         return reply
 
     def _reply(

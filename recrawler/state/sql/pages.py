@@ -63,6 +63,8 @@ class SQLPages:
         #: page writes waiting for the one that is being written, and the task writing them
         self._queue: deque[_PageWrite] = deque()
         self._draining: asyncio.Future[None] | None = None
+        #: the page writes being written now
+        self._writing: list[_PageWrite] = []
 
     async def get(self, key: str) -> PageRecord | None:
         """Return the stored record of *key*."""
@@ -138,6 +140,7 @@ class SQLPages:
         try:
             while self._queue:
                 batch = self._take()
+                self._writing = batch
                 try:
                     await self._write(batch)
                 except BaseException as exc:
@@ -146,6 +149,8 @@ class SQLPages:
                             w.done.set_exception(exc)
                     if not isinstance(exc, Exception):
                         raise
+                finally:
+                    self._writing = []
         except BaseException:
             for w in self._queue:
                 if not w.done.done():
@@ -228,8 +233,12 @@ class SQLPages:
         """Stage a 404/410 of a stored page for the reconciliation.
 
         Returns ``"staged"`` (a live or quarantined page), ``"tombstone"`` (already gone) or
-        ``"unknown"`` (no record).
+        ``"unknown"`` (no record). It lands after the page's writes queued before it (a page write
+        lifts the run's staged miss: a miss must not be lifted by content read before it).
         """
+        queued = [w.done for w in (*self._writing, *self._queue) if w.rec.key == key]
+        if queued:
+            await asyncio.wait(queued)
 
         def work() -> Work[str]:
             row = yield one("SELECT status FROM pages WHERE key = ?", (key,))
