@@ -68,6 +68,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=[200],
         help="extra pgvector rows at these hnsw.ef_search values (default 200; '' for none)",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="crawl part: rounds per site size, the backends' order alternating (ratios: the median)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=3600, help="seconds before a process is killed")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, databases, reports)")

@@ -88,4 +88,4 @@ def print_ratios(ratios: dict[str, Any]) -> None:
     """One ratio a line."""
     print()
     for key, value in ratios.items():
-        print(f"  {key:55s} {fmt(value, '.2f')}")
+        print(f"  {key:55s} {value if isinstance(value, str) else fmt(value, '.2f')}")

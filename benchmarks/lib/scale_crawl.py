@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -134,37 +135,45 @@ def serve_site(root: Path, pages: int, seed: int) -> tuple[NginxServer, set[str]
 
 
 def part_crawl(args: argparse.Namespace, pg: Postgres | None, tmp: Path) -> list[dict[str, Any]]:
-    """First run and unchanged rerun of each site size on each backend."""
+    """First run and unchanged rerun of each site size on each backend, ``--rounds`` times with
+    fresh databases, the backends' order alternating from round to round (side by side: what the
+    machine does meanwhile weighs on both)."""
     rows: list[dict[str, Any]] = []
     for n in args.pages:
         root = tmp / f"site-{n}"
         root.mkdir()
         server, page_paths = serve_site(root, n, args.seed)
         try:
-            backends: list[tuple[str, str | None]] = [("sqlite", f"sqlite:///{tmp / f'crawl-{n}.db'}")]
-            backends.append(("postgresql", pg.database(f"bench_crawl_{n}") if pg else None))
-            for backend, uri in backends:
-                for run in ("first", "rerun"):
-                    row: dict[str, Any] = {"pages_in_site": n, "backend": backend, "run": run}
-                    rows.append(row)
-                    if uri is None:
-                        row["exit"] = "n/a"
-                        continue
-                    name = f"crawl-{n}-{backend}-{run}"
-                    log(f"{name} ...")
-                    report = tmp / f"{name}.json"
-                    cmd = crawl_cmd(f"{server.url}/sitemap.xml", uri, report)
-                    row["command"] = " ".join(cmd[1:]).replace(str(tmp), "TMP")
-                    row |= one_crawl(
-                        cmd,
-                        log_path=tmp / f"{name}.log",
-                        server=server,
-                        page_paths=page_paths,
-                        timeout=args.timeout,
-                    )
-                    row["db_bytes"] = database_size(uri)
-                    row["counts"] = read_counts(report)
-                    log(f"{name}: {fmt(row['pages_per_s'], '.0f')} pages/s, {row['wall_s']:.1f} s")
+            for rnd in range(1, args.rounds + 1):
+                backends: list[tuple[str, str | None]] = [
+                    ("sqlite", f"sqlite:///{tmp / f'crawl-{n}-{rnd}.db'}"),
+                    ("postgresql", pg.database(f"bench_crawl_{n}") if pg else None),
+                ]
+                if rnd % 2 == 0:
+                    backends.reverse()
+                for backend, uri in backends:
+                    for run in ("first", "rerun"):
+                        row: dict[str, Any] = {"pages_in_site": n, "round": rnd}
+                        row |= {"backend": backend, "run": run}
+                        rows.append(row)
+                        if uri is None:
+                            row["exit"] = "n/a"
+                            continue
+                        name = f"crawl-{n}-{rnd}-{backend}-{run}"
+                        log(f"{name} ...")
+                        report = tmp / f"{name}.json"
+                        cmd = crawl_cmd(f"{server.url}/sitemap.xml", uri, report)
+                        row["command"] = " ".join(cmd[1:]).replace(str(tmp), "TMP")
+                        row |= one_crawl(
+                            cmd,
+                            log_path=tmp / f"{name}.log",
+                            server=server,
+                            page_paths=page_paths,
+                            timeout=args.timeout,
+                        )
+                        row["db_bytes"] = database_size(uri)
+                        row["counts"] = read_counts(report)
+                        log(f"{name}: {fmt(row['pages_per_s'], '.0f')} pages/s, {row['wall_s']:.1f} s")
         finally:
             server.stop()
             shutil.rmtree(root, ignore_errors=True)
@@ -175,6 +184,7 @@ def print_crawl(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The crawl table and its ratios."""
     header = (
         "site pages",
+        "round",
         "backend",
         "run",
         "pages",
@@ -188,6 +198,7 @@ def print_crawl(rows: list[dict[str, Any]]) -> dict[str, Any]:
     body = [
         (
             str(r["pages_in_site"]),
+            str(r.get("round", 1)),
             r["backend"],
             r["run"],
             str(r.get("pages", "-")),
@@ -205,22 +216,41 @@ def print_crawl(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "(peak RSS: the crawl process's own; PostgreSQL's server processes are not included)\n"
     )
     print(table(header, body))
-    by = {(r["pages_in_site"], r["backend"], r["run"]): r for r in rows if r["exit"] == 0}
+    by = {(r["pages_in_site"], r.get("round", 1), r["backend"], r["run"]): r for r in rows if r["exit"] == 0}
     ratios: dict[str, Any] = {}
+
+    def median_ratio(n: int, field: str, num: tuple[str, str], den: tuple[str, str]) -> float | None:
+        # the ratio within each round (side by side), then the median over the rounds
+        found = []
+        for rnd in sorted({r.get("round", 1) for r in rows if r["pages_in_site"] == n}):
+            a, b = by.get((n, rnd, *num)), by.get((n, rnd, *den))
+            value = ratio(a and a[field], b and b[field])
+            if value is not None:
+                found.append(value)
+        return statistics.median(found) if found else None
+
     for n in sorted({r["pages_in_site"] for r in rows}):
         for run in ("first", "rerun"):
-            s, p = by.get((n, "sqlite", run)), by.get((n, "postgresql", run))
-            ratios[f"{n}:{run}:pages_per_s_pg_over_sqlite"] = ratio(
-                p and p["pages_per_s"], s and s["pages_per_s"]
-            )
-            ratios[f"{n}:{run}:db_bytes_pg_over_sqlite"] = ratio(p and p["db_bytes"], s and s["db_bytes"])
-            ratios[f"{n}:{run}:peak_rss_pg_over_sqlite"] = ratio(
-                p and p["peak_rss_mib"], s and s["peak_rss_mib"]
-            )
+            for field, label in (
+                ("pages_per_s", "pages_per_s"),
+                ("db_bytes", "db_bytes"),
+                ("peak_rss_mib", "peak_rss"),
+            ):
+                ratios[f"{n}:{run}:{label}_pg_over_sqlite"] = median_ratio(
+                    n, field, ("postgresql", run), ("sqlite", run)
+                )
+            per_round = [
+                ratio(
+                    by.get((n, rnd, "postgresql", run), {}).get("pages_per_s"),
+                    by.get((n, rnd, "sqlite", run), {}).get("pages_per_s"),
+                )
+                for rnd in sorted({r.get("round", 1) for r in rows if r["pages_in_site"] == n})
+            ]
+            by_round = ", ".join(fmt(v, ".2f") for v in per_round)
+            ratios[f"{n}:{run}:pages_per_s_pg_over_sqlite_by_round"] = by_round
         for backend in ("sqlite", "postgresql"):
-            f, r2 = by.get((n, backend, "first")), by.get((n, backend, "rerun"))
-            ratios[f"{n}:{backend}:pages_per_s_rerun_over_first"] = ratio(
-                r2 and r2["pages_per_s"], f and f["pages_per_s"]
+            ratios[f"{n}:{backend}:pages_per_s_rerun_over_first"] = median_ratio(
+                n, "pages_per_s", (backend, "rerun"), (backend, "first")
             )
     print_ratios(ratios)
     return ratios
