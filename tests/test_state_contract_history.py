@@ -5,6 +5,7 @@ regions, boilerplate and block statistics.
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from recrawler.state import (
     ChangeRow,
     FieldsRow,
 )
+from recrawler.state.sql import pages as pages_module
 from tests.state_contract import HOLDER, SITE, T0, BackendMixin, chunks, rec
 
 if TYPE_CHECKING:
@@ -105,6 +107,15 @@ class HistoryContract(BackendMixin):
         self, uri: str, settings: Settings, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         monkeypatch.setattr("recrawler.state.sql.pages.FOLD_EVERY", 10)
+        # the fold's counting runs beside the crawl, never on the reactor's thread
+        fold = pages_module._fold_block_deltas
+        folded_on: list[str] = []
+
+        def spy(*args: Any) -> Any:
+            folded_on.append(threading.current_thread().name)
+            return (yield from fold(*args))
+
+        monkeypatch.setattr(pages_module, "_fold_block_deltas", spy)
         async with self.opened(uri, settings) as store:
             run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
             for i in range(25):
@@ -115,6 +126,8 @@ class HistoryContract(BackendMixin):
                 await store.record(run, rec(f"p{i}", noise_key="n"), [], fields=fields)
             await store.flush()
             # two folds went with the writes (after the 10th and the 20th): five deltas wait
+            assert len(folded_on) == 2
+            assert threading.main_thread().name not in folded_on
             assert await store.fold_block_stats() == 5
             await store.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=3)
             listed = store.noise_report()[SITE]["boilerplate"]

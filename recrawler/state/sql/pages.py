@@ -206,16 +206,23 @@ class SQLPages:
 
     async def _fold_now_and_then(self) -> None:
         """Every :data:`FOLD_EVERY` page writes with a field record, commit the group and fold a
-        batch of block deltas as a transaction of its own (PostgreSQL: on a connection of its
-        own, beside the page writes). A failed fold costs no page: its deltas wait for the next."""
+        batch of block deltas as a transaction of its own, in a thread (SQLite: on its worker
+        thread; PostgreSQL: on a connection of its own, beside the page writes, so that the fold's
+        own counting and statements never run on the reactor). A failed fold costs no page: its
+        deltas wait for the next."""
         self._unfolded += 1
         if self._unfolded < FOLD_EVERY:
             return
         self._unfolded = 0
         # the group first (a group that cannot commit fails this write, as any group commit does)
         await self.db.flush()
+        fold = _fold_block_deltas(self.db.dialect, FOLD_BATCH)
         try:
-            await self.db.transaction(_fold_block_deltas(self.db.dialect, FOLD_BATCH), concurrent=True)
+            if self.db.dry_run:
+                # never committed: in the store's own transaction, undone with it
+                await self.db.transaction(fold, concurrent=True)
+            else:
+                await asyncio.to_thread(self.db.transaction_sync, fold)
         except StateStoreError as exc:
             logger.warning("block statistics not folded, left for the next fold: %(exc)s", {"exc": exc})
 
