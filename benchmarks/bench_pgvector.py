@@ -213,19 +213,20 @@ def build_index(uri: str, dims: int, embedder_id: str, maintenance_work_mem: str
     """The store's own index build (what a run does once the table is large enough)."""
     import psycopg
 
-    from recrawler.state.postgres.vector_index import ensure_vector_index, vector_index_name
+    from recrawler.state.postgres.vector_index import default_build, ensure_vector_index, vector_index_name
 
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")
         t0 = time.perf_counter()
-        built = ensure_vector_index(conn, dims, embedder_id, min_rows=0)
+        m, ef = default_build()
+        built = ensure_vector_index(conn, dims, embedder_id, min_rows=0, m=m, ef_construction=ef)
         seconds = time.perf_counter() - t0
         conn.execute("ANALYZE embeddings")
         row = conn.execute(
-            "SELECT pg_relation_size(to_regclass(%s))", (vector_index_name(dims, embedder_id),)
+            "SELECT pg_relation_size(to_regclass(%s))", (vector_index_name(dims, embedder_id, m, ef),)
         ).fetchone()
     return {
-        "index": "hnsw" if built else "none (exact)",
+        "index": f"hnsw m{m} ef{ef}" if built else "none (exact)",
         "index_s": seconds if built else None,
         "index_bytes": row[0] if row else None,
     }

@@ -13,7 +13,8 @@ import psycopg
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.exceptions import StateStoreError
+from recrawler import default_settings
+from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.kb.reader import open_kb
 from recrawler.state import store_from_uri
 from recrawler.state.postgres import SCHEMA_VERSION
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
 
 
 pytestmark = pytest.mark.postgres
+
+#: the HNSW build options a store uses by default
+BUILD = (default_settings.RECRAWLER_DB_HNSW_M, default_settings.RECRAWLER_DB_HNSW_EF_CONSTRUCTION)
 
 
 def hnsw_indexes(uri: str) -> dict[str, int]:
@@ -84,12 +88,49 @@ async def test_a_model_embedders_vectors_get_an_hnsw_index_of_their_own_once_the
         with psycopg.connect(postgres_uri) as conn:
             embedders = conn.execute("SELECT DISTINCT embedder FROM embeddings").fetchall()
         assert len(embedders) == 1
-        name = vector_index_name(16, embedders[0][0])
+        name = vector_index_name(16, embedders[0][0], *BUILD)
         assert hnsw_indexes(postgres_uri) == {name: 0}
         # (a planner that scans so few rows rather than read an index is told not to)
         with open_kb(f"{postgres_uri}?options=-c%20enable_seqscan%3Doff") as kb:
             assert len(kb.search("Run it like this", k=3)) == 3
         assert hnsw_indexes(postgres_uri)[name] >= 1
+
+
+def hnsw_options_of(uri: str) -> dict[str, list[str]]:
+    """Each HNSW index on the embeddings and its build options."""
+    with psycopg.connect(uri, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT c.relname, c.reloptions FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
+            "WHERE i.indrelid = 'embeddings'::regclass AND c.relname LIKE 'embeddings_hnsw_%'"
+        ).fetchall()
+    return {r[0]: sorted(r[1] or []) for r in found}
+
+
+@deferred_f_from_coro_f
+async def test_the_hnsw_build_options_are_settings_and_a_change_rebuilds_the_index(postgres_uri: str) -> None:
+    """pgvector's defaults first; the next store that stores vectors with other options builds
+    their index and drops the old one; options out of pgvector's bounds are refused by name."""
+    vector = bytes(range(16))  # four float32s
+    for n, (m, ef) in enumerate(((16, 64), (16, 64), (8, 40))):
+        s = settings()
+        s.set("RECRAWLER_DB_VECTOR_INDEX_MIN_ROWS", 2)
+        s.set("RECRAWLER_DB_HNSW_M", m)
+        s.set("RECRAWLER_DB_HNSW_EF_CONSTRUCTION", ef)
+        store = store_from_uri(postgres_uri, s)
+        await store.open()
+        await store.store_embeddings([("model:4", f"text{n}a", vector), ("model:4", f"text{n}b", vector)])
+        await store.close()
+        name = vector_index_name(4, "model:4", m, ef)
+        assert hnsw_options_of(postgres_uri) == {name: [f"ef_construction={ef}", f"m={m}"]}
+    assert name == vector_index_name(4, "model:4") + "_m8_ef40"
+    for key, value, why in (
+        ("RECRAWLER_DB_HNSW_M", 1, "RECRAWLER_DB_HNSW_M: bad value 1 (pgvector takes 2 to 100)"),
+        ("RECRAWLER_DB_HNSW_EF_CONSTRUCTION", 20, "RECRAWLER_DB_HNSW_EF_CONSTRUCTION: bad value 20"),
+    ):
+        s = settings()
+        s.set(key, value)
+        with pytest.raises(ConfigurationError, match=why.replace("(", r"\(").replace(")", r"\)")):
+            store_from_uri(postgres_uri, s)
 
 
 @deferred_f_from_coro_f
@@ -107,7 +148,7 @@ async def test_two_runs_building_the_vector_index_at_once_do_not_deadlock(postgr
     for n, store in enumerate(stores):
         await store.store_embeddings([("model:4", f"text{n}", vector)])
     await asyncio.wait_for(asyncio.gather(*(store.close() for store in stores)), 30)
-    assert list(hnsw_indexes(postgres_uri)) == [vector_index_name(4, "model:4")]
+    assert list(hnsw_indexes(postgres_uri)) == [vector_index_name(4, "model:4", *BUILD)]
     store = store_from_uri(postgres_uri, s)
     await store.open()
     try:

@@ -204,16 +204,21 @@ class PostgresFill:
         self.seconds += time.perf_counter() - t0
 
     def finish(self, dims: int, embedder_id: str, maintenance_work_mem: str) -> dict[str, Any]:
-        from recrawler.state.postgres.vector_index import ensure_vector_index, vector_index_name
+        from recrawler.state.postgres.vector_index import (
+            default_build,
+            ensure_vector_index,
+            vector_index_name,
+        )
 
         self.conn.execute("ANALYZE")
         t0 = time.perf_counter()
         self.conn.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")
         # the store's own build (none for the hashing embedder: its vectors are searched exactly)
-        built = ensure_vector_index(self.conn, dims, embedder_id, min_rows=0)
+        m, ef = default_build()
+        built = ensure_vector_index(self.conn, dims, embedder_id, min_rows=0, m=m, ef_construction=ef)
         index_s = time.perf_counter() - t0
         self.conn.execute("ANALYZE")
-        name = vector_index_name(dims, embedder_id)
+        name = vector_index_name(dims, embedder_id, m, ef)
         index_bytes = self.conn.execute("SELECT pg_relation_size(to_regclass(%s))", (name,)).fetchone()[0]
         self.conn.close()
         return {
@@ -228,13 +233,13 @@ def hnsw_scans(uri: str, dims: int, embedder_id: str) -> int:
     """How many scans the HNSW index has served (``pg_stat_user_indexes``)."""
     import psycopg
 
-    from recrawler.state.postgres.vector_index import vector_index_name
+    from recrawler.state.postgres.vector_index import default_build, vector_index_name
 
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("SELECT pg_stat_force_next_flush()")
         row = conn.execute(
             "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = %s",
-            (vector_index_name(dims, embedder_id),),
+            (vector_index_name(dims, embedder_id, *default_build()),),
         ).fetchone()
     return int(row[0]) if row else 0
 

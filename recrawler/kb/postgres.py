@@ -30,10 +30,11 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 _PUBLISHED = "SELECT COALESCE(MAX(id), 0) FROM runs WHERE state = 'published'"
-#: pgvector's ``hnsw.ef_search`` for indexed searches (at most 1,000). Over a real model's vectors
-#: at 100,000 chunks (``bench_pgvector --embedder model``), the top 10 held 0.89 of the exact one
-#: at 200 and 0.99 at 800, both at a p95 of about 45 ms; its default, 40, misses far more
-EF_SEARCH = 800
+#: pgvector's ``hnsw.ef_search`` for indexed searches (at most 1,000: a larger value is ignored).
+#: Over a real model's vectors (``bench_pgvector --embedder model``) at 100,000 chunks, the top 10
+#: held 0.89 of the exact one at 200 and 0.99 at 800; at a million (the store's m 32 build), 0.987
+#: at 800 and 0.996 at 1,000, for a p95 of 84 ms; its default, 40, misses far more
+EF_SEARCH = 1000
 #: nearest vectors a search takes before the filters (at least, and per hit asked for)
 NEAREST_MIN, NEAREST_PER_HIT = 200, 20
 _CHUNK = "c.id, c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash"
@@ -50,7 +51,7 @@ class PostgreSQLKnowledgeBase:
 
     ``ORDER BY embedding <=> query LIMIT k`` over the embedder's vectors of the query's size:
     exact for the hashing embedder (no index finds its nearest chunks), else served by the HNSW
-    index the store builds per embedder and vector size (``hnsw.ef_search`` 800; iterative scans
+    index the store builds per embedder and vector size (``hnsw.ef_search`` 1,000; iterative scans
     keep *k* hits when few chunks pass the visibility or site filter). Scores are
     ``1 - cosine distance``, as the SQLite reader's.
     """

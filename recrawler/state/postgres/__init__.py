@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from recrawler.state.postgres.database import PostgreSQLDatabase
+from recrawler.state.postgres.vector_index import PGVECTOR_EF_CONSTRUCTION, PGVECTOR_M
 from recrawler.state.postgres.versions import SCHEMA_VERSION
 from recrawler.state.sql import RoleMethods
 
@@ -38,6 +39,7 @@ class PostgreSQLStateStore(PostgreSQLDatabase, RoleMethods):
         dry_run: bool = False,
         deliver_on_commit: bool = True,
         vector_index_min_rows: int = 10_000,
+        hnsw: tuple[int, int] = (PGVECTOR_M, PGVECTOR_EF_CONSTRUCTION),
     ) -> None:
         super().__init__(
             uri,
@@ -48,6 +50,7 @@ class PostgreSQLStateStore(PostgreSQLDatabase, RoleMethods):
             dry_run=dry_run,
             deliver_on_commit=deliver_on_commit,
             vector_index_min_rows=vector_index_min_rows,
+            hnsw=hnsw,
         )
         self._bind_roles(self)
 

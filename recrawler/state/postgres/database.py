@@ -22,7 +22,12 @@ from recrawler.state.postgres.cursors import (
     pg_row,
 )
 from recrawler.state.postgres.transactions import PostgreSQLTransactions
-from recrawler.state.postgres.vector_index import vector_index_work
+from recrawler.state.postgres.vector_index import (
+    PGVECTOR_EF_CONSTRUCTION,
+    PGVECTOR_M,
+    hnsw_options,
+    vector_index_work,
+)
 from recrawler.state.postgres.versions import FIRST_VERSION, check_schema, migrate
 from recrawler.state.sql.database import insert_embeddings, log_migrations, store_options
 from recrawler.state.sql.dialect import drive
@@ -60,6 +65,7 @@ class PostgreSQLDatabase(PostgreSQLTransactions):
         dry_run: bool = False,
         deliver_on_commit: bool = True,
         vector_index_min_rows: int = 10_000,
+        hnsw: tuple[int, int] = (PGVECTOR_M, PGVECTOR_EF_CONSTRUCTION),
     ) -> None:
         super().__init__(
             uri,
@@ -72,6 +78,8 @@ class PostgreSQLDatabase(PostgreSQLTransactions):
         )
         #: stored vectors of a size get their HNSW index once there are this many
         self.vector_index_min_rows = vector_index_min_rows
+        #: the HNSW build's m and ef_construction (``RECRAWLER_DB_HNSW_M``, ``..._EF_CONSTRUCTION``)
+        self.hnsw = hnsw_options(*hnsw)
         #: (embedder, vector size) this store stored: their index is seen to when it closes
         self._vector_kinds: set[tuple[str, int]] = set()
 
@@ -82,6 +90,10 @@ class PostgreSQLDatabase(PostgreSQLTransactions):
             uri,
             **store_options(settings),
             vector_index_min_rows=settings.getint("RECRAWLER_DB_VECTOR_INDEX_MIN_ROWS"),
+            hnsw=(
+                settings.getint("RECRAWLER_DB_HNSW_M"),
+                settings.getint("RECRAWLER_DB_HNSW_EF_CONSTRUCTION"),
+            ),
         )
 
     # -- opening and closing --------------------------------------------------------------------
@@ -171,7 +183,7 @@ class PostgreSQLDatabase(PostgreSQLTransactions):
             t0 = time.monotonic()
             try:
                 async with conn.transaction():
-                    work = vector_index_work(dims, embedder, self.vector_index_min_rows)
+                    work = vector_index_work(dims, embedder, self.vector_index_min_rows, *self.hnsw)
                     built = await _drive(conn, work)
             except psycopg.Error as exc:
                 # search stays exact (and slower) until a later run builds it
