@@ -212,8 +212,11 @@ async def test_pages_moved_to_a_200_not_found_page_are_misses(site: Site, crawls
     assert not any("does not exist" in text for _, text in await published_texts(crawls))
 
 
-@deferred_f_from_coro_f
-async def test_pages_lent_one_target_are_misses(site: Site, crawls: Crawls) -> None:
+async def lend_one_target(
+    site: Site, crawls: Crawls, *, slow_from: int | None = None, **settings: Any
+) -> None:
+    """Five stored pages of a 100-page site redirect (302) to one search page; from page
+    *slow_from* on, their redirects answer a second late. The recrawl quarantines all five."""
     sitemap = write_docs(site, 100)
     await crawls.crawl(sitemap)
     search = docsite.page(
@@ -223,10 +226,17 @@ async def test_pages_lent_one_target_are_misses(site: Site, crawls: Crawls) -> N
     for i in range(5):
         site.remove(f"docs/page-{i}.html")
         site.options(f"docs/page-{i}.html", redirect="docs/search.html", redirect_status=302)
-    r2 = await crawls.crawl(sitemap)
+        if slow_from is not None and i >= slow_from:
+            site.options(f"docs/page-{i}.html", delay=1.0)
+    r2 = await crawls.crawl(sitemap, **settings)
     assert r2.counts["quarantined"] == 5
     assert r2.stats["recrawler/page/soft_404/redirect_shared"] == 5
     assert not any("search every guide" in text for _, text in await published_texts(crawls))
+
+
+@deferred_f_from_coro_f
+async def test_pages_lent_one_target_are_misses(site: Site, crawls: Crawls) -> None:
+    await lend_one_target(site, crawls)
 
 
 class SlowLentAnswers:
@@ -243,21 +253,7 @@ class SlowLentAnswers:
 async def test_a_lent_answer_written_after_its_target_is_shared_is_a_miss(site: Site, crawls: Crawls) -> None:
     """Pages 0 and 1 are sent to the search page and its answer passes the redirects before page
     2's redirect (slower) makes the search page everybody's: their answers are still misses."""
-    sitemap = write_docs(site, 100)
-    await crawls.crawl(sitemap)
-    search = docsite.page(
-        "Search", [("Search the docs", ["Type a word to search every guide and reference."])]
-    )
-    site.write("docs/search.html", search, mtime=LATER)
-    for i in range(5):
-        site.remove(f"docs/page-{i}.html")
-        site.options(f"docs/page-{i}.html", redirect="docs/search.html", redirect_status=302)
-        if i >= 2:
-            site.options(f"docs/page-{i}.html", delay=1.0)
-    r2 = await crawls.crawl(sitemap, ITEM_PIPELINES={f"{__name__}.SlowLentAnswers": 100})
-    assert r2.counts["quarantined"] == 5
-    assert r2.stats["recrawler/page/soft_404/redirect_shared"] == 5
-    assert not any("search every guide" in text for _, text in await published_texts(crawls))
+    await lend_one_target(site, crawls, slow_from=2, ITEM_PIPELINES={f"{__name__}.SlowLentAnswers": 100})
 
 
 @deferred_f_from_coro_f
