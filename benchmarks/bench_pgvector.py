@@ -219,7 +219,7 @@ def build_index(uri: str, dims: int, embedder_id: str, maintenance_work_mem: str
         conn.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")
         t0 = time.perf_counter()
         m, ef = default_build()
-        built = ensure_vector_index(conn, dims, embedder_id, min_rows=0, m=m, ef_construction=ef)
+        built = ensure_vector_index(conn, dims, embedder_id, min_rows=0, hnsw=(m, ef))
         seconds = time.perf_counter() - t0
         conn.execute("ANALYZE embeddings")
         row = conn.execute(

@@ -215,7 +215,7 @@ class PostgresFill:
         self.conn.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")
         # the store's own build (none for the hashing embedder: its vectors are searched exactly)
         m, ef = default_build()
-        built = ensure_vector_index(self.conn, dims, embedder_id, min_rows=0, m=m, ef_construction=ef)
+        built = ensure_vector_index(self.conn, dims, embedder_id, min_rows=0, hnsw=(m, ef))
         index_s = time.perf_counter() - t0
         self.conn.execute("ANALYZE")
         name = vector_index_name(dims, embedder_id, m, ef)

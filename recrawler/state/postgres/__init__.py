@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from recrawler.state.postgres.database import PostgreSQLDatabase
-from recrawler.state.postgres.vector_index import PGVECTOR_EF_CONSTRUCTION, PGVECTOR_M
 from recrawler.state.postgres.versions import SCHEMA_VERSION
 from recrawler.state.sql import RoleMethods
 
@@ -39,7 +38,7 @@ class PostgreSQLStateStore(PostgreSQLDatabase, RoleMethods):
         dry_run: bool = False,
         deliver_on_commit: bool = True,
         vector_index_min_rows: int = 10_000,
-        hnsw: tuple[int, int] = (PGVECTOR_M, PGVECTOR_EF_CONSTRUCTION),
+        hnsw: tuple[int, int] | None = None,
     ) -> None:
         super().__init__(
             uri,

@@ -22,12 +22,7 @@ from recrawler.state.postgres.cursors import (
     pg_row,
 )
 from recrawler.state.postgres.transactions import PostgreSQLTransactions
-from recrawler.state.postgres.vector_index import (
-    PGVECTOR_EF_CONSTRUCTION,
-    PGVECTOR_M,
-    hnsw_options,
-    vector_index_work,
-)
+from recrawler.state.postgres.vector_index import default_build, hnsw_options, vector_index_work
 from recrawler.state.postgres.versions import FIRST_VERSION, check_schema, migrate
 from recrawler.state.sql.database import insert_embeddings, log_migrations, store_options
 from recrawler.state.sql.dialect import drive
@@ -65,7 +60,7 @@ class PostgreSQLDatabase(PostgreSQLTransactions):
         dry_run: bool = False,
         deliver_on_commit: bool = True,
         vector_index_min_rows: int = 10_000,
-        hnsw: tuple[int, int] = (PGVECTOR_M, PGVECTOR_EF_CONSTRUCTION),
+        hnsw: tuple[int, int] | None = None,
     ) -> None:
         super().__init__(
             uri,
@@ -78,8 +73,9 @@ class PostgreSQLDatabase(PostgreSQLTransactions):
         )
         #: stored vectors of a size get their HNSW index once there are this many
         self.vector_index_min_rows = vector_index_min_rows
-        #: the HNSW build's m and ef_construction (``RECRAWLER_DB_HNSW_M``, ``..._EF_CONSTRUCTION``)
-        self.hnsw = hnsw_options(*hnsw)
+        #: the HNSW build's m and ef_construction (``RECRAWLER_DB_HNSW_M``, ``..._EF_CONSTRUCTION``;
+        #: None: their defaults)
+        self.hnsw = hnsw_options(*(hnsw or default_build()))
         #: (embedder, vector size) this store stored: their index is seen to when it closes
         self._vector_kinds: set[tuple[str, int]] = set()
 

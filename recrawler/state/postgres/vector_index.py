@@ -136,10 +136,10 @@ def ensure_vector_index(
     embedder: str,
     *,
     min_rows: int,
-    m: int = PGVECTOR_M,
-    ef_construction: int = PGVECTOR_EF_CONSTRUCTION,
+    hnsw: tuple[int, int] | None = None,
 ) -> bool:
-    """:func:`vector_index_work` in a transaction of its own on *conn* (a bulk load's last step)."""
+    """:func:`vector_index_work` in a transaction of its own on *conn* (a bulk load's last step),
+    built with *hnsw* (m, ef_construction; None: a store's defaults, :func:`default_build`)."""
     with conn.transaction():
-        work = vector_index_work(dims, embedder, min_rows, m, ef_construction)
+        work = vector_index_work(dims, embedder, min_rows, *(hnsw or default_build()))
         return drive(work, lambda op: _execute_sync(conn, op))
