@@ -356,11 +356,9 @@ class FrontierScheduler(Scheduler):
         assert rt is not None
         added = self._added
         try:
-            requests = self._decode(await rt.store.frontier_next(run, self.batch_size))
-            keys = [str(r.meta[meta.KEY]) for r in requests if r.meta.get(meta.KEY)]
-            # the batch's stored records in one round trip, each on its request's meta:
-            # ConditionalRequestMiddleware and the pipelines need not read each page on its own
-            records = await rt.store.records(keys) if keys else {}
+            # each request comes with its page's stored record, for its meta: the conditional
+            # middleware and the pipelines need not read each page on its own
+            taken = await rt.store.frontier_next(run, self.batch_size)
         except StateStoreError as exc:
             self._state_error(exc, "could not read the frontier: %(exc)s")
             # the rest of the run goes on without it (the next write reads again)
@@ -369,7 +367,7 @@ class FrontierScheduler(Scheduler):
             return
         if self._closed:
             return
-        if not requests:
+        if not taken:
             if added == self._added:
                 # nothing queued now: wait for the next write
                 self._queued = 0
@@ -377,11 +375,12 @@ class FrontierScheduler(Scheduler):
             # what a write added meanwhile)
             rt.wake()
             return
-        self._queued = max(self._queued - len(requests), 0) or 1
-        for request in requests:
-            key = request.meta.get(meta.KEY)
-            if key:
-                self._attach_record(request, records.get(str(key)))
+        self._queued = max(self._queued - len(taken), 0) or 1
+        requests = self._decode([blob for blob, _ in taken])
+        for request, (_, record) in zip(requests, taken, strict=True):
+            if request.meta.get(meta.KEY):
+                # (the frontier's key of a request is its meta's key)
+                self._attach_record(request, record)
             request.meta[meta.FED] = True
             # the frontier holds a page key once per run: Scrapy's duplicate filter need not remember it
             request.dont_filter = True

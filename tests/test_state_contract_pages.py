@@ -154,6 +154,31 @@ class PagesContract(BackendMixin):
             assert await store.unseen(run2, 10) == []
 
     @deferred_f_from_coro_f
+    async def test_the_frontier_feeds_each_request_with_its_pages_stored_record(
+        self, uri: str, settings: Settings
+    ) -> None:
+        """A fed batch comes with the stored record of each of its pages (None: none stored), by
+        priority then arrival, each once: the scheduler waits for the store once a batch."""
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            stored = {name: rec(name, etag=f'"{name}"') for name in ("a", "b", "c")}
+            for page in stored.values():
+                await store.record(run, page, [])
+            queued = [("a", 0), ("new", 0), ("b", 5), ("c", 0)]
+            added = await store.frontier_add(run, [(f"{SITE}/{n}", prio, n.encode()) for n, prio in queued])
+            assert added == 4
+            first = await store.frontier_next(run, 3)
+            assert [(blob, r.etag if r else None) for blob, r in first] == [
+                (b"b", '"b"'),
+                (b"a", '"a"'),
+                (b"new", None),
+            ]
+            assert [(blob, r.key if r else None) for blob, r in await store.frontier_next(run, 3)] == [
+                (b"c", f"{SITE}/c")
+            ]
+            assert await store.frontier_next(run, 3) == []
+
+    @deferred_f_from_coro_f
     async def test_page_writes_queued_together_land_as_each_would_alone(
         self, uri: str, settings: Settings, events_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -88,11 +88,9 @@ class Frontier(Protocol):
         """Mark page *key* as fetched this run outside the frontier (a redirect reached it); False
         when the frontier already holds it (it is fetched from there)."""
 
-    async def records(self, keys: Sequence[str]) -> dict[str, PageRecord]:
-        """The stored records of the pages among *keys*, in one round trip (a fed batch's)."""
-
-    async def frontier_next(self, run: Run, limit: int) -> list[bytes]:
-        """Take up to *limit* queued requests of the run: highest priority first, then oldest."""
+    async def frontier_next(self, run: Run, limit: int) -> list[tuple[bytes, PageRecord | None]]:
+        """Take up to *limit* queued requests of the run (highest priority first, then oldest),
+        each with its page's stored record (None: none), in one round trip."""
 
 
 class Trust(Protocol):

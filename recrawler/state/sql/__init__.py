@@ -95,7 +95,6 @@ class RoleMethods:
         self.frontier_has = self.frontier.frontier_has
         self.frontier_next = self.frontier.frontier_next
         self.frontier_claim = self.frontier.frontier_claim
-        self.records = self.frontier.records
         self.trust = self.host_trust.trust
         self.record_trust = self.host_trust.record_trust
         self.reset_trust = self.host_trust.reset_trust

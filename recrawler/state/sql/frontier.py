@@ -144,31 +144,28 @@ class SQLFrontier:
 
         return await self.db.page_write(work())
 
-    async def records(self, keys: Sequence[str]) -> dict[str, PageRecord]:
-        """The stored records of the pages among *keys* (a fed batch's, in one round trip)."""
-
-        def work() -> Work[dict[str, PageRecord]]:
-            d = self.db.dialect
-            found = yield rows(
-                f"SELECT {_PAGE_SELECT} FROM pages WHERE key {d.in_list('?')}", (d.list_param(keys),)
-            )
-            return {r["key"]: _row_to_record(r) for r in found}
-
-        if not keys:
-            return {}
-        return await self.db.run(work())
-
-    def _next(self, run: Run, limit: int) -> Work[list[bytes]]:
+    def _next(self, run: Run, limit: int) -> Work[list[tuple[bytes, PageRecord | None]]]:
         taken = yield rows(
             """UPDATE frontier SET fed = 1 WHERE run_id = :run AND key IN (
                  SELECT key FROM frontier WHERE run_id = :run AND fed = 0 ORDER BY rank, seq LIMIT :n)
-               RETURNING rank, seq, request""",
+               RETURNING key, rank, seq, request""",
             {"run": run.id, "n": limit},
         )
-        return [bytes(r["request"]) for r in sorted(taken, key=lambda r: (r["rank"], r["seq"]))]
+        if not taken:
+            return []
+        d = self.db.dialect
+        found = yield rows(
+            f"SELECT {_PAGE_SELECT} FROM pages WHERE key {d.in_list('?')}",
+            (d.list_param([r["key"] for r in taken]),),
+        )
+        records = {r["key"]: _row_to_record(r) for r in found}
+        taken = sorted(taken, key=lambda r: (r["rank"], r["seq"]))
+        return [(bytes(r["request"]), records.get(r["key"])) for r in taken]
 
-    async def frontier_next(self, run: Run, limit: int) -> list[bytes]:
-        """Take up to *limit* queued requests of the run: highest priority first, then oldest."""
+    async def frontier_next(self, run: Run, limit: int) -> list[tuple[bytes, PageRecord | None]]:
+        """Take up to *limit* queued requests of the run (highest priority first, then oldest),
+        each with its page's stored record (None: none): one wait for the store, however many
+        page writes queue for it meanwhile."""
         # in the group transaction: a kill re-feeds at most the uncommitted batch
         return await self.db.page_write(self._next(run, limit))
 
