@@ -123,6 +123,7 @@ def fill(
     import numpy as np
     import psycopg
 
+    from recrawler.kb.ranking import chunk_words
     from recrawler.state.postgres.cursors import _execute_sync
     from recrawler.state.postgres.versions import migrate
     from recrawler.state.sql.dialect import drive
@@ -160,7 +161,7 @@ def fill(
                             )
                 with cur.copy(
                     "COPY chunks (id, key, chunk_index, chunk_hash, url, heading, text, added_run, "
-                    "retired_run) FROM STDIN"
+                    "retired_run, words) FROM STDIN"
                 ) as copy:
                     for i, (text, h) in enumerate(zip(texts, hashes, strict=True)):
                         cid = first + i
@@ -168,7 +169,10 @@ def fill(
                         vis[cid - 1] = visible(added, retired)
                         site_b[cid - 1] = site == SITE_B
                         index = (cid - 1) % CHUNKS_PER_PAGE
-                        copy.write_row((cid, key, index, h, key, f"Section {index}", text, added, retired))
+                        heading = f"Section {index}"
+                        # (letters-and-digits words: their text form is the tsvector's)
+                        words = chunk_words(heading, text)
+                        copy.write_row((cid, key, index, h, key, heading, text, added, retired, words))
                 with cur.copy(
                     "COPY embeddings (embedder, text_hash, vector, embedding) FROM STDIN (FORMAT BINARY)"
                 ) as copy:

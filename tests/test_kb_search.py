@@ -15,7 +15,7 @@ import pytest
 
 from recrawler.integrations.langchain import RecrawlerRetriever
 from recrawler.kb.embedders import HashingEmbedder
-from recrawler.kb.ranking import Ranked, fuse, keyword_terms
+from recrawler.kb.ranking import Ranked, chunk_words, fuse, keyword_terms
 from recrawler.kb.reader import open_kb
 from recrawler.state.sql.search import BLOCK
 from tests import statedb
@@ -128,7 +128,7 @@ def test_both_backends_return_the_same_hits(tmp_path: Path, postgres_uri: str) -
     ]
     with open_kb(lite) as a, open_kb(postgres_uri) as b:
         for q in questions:
-            for mode in ("vector", "hybrid"):
+            for mode in ("vector", "hybrid", "keyword"):
                 left = [
                     (h.chunk.key, h.chunk.chunk_index, round(h.score, 4)) for h in a.search(q, k=5, mode=mode)
                 ]
@@ -147,6 +147,11 @@ def test_keyword_terms_and_fusion() -> None:
         "toml",
     ]
     assert keyword_terms("???") == []
+    # a chunk is found by the words a query can look for: split alike, function words left out,
+    # each once; a word longer than PostgreSQL's full-text index takes is left out too
+    words = chunk_words("Limits", f"Set retry_limit in acme.toml: the limit is 5. {'x' * 2047} Übergröße")
+    assert sorted(words.split()) == ["5", "acme", "limit", "limits", "retry", "set", "toml", "übergröße"]
+    assert chunk_words("", "") == ""
     v = [Ranked(1, "a", 0, 0.9), Ranked(2, "b", 0, 0.5)]
     k = [Ranked(2, "b", 0), Ranked(3, "c", 0)]
     fused = fuse(v, k, "hybrid", 5)

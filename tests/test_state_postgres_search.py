@@ -193,6 +193,42 @@ async def test_a_superuser_creates_the_vector_extension_and_the_apps_own_role_ne
             admin.execute(f'DROP ROLE IF EXISTS "{role}"')
 
 
+def test_chunks_stored_before_schema_13_keep_their_words(postgres_uri: str) -> None:
+    """Schema 13 files each chunk's words, split by the writer, where schema 11 indexed an
+    expression over its text: a database of schema 12 moves over with its chunks still found by
+    their words, beside chunks written after it; a chunk row without words is refused."""
+    from tests.kbfill import fill_sync
+    from tests.test_kb_search import docs_pages
+
+    pages = docs_pages()
+    old = {name: pages[name] for name in ("errors", "settings")}
+    fill_sync(postgres_uri, old)
+    with psycopg.connect(postgres_uri, autocommit=True) as conn:
+        # the database as schema 12 left it
+        conn.execute("ALTER TABLE chunks DROP COLUMN words")
+        conn.execute(
+            "CREATE INDEX chunks_words ON chunks USING gin "
+            "(to_tsvector('simple', regexp_replace(heading || ' ' || text, '[^[:alnum:]]+', ' ', 'g')))"
+        )
+        conn.execute("DELETE FROM schema_version WHERE version >= 13")
+    fill_sync(postgres_uri, {"cli": pages["cli"]})
+    with psycopg.connect(postgres_uri) as conn:
+        assert conn.execute("SELECT MAX(version) FROM schema_version").fetchone() == (SCHEMA_VERSION,)
+        index = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'chunks_words'").fetchone()
+        assert index is not None
+        assert index[0].endswith("USING gin (words)")
+        with pytest.raises(psycopg.errors.NotNullViolation):
+            conn.execute(
+                "INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run) "
+                "VALUES ('k', 0, 'h', 'u', 'H', 'no words', 1)"
+            )
+    with open_kb(postgres_uri) as kb:
+        for question, page in [("E4711", "errors"), ("max_upload_bytes", "settings"), ("dry-run", "cli")]:
+            hits = kb.search(question, k=3, mode="keyword")
+            assert hits, question
+            assert hits[0].chunk.key.endswith(f"/{page}"), question
+
+
 def test_search_finds_the_exact_top_10_with_the_visibility_and_site_filters(postgres_uri: str) -> None:
     """recall@10 against an exact scan, over two sites, a held run and retired chunks (the PostgreSQL
     top 10 held 0.4 of the exact one through the HNSW index): benchmarks/bench_pgvector.py's

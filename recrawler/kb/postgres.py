@@ -38,8 +38,8 @@ EF_SEARCH = 1000
 #: nearest vectors a search takes before the filters (at least, and per hit asked for)
 NEAREST_MIN, NEAREST_PER_HIT = 200, 20
 _CHUNK = "c.id, c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash"
-# a chunk's words as the full-text index (migration 010) holds them: letters and digits
-_WORDS = "to_tsvector('simple', regexp_replace(c.heading || ' ' || c.text, '[^[:alnum:]]+', ' ', 'g'))"
+# a chunk's words, filed by the full-text index (migration 013; see ranking.chunk_words)
+_WORDS = "c.words"
 
 
 def _dt(value: str | None) -> datetime | None:

@@ -17,13 +17,25 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["MODES", "Ranked", "bm25", "candidates", "fuse", "keyword_terms", "similarity_order", "term_limit"]
+__all__ = [
+    "MODES",
+    "Ranked",
+    "bm25",
+    "candidates",
+    "chunk_words",
+    "fuse",
+    "keyword_terms",
+    "similarity_order",
+    "term_limit",
+]
 
 #: ``hybrid``: keyword and vector lists fused; ``vector``: cosine only; ``keyword``: words only
 MODES = ("hybrid", "vector", "keyword")
 RRF_K = 60
 
 # Words of a question that say nothing about which page answers it (short English function words).
+# PostgreSQL's chunks.words leaves them out (chunk_words): a word taken off this list is found in
+# chunks written after the change only.
 _STOPWORDS = frozenset(
     """a about after all also an and any are as at be been before but by can could did do does
     doing done for from get gets got had has have how i if in into is it its just me more most my
@@ -44,6 +56,21 @@ def keyword_terms(query: str) -> list[str]:
         if word not in _STOPWORDS:
             seen.setdefault(word, None)
     return list(seen)
+
+
+#: the longest word PostgreSQL's full-text index holds, in bytes of UTF-8
+_LONGEST_WORD = 2046
+
+
+def chunk_words(heading: str, text: str) -> str:
+    """The words a keyword search can find a chunk by, each once, space-separated: split as
+    :func:`keyword_terms` splits a query (so a chunk and a query agree on every word), without
+    the function words a query never looks for. PostgreSQL stores them as the chunk's
+    ``words`` (its full-text index): computed here, the server only files them."""
+    words = set(_WORD.findall(f"{heading} {text}".lower()))
+    words -= _STOPWORDS
+    # (a word of a quarter as many characters fits whatever they are: no encoding for most)
+    return " ".join(w for w in words if len(w) <= _LONGEST_WORD // 4 or len(w.encode()) <= _LONGEST_WORD)
 
 
 def term_limit(chunks: int) -> int:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from recrawler.intervals import Revisit
     from recrawler.state.records import ChangeRow, Chunk, Event, FieldsRow, PageRecord, RevisitUpdate, Run
     from recrawler.state.sql.database import Database
-    from recrawler.state.sql.dialect import Work
+    from recrawler.state.sql.dialect import Dialect, Work
 
 
 def _page_upsert_sql(replaced: bool) -> str:
@@ -144,18 +144,22 @@ def write_pages(db: Database, batch: list[_PageWrite]) -> Work[list[Revisit | No
                 f"WHERE key {d.in_list('?')} AND retired_run IS NULL",
                 (run_id, _RETIRED_REPLACED, d.list_param(replacing)),
             )
+    columns = f"key, chunk_index, chunk_hash, url, heading, text, added_run{d.chunk_extra_columns}"
     yield from values(
-        "INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run)",
-        [
-            (w.rec.key, c.chunk_index, c.chunk_hash, c.url, c.heading, c.text, w.run.id)
-            for w in batch
-            if w.chunks is not None
-            for c in w.chunks
-        ],
+        f"INSERT INTO chunks ({columns})",
+        d.chunk_rows(
+            [
+                (w.rec.key, c.chunk_index, c.chunk_hash, c.url, c.heading, c.text, w.run.id)
+                for w in batch
+                if w.chunks is not None
+                for c in w.chunks
+            ]
+        ),
+        row=f"(?, ?, ?, ?, ?, ?, ?{d.chunk_extra_values})",
     )
     for w in batch:
         if w.chunks is None and w.restore:
-            yield from _restore_chunks(w.run, w.rec.key)
+            yield from _restore_chunks(d, w.run, w.rec.key)
     embeddings = [e for w in batch for e in w.embeddings]
     if embeddings:
         yield from db.embeddings_work(embeddings)
@@ -213,12 +217,13 @@ def _write_change(run: Run, change: ChangeRow) -> Work[None]:
     )
 
 
-def _restore_chunks(run: Run, key: str) -> Work[None]:
+def _restore_chunks(d: Dialect, run: Run, key: str) -> Work[None]:
     # copies of the rows the last quarantine kept become current in this run; same texts, so
     # same embeddings. The kept rows stay as they are (collected when the run publishes).
+    extra = d.chunk_extra_columns
     n = yield count(
-        """INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run)
-           SELECT key, chunk_index, chunk_hash, url, heading, text, :run FROM chunks
+        f"""INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run{extra})
+           SELECT key, chunk_index, chunk_hash, url, heading, text, :run{extra} FROM chunks
            WHERE key = :key AND retired_why = :why AND retired_run = (
              SELECT MAX(retired_run) FROM chunks WHERE key = :key AND retired_why = :why)
            ORDER BY chunk_index""",
