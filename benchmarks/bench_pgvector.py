@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import struct
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ from urllib.parse import urlsplit
 if not __package__:  # run as a script: python benchmarks/bench_pgvector.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.lib.pg_copy import EMBEDDINGS_COPY, binary_embeddings
 from benchmarks.lib.results import add_json_option, fmt, log, table, write_json
 from benchmarks.lib.scale_fill import chunk_batches, make_queries
 from benchmarks.lib.scale_servers import postgres_server
@@ -173,44 +173,12 @@ def fill(
                         # (letters-and-digits words: their text form is the tsvector's)
                         words = chunk_words(heading, text)
                         copy.write_row((cid, key, index, h, key, heading, text, added, retired, words))
-                with cur.copy(
-                    "COPY embeddings (embedder, text_hash, vector, embedding) FROM STDIN (FORMAT BINARY)"
-                ) as copy:
+                with cur.copy(EMBEDDINGS_COPY) as copy:
                     copy.write(binary_embeddings(embedder_id, hashes, batch))
             seconds += time.perf_counter() - t0
         conn.execute("ANALYZE")
     assert vectors is not None
     return vectors, vis, site_b, seconds
-
-
-def binary_embeddings(embedder_id: str, hashes: Sequence[str], vectors: np.ndarray) -> bytes:
-    """The rows of a binary COPY into ``embeddings``: every field fixed-size, one numpy record a row."""
-    import numpy as np
-
-    n, dims = vectors.shape
-    emb = embedder_id.encode()
-    rec = np.dtype(
-        [
-            ("nfields", ">i2"),
-            ("l_emb", ">i4"),
-            ("emb", f"S{len(emb)}"),
-            ("l_hash", ">i4"),
-            ("hash", "S64"),
-            ("l_blob", ">i4"),
-            ("blob", "<f4", (dims,)),
-            ("l_vec", ">i4"),
-            ("vdim", ">i2"),
-            ("vunused", ">i2"),
-            ("vec", ">f4", (dims,)),
-        ]
-    )
-    data = np.zeros(n, dtype=rec)
-    data["nfields"] = 4
-    data["l_emb"], data["emb"] = len(emb), emb
-    data["l_hash"], data["hash"] = 64, [h.encode() for h in hashes]
-    data["l_blob"], data["blob"] = 4 * dims, vectors
-    data["l_vec"], data["vdim"], data["vec"] = 4 + 4 * dims, dims, vectors
-    return b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0) + data.tobytes() + struct.pack(">h", -1)
 
 
 def build_index(uri: str, dims: int, embedder_id: str, maintenance_work_mem: str) -> dict[str, Any]:

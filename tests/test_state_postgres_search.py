@@ -193,10 +193,11 @@ async def test_a_superuser_creates_the_vector_extension_and_the_apps_own_role_ne
             admin.execute(f'DROP ROLE IF EXISTS "{role}"')
 
 
-def test_chunks_stored_before_schema_13_keep_their_words(postgres_uri: str) -> None:
+def test_a_schema_12_database_moves_to_chunk_words_and_single_vectors(postgres_uri: str) -> None:
     """Schema 13 files each chunk's words, split by the writer, where schema 11 indexed an
-    expression over its text: a database of schema 12 moves over with its chunks still found by
-    their words, beside chunks written after it; a chunk row without words is refused."""
+    expression over its text; schema 14 keeps each cached vector once. A database of schema 12
+    moves over with its chunks still found by their words and vectors, beside chunks written after
+    it; a chunk row without words is refused."""
     from tests.kbfill import fill_sync
     from tests.test_kb_search import docs_pages
 
@@ -210,6 +211,7 @@ def test_chunks_stored_before_schema_13_keep_their_words(postgres_uri: str) -> N
             "CREATE INDEX chunks_words ON chunks USING gin "
             "(to_tsvector('simple', regexp_replace(heading || ' ' || text, '[^[:alnum:]]+', ' ', 'g')))"
         )
+        conn.execute("ALTER TABLE embeddings ADD COLUMN vector BYTEA NOT NULL DEFAULT ''")
         conn.execute("DELETE FROM schema_version WHERE version >= 13")
     fill_sync(postgres_uri, {"cli": pages["cli"]})
     with psycopg.connect(postgres_uri) as conn:
@@ -224,9 +226,10 @@ def test_chunks_stored_before_schema_13_keep_their_words(postgres_uri: str) -> N
             )
     with open_kb(postgres_uri) as kb:
         for question, page in [("E4711", "errors"), ("max_upload_bytes", "settings"), ("dry-run", "cli")]:
-            hits = kb.search(question, k=3, mode="keyword")
-            assert hits, question
-            assert hits[0].chunk.key.endswith(f"/{page}"), question
+            for mode in ("keyword", "hybrid"):
+                hits = kb.search(question, k=3, mode=mode)
+                assert hits, (question, mode)
+                assert hits[0].chunk.key.endswith(f"/{page}"), (question, mode)
 
 
 def test_search_finds_the_exact_top_10_with_the_visibility_and_site_filters(postgres_uri: str) -> None:
@@ -283,11 +286,16 @@ async def test_vectors_reach_the_vector_column_bit_for_bit_in_binary_form(postgr
         await store.close()
     with psycopg.connect(postgres_uri) as conn:
         got = conn.execute(
-            "SELECT text_hash, vector, CAST(embedding AS real[]) FROM embeddings "
+            "SELECT text_hash, CAST(embedding AS real[]) FROM embeddings "
             "WHERE embedder = 'model:384' ORDER BY text_hash"
         ).fetchall()
+        # the cache keeps each vector once (schema 14): no float32 copy beside pgvector's
+        columns = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'embeddings' "
+            "AND table_schema = current_schema() ORDER BY ordinal_position"
+        ).fetchall()
+    assert [c[0] for c in columns] == ["embedder", "text_hash", "embedding"]
     assert len(got) == 300
-    for text_hash, blob, array in got:
+    for text_hash, array in got:
         want = vectors[int(text_hash.removeprefix("text"))]
-        assert bytes(blob) == want.tobytes()
         assert np.array_equal(np.asarray(array, dtype="<f4").view("<u4"), want.view("<u4"))

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-import struct
 import time
 from typing import TYPE_CHECKING, Any
 
+from benchmarks.lib.pg_copy import EMBEDDINGS_COPY, binary_embeddings
 from benchmarks.lib.scale_servers import database_size
 from benchmarks.lib.sites import GLUE, VERBS, WORDS
 
@@ -142,10 +142,10 @@ class PostgresFill:
     def add(
         self, first: int, texts: list[str], hashes: list[str], vectors: np.ndarray, embedder_id: str
     ) -> None:
-        import numpy as np
+        from recrawler.kb.ranking import chunk_words
 
         t0 = time.perf_counter()
-        n, dims = vectors.shape
+        n = len(texts)
         with self.conn.transaction(), self.conn.cursor() as cur:
             with cur.copy(
                 "COPY pages (key, site, url, title, first_seen, last_checked, last_seen_run, chunks) "
@@ -167,40 +167,17 @@ class PostgresFill:
                             )
                         )
             with cur.copy(
-                "COPY chunks (id, key, chunk_index, chunk_hash, url, heading, text, added_run) FROM STDIN"
+                "COPY chunks (id, key, chunk_index, chunk_hash, url, heading, text, added_run, words) "
+                "FROM STDIN"
             ) as copy:
                 for i, (text, h) in enumerate(zip(texts, hashes, strict=True)):
                     key, index = page_of(first + i)
-                    copy.write_row((first + i, key, index, h, key, f"Section {index}", text, 1))
-            # binary COPY, every field fixed-size: one numpy record per row
-            emb = embedder_id.encode()
-            rec = np.dtype(
-                [
-                    ("nfields", ">i2"),
-                    ("l_emb", ">i4"),
-                    ("emb", f"S{len(emb)}"),
-                    ("l_hash", ">i4"),
-                    ("hash", "S64"),
-                    ("l_blob", ">i4"),
-                    ("blob", "<f4", (dims,)),
-                    ("l_vec", ">i4"),
-                    ("vdim", ">i2"),
-                    ("vunused", ">i2"),
-                    ("vec", ">f4", (dims,)),
-                ]
-            )
-            data = np.zeros(n, dtype=rec)
-            data["nfields"] = 4
-            data["l_emb"], data["emb"] = len(emb), emb
-            data["l_hash"], data["hash"] = 64, [h.encode() for h in hashes]
-            data["l_blob"], data["blob"] = 4 * dims, vectors
-            data["l_vec"], data["vdim"], data["vec"] = 4 + 4 * dims, dims, vectors
-            with cur.copy(
-                "COPY embeddings (embedder, text_hash, vector, embedding) FROM STDIN (FORMAT BINARY)"
-            ) as copy:
-                copy.write(b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0))
-                copy.write(data.tobytes())
-                copy.write(struct.pack(">h", -1))
+                    heading = f"Section {index}"
+                    # (letters-and-digits words: their text form is the tsvector's)
+                    words = chunk_words(heading, text)
+                    copy.write_row((first + i, key, index, h, key, heading, text, 1, words))
+            with cur.copy(EMBEDDINGS_COPY) as copy:
+                copy.write(binary_embeddings(embedder_id, hashes, vectors))
         self.seconds += time.perf_counter() - t0
 
     def finish(self, dims: int, embedder_id: str, maintenance_work_mem: str) -> dict[str, Any]:

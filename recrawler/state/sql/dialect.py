@@ -237,8 +237,8 @@ class PostgreSQLDialect(Dialect):
     greatest = "GREATEST"
     tables_sql = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
     group_concat = "string_agg"
-    embedding_columns = "embedder, text_hash, vector, embedding"
-    embedding_values = "?, ?, ?, CAST(? AS vector)"
+    embedding_columns = "embedder, text_hash, embedding"
+    embedding_values = "?, ?, CAST(? AS vector)"
     chunk_extra_columns = ", words"
     chunk_extra_values = ", array_to_tsvector(string_to_array(?, ' '))"
     lock_sql = "SELECT pg_advisory_xact_lock(hashtext(?))"
@@ -280,13 +280,14 @@ class PostgreSQLDialect(Dialect):
         return f"{column} ~ {param}"
 
     def embedding_rows(self, rows: Sequence[tuple[str, str, bytes]]) -> list[tuple[Any, ...]]:
-        """Each row with its vector also as a numpy array, for the ``vector`` column (searched with
-        an HNSW index): the store's connections send it in pgvector's binary form
+        """Each row with its vector as a numpy array, for the ``embedding`` column (pgvector's
+        ``vector``, searched with an HNSW index; the cache keeps no other copy): the store's
+        connections send it in pgvector's binary form
         (:func:`recrawler.state.postgres.database.binary_vectors`). Its text form cost a first
         crawl's process a fifth of its reactor time, in Python, and the server as much to parse."""
         import numpy as np
 
-        return [(e, h, v, np.frombuffer(v, dtype="<f4")) for e, h, v in rows]
+        return [(e, h, np.frombuffer(v, dtype="<f4")) for e, h, v in rows]
 
     def chunk_rows(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """Each row with its words (:func:`~recrawler.kb.ranking.chunk_words`) for the full-text
