@@ -45,6 +45,8 @@ _STOPWORDS = frozenset(
 )
 # letters and digits, as SQLite's unicode61 tokenizer and the PostgreSQL index split text
 _WORD = re.compile(r"[^\W_]+")
+# the same over lowercased ASCII text, where it splits a third faster
+_ASCII_WORD = re.compile(r"[a-z0-9]+")
 
 
 def keyword_terms(query: str) -> list[str]:
@@ -67,7 +69,8 @@ def chunk_words(heading: str, text: str) -> str:
     :func:`keyword_terms` splits a query (so a chunk and a query agree on every word), without
     the function words a query never looks for. PostgreSQL stores them as the chunk's
     ``words`` (its full-text index): computed here, the server only files them."""
-    words = set(_WORD.findall(f"{heading} {text}".lower()))
+    lowered = f"{heading} {text}".lower()
+    words = set((_ASCII_WORD if lowered.isascii() else _WORD).findall(lowered))
     words -= _STOPWORDS
     # (a word of a quarter as many characters fits whatever they are: no encoding for most)
     return " ".join(w for w in words if len(w) <= _LONGEST_WORD // 4 or len(w.encode()) <= _LONGEST_WORD)
