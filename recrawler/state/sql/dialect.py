@@ -14,6 +14,8 @@ import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
+from recrawler.kb.ranking import chunk_words
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Iterator, Sequence
 
@@ -144,7 +146,7 @@ class Dialect:
     #: columns of the embeddings cache written with a vector
     embedding_columns = "embedder, text_hash, vector"
     embedding_values = "?, ?, ?"
-    #: columns of a chunk row beyond its own (PostgreSQL: its words, see :meth:`chunk_rows`)
+    #: columns of a chunk row beyond its own (PostgreSQL: its words, see :meth:`chunk_extra`)
     chunk_extra_columns = ""
     chunk_extra_values = ""
     #: a transaction-long lock on a key (``?``), where writers do not already exclude each other
@@ -185,10 +187,10 @@ class Dialect:
         """Parameters of the embeddings insert for (embedder, text hash, vector) rows."""
         return list(rows)
 
-    def chunk_rows(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        """Parameters of the chunks insert for (key, index, hash, url, heading, text, run) rows
-        (SQLite's FTS5 index reads the text itself)."""
-        return rows
+    def chunk_extra(self, heading: str, text: str) -> tuple[Any, ...]:
+        """A chunk row's parameters for :attr:`chunk_extra_columns` (none: SQLite's FTS5 index
+        reads the text itself)."""
+        return ()
 
 
 _PG_TOKEN = re.compile(r"'(?:[^']|'')*'|::|:(\w+)|\?|%")
@@ -289,13 +291,11 @@ class PostgreSQLDialect(Dialect):
 
         return [(e, h, np.frombuffer(v, dtype="<f4")) for e, h, v in rows]
 
-    def chunk_rows(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        """Each row with its words (:func:`~recrawler.kb.ranking.chunk_words`) for the full-text
-        index: split in Python, the server only files them. Its own regular expression and
-        parser over each chunk's text took two thirds of a first run's chunk inserts."""
-        from recrawler.kb.ranking import chunk_words
-
-        return [(*r, chunk_words(r[4], r[5])) for r in rows]
+    def chunk_extra(self, heading: str, text: str) -> tuple[Any, ...]:
+        """The chunk's words (:func:`~recrawler.kb.ranking.chunk_words`) for the full-text index:
+        split in Python, the server only files them. Its own regular expression and parser over
+        each chunk's text took two thirds of a first run's chunk inserts."""
+        return (chunk_words(heading, text),)
 
 
 SQLITE = Dialect()

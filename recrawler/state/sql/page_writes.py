@@ -147,14 +147,21 @@ def write_pages(db: Database, batch: list[_PageWrite]) -> Work[list[Revisit | No
     columns = f"key, chunk_index, chunk_hash, url, heading, text, added_run{d.chunk_extra_columns}"
     yield from values(
         f"INSERT INTO chunks ({columns})",
-        d.chunk_rows(
-            [
-                (w.rec.key, c.chunk_index, c.chunk_hash, c.url, c.heading, c.text, w.run.id)
-                for w in batch
-                if w.chunks is not None
-                for c in w.chunks
-            ]
-        ),
+        [
+            (
+                w.rec.key,
+                c.chunk_index,
+                c.chunk_hash,
+                c.url,
+                c.heading,
+                c.text,
+                w.run.id,
+                *d.chunk_extra(c.heading, c.text),
+            )
+            for w in batch
+            if w.chunks is not None
+            for c in w.chunks
+        ],
         row=f"(?, ?, ?, ?, ?, ?, ?{d.chunk_extra_values})",
     )
     for w in batch:
