@@ -123,10 +123,10 @@ def fill(
     import numpy as np
     import psycopg
 
-    from recrawler.kb.ranking import chunk_words
     from recrawler.state.postgres.cursors import _execute_sync
     from recrawler.state.postgres.versions import migrate
     from recrawler.state.sql.dialect import drive
+    from recrawler.words import chunk_words
 
     vectors = None
     vis = np.zeros(n, dtype=bool)

@@ -15,9 +15,10 @@ import pytest
 
 from recrawler.integrations.langchain import RecrawlerRetriever
 from recrawler.kb.embedders import HashingEmbedder
-from recrawler.kb.ranking import Ranked, chunk_words, fuse, keyword_terms
+from recrawler.kb.ranking import Ranked, fuse
 from recrawler.kb.reader import open_kb
 from recrawler.state.sql.search import BLOCK
+from recrawler.words import chunk_words, keyword_terms
 from tests import statedb
 from tests.kbfill import fill_sync
 

@@ -142,7 +142,7 @@ class PostgresFill:
     def add(
         self, first: int, texts: list[str], hashes: list[str], vectors: np.ndarray, embedder_id: str
     ) -> None:
-        from recrawler.kb.ranking import chunk_words
+        from recrawler.words import chunk_words
 
         t0 = time.perf_counter()
         n = len(texts)

@@ -17,13 +17,13 @@ from recrawler.kb.ranking import (
     bm25,
     candidates,
     fuse,
-    keyword_terms,
     similarity_order,
     term_limit,
 )
 from recrawler.kb.records import ChunkRow, Hit
 from recrawler.redact import redact_text, redact_url
 from recrawler.state.sql.visibility import published_pages, visible_from, visible_where
+from recrawler.words import keyword_terms
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -38,7 +38,7 @@ EF_SEARCH = 1000
 #: nearest vectors a search takes before the filters (at least, and per hit asked for)
 NEAREST_MIN, NEAREST_PER_HIT = 200, 20
 _CHUNK = "c.id, c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash"
-# a chunk's words, filed by the full-text index (migration 013; see ranking.chunk_words)
+# a chunk's words, filed by the full-text index (migration 013; see recrawler.words.chunk_words)
 _WORDS = "c.words"
 
 

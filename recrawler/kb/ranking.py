@@ -1,4 +1,5 @@
-"""Hybrid ranking, pure: the words a keyword search looks for, and one ranking from two lists.
+"""Hybrid ranking, pure: one ranking from a keyword and a vector list (the words a keyword
+search looks for are :mod:`recrawler.words`'s).
 
 Both readers (SQLite and PostgreSQL) rank with these functions, so they agree on what a hit is,
 on its score and on the order of equal scores. Reciprocal rank fusion (Cormack et al., SIGIR
@@ -10,70 +11,19 @@ there is never padding with unrelated chunks.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from recrawler.words import WORD
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = [
-    "MODES",
-    "Ranked",
-    "bm25",
-    "candidates",
-    "chunk_words",
-    "fuse",
-    "keyword_terms",
-    "similarity_order",
-    "term_limit",
-]
+__all__ = ["MODES", "Ranked", "bm25", "candidates", "fuse", "similarity_order", "term_limit"]
 
 #: ``hybrid``: keyword and vector lists fused; ``vector``: cosine only; ``keyword``: words only
 MODES = ("hybrid", "vector", "keyword")
 RRF_K = 60
-
-# Words of a question that say nothing about which page answers it (short English function words).
-# PostgreSQL's chunks.words leaves them out (chunk_words): a word taken off this list is found in
-# chunks written after the change only.
-_STOPWORDS = frozenset(
-    """a about after all also an and any are as at be been before but by can could did do does
-    doing done for from get gets got had has have how i if in into is it its just me more most my
-    no not of off on once only or other our out over own same should so some such than that the
-    their them then there these they this those through to too under until up very was we were
-    what when where which while who whom why will with would you your""".split()  # noqa: SIM905 (a paragraph reads better than 120 strings)
-)
-# letters and digits, as SQLite's unicode61 tokenizer and the PostgreSQL index split text
-_WORD = re.compile(r"[^\W_]+")
-# the same over lowercased ASCII text, where it splits a third faster
-_ASCII_WORD = re.compile(r"[a-z0-9]+")
-
-
-def keyword_terms(query: str) -> list[str]:
-    """The query's words a keyword search looks for: lowercased letters-and-digits runs (an
-    identifier like ``retry_limit`` or ``--cross-file`` gives its parts), function words left
-    out, each once, in order."""
-    seen: dict[str, None] = {}
-    for word in _WORD.findall(query.lower()):
-        if word not in _STOPWORDS:
-            seen.setdefault(word, None)
-    return list(seen)
-
-
-#: the longest word PostgreSQL's full-text index holds, in bytes of UTF-8
-_LONGEST_WORD = 2046
-
-
-def chunk_words(heading: str, text: str) -> str:
-    """The words a keyword search can find a chunk by, each once, space-separated: split as
-    :func:`keyword_terms` splits a query (so a chunk and a query agree on every word), without
-    the function words a query never looks for. PostgreSQL stores them as the chunk's
-    ``words`` (its full-text index): computed here, the server only files them."""
-    lowered = f"{heading} {text}".lower()
-    words = set((_ASCII_WORD if lowered.isascii() else _WORD).findall(lowered))
-    words -= _STOPWORDS
-    # (a word of a quarter as many characters fits whatever they are: no encoding for most)
-    return " ".join(w for w in words if len(w) <= _LONGEST_WORD // 4 or len(w.encode()) <= _LONGEST_WORD)
 
 
 def term_limit(chunks: int) -> int:
@@ -108,7 +58,7 @@ def bm25(
 
     docs = []
     for r, heading, text in candidates:
-        words = _WORD.findall(heading.lower()) * 2 + _WORD.findall(text.lower())
+        words = WORD.findall(heading.lower()) * 2 + WORD.findall(text.lower())
         counts: dict[str, int] = {}
         for w in words:
             if w in df:

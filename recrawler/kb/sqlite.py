@@ -24,7 +24,6 @@ from recrawler.kb.ranking import (
     bm25,
     candidates,
     fuse,
-    keyword_terms,
     similarity_order,
     term_limit,
 )
@@ -32,6 +31,7 @@ from recrawler.kb.records import ChunkRow, Hit
 from recrawler.kb.vectors import VectorScan
 from recrawler.state.sql.search import BLOCK
 from recrawler.state.sql.visibility import published_pages, visible_from, visible_where
+from recrawler.words import keyword_terms
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -14,7 +14,7 @@ import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
-from recrawler.kb.ranking import chunk_words
+from recrawler.words import chunk_words
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Iterator, Sequence
@@ -292,7 +292,7 @@ class PostgreSQLDialect(Dialect):
         return [(e, h, np.frombuffer(v, dtype="<f4")) for e, h, v in rows]
 
     def chunk_extra(self, heading: str, text: str) -> tuple[Any, ...]:
-        """The chunk's words (:func:`~recrawler.kb.ranking.chunk_words`) for the full-text index:
+        """The chunk's words (:func:`~recrawler.words.chunk_words`) for the full-text index:
         split in Python, the server only files them. Its own regular expression and parser over
         each chunk's text took two thirds of a first run's chunk inserts."""
         return (chunk_words(heading, text),)
