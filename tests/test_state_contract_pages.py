@@ -292,3 +292,13 @@ class TestPostgreSQLPages(LifecycleContract, PagesContract):
     def uri(self, postgres_uri: str) -> str:
         # a fresh database per test (tests/postgres.py)
         return postgres_uri
+
+
+@pytest.mark.postgres
+class TestPostgreSQLCopiedPages(TestPostgreSQLPages):
+    """The same contract with every row set whose types are given copied in (``COPY``), however
+    few its rows: a crawl copies in only sets of a thousand rows or more."""
+
+    @pytest.fixture(autouse=True)
+    def _copy_every_typed_row_set(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr("recrawler.state.postgres.cursors.COPY_ROWS", 1)

@@ -49,6 +49,67 @@ def test_positional_statements_go_in_numbered_parameters_and_named_ones_through_
     assert named["n"] == 1999
 
 
+def test_a_large_typed_row_set_is_copied_in_its_order_and_a_refused_one_leaves_nothing(
+    postgres_uri: str,
+) -> None:
+    """A row set of COPY_ROWS rows or more with its types goes in through a temporary table: the
+    row's expressions apply, ON CONFLICT applies, the rows land in their order. A set the server
+    refuses (a value beyond INTEGER) raises, and takes its table back with it: the next set goes
+    in, and nothing of the refused one stays."""
+    from recrawler.state.postgres.cursors import COPY_ROWS, _execute_sync, pg_row
+    from recrawler.state.sql.dialect import count, drive, rows, values
+
+    n = COPY_ROWS + 500
+    keys = [f"k{(i * 7919) % n:05d}" for i in range(n)]  # not in key order
+    table = [(k, f"text {i}% '?'", i, f"w{i} common") for i, k in enumerate(keys)]
+
+    def insert(batch: list[tuple[object, ...]]) -> Any:
+        return (
+            yield from values(
+                "INSERT INTO t (key, text, n, words)",
+                batch,
+                " ON CONFLICT (key) DO UPDATE SET n = t.n + excluded.n",
+                row="(?, ?, ?, array_to_tsvector(string_to_array(?, ' ')))",
+                types=("text", "text", "int8", "text"),
+            )
+        )
+
+    def setup() -> Any:
+        yield count(
+            "CREATE TABLE t (id BIGINT GENERATED ALWAYS AS IDENTITY, key TEXT UNIQUE, text TEXT, "
+            "n INTEGER, words tsvector)"
+        )
+
+    def query(sql: str) -> Any:
+        return (yield rows(sql))
+
+    with psycopg.connect(postgres_uri, row_factory=pg_row, autocommit=True) as conn:
+
+        def run(work: Any) -> Any:
+            return drive(work, lambda op: _execute_sync(conn, op))
+
+        run(setup())
+        assert run(insert(table)) == n
+        got = run(query("SELECT key, text, n, words::text AS words FROM t ORDER BY id"))
+        assert [r["key"] for r in got] == keys
+        assert (got[7]["text"], got[7]["n"], got[7]["words"]) == ("text 7% '?'", 7, "'common' 'w7'")
+        # the same keys again: the conflict clause adds
+        assert run(insert([(k, t, 1, w) for k, t, _, w in table])) == n
+        assert run(query("SELECT n FROM t ORDER BY id"))[7]["n"] == 7 + 1
+        refused = [(f"x{i:05d}", "", 2**40 if i == n - 1 else i, "x") for i in range(n)]
+        with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+            run(insert(refused))
+        assert run(insert([(f"y{i:05d}", "", i, "y") for i in range(n)])) == n
+        left = run(query("SELECT COUNT(*) FILTER (WHERE key LIKE 'x%'), COUNT(*) FROM t"))
+        assert tuple(left[0]) == (0, 2 * n)
+        # in a transaction of the caller's, the set is a savepoint of it
+        with conn.transaction():
+            with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+                run(insert(refused))
+            assert run(insert([(f"z{i:05d}", "", i, "z") for i in range(n)])) == n
+        assert tuple(run(query("SELECT COUNT(*) FROM t"))[0]) == (3 * n,)
+
+
 @deferred_f_from_coro_f
 async def test_a_page_the_server_refuses_among_pages_written_together_fails_alone(
     postgres_uri: str, caplog: pytest.LogCaptureFixture

@@ -8,12 +8,23 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
-from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, POSTGRES, Row, drive
+from recrawler.state.sql.dialect import (
+    ALL,
+    COUNT,
+    MANY,
+    ONE,
+    POSTGRES,
+    ROWS,
+    STAGED_DROP,
+    Row,
+    drive,
+    value_statements,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from recrawler.state.sql.dialect import Dialect, Op, Work
+    from recrawler.state.sql.dialect import Dialect, Op, RowSet, Work
 
 _T = TypeVar("_T")
 
@@ -48,7 +59,65 @@ def _statement(op: Op) -> tuple[str, bool]:
     return POSTGRES.numbered_sql(op.sql), True
 
 
+#: a row set of at least this many rows, its parameters' types given, is copied in (one ``COPY``
+#: and one ``INSERT ... SELECT``) rather than sent as ``VALUES`` statements: for a first run's
+#: 120,000 block-statistics rows that took the server's time for them from 0.45-0.60 s to 0.30 s,
+#: and the crawl's from 0.12 s to 0.03 s (no parameter lists to build and send)
+COPY_ROWS = 1000
+
+
+def _copied(rows: RowSet) -> bool:
+    return rows.types is not None and len(rows.rows) >= COPY_ROWS
+
+
+async def _insert_rows(conn: psycopg.AsyncConnection[Any], rows: RowSet) -> int:
+    if not _copied(rows):
+        n = 0
+        async with psycopg.AsyncRawCursor(conn) as raw:
+            for sql, params in value_statements(rows):
+                await raw.execute(POSTGRES.numbered_sql(sql), params)
+                n += raw.rowcount
+        return n
+    create, copy, insert = POSTGRES.staged_insert(rows)
+    types = ["int4", *(rows.types or ())]
+    # a savepoint (or a transaction of its own): a failed insert takes its table back with it
+    async with conn.transaction(), conn.cursor() as cur:
+        await cur.execute(create)
+        async with cur.copy(copy) as staged:
+            staged.set_types(types)
+            for i, row in enumerate(rows.rows):
+                await staged.write_row((i, *row))
+        await cur.execute(insert)
+        n = cur.rowcount
+        await cur.execute(STAGED_DROP)
+    return n
+
+
+def _insert_rows_sync(conn: psycopg.Connection[Any], rows: RowSet) -> int:
+    if not _copied(rows):
+        n = 0
+        with psycopg.RawCursor(conn) as raw:
+            for sql, params in value_statements(rows):
+                raw.execute(POSTGRES.numbered_sql(sql), params)
+                n += raw.rowcount
+        return n
+    create, copy, insert = POSTGRES.staged_insert(rows)
+    types = ["int4", *(rows.types or ())]
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(create)
+        with cur.copy(copy) as staged:
+            staged.set_types(types)
+            for i, row in enumerate(rows.rows):
+                staged.write_row((i, *row))
+        cur.execute(insert)
+        n = cur.rowcount
+        cur.execute(STAGED_DROP)
+    return n
+
+
 async def _execute(conn: psycopg.AsyncConnection[Any], op: Op) -> Any:
+    if op.kind is ROWS:
+        return await _insert_rows(conn, op.params)
     if op.kind is MANY and not op.params:
         return 0
     sql, raw = _statement(op)
@@ -67,6 +136,8 @@ async def _execute(conn: psycopg.AsyncConnection[Any], op: Op) -> Any:
 
 
 def _execute_sync(conn: psycopg.Connection[Any], op: Op) -> Any:
+    if op.kind is ROWS:
+        return _insert_rows_sync(conn, op.params)
     if op.kind is MANY and not op.params:
         return 0
     sql, raw = _statement(op)

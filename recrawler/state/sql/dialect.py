@@ -25,18 +25,20 @@ __all__ = [
     "Dialect",
     "Op",
     "Row",
+    "RowSet",
     "Work",
     "count",
     "drive",
     "many",
     "one",
     "rows",
+    "value_statements",
     "values",
 ]
 
 _T = TypeVar("_T")
 
-ONE, ALL, COUNT, MANY = "one", "all", "count", "many"
+ONE, ALL, COUNT, MANY, ROWS = "one", "all", "count", "many", "rows"
 
 
 class Op(NamedTuple):
@@ -76,21 +78,45 @@ def many(sql: str, seq: Sequence[Any]) -> Op:
 VALUES_ROWS = 500
 
 
+class RowSet(NamedTuple):
+    """The rows of one insert (a :func:`values` statement's parameters): ``head VALUES row, row,
+    ... tail``. *types* are the SQL types of a row's parameters, in order; with them, PostgreSQL
+    takes a large set through ``COPY`` (see :mod:`recrawler.state.postgres.cursors`)."""
+
+    head: str
+    row: str
+    tail: str
+    rows: Sequence[Sequence[Any]]
+    types: tuple[str, ...] | None = None
+
+
 def values(
-    head: str, params: Sequence[Sequence[Any]], tail: str = "", *, row: str | None = None
-) -> Iterator[Op]:
-    """``head VALUES (...), (...) tail`` for every row of *params*, up to :data:`VALUES_ROWS` rows
-    a statement: each statement is one step of the database, where :func:`many` is one a row
-    (and, on SQLite, one wait for the interpreter lock a row while the crawl holds it). *row* is
-    one row's values (default: one ``?`` per parameter)."""
+    head: str,
+    params: Sequence[Sequence[Any]],
+    tail: str = "",
+    *,
+    row: str | None = None,
+    types: tuple[str, ...] | None = None,
+) -> Work[int]:
+    """Insert every row of *params*: ``head VALUES (...), (...) tail``, one step whose result is
+    the number of rows changed. *row* is one row's values (default: one ``?`` per parameter);
+    *types*, the SQL types of its parameters, let PostgreSQL copy a large set in. The rows of one
+    call never conflict with each other (one statement may hold them all)."""
     if not params:
-        return
+        return 0
     one_row = row if row is not None else "(" + ", ".join("?" * len(params[0])) + ")"
-    for start in range(0, len(params), VALUES_ROWS):
-        part = params[start : start + VALUES_ROWS]
-        yield Op(
-            COUNT,
-            f"{head} VALUES {', '.join([one_row] * len(part))}{tail}",
+    changed: int = yield Op(ROWS, head, RowSet(head, one_row, tail, params, types))
+    return changed
+
+
+def value_statements(rows: RowSet) -> Iterator[tuple[str, list[Any]]]:
+    """The multi-row ``VALUES`` statements of *rows*, up to :data:`VALUES_ROWS` rows each: each
+    statement is one step of the database, where :func:`many` is one a row (and, on SQLite, one
+    wait for the interpreter lock a row while the crawl holds it)."""
+    for start in range(0, len(rows.rows), VALUES_ROWS):
+        part = rows.rows[start : start + VALUES_ROWS]
+        yield (
+            f"{rows.head} VALUES {', '.join([rows.row] * len(part))}{rows.tail}",
             [value for row in part for value in row],
         )
 
@@ -149,6 +175,7 @@ class Dialect:
     #: columns of a chunk row beyond its own (PostgreSQL: its words, see :meth:`chunk_extra`)
     chunk_extra_columns = ""
     chunk_extra_values = ""
+    chunk_extra_types: tuple[str, ...] = ()
     #: a transaction-long lock on a key (``?``), where writers do not already exclude each other
     lock_sql: str | None = None
     #: after a SELECT: lock the rows read, passing over rows another transaction holds (SQLite's
@@ -232,6 +259,11 @@ def _to_numbered(text: str) -> str:
     return "".join(out)
 
 
+#: the temporary table a staged insert copies its rows into (dropped after each insert)
+_STAGED = "recrawler_rows"
+STAGED_DROP = f"DROP TABLE {_STAGED}"
+
+
 class PostgreSQLDialect(Dialect):
     """PostgreSQL (psycopg 3): ``%s`` parameters, arrays for lists, ``jsonb``, ``~`` and pgvector."""
 
@@ -243,6 +275,7 @@ class PostgreSQLDialect(Dialect):
     embedding_values = "?, ?, CAST(? AS vector)"
     chunk_extra_columns = ", words"
     chunk_extra_values = ", array_to_tsvector(string_to_array(?, ' '))"
+    chunk_extra_types = ("text",)
     lock_sql = "SELECT pg_advisory_xact_lock(hashtext(?))"
     skip_locked = " FOR UPDATE SKIP LOCKED"
 
@@ -256,6 +289,19 @@ class PostgreSQLDialect(Dialect):
         thousands of ``%s`` (psycopg caches none over 50 parameters) cost a first crawl's process
         half its CPU time."""
         return _to_numbered(text)
+
+    def staged_insert(self, rows: RowSet) -> tuple[str, str, str]:
+        """*rows*' insert through a temporary table: its ``CREATE`` (a column per parameter, of
+        its type, after the row's place), the ``COPY`` that fills it and the ``INSERT ...
+        SELECT`` that reads it in the rows' order (each ``?`` of the row a column of the table)."""
+        assert rows.types is not None
+        columns = ", ".join(f"v{i} {t}" for i, t in enumerate(rows.types, 1))
+        select = re.sub(r"\$(\d+)", r"v\1", _to_numbered(rows.row.strip()[1:-1]))
+        return (
+            f"CREATE TEMPORARY TABLE {_STAGED} (i INTEGER, {columns})",
+            f"COPY {_STAGED} FROM STDIN (FORMAT BINARY)",
+            f"{rows.head} SELECT {select} FROM {_STAGED} ORDER BY i{rows.tail}",
+        )
 
     def indexed_by(self, index: str) -> str:
         """PostgreSQL's planner takes no hints."""

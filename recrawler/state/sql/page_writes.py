@@ -163,6 +163,7 @@ def write_pages(db: Database, batch: list[_PageWrite]) -> Work[list[Revisit | No
             for c in w.chunks
         ],
         row=f"(?, ?, ?, ?, ?, ?, ?{d.chunk_extra_values})",
+        types=("text", "int8", "text", "text", "text", "text", "int8", *d.chunk_extra_types),
     )
     for w in batch:
         if w.chunks is None and w.restore:

@@ -253,6 +253,7 @@ def _fold_site(
         ],
         """ ON CONFLICT (site, block) DO UPDATE SET pages = site_blocks.pages + excluded.pages,
               sample = COALESCE(site_blocks.sample, excluded.sample)""",
+        types=("text", "int8", "int8", "text"),
     )
     lost = sorted(b for b, n in blocks.items() if n < 0)
     if lost:
@@ -264,6 +265,7 @@ def _fold_site(
         "INSERT INTO site_pairs (site, prev, block, pages)",
         [(site, p, b, pairs[p, b]) for p, b in sorted(k for k, n in pairs.items() if n > 0)],
         " ON CONFLICT (site, prev, block) DO UPDATE SET pages = site_pairs.pages + excluded.pages",
+        types=("text", "int8", "int8", "int8"),
     )
     lost_pairs = sorted(k for k, n in pairs.items() if n < 0)
     if lost_pairs:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from recrawler.exceptions import ConfigurationError, SchemaVersionError
-from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, SQLITE, drive
+from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, ROWS, SQLITE, drive, value_statements
 
 if TYPE_CHECKING:
     from recrawler.state.sql.dialect import Op, Work
@@ -208,6 +208,8 @@ def _execute(conn: sqlite3.Connection, op: Op) -> Any:
         return conn.execute(op.sql, op.params).fetchall()
     if kind is MANY:
         return conn.executemany(op.sql, op.params).rowcount if op.params else 0
+    if kind is ROWS:
+        return sum(conn.execute(sql, params).rowcount for sql, params in value_statements(op.params))
     raise ValueError(f"unknown statement kind {kind!r}")
 
 
