@@ -144,3 +144,50 @@ async def test_a_page_the_server_refuses_among_pages_written_together_fails_alon
             assert (got is None) if i == 5 else (got is not None and got.chunks == 1)
     finally:
         await store.close()
+
+
+def test_a_schema_14_database_compresses_what_it_writes_next_with_lz4(postgres_uri: str) -> None:
+    """Schema 15 compresses the columns of page text, chunks and what a run leaves for later with
+    lz4 (this server has it, as Debian's has): a database of schema 14 moves over, what it held
+    stays readable as it was stored (pglz), and what is written next is lz4."""
+    from recrawler.kb.reader import open_kb
+    from recrawler.state.postgres import SCHEMA_VERSION
+    from tests.kbfill import fill_sync
+
+    def long(word: str) -> str:
+        return " ".join(f"the {word} setting number {i} takes a value" for i in range(150))
+
+    fill_sync(postgres_uri, {"old": [long("alpha")]})
+    lz4 = """SELECT c.relname || '.' || a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+             WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace
+               AND a.attcompression = 'l' ORDER BY 1"""
+    with psycopg.connect(postgres_uri, autocommit=True) as conn:
+        assert conn.execute(
+            "SELECT 'lz4' = ANY (enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
+        ).fetchone() == (True,)
+        # the database as schema 14 left it: every column compressed the server's default way
+        for column in [r[0] for r in conn.execute(lz4).fetchall()]:
+            table, name = column.split(".")
+            conn.execute(f"ALTER TABLE {table} ALTER COLUMN {name} SET COMPRESSION default")
+        conn.execute("UPDATE chunks SET text = text || ''")
+        conn.execute("DELETE FROM schema_version WHERE version >= 15")
+        assert conn.execute(lz4).fetchall() == []
+    fill_sync(postgres_uri, {"new": [long("beta")]})
+    with psycopg.connect(postgres_uri) as conn:
+        assert conn.execute("SELECT MAX(version) FROM schema_version").fetchone() == (SCHEMA_VERSION,)
+        assert [r[0] for r in conn.execute(lz4).fetchall()] == [
+            "block_deltas.new_blocks", "block_deltas.old_blocks", "block_deltas.samples",
+            "chunks.text", "chunks.words", "frontier.request", "outbox.payload",
+            "page_before.f_blocks", "page_before.f_code", "page_before.f_headings",
+            "page_before.f_links", "page_before.f_text", "page_changes.diff",
+            "page_changes.old_blocks", "page_fields.blocks", "page_fields.code",
+            "page_fields.headings", "page_fields.links", "page_fields.text", "runs.report",
+        ]  # fmt: skip
+        stored = conn.execute(
+            "SELECT key, pg_column_compression(text) FROM chunks WHERE retired_run IS NULL ORDER BY key"
+        ).fetchall()
+        assert [(k.rsplit("/", 1)[-1], how) for k, how in stored] == [("new", "lz4"), ("old", "pglz")]
+    with open_kb(postgres_uri) as kb:
+        for word, page in [("alpha", "old"), ("beta", "new")]:
+            hits = kb.search(f"{word} setting", k=1, mode="keyword")
+            assert [h.chunk.key.rsplit("/", 1)[-1] for h in hits] == [page]

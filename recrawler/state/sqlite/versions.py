@@ -219,12 +219,20 @@ def _run(conn: sqlite3.Connection, work: Work[_T]) -> _T:
 
 def _split_sql(sql: str) -> list[str]:
     """Split a migration file into statements (no semicolons inside our literals; a trigger's
-    body, from its ``BEGIN`` line to its ``END;`` line, stays one statement)."""
+    body, from its ``BEGIN`` line to its ``END;`` line, and a ``$$``-quoted body stay one
+    statement)."""
     lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
     statements: list[str] = []
     trigger: list[str] = []
+    quoted = ""
     for part in "\n".join(lines).split(";"):
-        if trigger or part.lstrip().upper().startswith("CREATE TRIGGER"):
+        if quoted or part.count("$$") % 2:
+            # inside a dollar-quoted body until the part that closes it
+            quoted = f"{quoted};{part}" if quoted else part
+            if quoted.count("$$") % 2 == 0:
+                statements.append(quoted.strip())
+                quoted = ""
+        elif trigger or part.lstrip().upper().startswith("CREATE TRIGGER"):
             trigger.append(part)
             if part.strip().upper() == "END":
                 statements.append(";".join(trigger).strip())
