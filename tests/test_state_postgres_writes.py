@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+import uuid
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -15,6 +17,9 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from recrawler.exceptions import PageWriteError
 from recrawler.state import store_from_uri
 from tests.state_postgres import settings
+
+if TYPE_CHECKING:
+    from tests.postgres import PostgresServer
 
 pytestmark = pytest.mark.postgres
 
@@ -191,3 +196,41 @@ def test_a_schema_14_database_compresses_what_it_writes_next_with_lz4(postgres_u
         for word, page in [("alpha", "old"), ("beta", "new")]:
             hits = kb.search(f"{word} setting", k=1, mode="keyword")
             assert [h.chunk.key.rsplit("/", 1)[-1] for h in hits] == [page]
+
+
+def test_a_role_that_may_not_create_temporary_tables_writes_large_sets_as_values(
+    postgres_server: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A database locked down the common way (``TEMPORARY`` revoked from everyone, its owner too):
+    a page of 1,200 chunks, which a crawl copies in through a temporary table, goes in as VALUES
+    statements instead, the refusal noted once in the log; nothing is lost."""
+    from tests.kbfill import fill_sync
+
+    role, db = f"app_{uuid.uuid4().hex[:8]}", f"recrawler_app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_server.admin_uri, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER')
+        admin.execute(f'CREATE DATABASE "{db}" OWNER "{role}"')
+        admin.execute(f'REVOKE TEMPORARY ON DATABASE "{db}" FROM PUBLIC, "{role}"')
+    admin_of_db = postgres_server.uri_for(db)
+    with psycopg.connect(admin_of_db, autocommit=True) as admin:
+        admin.execute("CREATE EXTENSION vector")
+    parts = urlsplit(admin_of_db)
+    port = f":{parts.port}" if parts.port else ""
+    uri = urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname or ''}{port}"))
+    texts = [f"chunk {i} of the big page" for i in range(1200)]
+    try:
+        with psycopg.connect(uri) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("CREATE TEMPORARY TABLE t (i INTEGER)")
+        with caplog.at_level(logging.INFO, logger="recrawler.state.postgres.cursors"):
+            fill_sync(uri, {"big": texts, "small": ["one chunk"]})
+        with psycopg.connect(uri) as conn:
+            big = "SELECT text FROM chunks WHERE key LIKE '%/big' ORDER BY chunk_index"
+            stored = conn.execute(big).fetchall()
+        assert [r[0] for r in stored] == texts
+        assert [r.getMessage() for r in caplog.records] == [
+            "this role may not create temporary tables: large row sets go in as VALUES statements"
+        ]
+    finally:
+        with psycopg.connect(postgres_server.admin_uri, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+            admin.execute(f'DROP ROLE IF EXISTS "{role}"')

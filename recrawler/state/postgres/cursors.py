@@ -3,6 +3,8 @@ rows readable as ``sqlite3.Row``, and the synchronous readers' connection."""
 
 from __future__ import annotations
 
+import logging
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
     from recrawler.state.sql.dialect import Dialect, Op, RowSet, Work
 
 _T = TypeVar("_T")
+
+logger = logging.getLogger(__name__)
 
 
 def binary_vectors(conn: psycopg.BaseConnection[Any]) -> None:
@@ -66,53 +70,92 @@ def _statement(op: Op) -> tuple[str, bool]:
 COPY_ROWS = 1000
 
 
-def _copied(rows: RowSet) -> bool:
-    return rows.types is not None and len(rows.rows) >= COPY_ROWS
+#: connections whose role may not create temporary tables (``TEMPORARY`` revoked on the
+#: database): their row sets go as ``VALUES`` statements
+_UNSTAGED: weakref.WeakSet[psycopg.BaseConnection[Any]] = weakref.WeakSet()
+
+
+def _copied(conn: psycopg.BaseConnection[Any], rows: RowSet) -> bool:
+    return rows.types is not None and len(rows.rows) >= COPY_ROWS and conn not in _UNSTAGED
+
+
+def _refused_staging(conn: psycopg.BaseConnection[Any]) -> None:
+    logger.info("this role may not create temporary tables: large row sets go in as VALUES statements")
+    _UNSTAGED.add(conn)
+
+
+async def _insert_values(conn: psycopg.AsyncConnection[Any], rows: RowSet) -> int:
+    n = 0
+    async with psycopg.AsyncRawCursor(conn) as raw:
+        for sql, params in value_statements(rows):
+            await raw.execute(POSTGRES.numbered_sql(sql), params)
+            n += raw.rowcount
+    return n
 
 
 async def _insert_rows(conn: psycopg.AsyncConnection[Any], rows: RowSet) -> int:
-    if not _copied(rows):
-        n = 0
-        async with psycopg.AsyncRawCursor(conn) as raw:
-            for sql, params in value_statements(rows):
-                await raw.execute(POSTGRES.numbered_sql(sql), params)
-                n += raw.rowcount
-        return n
+    if not _copied(conn, rows):
+        return await _insert_values(conn, rows)
     create, copy, insert = POSTGRES.staged_insert(rows)
-    types = ["int4", *(rows.types or ())]
-    # a savepoint (or a transaction of its own): a failed insert takes its table back with it
-    async with conn.transaction(), conn.cursor() as cur:
-        await cur.execute(create)
-        async with cur.copy(copy) as staged:
-            staged.set_types(types)
-            for i, row in enumerate(rows.rows):
-                await staged.write_row((i, *row))
-        await cur.execute(insert)
-        n = cur.rowcount
-        await cur.execute(STAGED_DROP)
+    try:
+        # a savepoint (or a transaction of its own): a failed insert takes its table back with it
+        async with conn.transaction(), conn.cursor() as cur:
+            await cur.execute(create)
+            async with cur.copy(copy) as staged:
+                staged.set_types(["int4", *(rows.types or ())])
+                for i, row in enumerate(rows.rows):
+                    await staged.write_row((i, *row))
+            await cur.execute(insert)
+            n = cur.rowcount
+            await cur.execute(STAGED_DROP)
+    except psycopg.errors.InsufficientPrivilege:
+        if not await _may_stage(conn):
+            _refused_staging(conn)
+            return await _insert_values(conn, rows)
+        raise
+    return n
+
+
+async def _may_stage(conn: psycopg.AsyncConnection[Any]) -> bool:
+    cur = await conn.execute(_MAY_STAGE)
+    may = await cur.fetchone()
+    return bool(may and may[0])
+
+
+def _insert_values_sync(conn: psycopg.Connection[Any], rows: RowSet) -> int:
+    n = 0
+    with psycopg.RawCursor(conn) as raw:
+        for sql, params in value_statements(rows):
+            raw.execute(POSTGRES.numbered_sql(sql), params)
+            n += raw.rowcount
     return n
 
 
 def _insert_rows_sync(conn: psycopg.Connection[Any], rows: RowSet) -> int:
-    if not _copied(rows):
-        n = 0
-        with psycopg.RawCursor(conn) as raw:
-            for sql, params in value_statements(rows):
-                raw.execute(POSTGRES.numbered_sql(sql), params)
-                n += raw.rowcount
-        return n
+    if not _copied(conn, rows):
+        return _insert_values_sync(conn, rows)
     create, copy, insert = POSTGRES.staged_insert(rows)
-    types = ["int4", *(rows.types or ())]
-    with conn.transaction(), conn.cursor() as cur:
-        cur.execute(create)
-        with cur.copy(copy) as staged:
-            staged.set_types(types)
-            for i, row in enumerate(rows.rows):
-                staged.write_row((i, *row))
-        cur.execute(insert)
-        n = cur.rowcount
-        cur.execute(STAGED_DROP)
+    try:
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(create)
+            with cur.copy(copy) as staged:
+                staged.set_types(["int4", *(rows.types or ())])
+                for i, row in enumerate(rows.rows):
+                    staged.write_row((i, *row))
+            cur.execute(insert)
+            n = cur.rowcount
+            cur.execute(STAGED_DROP)
+    except psycopg.errors.InsufficientPrivilege:
+        may = conn.execute(_MAY_STAGE).fetchone()
+        if not (may and may[0]):
+            _refused_staging(conn)
+            return _insert_values_sync(conn, rows)
+        raise
     return n
+
+
+#: whether this role may create temporary tables in this database
+_MAY_STAGE = "SELECT has_database_privilege(current_database(), 'TEMPORARY')"
 
 
 async def _execute(conn: psycopg.AsyncConnection[Any], op: Op) -> Any:
