@@ -99,3 +99,12 @@ class BackendMixin:
     @staticmethod
     def events(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+class CopyEveryTypedRowSet:
+    """Mixed into a PostgreSQL contract: every row set whose types are given goes in through
+    ``COPY``, however few its rows (a crawl copies in only sets of a thousand rows or more)."""
+
+    @pytest.fixture(autouse=True)
+    def _copy_every_typed_row_set(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr("recrawler.state.postgres.cursors.COPY_ROWS", 1)

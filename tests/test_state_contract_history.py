@@ -19,7 +19,7 @@ from recrawler.state import (
     FieldsRow,
 )
 from recrawler.state.sql import pages as pages_module
-from tests.state_contract import HOLDER, SITE, T0, BackendMixin, chunks, rec
+from tests.state_contract import HOLDER, SITE, T0, BackendMixin, CopyEveryTypedRowSet, chunks, rec
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -191,10 +191,5 @@ class TestPostgreSQLHistory(HistoryContract):
 
 
 @pytest.mark.postgres
-class TestPostgreSQLCopiedHistory(TestPostgreSQLHistory):
-    """The same contract with every row set whose types are given copied in (``COPY``), however
-    few its rows: a crawl copies in only sets of a thousand rows or more."""
-
-    @pytest.fixture(autouse=True)
-    def _copy_every_typed_row_set(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr("recrawler.state.postgres.cursors.COPY_ROWS", 1)
+class TestPostgreSQLCopiedHistory(CopyEveryTypedRowSet, TestPostgreSQLHistory):
+    """The same contract with every row set whose types are given copied in."""

@@ -19,7 +19,7 @@ from recrawler.state import (
     PageRecord,
 )
 from recrawler.state.records import SETTLE_APPLY
-from tests.state_contract import HOLDER, SITE, T0, BackendMixin, chunks, ev, rec
+from tests.state_contract import HOLDER, SITE, T0, BackendMixin, CopyEveryTypedRowSet, chunks, ev, rec
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -183,10 +183,5 @@ class TestPostgreSQLKnowledgeBase(KnowledgeBaseContract):
 
 
 @pytest.mark.postgres
-class TestPostgreSQLCopiedKnowledgeBase(TestPostgreSQLKnowledgeBase):
-    """The same contract with every row set whose types are given copied in (``COPY``), however
-    few its rows: a crawl copies in only sets of a thousand rows or more."""
-
-    @pytest.fixture(autouse=True)
-    def _copy_every_typed_row_set(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr("recrawler.state.postgres.cursors.COPY_ROWS", 1)
+class TestPostgreSQLCopiedKnowledgeBase(CopyEveryTypedRowSet, TestPostgreSQLKnowledgeBase):
+    """The same contract with every row set whose types are given copied in."""

@@ -25,7 +25,17 @@ from recrawler.state import (
     StateStore,
 )
 from recrawler.state.sql.pages import SQLPages
-from tests.state_contract import HOLDER, SITE, T0, BackendMixin, ExplodingEvent, chunks, ev, rec
+from tests.state_contract import (
+    HOLDER,
+    SITE,
+    T0,
+    BackendMixin,
+    CopyEveryTypedRowSet,
+    ExplodingEvent,
+    chunks,
+    ev,
+    rec,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -295,10 +305,5 @@ class TestPostgreSQLPages(LifecycleContract, PagesContract):
 
 
 @pytest.mark.postgres
-class TestPostgreSQLCopiedPages(TestPostgreSQLPages):
-    """The same contract with every row set whose types are given copied in (``COPY``), however
-    few its rows: a crawl copies in only sets of a thousand rows or more."""
-
-    @pytest.fixture(autouse=True)
-    def _copy_every_typed_row_set(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr("recrawler.state.postgres.cursors.COPY_ROWS", 1)
+class TestPostgreSQLCopiedPages(CopyEveryTypedRowSet, TestPostgreSQLPages):
+    """The same contract with every row set whose types are given copied in."""

@@ -73,6 +73,8 @@ COPY_ROWS = 1000
 #: connections whose role may not create temporary tables (``TEMPORARY`` revoked on the
 #: database): their row sets go as ``VALUES`` statements
 _UNSTAGED: weakref.WeakSet[psycopg.BaseConnection[Any]] = weakref.WeakSet()
+#: whether this role may create temporary tables in this database
+_MAY_STAGE = "SELECT has_database_privilege(current_database(), 'TEMPORARY')"
 
 
 def _copied(conn: psycopg.BaseConnection[Any], rows: RowSet) -> bool:
@@ -152,10 +154,6 @@ def _insert_rows_sync(conn: psycopg.Connection[Any], rows: RowSet) -> int:
             return _insert_values_sync(conn, rows)
         raise
     return n
-
-
-#: whether this role may create temporary tables in this database
-_MAY_STAGE = "SELECT has_database_privilege(current_database(), 'TEMPORARY')"
 
 
 async def _execute(conn: psycopg.AsyncConnection[Any], op: Op) -> Any:
