@@ -20,8 +20,9 @@ STOPWORDS = frozenset(
 )
 #: letters and digits, as SQLite's unicode61 tokenizer and the PostgreSQL index split text
 WORD = re.compile(r"[^\W_]+")
-# the same over lowercased ASCII text, where it splits a third faster
-_ASCII_WORD = re.compile(r"[a-z0-9]+")
+# the same over lowercased ASCII text: every other character a space, then split (a fifth of the
+# regular expression's time, the CPU PostgreSQL's writer spends on a chunk's words)
+_ASCII_SPACES = {i: " " for i in range(128) if not chr(i).isalnum() or chr(i).isupper()}
 #: the longest word PostgreSQL's full-text index holds, in bytes of UTF-8
 _LONGEST_WORD = 2046
 
@@ -43,7 +44,10 @@ def chunk_words(heading: str, text: str) -> str:
     PostgreSQL stores them as the chunk's ``words`` (its full-text index): computed here, the
     server only files them."""
     lowered = f"{heading} {text}".lower()
-    words = set((_ASCII_WORD if lowered.isascii() else WORD).findall(lowered))
+    ascii_text = lowered.isascii()
+    words = set(lowered.translate(_ASCII_SPACES).split() if ascii_text else WORD.findall(lowered))
     words -= STOPWORDS
     # (a word of a quarter as many characters fits whatever they are: no encoding for most)
-    return " ".join(w for w in words if len(w) <= _LONGEST_WORD // 4 or len(w.encode()) <= _LONGEST_WORD)
+    if words and max(map(len, words)) > _LONGEST_WORD // 4:
+        words = {w for w in words if len(w.encode()) <= _LONGEST_WORD}
+    return " ".join(words)

@@ -153,9 +153,12 @@ def test_keyword_terms_and_fusion() -> None:
     words = chunk_words("Limits", f"Set retry_limit in acme.toml: the limit is 5. {'x' * 2047} Übergröße")
     assert sorted(words.split()) == ["5", "acme", "limit", "limits", "retry", "set", "toml", "übergröße"]
     assert chunk_words("", "") == ""
-    # ASCII text takes a faster pattern: the same words
+    # ASCII text takes a faster split: the same words as a query's split
     ascii_words = chunk_words("Limits", "Set retry_limit in acme.toml: the limit is 5.")
     assert sorted(ascii_words.split()) == ["5", "acme", "limit", "limits", "retry", "set", "toml"]
+    every_ascii = "".join(map(chr, range(128))) + " Tab\tSep_X\x1fz--dry-RUN {k: v} " + "y" * 600
+    assert sorted(chunk_words("", every_ascii).split()) == sorted(keyword_terms(every_ascii))
+    assert chunk_words("", f"a {'y' * 3000} b") == "b"
     v = [Ranked(1, "a", 0, 0.9), Ranked(2, "b", 0, 0.5)]
     k = [Ranked(2, "b", 0), Ranked(3, "c", 0)]
     fused = fuse(v, k, "hybrid", 5)
