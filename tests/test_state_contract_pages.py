@@ -189,6 +189,35 @@ class PagesContract(BackendMixin):
             assert await store.frontier_next(run, 3) == []
 
     @deferred_f_from_coro_f
+    async def test_a_listing_or_a_frontier_batch_that_names_a_page_twice_keeps_it_once(
+        self, uri: str, settings: Settings
+    ) -> None:
+        """A sitemap that lists a URL twice in one batch stores it once, as its last entry says;
+        a frontier batch with a key twice queues it once, at its first place (each batch is one
+        statement now, where a row may change only once)."""
+        from recrawler.state import ListedEntry
+
+        sitemap = f"https://{SITE}/sitemap.xml"
+        entries = [
+            ListedEntry(url=f"https://{SITE}/p{i}", kind="page", lastmod=(None, "2026-01-02")[i % 2], pos=i)
+            for i in range(1, 31)
+        ]
+        entries.append(ListedEntry(url=f"https://{SITE}/p3", kind="page", lastmod="2026-02-01", pos=31))
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            await store.add_listing(run, sitemap, entries)
+            await store.flush()
+            listed = await store.listing(sitemap, after=0, limit=100)
+            assert len(listed) == 30
+            assert [e.url.rsplit("/", 1)[-1] for e in listed][-2:] == ["p30", "p3"]
+            assert (listed[-1].lastmod, listed[-1].pos, listed[0].lastmod) == ("2026-02-01", 31, "2026-01-02")
+            queued = [(f"{SITE}/p{i}", 0, f"p{i}".encode()) for i in range(1, 31)]
+            added = await store.frontier_add(run, [*queued, (f"{SITE}/p3", 9, b"again")])
+            assert added == 30
+            fed = [blob for blob, _ in await store.frontier_next(run, 100)]
+            assert fed == [f"p{i}".encode() for i in range(1, 31)]
+
+    @deferred_f_from_coro_f
     async def test_page_writes_queued_together_land_as_each_would_alone(
         self, uri: str, settings: Settings, events_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:

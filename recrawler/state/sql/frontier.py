@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from recrawler.state.records import ListedEntry, PageRecord, SitemapFile
-from recrawler.state.sql.dialect import count, many, one, rows
+from recrawler.state.sql.dialect import count, one, rows, values
 from recrawler.state.sql.rows import _PAGE_SELECT, _row_to_record, _ts
 
 if TYPE_CHECKING:
@@ -42,12 +42,15 @@ class SQLFrontier:
         """Store entries of *sitemap* read this run (a batch; the file's read goes on)."""
 
         def work() -> Work[None]:
-            yield many(
-                """INSERT INTO sitemap_entries (sitemap, url, kind, lastmod, run_id, pos)
-                   VALUES (?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (sitemap, url) DO UPDATE SET kind = excluded.kind,
+            # a URL the file lists twice is stored as its last listing says (one statement may
+            # hold the whole batch, and a row is updated once a statement)
+            listed = {e.url: (sitemap, e.url, e.kind, e.lastmod, run.id, e.pos) for e in entries}
+            yield from values(
+                "INSERT INTO sitemap_entries (sitemap, url, kind, lastmod, run_id, pos)",
+                list(listed.values()),
+                """ ON CONFLICT (sitemap, url) DO UPDATE SET kind = excluded.kind,
                      lastmod = excluded.lastmod, run_id = excluded.run_id, pos = excluded.pos""",
-                [(sitemap, e.url, e.kind, e.lastmod, run.id, e.pos) for e in entries],
+                types=("text", "text", "text", "text", "int8", "int8"),
             )
 
         if entries:
@@ -117,10 +120,11 @@ class SQLFrontier:
         def work() -> Work[int]:
             seq = yield from self._last_seq(run)
             self._seq[run.id] = seq + len(requests)
-            added = yield many(
-                "INSERT INTO frontier (run_id, key, rank, seq, request) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT (run_id, key) DO NOTHING",
+            added = yield from values(
+                "INSERT INTO frontier (run_id, key, rank, seq, request)",
                 [(run.id, key, -prio, seq + i, blob) for i, (key, prio, blob) in enumerate(requests, 1)],
+                " ON CONFLICT (run_id, key) DO NOTHING",
+                types=("int8", "text", "int8", "int8", "bytea"),
             )
             return int(added)
 
