@@ -103,6 +103,41 @@ class HistoryContract(BackendMixin):
             assert report == {7: (60, "seven"), 8: (59, "eight")}
 
     @deferred_f_from_coro_f
+    async def test_a_fold_that_fails_half_way_leaves_its_deltas_for_the_next(
+        self, uri: str, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A fold takes its deltas and writes their sums in one transaction: one that fails after
+        taking them (here while writing the sums) leaves every delta where it was, and the next
+        fold counts them once."""
+        from recrawler.state.sql import rows as sql_rows
+
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for i in range(12):
+                blocks = pack_blocks([7, 100 + i])
+                fields = FieldsRow(
+                    title="", headings=[], code=[], links=[], text="", blocks=blocks,
+                    samples={7: "seven", 100 + i: "own"},
+                )  # fmt: skip
+                await store.record(run, rec(f"p{i}", noise_key="n"), [], fields=fields)
+            await store.flush()
+            fold_site = sql_rows._fold_site
+
+            def failing(*args: Any, **kwargs: Any) -> Any:
+                yield from fold_site(*args, **kwargs)
+                raise RuntimeError("injected: the fold fails after writing its sums")
+
+            monkeypatch.setattr(sql_rows, "_fold_site", failing)
+            with pytest.raises(RuntimeError, match="injected"):
+                await store.fold_block_stats()
+            monkeypatch.setattr(sql_rows, "_fold_site", fold_site)
+            assert await store.fold_block_stats() == 12
+            assert await store.fold_block_stats() == 0
+            await store.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=3)
+            listed = store.noise_report()[SITE]["boilerplate"]
+            assert {b["block"]: (b["pages"], b["sample"]) for b in listed} == {7: (12, "seven")}
+
+    @deferred_f_from_coro_f
     async def test_page_writes_fold_block_deltas_as_they_go(
         self, uri: str, settings: Settings, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -181,16 +181,19 @@ def _fold_block_deltas(d: Dialect, limit: int) -> Work[int]:
     A block (or pair) counts the pages that hold it at least once: a delta adds one for each
     block its page gained and takes one off for each it lost. The batch's sums are written in
     key order (a few sorted upserts instead of two per block and page). A block's sample is kept
-    once the block is on two pages. The rows are read with ``skip_locked``: two folds at once
+    once the block is on two pages. The rows are taken with ``skip_locked``: two folds at once
     (PostgreSQL) take different rows.
     """
-    found = yield rows(
-        "SELECT id, site, old_blocks, new_blocks, samples FROM block_deltas "
-        f"ORDER BY id LIMIT ?{d.skip_locked}",
+    # taken and deleted in one statement (the fold's own transaction puts them back if it fails)
+    taken = yield rows(
+        f"""DELETE FROM block_deltas WHERE id IN (
+              SELECT id FROM block_deltas ORDER BY id LIMIT ?{d.skip_locked})
+            RETURNING id, site, old_blocks, new_blocks, samples""",
         (limit,),
     )
-    if not found:
+    if not taken:
         return 0
+    found = sorted(taken, key=lambda r: r[0])
     blocks: defaultdict[str, Counter[int]] = defaultdict(Counter)
     pairs: defaultdict[str, Counter[tuple[int, int]]] = defaultdict(Counter)
     sample_objects: defaultdict[str, list[str]] = defaultdict(list)
@@ -216,10 +219,6 @@ def _fold_block_deltas(d: Dialect, limit: int) -> Work[int]:
         for sample_json in reversed(sample_objects[site]):
             samples.update(json.loads(sample_json))
         yield from _fold_site(d, site, blocks[site], pairs[site], samples)
-    yield count(
-        f"DELETE FROM block_deltas WHERE id {d.in_list('?', sql_type='BIGINT')}",
-        (d.list_param([r[0] for r in found]),),
-    )
     return len(found)
 
 
