@@ -111,17 +111,12 @@ async def _insert_rows(conn: psycopg.AsyncConnection[Any], rows: RowSet) -> int:
             n = cur.rowcount
             await cur.execute(STAGED_DROP)
     except psycopg.errors.InsufficientPrivilege:
-        if not await _may_stage(conn):
+        may = await (await conn.execute(_MAY_STAGE)).fetchone()
+        if not (may and may[0]):
             _refused_staging(conn)
             return await _insert_values(conn, rows)
         raise
     return n
-
-
-async def _may_stage(conn: psycopg.AsyncConnection[Any]) -> bool:
-    cur = await conn.execute(_MAY_STAGE)
-    may = await cur.fetchone()
-    return bool(may and may[0])
 
 
 def _insert_values_sync(conn: psycopg.Connection[Any], rows: RowSet) -> int:

@@ -243,7 +243,8 @@ _PG_LITERAL = re.compile(r"('(?:[^']|'')*')")
 
 
 @lru_cache(maxsize=1024)
-def _to_numbered(text: str) -> str:
+def _to_numbered(text: str, prefix: str = "$") -> str:
+    """*text* with each ``?`` outside a literal numbered: ``$1``, ``$2``, ... (or *prefix* 1, ...)."""
     pieces = _PG_LITERAL.split(text)
     out: list[str] = []
     n = 0
@@ -255,7 +256,7 @@ def _to_numbered(text: str) -> str:
         out.append(parts[0])
         for part in parts[1:]:
             n += 1
-            out.append(f"${n}{part}")
+            out.append(f"{prefix}{n}{part}")
     return "".join(out)
 
 
@@ -296,7 +297,7 @@ class PostgreSQLDialect(Dialect):
         SELECT`` that reads it in the rows' order (each ``?`` of the row a column of the table)."""
         assert rows.types is not None
         columns = ", ".join(f"v{i} {t}" for i, t in enumerate(rows.types, 1))
-        select = re.sub(r"\$(\d+)", r"v\1", _to_numbered(rows.row.strip()[1:-1]))
+        select = _to_numbered(rows.row.strip()[1:-1], "v")
         return (
             f"CREATE TEMPORARY TABLE {_STAGED} (i INTEGER, {columns})",
             f"COPY {_STAGED} FROM STDIN (FORMAT BINARY)",
