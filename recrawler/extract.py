@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 import lxml.etree
 from cssselect import SelectorError
 from lxml.cssselect import CSSSelector
-from w3lib.encoding import read_bom
 
 from recrawler import default_settings
+from recrawler.encoding import read_bom
 from recrawler.exceptions import ConfigurationError, RecrawlerError
 
 if TYPE_CHECKING:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from recrawler.detect.hashing import content_hash
 from recrawler.detect.noise import Fingerprint, SiteNoise, fingerprint
 from recrawler.documents import HTML, Documents
+from recrawler.encoding import read_bom
 from recrawler.extract import Content, ContentExtractor, ExtractionError
 from recrawler.state.records import packed_text, samples_json
 
@@ -41,7 +42,11 @@ class EncodingOf:
         )
 
     def read(self, url: str, body: bytes) -> str:
-        """The encoding Scrapy gives the response (BOM, header, ``<meta>``, then detection)."""
+        """The encoding the crawl's process reads the page in (:func:`response_encoding`: its byte
+        order mark's, else Scrapy's from the header, ``<meta>``, then detection)."""
+        bom = read_bom(body)[0]
+        if bom is not None:
+            return bom
         headers = {b"Content-Type": self.content_type} if self.content_type is not None else None
         return self.response_class(url=url, body=body, headers=headers, encoding=self.declared).encoding
 

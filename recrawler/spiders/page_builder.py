@@ -12,6 +12,7 @@ from recrawler.cpu import EncodingOf, PageJob, Worked, chunk_settings, process_p
 from recrawler.detect.hashing import content_hash
 from recrawler.detect.regions import volatile_regions
 from recrawler.documents import HTML, Documents, pdf_limits
+from recrawler.encoding import response_encoding
 from recrawler.extract import Content, ContentExtractor, looks_binary
 from recrawler.items import Page, Unread
 from recrawler.kb.chunking import Chunker
@@ -94,7 +95,7 @@ class PageBuilder:
             # a document with no markup: no volatile regions to drop
             regions = self.noise.site(site).regions_css if html else None
         # the encoding Scrapy read (a document with no markup has none)
-        encoding = response.encoding if isinstance(response, TextResponse) else ""
+        encoding = response_encoding(response) if isinstance(response, TextResponse) else ""
         work = process_page(
             self._job(page, response, encoding),
             self.extractor,
@@ -205,7 +206,7 @@ class PageBuilder:
             # its bytes first: reading the encoding scans the body, and only UTF-16/32 (NUL bytes)
             # are judged again by their characters
             and looks_binary(response.body)
-            and looks_binary(response.body, response.encoding)
+            and looks_binary(response.body, response_encoding(response))
         ):
             page.error = "not_html"
             return page, False
@@ -231,8 +232,9 @@ class PageBuilder:
         return page
 
     def _learn(self, first: bytes, response: TextResponse, site: SiteNoise) -> list[str]:
-        _, a = self.extractor.main(first, response.encoding)
-        _, b = self.extractor.main(response.body, response.encoding)
+        encoding = response_encoding(response)
+        _, a = self.extractor.main(first, encoding)
+        _, b = self.extractor.main(response.body, encoding)
         if a is None or b is None:
             return []
         if site.regions_css is not None:
