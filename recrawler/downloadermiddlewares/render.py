@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Self
 from scrapy.exceptions import NotConfigured
 
 from recrawler import meta
-from recrawler.documents import HTML_TYPES
+from recrawler.documents import HTML_TYPES, sniff
 from recrawler.exceptions import ConfigurationError
 from recrawler.meta import is_page_request
 from recrawler.runtime import runtime_of
@@ -132,7 +132,8 @@ class RenderMiddleware:
         ):
             return response
         ctype = (response.headers.get(b"Content-Type") or b"").split(b";")[0].strip().lower()
-        if ctype and ctype not in HTML_TYPES:
+        if (ctype and ctype not in HTML_TYPES) or sniff(response.body) is not None:
+            # a PDF or an archive served as HTML: its bytes say so, no browser renders it
             return response
         if self.runtime is not None:
             self.runtime.counters.inc("recrawler/render/pages")
