@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 from urllib.parse import SplitResult, parse_qsl, unquote_plus, urlencode, urlsplit, urlunsplit
 
 from w3lib.url import canonicalize_url, safe_url_string
@@ -38,6 +38,31 @@ def _host(parts: SplitResult) -> str:
 def url_host(url: str) -> str:
     """Return the folded ``host[:port]`` of *url* as page keys spell it (cheap: no full key)."""
     return _host(urlsplit(url.strip()))
+
+
+#: an origin (RFC 6454 §4): scheme, host name, port; the unit credentials are scoped to
+Origin: TypeAlias = tuple[str, str, int]
+
+
+def url_origin(url: str) -> Origin | None:
+    """The origin of an http(s) *url*, its port spelled out; None for another scheme or a URL
+    without a host. Nothing is folded: ``www.`` is a host of its own, and so is each port."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").rstrip(".")
+    if scheme not in _DEFAULT_PORTS or not host:
+        return None
+    return scheme, host, port or _DEFAULT_PORTS[scheme]
+
+
+def origin_url(origin: Origin) -> str:
+    """*origin* as a URL prefix, for logs: ``https://docs.example.com``, ``http://127.0.0.1:8080``."""
+    scheme, host, port = origin
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}" if port == _DEFAULT_PORTS[scheme] else f"{scheme}://{host}:{port}"
 
 
 class KeyMaker:
@@ -181,11 +206,15 @@ class UrlPolicy:
     stored page checked directly, and every request before it is downloaded.
     """
 
-    __slots__ = ("_decided", "any_host", "hosts")
+    __slots__ = ("_decided", "any_host", "hosts", "origins")
 
-    def __init__(self, hosts: Iterable[str] = (), *, any_host: bool = False) -> None:
+    def __init__(
+        self, hosts: Iterable[str] = (), *, any_host: bool = False, origins: Iterable[Origin] = ()
+    ) -> None:
         self.hosts = frozenset(hosts)
         self.any_host = any_host
+        #: the site's own origins: where its credentials may go (``any_host`` never widens them)
+        self.origins = frozenset(origins)
         #: the last decisions by URL: a listed page's URL is checked again before its download
         self._decided: dict[str, str | None] = {}
 
@@ -193,10 +222,16 @@ class UrlPolicy:
     def for_urls(
         cls, urls: Iterable[str], extra_hosts: Iterable[str] = (), *, any_host: bool = False
     ) -> UrlPolicy:
-        """The policy of a site reached through *urls* (its sitemaps), plus *extra_hosts*."""
+        """The policy of a site reached through *urls* (its sitemaps), plus *extra_hosts*
+        (``host[:port]``). Its origins are those of *urls*, and each extra host under the schemes
+        of *urls* (both http and https when there is none)."""
+        extra = [h.strip() for h in extra_hosts if h.strip()]
         hosts = {url_host(u) for u in urls}
-        hosts.update(url_host("http://" + h.strip()) for h in extra_hosts if h.strip())
-        return cls(hosts, any_host=any_host)
+        hosts.update(url_host("http://" + h) for h in extra)
+        origins = {o for u in urls if (o := url_origin(u)) is not None}
+        schemes = sorted({o[0] for o in origins}) or sorted(_DEFAULT_PORTS)
+        origins.update(o for h in extra for s in schemes if (o := url_origin(f"{s}://{h}")) is not None)
+        return cls(hosts, any_host=any_host, origins=origins)
 
     def refusal(self, url: str) -> str | None:
         """Why *url* is refused (``malformed``, ``scheme``, ``credentials``, ``offsite``), or None."""
