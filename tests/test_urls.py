@@ -228,6 +228,25 @@ def test_a_policys_origins_are_its_sitemaps_and_its_extra_hosts_under_their_sche
     }
 
 
+def test_a_spiders_policy_is_its_site_domains_and_start_urls_or_the_hosts_it_starts_from() -> None:
+    named = UrlPolicy.for_site("docs.example.com", ["api.example.com"], ["https://docs.example.com/"])
+    assert named.hosts == {"docs.example.com", "api.example.com"}
+    assert not named.from_start
+    assert named.refusal("https://elsewhere.example.com/a") == "offsite"
+    # a spider naming nothing: nothing is allowed until it starts somewhere
+    learning = UrlPolicy.for_site(None, [], [])
+    assert learning.from_start
+    assert learning.refusal("https://docs.example.com/a") == "offsite"
+    learning.start("ftp://docs.example.com/")  # teaches nothing
+    learning.start("https://docs.example.com/start")
+    assert learning.refusal("https://docs.example.com/a") is None
+    assert learning.refusal("https://elsewhere.example.com/a") == "offsite"
+    assert learning.origins == {("https", "docs.example.com", 443)}
+    # a policy that names its hosts learns nothing from where it starts
+    named.start("https://elsewhere.example.com/")
+    assert named.refusal("https://elsewhere.example.com/a") == "offsite"
+
+
 def test_clean_url_drops_what_the_key_drops_and_keeps_the_rest() -> None:
     km = KeyMaker()
     assert (
