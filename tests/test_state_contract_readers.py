@@ -326,8 +326,11 @@ class CheckContract(BackendMixin):
             # a page of another host that a spider of SITE followed, and the same host's page
             # stored by a run of its own site: only the first is off its run's site
             stray = replace(rec("x"), key=f"{OTHER}/x", site=OTHER, url=f"https://{OTHER}/x")
+            # a page of the other host the site's own listing names (allowed_hosts): the site's call
+            listed = replace(rec("l"), key=f"{OTHER}/l", site=OTHER, url=f"https://{OTHER}/l")
             await store.record(run, mine, [], chunks=chunks(mine, "a1"))
             await store.record(run, stray, [], chunks=chunks(stray, "x1", "x2"))
+            await store.record(run, listed, [], chunks=chunks(listed, "l1"), revisit=found("sitemap"))
             await store.flush()
             await store.publish(run.id, T0)
             other = await store.begin_run("docs", OTHER, T0, holder=HOLDER, lease_secs=0)
@@ -346,7 +349,7 @@ class CheckContract(BackendMixin):
             assert await store.repair(offsite()) == {"offsite_page": 1}
             assert offsite() == []
             with open_kb(uri, embedder="hashing") as kb:
-                assert sorted(c.text for c in kb.chunks()) == ["a1", "y1"]
+                assert sorted(c.text for c in kb.chunks()) == ["a1", "l1", "y1"]
 
 
 class ReadersFreshnessContract(

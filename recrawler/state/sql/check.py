@@ -38,9 +38,9 @@ CHECKS = {
     "visible_mixed": "the bot sees chunks of two versions of one page (repair: the older retired, "
     "the page fetched and indexed again next run)",
     "refused_url": "a stored page whose URL is not http(s) without credentials (repair: marked gone)",
-    "offsite_page": "a stored page on another host than the site of the run that stored it: a page a "
-    "spider followed off the site; no run of the site publishes or reconciles it, yet the bot may see "
-    "its chunks (repair: marked gone, its chunks retired)",
+    "offsite_page": "a stored page on another host than the site of the run that stored it, which no "
+    "listing or redirect of the site led to: a page a spider followed off the site; no run of the site "
+    "publishes or reconciles it, yet the bot may see its chunks (repair: marked gone, its chunks retired)",
     "duplicate_key": "two stored pages are one page under the current URL rules (repair: the one "
     "stored under the other key is marked gone)",
     "duplicate_content": "one text is the live content of several page keys of a site, so search "
@@ -168,6 +168,7 @@ def check(
             """SELECT p.key, 'on ' || p.site || ', stored by run ' || r.id || ' of ' || r.site
                FROM pages p JOIN runs r ON r.id = p.last_seen_run
                WHERE p.status != 'gone' AND r.site IS NOT NULL AND p.site != r.site
+                 AND COALESCE(p.found_via, '') NOT IN ('sitemap', 'feed', 'redirect')
                ORDER BY p.key""",
         ),
     )
