@@ -317,13 +317,15 @@ def _text(el: _Element) -> str:
 
 # what a browser shows apart: a line break or a block boundary inside a cell, heading or link is
 # whitespace, never glue ("8.2.8-1<br>8.2.2-1" is two versions, not the number "8.2.8-18.2.2-1")
-_SPACED = tuple(sorted({"br", "td", "th", "tr", "pre", *_BLOCKS, *_HEADINGS}))
+_SPACED = frozenset({"br", "td", "th", "tr", "pre", *_BLOCKS, *_HEADINGS})
 
 
 def _words(el: _Element) -> str:
     """The text of *el* with a space at each line break and block boundary inside it."""
-    if next(el.iterdescendants(*_SPACED), None) is None:
-        # the common case, at C speed: nothing inside separates words
+    if not len(el):
+        # the common case: a cell, a link or a code span with no element inside
+        return el.text or ""
+    if not any(d.tag in _SPACED for d in el.iterdescendants()):
         return _text(el)
     parts: list[str] = []
     for event, node in lxml.etree.iterwalk(el, events=("start", "end")):
@@ -349,7 +351,7 @@ def _words(el: _Element) -> str:
 
 def _code_text(el: _Element) -> str:
     """The text of a ``<pre>``: a ``<br>`` inside it is a line break, as a browser shows it."""
-    if next(el.iterdescendants("br"), None) is None:
+    if not len(el) or next(el.iterdescendants("br"), None) is None:
         return _text(el)
     parts: list[str] = []
     for event, node in lxml.etree.iterwalk(el, events=("start", "end")):
