@@ -20,7 +20,7 @@ from recrawler.downloadermiddlewares.compression import BoundedHttpCompressionMi
 from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddleware
 from recrawler.downloadermiddlewares.credentials import CredentialsMiddleware
 from recrawler.downloadermiddlewares.redirect import PageRedirectMiddleware
-from recrawler.downloadermiddlewares.render import RenderMiddleware, render_settings
+from recrawler.downloadermiddlewares.render import GUARDED_SETTINGS, RenderMiddleware, render_settings
 from recrawler.downloadermiddlewares.retry import PoliteRetryMiddleware
 from recrawler.downloadermiddlewares.robotstxt import CountedRobotsTxtMiddleware
 from recrawler.downloadermiddlewares.urlpolicy import UrlPolicyMiddleware
@@ -180,8 +180,10 @@ class RecrawlerAddon:
         _check_objects(settings)
         if self.crawler is not None and settings.getlist("RECRAWLER_RENDER_PATTERNS"):
             # a crawl's only: the CLI renders nothing (and needs no browser installed)
-            for name, value in render_settings(settings).items():
-                settings.set(name, value, priority="addon")
+            for name, value in render_settings(settings, self.crawler).items():
+                # the browser's guard wraps a project's own hooks, so it takes their place
+                guarded = name in GUARDED_SETTINGS and settings.getpriority(name)
+                settings.set(name, value, priority=guarded or "addon")
         if settings.getbool("RECRAWLER_WORKERS_ENABLED"):
             # scrapy-redis is an extra (recrawler[workers]): one line if it is missing
             require("scrapy_redis", "RECRAWLER_WORKERS_ENABLED")

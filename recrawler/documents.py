@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from recrawler.exceptions import ConfigurationError
-from recrawler.pdf import PdfLimits, document_is_pdf, read_pdf
+from recrawler.pdf import MAGIC, PdfLimits, document_is_pdf, read_pdf
 
 if TYPE_CHECKING:
     from lxml.cssselect import CSSSelector
@@ -21,6 +21,35 @@ if TYPE_CHECKING:
 #: the document types recrawler reads (the ``recrawler/document/<type>`` stats)
 HTML, PDF = "html", "pdf"
 HTML_TYPES = frozenset({b"text/html", b"application/xhtml+xml"})
+#: what a body of another format starts with (file(1)'s magic): a server that labels every file
+#: ``text/html`` sends archives, images and office files as "HTML", and some of them read as text
+_BINARY_MAGIC = (
+    b"PK\x03\x04",  # zip: docx, xlsx, odt, epub, jar
+    b"\x1f\x8b",  # gzip
+    b"\xfd7zXZ\x00",  # xz
+    b"\x28\xb5\x2f\xfd",  # zstd
+    b"7z\xbc\xaf\x27\x1c",
+    b"Rar!\x1a\x07",
+    b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1",  # OLE: doc, xls, ppt, msi
+    b"\x89PNG\r\n\x1a\n",
+    b"\xff\xd8\xff",  # JPEG
+    b"GIF87a",
+    b"GIF89a",
+    b"wOFF",  # web fonts
+    b"wOF2",
+    b"\x7fELF",
+    b"%!PS-Adobe",  # PostScript: text, all of it drawing instructions
+    b"{\\rtf",
+)
+
+
+def sniff(body: bytes) -> str | None:
+    """What *body* is by its first bytes, whatever its ``Content-Type`` says: :data:`PDF`,
+    ``"binary"`` (another format recrawler does not read) or None (no signature: the type decides)."""
+    head = body[:64].lstrip(b"\t\n\r\x0c ")
+    if head.startswith(MAGIC):
+        return PDF
+    return "binary" if head.startswith(_BINARY_MAGIC) else None
 
 
 def pdf_limits(settings: BaseSettings) -> PdfLimits | None:
@@ -49,10 +78,12 @@ class Documents:
     def kind(self, content_type: bytes, body: bytes, *, text: bool) -> str | None:
         """The type of a 200's body (``html``, ``pdf``), or None for a type recrawler does not
         read. *content_type* is the header's media type (lowercase, no parameters); *text* says
-        whether Scrapy made a text response of it."""
-        if self.pdf is not None and document_is_pdf(content_type, body):
-            return PDF
-        if text and (not content_type or content_type in HTML_TYPES):
+        whether Scrapy made a text response of it. The body's own signature wins over the type: a
+        PDF served as ``text/html`` is read as a PDF (or refused with PDFs off), never as HTML."""
+        sniffed = sniff(body)
+        if sniffed == PDF or document_is_pdf(content_type, body):
+            return PDF if self.pdf is not None else None
+        if sniffed is None and text and (not content_type or content_type in HTML_TYPES):
             return HTML
         return None
 
@@ -67,4 +98,4 @@ class Documents:
         return self.html.extract(body, encoding, regions=regions)
 
 
-__all__ = ["HTML", "HTML_TYPES", "PDF", "Documents", "pdf_limits"]
+__all__ = ["HTML", "HTML_TYPES", "PDF", "Documents", "pdf_limits", "sniff"]

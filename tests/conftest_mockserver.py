@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from tests.docsite import Entry
 
-__all__ = ["mockserver", "site"]
+__all__ = ["mockserver", "mockserver_other_host", "mockserver_other_port", "other_host", "other_port", "site"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,13 +124,13 @@ class Site:
 
 
 @contextmanager
-def serve(root: Path) -> Iterator[MockServer]:
+def serve(root: Path, interface: str = "127.0.0.1") -> Iterator[MockServer]:
     """Run ``python -m tests.mockserver root`` for the block; its stderr goes to _server.log.
 
     The server also stops when its stdin closes, so it does not outlive a killed pytest.
     """
     server_log = root / "_server.log"
-    command = [sys.executable, "-m", "tests.mockserver", "--stop-on-eof", str(root)]
+    command = [sys.executable, "-m", "tests.mockserver", "--stop-on-eof", "--interface", interface, str(root)]
     with server_log.open("ab") as stderr:
         process = subprocess.Popen(
             command, cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr
@@ -158,8 +158,38 @@ def mockserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MockServer]
         yield server
 
 
+@pytest.fixture(scope="session")
+def mockserver_other_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MockServer]:
+    """A second server on the site's host, another port: another origin of the same host name."""
+    with serve(tmp_path_factory.mktemp("mockserver-port")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def mockserver_other_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MockServer]:
+    """A server on 127.0.0.2: another host (loopback too), never the site's."""
+    with serve(tmp_path_factory.mktemp("mockserver-host"), interface="127.0.0.2") as server:
+        yield server
+
+
+def _site(server: MockServer, request: pytest.FixtureRequest) -> Site:
+    prefix = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:40].strip("-")
+    name = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=server.root)).name
+    return Site(server, name)
+
+
 @pytest.fixture
 def site(mockserver: MockServer, request: pytest.FixtureRequest) -> Site:
-    prefix = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:40].strip("-")
-    name = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=mockserver.root)).name
-    return Site(mockserver, name)
+    return _site(mockserver, request)
+
+
+@pytest.fixture
+def other_port(mockserver_other_port: MockServer, request: pytest.FixtureRequest) -> Site:
+    """A site on the test site's host name, served from another port."""
+    return _site(mockserver_other_port, request)
+
+
+@pytest.fixture
+def other_host(mockserver_other_host: MockServer, request: pytest.FixtureRequest) -> Site:
+    """A site on another host (127.0.0.2)."""
+    return _site(mockserver_other_host, request)

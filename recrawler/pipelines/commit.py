@@ -251,12 +251,12 @@ def page_update(
         restored=restored,
         fields=fields,
         change=changed,
-        # stored before the knowledge base existed, or removed and back: index it now that
-        # its text is here (the same texts cost no embedding)
+        # stored before the knowledge base existed, removed and back, or re-baselined to a new
+        # text format: index it now that its text is here (the same texts cost no embedding)
         backfill=status == PageStatus.UNCHANGED
         and bool(page.text)
         and rec is not None
-        and (rec.chunks == 0 or verdict.how == RESTORED),
+        and (rec.chunks == 0 or verdict.how == RESTORED or verdict.reindex),
     )
 
 

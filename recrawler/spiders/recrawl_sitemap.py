@@ -92,7 +92,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         _http_urls(",".join(self.sitemap_urls), "sitemap_url")
         km = KeyMaker()
         first_host = key_host(km(self.sitemap_urls[0]))
-        self.recrawler_site: str | None = site or first_host
+        self.recrawler_site = site or first_host
         extra = [h for h in (allowed_hosts or "").split(",") if h.strip() and h.strip() != "*"]
         self._recrawler_policy = UrlPolicy.for_urls(
             self.sitemap_urls, extra, any_host=(allowed_hosts or "").strip() == "*"

@@ -349,6 +349,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.mockserver", description=__doc__)
     parser.add_argument("root", type=Path, help="directory holding one folder per site")
     parser.add_argument("--stop-on-eof", action="store_true", help="also stop when stdin closes")
+    parser.add_argument(
+        "--interface", default="127.0.0.1", help="loopback address to listen on (127.0.0.2: another host)"
+    )
     args = parser.parse_args(argv)
 
     # Imported here so that importing this module never installs a reactor.
@@ -357,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
     from twisted.logger import globalLogBeginner, textFileLogObserver
 
     globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)
-    port = reactor.listenTCP(0, QuietSite(SiteTree(args.root.resolve())), interface="127.0.0.1")
+    port = reactor.listenTCP(0, QuietSite(SiteTree(args.root.resolve())), interface=args.interface)
     address = port.getHost()
     print(f"http://{address.host}:{address.port}", flush=True)
 
