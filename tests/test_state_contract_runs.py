@@ -68,6 +68,25 @@ class RunsContract(BackendMixin):
             assert nxt.last_listed == 5
 
     @deferred_f_from_coro_f
+    async def test_a_rejected_listing_is_never_the_baseline(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)
+            await store.finish_run(run, reason="finished", at=T0, report={"counts": {}}, listed=300)
+            for why in ("listing_shrunk", "sitemap_failed", "not_finished"):
+                run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)
+                assert run.last_listed == 300
+                await store.finish_run(
+                    run, reason="finished", at=T0, report={"counts": {}}, reasons=[why], listed=30
+                )
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)
+            assert run.last_listed == 300
+            # an accepted listing (an outage elsewhere in the run) is one
+            await store.finish_run(
+                run, reason="finished", at=T0, report={"counts": {}}, reasons=["error_ratio"], listed=280
+            )
+            assert (await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)).last_listed == 280
+
+    @deferred_f_from_coro_f
     async def test_reconcile_quarantines_and_removes_in_one_set_operation(
         self, uri: str, settings: Settings, events_path: Path
     ) -> None:
