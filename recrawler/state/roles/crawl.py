@@ -181,14 +181,15 @@ class Decisions(Protocol):
     """
 
     async def carry_misses(self, run: Run) -> int:
-        """Misses earlier runs kept for a decision join this run's (its own answers settle them)."""
+        """Misses earlier runs kept for a decision join this run's, still kept (its own answers
+        settle them; a page it staged again keeps the decision)."""
 
     async def removal_plan(self, run: Run, *, gone_after: int, gone_statuses: Sequence[int]) -> RemovalPlan:
         """What applying the run's staged misses and moves would do; nothing is changed."""
 
     async def settle_misses(self, run: Run, action: str) -> ReconcileResult:
         """``apply`` (with the run's publication), ``keep`` (for a decision) or ``drop`` the run's
-        own misses (its moves, and misses kept before, stay)."""
+        own misses (its moves stay); misses kept before stay kept whatever the action."""
 
     async def publish_run(
         self,

@@ -65,11 +65,18 @@ class SQLDecisions:
     # -- what the run's end would remove ---------------------------------------------------------
 
     async def carry_misses(self, run: Run) -> int:
-        """Misses earlier runs of the site kept for a decision join this run's: those of pages this
-        run answered for are gone already (an answer settles them), those it staged again give
-        way to its own; the rest are this run's to decide. Returns how many were carried."""
+        """Misses earlier runs of the site kept for a decision join this run's, still kept: a
+        held removal waits for a person (``runs approve`` / ``discard``), whatever later runs
+        see. Those of pages this run answered for are gone already (an answer settles them);
+        those it staged again give way to its own, which keeps the decision. Returns how many
+        were carried."""
 
         def work() -> Work[int]:
+            yield count(
+                """UPDATE run_misses SET kept = 1 WHERE run_id = :run AND kept = 0 AND key IN (
+                     SELECT o.key FROM run_misses o WHERE o.kept = 1 AND o.run_id < :run)""",
+                {"run": run.id},
+            )
             yield count(
                 """DELETE FROM run_misses WHERE kept = 1 AND run_id < :run AND key IN (
                      SELECT key FROM run_misses WHERE run_id = :run)""",
@@ -132,10 +139,11 @@ class SQLDecisions:
         return await self.db.run(work(), flush=True)
 
     async def settle_misses(self, run: Run, action: str) -> ReconcileResult:
-        """Decide the run's staged misses: :data:`APPLY` (they apply when the run publishes),
+        """Decide the run's own staged misses: :data:`APPLY` (they apply when the run publishes),
         :data:`KEEP` (kept for a decision, carried to later runs), :data:`KEEP_LISTED` (those of
-        pages this run's listing still names are kept, the rest apply) or :data:`DROP` (the run's
-        own misses go; its moves, and misses kept earlier, stay)."""
+        pages this run's listing still names are kept, the rest apply) or :data:`DROP` (they go;
+        its moves stay). Misses kept earlier stay kept whatever the action: only a decision
+        (or the page's own answer) settles them."""
 
         def work() -> Work[ReconcileResult]:
             if action == DROP:
@@ -143,7 +151,6 @@ class SQLDecisions:
                     "DELETE FROM run_misses WHERE run_id = ? AND kept = 0 AND moved_to IS NULL", (run.id,)
                 )
                 return ReconcileResult(applied=False, skipped_misses=n)
-            yield count("UPDATE run_misses SET kept = 0 WHERE run_id = ? AND kept = 1", (run.id,))
             if action in (KEEP, KEEP_LISTED):
                 listed = (
                     " AND key IN (SELECT key FROM pages WHERE listed_run = :run)"
