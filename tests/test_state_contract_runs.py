@@ -193,6 +193,33 @@ class RunsContract(BackendMixin):
             assert (await store.get(f"{SITE}/b")).status == LIVE  # type: ignore[union-attr]
 
     @deferred_f_from_coro_f
+    async def test_a_kept_miss_stays_kept_whatever_a_later_run_settles(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for name in ("a", "b"):
+                await store.record(run, rec(name), [])
+                await store.record_miss(run, f"{SITE}/{name}", 404)
+            await store.settle_misses(run, SETTLE_KEEP)
+            await store.publish_run(run, at=T0, gone_after=3, gone_statuses=[410])
+            # the next run stages a again and does not reach b: both are carried, still kept
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            await store.record_miss(run2, f"{SITE}/a", 404)
+            await store.carry_misses(run2)
+            plan = await store.removal_plan(run2, gone_after=3, gone_statuses=[410])
+            assert (plan.removals, plan.carried) == (2, 2)
+            # within any bound, the run applies its own misses: not the ones kept for a person
+            await store.settle_misses(run2, SETTLE_APPLY)
+            result, _ = await store.publish_run(run2, at=T0, gone_after=3, gone_statuses=[410])
+            assert result.quarantined == 0
+            assert {p.status for p in store.iter_pages()} == {LIVE}
+            decided = await store.decision(run2.id)
+            assert await store.release_kept(decided) == 2
+            result, _ = await store.publish_run(decided, at=T0, gone_after=3, gone_statuses=[410])
+            assert result.quarantined == 2
+
+    @deferred_f_from_coro_f
     async def test_a_page_moves_only_onto_a_live_page(self, uri: str, settings: Settings) -> None:
         async with self.opened(uri, settings) as store:
             run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
