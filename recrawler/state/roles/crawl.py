@@ -214,11 +214,25 @@ class Decisions(Protocol):
         """The run a decision names (held, or published with removals waiting); StateStoreError
         otherwise, naming the run that carries it."""
 
+    async def approve(
+        self,
+        run: Run,
+        *,
+        at: datetime,
+        gone_after: int,
+        gone_statuses: Sequence[int],
+        exit_code: int | None = None,
+    ) -> tuple[ReconcileResult, dict[str, int]]:
+        """``runs approve``: take the decision, let the kept misses apply and publish the run, in
+        one transaction. The decision is one conditional update of the run's row: of two
+        processes deciding at once one wins, the other gets StateStoreError naming what won."""
+
     async def release_kept(self, run: Run) -> int:
         """The misses kept for the run's decision apply with its publication (``runs approve``)."""
 
     async def discard(self, run_id: int) -> dict[str, int]:
-        """Drop what waits for the run's decision (see the class docstring)."""
+        """Drop what waits for the run's decision (see the class docstring), taking the decision
+        as :meth:`approve` does: of the two started together, one wins."""
 
     async def pending_changes(self, site: str | None) -> dict[str, int]:
         """The site's pending ``new`` and ``changed`` pages and its ``published`` ones."""

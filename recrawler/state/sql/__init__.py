@@ -63,6 +63,7 @@ class RoleMethods:
         self.hold_run = self.decisions.hold_run
         self.decision = self.decisions.decision
         self.release_kept = self.decisions.release_kept
+        self.approve = self.decisions.approve
         self.discard = self.decisions.discard
         self.pending_changes = self.decisions.pending_changes
         self.largest_same_content = self.decisions.largest_same_content
