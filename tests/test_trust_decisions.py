@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import os
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from lxml import html as lxml_html
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from tests import docsite, shell, statedb
@@ -284,3 +286,46 @@ async def test_a_run_an_older_recrawler_held_is_decided_once_after_the_upgrade(
     assert query(crawls.db_uri, "SELECT decision FROM runs WHERE id = ?", (run_id,)) == "discarded"
     code, _ = await asyncio.to_thread(shell.run_cli, "runs", "approve", str(run_id), "--db", crawls.db_uri)
     assert code == 2
+
+
+EMPTY_HASH = hashlib.sha256(b"").hexdigest()
+MAINTENANCE = docsite.page("Maintenance", [("Down", ["Down for maintenance. We will be back soon."])])
+
+
+@deferred_f_from_coro_f
+async def test_a_held_runs_report_and_diff_show_what_is_held(site: Site, crawls: Crawls) -> None:
+    names, sitemap = build(site, 300)
+    await crawls.crawl(sitemap, RECRAWLER_BOILERPLATE_MIN_PAGES=20)
+    # a maintenance page on 201 of 300 pages: so common the site's furniture learns its blocks
+    for name in names[:201]:
+        site.write(name, MAINTENANCE, mtime=T0 + 60)
+    r = await crawls.crawl(sitemap, RECRAWLER_BOILERPLATE_MIN_PAGES=20)
+    assert r.exit_code == 3
+    assert r.report["index"]["state"] == "held"
+    assert r.counts["changed"] == 201
+    run_id = r.report["run_id"]
+    out = crawls.tmp_path / "held.html"
+    code, _ = await asyncio.to_thread(
+        shell.run_cli, "report", str(run_id), "--db", crawls.db_uri, "-o", str(out)
+    )
+    assert code == 0
+    doc = lxml_html.fromstring(out.read_text(encoding="utf-8"))
+    # the report lists what is held, its count agreeing with the run's counts
+    changes = doc.cssselect("#changes")[0]
+    assert changes.cssselect("h2 .badge")[0].text_content() == "201"
+    assert "No page changed" not in changes.text_content()
+    assert len(changes.cssselect("article.change")) > 0
+    assert "Down for maintenance" in changes.text_content()
+    # no empty text is a page's state: the maintenance page is hashed on its text
+    assert (
+        statedb.value(crawls.db_path, "SELECT COUNT(*) FROM pages WHERE content_hash = ?", (EMPTY_HASH,)) == 0
+    )
+    # during the hold, `diff` shows the page as the knowledge base holds it, and the change held
+    code, text = await asyncio.to_thread(shell.run_cli, "diff", site.url(names[7]), "--db", crawls.db_uri)
+    assert code == 0
+    assert EMPTY_HASH[:12] not in text
+    first, _, held = text.partition(f"run {run_id}")
+    assert "Page 7 explains feature number 7" in first
+    assert "Down for maintenance" not in first
+    assert "held" in held
+    assert "Down for maintenance" in held
