@@ -11,7 +11,7 @@ from scrapy.exceptions import NotConfigured
 from recrawler import meta, notfound
 from recrawler.exceptions import StateStoreError
 from recrawler.items import Page, Unread
-from recrawler.misses import stage_soft_miss
+from recrawler.misses import miss_moves, stage_soft_miss
 from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
 
@@ -90,6 +90,8 @@ class SoftNotFoundMiddleware:
         for source in page.moved_from:
             # the pages a permanent redirect sent to a not-found page are the ones missing
             await stage_soft_miss(self.runtime, source, page.url, shape, error_if_unknown=staged != "staged")
+        # and so are the others this run found moving there (their hops were not fetched again)
+        await miss_moves(self.runtime, page.key, 404, soft=shape)
         return True
 
     async def _stored_length(self, page: Page) -> int | None:

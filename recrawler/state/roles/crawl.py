@@ -100,6 +100,10 @@ class Pages(Protocol):
         """Stage a permanent redirect of stored pages *keys* to page *target* (applied when the
         run reconciles, if *target* is live by then)."""
 
+    async def miss_moves(self, run: Run, target: str, *, http_status: int) -> int:
+        """The run's staged moves to page *target* become misses of their pages, as a 404 of
+        theirs would be (the target answered that it is not there); returns how many."""
+
     async def unseen(
         self, run: Run, limit: int, *, due_at: datetime | None = None, delisted: bool = False
     ) -> list[tuple[str, str, int]]:

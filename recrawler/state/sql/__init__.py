@@ -49,6 +49,7 @@ class RoleMethods:
         self.record_error = self.pages.record_error
         self.record_miss = self.pages.record_miss
         self.record_moves = self.pages.record_moves
+        self.miss_moves = self.pages.miss_moves
         self.unseen = self.pages.unseen
         self.unseen_sync = self.pages.unseen_sync
         self.begin_run = self.runs.begin_run
