@@ -30,6 +30,8 @@ CONDITIONAL = "recrawler_conditional"
 #: what the request fetches: ``page`` (default), ``sitemap`` or ``feed``
 ROLE = "recrawler_role"
 ROLE_PAGE, ROLE_SITEMAP, ROLE_FEED = "page", "sitemap", "feed"
+#: a request for a path the site does not have: what it answers is its not-found page
+ROLE_PROBE = "probe"
 #: the listing's lastmod of the page (W3C datetime)
 LASTMOD = "recrawler_lastmod"
 #: when a feed entry says the page was updated (ISO 8601)
@@ -54,6 +56,8 @@ SAME_VALIDATOR = "_recrawler_same_validator"
 REDIRECTS = "_recrawler_redirects"
 #: keys of stored pages a permanent redirect chain moved to this request's key
 MOVED_FROM = "_recrawler_moved_from"
+#: a soft-404 probe's scope (the origin and listing folder whose not-found page it asks for)
+PROBE_SCOPE = "_recrawler_probe_scope"
 #: the URL a page is cited under when a temporary redirect served it from elsewhere
 CANONICAL_URL = "_recrawler_canonical_url"
 #: how many sitemap files deep this sitemap request is (0: a start URL)

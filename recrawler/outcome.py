@@ -98,6 +98,17 @@ def mass_removal(plan: RemovalPlan, *, ratio: float, minimum: int, listing: bool
     )
 
 
+def waiting_removals(plan: RemovalPlan) -> str | None:
+    """Why removals an earlier hold kept still hold the run (None: none wait). Only a person's
+    decision (or the page's own answer) settles them: never a later run's bound."""
+    if not plan.carried:
+        return None
+    return (
+        f"{plan.carried} removals wait for a decision since an earlier run held them "
+        "(approve or discard the latest run)"
+    )
+
+
 def sitemap_failure(family: Mapping[str, int | float]) -> str | None:
     """Why a sitemap listing is not evidence (None: it is); *family* is the ``recrawler/sitemap`` counts."""
     parsed, fetched = int(family.get("parsed", 0)), int(family.get("fetched", 0))
@@ -184,4 +195,5 @@ __all__ = [
     "outage_reasons",
     "sitemap_failure",
     "spike_figures",
+    "waiting_removals",
 ]

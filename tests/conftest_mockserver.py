@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from recrawler.notfound import PROBE_NAME
 from tests.docsite import gzip_bytes, sitemap
 from tests.mockserver import META, REQUESTS
 
@@ -84,13 +85,19 @@ class Site:
         if gone:
             self.options(path, gone=True)
 
-    def requests(self, path: str | None = None) -> list[dict[str, Any]]:
-        """Return the logged requests, oldest first, optionally only those for exactly ``path``."""
+    def requests(self, path: str | None = None, *, probes: bool = False) -> list[dict[str, Any]]:
+        """Return the logged requests, oldest first, optionally only those for exactly ``path``.
+        The soft-404 probes (a path no site has, asked once per run: what the site answers there)
+        are left out unless *probes*."""
         log = self.root / REQUESTS
         if not log.exists():
             return []
         entries = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
-        return [entry for entry in entries if path is None or entry["path"] == path]
+        return [
+            entry
+            for entry in entries
+            if (path is None or entry["path"] == path) and (probes or PROBE_NAME not in entry["path"])
+        ]
 
     def clear_requests(self) -> None:
         (self.root / REQUESTS).unlink(missing_ok=True)

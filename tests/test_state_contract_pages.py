@@ -105,6 +105,24 @@ class LifecycleContract(BackendMixin):
 
 class PagesContract(BackendMixin):
     @deferred_f_from_coro_f
+    async def test_moves_to_a_missing_target_become_misses(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for name in ("a", "b", "c", "keep"):
+                await store.record(run, rec(name), [])
+            await store.publish_run(run, at=T0, gone_after=3, gone_statuses=[410])
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            # a, b and c are consolidated into one new page, which then answers "not here"
+            await store.record_moves(run2, [f"{SITE}/a", f"{SITE}/b"], f"{SITE}/new", http_status=301)
+            await store.record_moves(run2, [f"{SITE}/c"], f"{SITE}/other", http_status=301)
+            assert await store.miss_moves(run2, f"{SITE}/new", http_status=404) == 2
+            assert await store.miss_moves(run2, f"{SITE}/new", http_status=404) == 0
+            result, _ = await store.publish_run(run2, at=T0, gone_after=3, gone_statuses=[410])
+            assert (result.quarantined, result.moved) == (2, 0)
+            status = {p.key.rsplit("/", 1)[1]: p.status for p in store.iter_pages()}
+            assert status == {"a": "quarantined", "b": "quarantined", "c": "live", "keep": "live"}
+
+    @deferred_f_from_coro_f
     async def test_get_returns_what_record_wrote(self, uri: str, settings: Settings) -> None:
         async with self.opened(uri, settings) as store:
             assert await store.get(f"{SITE}/a") is None

@@ -12,7 +12,7 @@ from scrapy.utils.misc import load_object
 from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
-from recrawler.misses import record_page_error, stage_miss, state_error
+from recrawler.misses import miss_moves, record_page_error, stage_miss, state_error
 from recrawler.redact import redact_text, redact_url
 from recrawler.runtime import runtime_of
 from recrawler.state import GONE, LIVE, MOVED, PageRecord
@@ -275,6 +275,9 @@ class ConditionalRequestMiddleware:
             for source in request.meta.get(meta.MOVED_FROM, ()):
                 # a move that leads to a missing page: the old address is missing too
                 await self._miss(request, status, source)
+            # and so are the others this run found moving there (their hops were not fetched again)
+            if self.runtime is not None:
+                await miss_moves(self.runtime, key, status)
             return response
         # 5xx, 429, 403, an unfollowed redirect: uncertainty, never evidence of absence.
         self._inc("recrawler/request/failed")

@@ -152,6 +152,12 @@ class RunGuards:
                 "outage guard held (%(why)s): nothing quarantined or gone this run",
                 {"why": ", ".join(skipped)},
             )
+        if "listing_shrunk" in skipped:
+            # a rejected listing is never the next run's baseline: the guard holds until it is whole
+            logger.warning(
+                "the listing is compared with the last accepted one until it is whole again; a site "
+                "that really shrank: run once with RECRAWLER_LISTING_MIN_RATIO=0",
+            )
 
     async def change_holds(self, run: Run, moved_in: int) -> dict[str, str]:
         """A change spike, or the same text on many pages at once (a maintenance page), holds the

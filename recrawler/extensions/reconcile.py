@@ -209,10 +209,13 @@ class Reconciler:
                     minimum=self.limits.max_remove_min,
                     listing=self.guards.listed() is not None,
                 )
+            # removals an earlier hold kept wait for a person, whatever this run sees
+            waiting = outcome.waiting_removals(plan)
             changes = await self.guards.change_holds(run, self.verdicts().moved_in)
             if self.dry_run or rt.lease_lost:
-                changes, removal = {}, None
-            hold = {**changes, **({HOLD_MASS_REMOVAL: removal} if removal else {})}
+                changes, removal, waiting = {}, None, None
+            held_removals = "; ".join(why for why in (removal, waiting) if why)
+            hold = {**changes, **({HOLD_MASS_REMOVAL: held_removals} if held_removals else {})}
             if changes:
                 # the whole run waits: its removals with it
                 action = SETTLE_KEEP

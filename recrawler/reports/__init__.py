@@ -20,6 +20,7 @@ from recrawler.reports.charts import Chart, bar_chart
 from recrawler.reports.diffs import diff_lines
 from recrawler.reports.freshness import freshness_view
 from recrawler.state import RUN_HELD, RUN_PUBLISHED, utcnow
+from recrawler.state.records import RUN_SUPERSEDED
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -147,7 +148,9 @@ def collect(
     counts: dict[str, int] = report.get("counts") or run["counts"] or {}
     changes: list[dict[str, Any]] = []
     judged: list[dict[str, Any]] = []
-    for row in store.iter_changes(run_id=rid):
+    # a held run's report shows what it holds (history readers see it once it is published)
+    waits = run["state"] in (RUN_HELD, RUN_SUPERSEDED)
+    for row in store.iter_changes(run_id=rid, held=waits):
         entry = {**row, "lines": diff_lines(row["diff"] or "", row["critical"])}
         (changes if row["verdict"] == "changed" else judged).append(entry)
     changes.sort(key=lambda c: c["url"])

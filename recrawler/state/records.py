@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from recrawler.intervals import Revisit
 
 __all__ = [
+    "DECISION_APPROVED",
+    "DECISION_DISCARDED",
     "GONE",
     "LIVE",
     "MOVED",
@@ -63,6 +65,8 @@ RUN_RUNNING, RUN_FINISHED, RUN_HELD, RUN_PUBLISHED, RUN_DISCARDED, RUN_ABORTED =
 )
 #: a held run whose decision a later run of its site carries (published or held with it)
 RUN_SUPERSEDED = "superseded"
+#: the decision an operator took on a run that waited for one (``runs.decision``)
+DECISION_APPROVED, DECISION_DISCARDED = "approved", "discarded"
 #: what a run's end does with its staged misses (``settle_misses``): apply them when it publishes,
 #: keep them for a decision (all, or those of pages its listing still names), or drop its own
 #: (the outage guard: its moves still apply, and misses kept before wait on)

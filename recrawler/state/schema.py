@@ -40,6 +40,7 @@ runs = Table(
     Column("listed", Integer),
     Column("exit_code", Integer),
     Column("pages_recorded", Integer),
+    Column("decision", Text),
 )
 
 pages = Table(

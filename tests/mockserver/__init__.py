@@ -57,6 +57,9 @@ OPTIONS = {
     "header must hold the value among its cookies), else 401, or a 302 to the login page",
     "login": 'on "*": the path a request without the required credentials is redirected to (302)',
     "public": "true: this path answers without the site's required credentials",
+    "not_found": 'on "*": the file a missing path answers with (nginx\'s error_page): its body, with '
+    '"{path}" replaced by the path asked for, and the status not_found_status (default 404)',
+    "not_found_status": 'on "*": the status of the not_found page (200: the site answers soft 404s)',
 }
 #: request headers that carry credentials: logged when a request has them
 CREDENTIAL_HEADERS = ("Authorization", "Cookie", "X-Api-Key")
@@ -283,7 +286,7 @@ class SiteTree(Resource):
             return trap_page(trap, key)
         file = self.root.joinpath(site, *parts)
         if not file.is_file():
-            return error(404)
+            return self.not_found(request, site, all_options.get("*", {}))
         body, mtime = file.read_bytes(), file.stat().st_mtime
         if options.get("noise"):
             body = add_noise(body)
@@ -314,6 +317,15 @@ class SiteTree(Resource):
         if options.get("content_encoding"):
             headers["Content-Encoding"] = str(options["content_encoding"])
         return Reply(200, body, headers)
+
+    def not_found(self, request: Request, site: str, rules: dict[str, Any]) -> Reply:
+        """A missing path's answer: the site's own not-found page (``not_found``), else a bare 404."""
+        page = self.root / site / str(rules.get("not_found") or "_none_")
+        if not rules.get("not_found") or not page.is_file():
+            return error(404)
+        asked = unquote(request.path.decode("ascii", "replace"))
+        body = page.read_bytes().replace(b"{path}", asked.encode("utf-8", "replace"))
+        return Reply(int(rules.get("not_found_status", 404)), body, {"Content-Type": CONTENT_TYPES[".html"]})
 
     def refused(self, request: Request, site: str, rest: str) -> Reply | None:
         """The reply to a request without the credentials the site requires (None: it may pass)."""

@@ -114,17 +114,23 @@ class Readers(Protocol):
         site: str | None = None,
         run_id: int | None = None,
         limit: int | None = None,
+        held: bool = False,
     ) -> Iterator[dict[str, Any]]:
-        """History rows, newest first, of one page, site or run (synchronous; for the CLI)."""
+        """History rows of published runs, newest first, of one page, site or run (synchronous;
+        for the CLI). *held*: the rows of held runs (and those they supersede) instead: what
+        waits for a decision."""
 
     def iter_pages(self, status: str | None = None) -> Iterator[PageRecord]:
         """Yield stored pages ordered by key (synchronous; for the CLI)."""
 
     def page_state(self, key: str) -> dict[str, Any] | None:
-        """A page's stored state, for the CLI (None: no page *key*): ``record`` (its
-        :class:`PageRecord`), ``text`` (the text last stored for it; None when none is kept, as for
-        a gone page), ``first_run`` (the run whose window holds its ``first_seen``) and
-        ``removed_run`` (the last run whose end recorded it quarantined, gone or moved)."""
+        """A page's stored state as the knowledge base shows it, for the CLI (None: no page *key*):
+        ``record`` (its :class:`PageRecord`; a pending page's published state), ``text`` (the text
+        it was published with, or last stored with; None when none is kept, as for a gone page),
+        ``first_run`` (the run whose window holds its ``first_seen``), ``removed_run`` (the last
+        run whose end recorded it quarantined, gone or moved) and ``pending`` (the page waits on
+        an unpublished run: ``new`` (no publication holds it yet) or ``changed``; None: it does
+        not)."""
 
     def iter_runs(self) -> Iterator[dict[str, Any]]:
         """Yield runs, newest first (synchronous; for the CLI)."""

@@ -49,6 +49,7 @@ class RoleMethods:
         self.record_error = self.pages.record_error
         self.record_miss = self.pages.record_miss
         self.record_moves = self.pages.record_moves
+        self.miss_moves = self.pages.miss_moves
         self.unseen = self.pages.unseen
         self.unseen_sync = self.pages.unseen_sync
         self.begin_run = self.runs.begin_run
@@ -63,6 +64,7 @@ class RoleMethods:
         self.hold_run = self.decisions.hold_run
         self.decision = self.decisions.decision
         self.release_kept = self.decisions.release_kept
+        self.approve = self.decisions.approve
         self.discard = self.decisions.discard
         self.pending_changes = self.decisions.pending_changes
         self.largest_same_content = self.decisions.largest_same_content

@@ -265,6 +265,23 @@ class SQLPages:
 
         return await self.db.page_write(work())
 
+    async def miss_moves(self, run: Run, target: str, *, http_status: int) -> int:
+        """The run's staged moves to page *target* become misses of their pages (the target
+        answered that it is not there, so the old addresses are missing too); returns how many.
+        It lands after the writes queued before it, as :meth:`record_miss` does."""
+        queued = [w.done for w in (*self._writing, *self._queue) if w.rec.key == target]
+        if queued:
+            await asyncio.wait(queued)
+
+        def work() -> Work[int]:
+            n: int = yield count(
+                "UPDATE run_misses SET moved_to = NULL, http_status = ? WHERE run_id = ? AND moved_to = ?",
+                (http_status, run.id, target),
+            )
+            return n
+
+        return await self.db.page_write(work())
+
     def _unseen(
         self, run: Run, limit: int, due_at: datetime | None, delisted: bool = False
     ) -> Work[list[tuple[str, str, int]]]:

@@ -17,6 +17,7 @@ from recrawler.state.records import (
     RUN_ABORTED,
     RUN_DISCARDED,
     RUN_HELD,
+    RUN_SUPERSEDED,
     Freshness,
     HeldRun,
     PageRecord,
@@ -93,8 +94,10 @@ class SQLReaders:
         site: str | None = None,
         run_id: int | None = None,
         limit: int | None = None,
+        held: bool = False,
     ) -> Iterator[dict[str, Any]]:
-        """History rows, newest first, for one page, site or run (for the CLI and reports)."""
+        """History rows, newest first, for one page, site or run (for the CLI and reports): of
+        published runs, or (*held*) of held runs and those they supersede."""
         with self.db.reader() as conn:
             where: list[str] = []
             params: list[Any] = []
@@ -107,8 +110,15 @@ class SQLReaders:
             if site is not None:
                 where.append("(key = ? OR key LIKE ? || '/%' OR key LIKE ? || '?%')")
                 params.extend([site, site, site])
-            # history of published runs only: a held run's changes are not history yet
-            where.append(visible_run("run_id"))
+            if held:
+                # what waits for a decision: the operator's to see, no one else's
+                where.append(
+                    f"run_id IN (SELECT id FROM runs WHERE state IN ('{RUN_HELD}', '{RUN_SUPERSEDED}')) "
+                    f"AND NOT {visible_run('run_id')}"
+                )
+            else:
+                # history of published runs only: a held run's changes are not history yet
+                where.append(visible_run("run_id"))
             sql = "SELECT * FROM page_changes WHERE " + " AND ".join(where)
             sql += " ORDER BY id DESC"
             if limit:
@@ -138,18 +148,29 @@ class SQLReaders:
         it was last stored with, None if not kept), ``first_run`` (the run that first stored it)
         and ``removed_run`` (the last run whose end recorded it quarantined, gone or moved)."""
         with self.db.reader() as conn:
-            rows = list(conn.iter(f"SELECT {_PAGE_COLUMNS} FROM pages WHERE key = :key", {"key": key}))
-            if not rows:
-                return None
-            record = _row_to_record(rows[0])
-            text = next(
-                (
-                    zlib.decompress(r[0]).decode("utf-8")
-                    for r in conn.iter("SELECT text FROM page_fields WHERE key = :key", {"key": key})
-                    if r[0]
-                ),
-                None,
+            # as the knowledge base shows it: a pending page's published state and text
+            rows = list(
+                conn.iter(
+                    f"SELECT {_PAGE_COLUMNS} FROM {published_pages()} pp WHERE key = :key", {"key": key}
+                )
             )
+            current = list(conn.iter(f"SELECT {_PAGE_COLUMNS} FROM pages WHERE key = :key", {"key": key}))
+            if not current:
+                return None
+            pending = current[0]["pending"]
+            record = _row_to_record(rows[0] if rows else current[0])
+            before = list(
+                conn.iter(
+                    "SELECT f_present, f_text FROM page_before WHERE key = :key AND kind = 'changed'",
+                    {"key": key},
+                )
+            )
+            blobs = (
+                [before[0]["f_text"]]
+                if before and before[0]["f_present"]
+                else [r[0] for r in conn.iter("SELECT text FROM page_fields WHERE key = :key", {"key": key})]
+            )
+            text = next((zlib.decompress(b).decode("utf-8") for b in blobs if b), None)
             first_run = next(
                 (
                     int(r[0])
@@ -173,7 +194,13 @@ class SQLReaders:
                     ),
                     None,
                 )
-        return {"record": record, "text": text, "first_run": first_run, "removed_run": removed_run}
+        return {
+            "record": record,
+            "text": text,
+            "first_run": first_run,
+            "removed_run": removed_run,
+            "pending": pending,
+        }
 
     def iter_runs(self) -> Iterator[dict[str, Any]]:
         """Yield runs newest first."""
