@@ -35,6 +35,7 @@ from recrawler.pipelines.index import IndexPipeline
 from recrawler.project import apply_environment, project_db_uri
 from recrawler.runtime import Runtime
 from recrawler.spidermiddlewares.deltafetch import DeltaFetchMiddleware
+from recrawler.spidermiddlewares.links import LinkListingMiddleware
 from recrawler.spidermiddlewares.listing import ListingMiddleware
 from recrawler.spidermiddlewares.schedule import ScheduleMiddleware
 from recrawler.spidermiddlewares.softnotfound import SoftNotFoundMiddleware
@@ -248,6 +249,9 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ListingMiddleware, 110)
         # 105: a page's own output, before deltafetch (100) would remember a soft 404 as fetched
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", SoftNotFoundMiddleware, 105)
+        # 104: the links a page answered with once a soft 404's are dropped (105), all of them,
+        # before the schedule (90) decides which pages they lead to are requested
+        settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", LinkListingMiddleware, 104)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", DeltaFetchMiddleware, 100)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ScheduleMiddleware, 90)
 

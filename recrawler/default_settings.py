@@ -263,10 +263,14 @@ RECRAWLER_MAX_INTERVAL_SECS = 86400.0
 RECRAWLER_INTERVAL_OVERRIDES: dict[str, list[float | None]] = {}
 # Sitemap lastmod: "skip" (trusted both ways), "hint" (newer makes due, never skips) or "ignore".
 RECRAWLER_LASTMOD_MODE = "hint"
-# With -a follow_links=1: how many links away from a listed page discovery goes (across runs).
-RECRAWLER_FOLLOW_DEPTH_LIMIT = 3
-# With -a follow_links=1: link-found requests per run, at most (0: no limit).
-RECRAWLER_FOLLOW_MAX_LINKS = 1000
+# Following links (-a start_url=, or -a follow_links=1): how many links away from a start URL or a
+# listed page discovery goes (across runs). A Sphinx API reference is 4 to 6 clicks below its
+# root; a link trap (a calendar, a session id in a URL) stops here.
+RECRAWLER_FOLLOW_DEPTH_LIMIT = 10
+# Following links: pages no run stored before, found through links per run, at most (0: no
+# limit). A site crawled from a start URL that has more is found over several runs (its listing
+# counts as incomplete until then: nothing is removed).
+RECRAWLER_FOLLOW_MAX_LINKS = 10_000
 
 # --- immutable pages (scrapy-deltafetch, kept in the state database) -----------------------------
 # URLs fetched once and then skipped (regexes searched in the URL: versioned docs, dated notes).

@@ -34,7 +34,8 @@ ROLE_PAGE, ROLE_SITEMAP, ROLE_FEED = "page", "sitemap", "feed"
 LASTMOD = "recrawler_lastmod"
 #: when a feed entry says the page was updated (ISO 8601)
 FEED_UPDATED = "recrawler_feed_updated"
-#: how the page was found (``sitemap``, ``feed``, ``link``, ``redirect``) and from where
+#: how the page was found (``sitemap``, ``feed``, ``link``, ``redirect``; ``start`` and ``crawl``:
+#: a start URL and the pages its links reached, when the links are the listing) and from where
 FOUND_VIA = "recrawler_found_via"
 FOUND_FROM = "recrawler_found_from"
 #: how many links away from a listed page a link-found page is (0: listed)
@@ -64,8 +65,12 @@ FED = "_recrawler_fed"
 #: none), by FrontierScheduler with its batch or ConditionalRequestMiddleware; absent: not read.
 #: The spider puts it on the Page (``Page.record``) for the pipelines
 RECORD = "_recrawler_record"
-#: set by ListingMiddleware on a page request a sitemap named (the frontier counts each key once)
+#: set by ListingMiddleware on a page request a sitemap named (the frontier counts each key once),
+#: and by the spider on a page its link crawl reached when the links are the run's listing
 LISTED = "_recrawler_listed"
+#: set by the spider on a page request whose links are the run's listing (a site crawled from a
+#: start URL): LinkListingMiddleware stores a 200's links and lists a 304's stored ones
+LINKS = "_recrawler_links"
 #: the body of a first fetch, on the immediate re-fetch that learns volatile regions
 FIRST_BODY = "_recrawler_first_body"
 #: the signal whose 304 an audit re-fetch checks
