@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from recrawler.exceptions import ConfigurationError
+from recrawler.markdown import MARKDOWN_TYPES, read_markdown
 from recrawler.pdf import PdfLimits, document_is_pdf, read_pdf
 
 if TYPE_CHECKING:
@@ -19,8 +20,10 @@ if TYPE_CHECKING:
     from recrawler.extract import Content, ContentExtractor
 
 #: the document types recrawler reads (the ``recrawler/document/<type>`` stats)
-HTML, PDF = "html", "pdf"
+HTML, PDF, MARKDOWN = "html", "pdf", "markdown"
 HTML_TYPES = frozenset({b"text/html", b"application/xhtml+xml"})
+# what servers send a ``.md`` file as when they do not know markdown
+_PLAIN_TYPES = frozenset({b"", b"text/plain", b"application/octet-stream", b"binary/octet-stream"})
 
 
 def pdf_limits(settings: BaseSettings) -> PdfLimits | None:
@@ -41,17 +44,21 @@ def pdf_limits(settings: BaseSettings) -> PdfLimits | None:
 @dataclass(frozen=True, slots=True)
 class Documents:
     """The readers of a crawl: HTML through its ContentExtractor, PDF through :func:`read_pdf`
-    within its limits (None: PDFs are not read, they are ``not_html`` errors as any other type)."""
+    within its limits (None: PDFs are not read, they are ``not_html`` errors as any other type),
+    markdown (a page's twin that an llms.txt names) through :func:`read_markdown`."""
 
     html: ContentExtractor
     pdf: PdfLimits | None = None
 
-    def kind(self, content_type: bytes, body: bytes, *, text: bool) -> str | None:
-        """The type of a 200's body (``html``, ``pdf``), or None for a type recrawler does not
-        read. *content_type* is the header's media type (lowercase, no parameters); *text* says
-        whether Scrapy made a text response of it."""
+    def kind(self, content_type: bytes, body: bytes, *, text: bool, path: str = "") -> str | None:
+        """The type of a 200's body (``html``, ``pdf``, ``markdown``), or None for a type recrawler
+        does not read. *content_type* is the header's media type (lowercase, no parameters); *text*
+        says whether Scrapy made a text response of it; *path* is the URL's path (a ``.md`` file
+        served as plain text is markdown)."""
         if self.pdf is not None and document_is_pdf(content_type, body):
             return PDF
+        if content_type in MARKDOWN_TYPES or (path.endswith(".md") and content_type in _PLAIN_TYPES):
+            return MARKDOWN
         if text and (not content_type or content_type in HTML_TYPES):
             return HTML
         return None
@@ -64,7 +71,9 @@ class Documents:
         if kind == PDF:
             assert self.pdf is not None
             return read_pdf(body, self.pdf)
+        if kind == MARKDOWN:
+            return read_markdown(body, encoding)
         return self.html.extract(body, encoding, regions=regions)
 
 
-__all__ = ["HTML", "HTML_TYPES", "PDF", "Documents", "pdf_limits"]
+__all__ = ["HTML", "HTML_TYPES", "MARKDOWN", "PDF", "Documents", "pdf_limits"]

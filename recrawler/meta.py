@@ -30,6 +30,8 @@ CONDITIONAL = "recrawler_conditional"
 #: what the request fetches: ``page`` (default), ``sitemap`` or ``feed``
 ROLE = "recrawler_role"
 ROLE_PAGE, ROLE_SITEMAP, ROLE_FEED = "page", "sitemap", "feed"
+#: a request that only asks whether a listing exists (the spider's look for a sitemap or llms.txt)
+ROLE_PROBE = "probe"
 #: the listing's lastmod of the page (W3C datetime)
 LASTMOD = "recrawler_lastmod"
 #: when a feed entry says the page was updated (ISO 8601)
@@ -38,6 +40,9 @@ FEED_UPDATED = "recrawler_feed_updated"
 #: a start URL and the pages its links reached, when the links are the listing) and from where
 FOUND_VIA = "recrawler_found_via"
 FOUND_FROM = "recrawler_found_from"
+#: the page's own URL when the request fetches another copy of it (a markdown twin an llms.txt
+#: names): the page is cited under it (and keyed, with ``recrawler_key``)
+PAGE_URL = "recrawler_page_url"
 #: how many links away from a listed page a link-found page is (0: listed)
 DEPTH = "recrawler_depth"
 #: set by recrawler: why the page is requested this run
@@ -57,6 +62,8 @@ REDIRECTS = "_recrawler_redirects"
 MOVED_FROM = "_recrawler_moved_from"
 #: the URL a page is cited under when a temporary redirect served it from elsewhere
 CANONICAL_URL = "_recrawler_canonical_url"
+#: the places still to look for a listing, on a probe request (the spider's look, in order)
+PROBES = "_recrawler_probes"
 #: how many sitemap files deep this sitemap request is (0: a start URL)
 SITEMAP_DEPTH = "_recrawler_sitemap_depth"
 #: set by recrawler: the request came out of the run's frontier (FrontierScheduler)

@@ -4,6 +4,7 @@ CPU worker (the same Page either way)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Self
+from urllib.parse import urlsplit
 
 from scrapy.http import TextResponse
 
@@ -179,9 +180,11 @@ class PageBuilder:
             (response.meta.get("redirect_urls") or [response.url])[0]
         )
         page = Page(
-            # a temporary redirect serves the page from elsewhere: it is still cited at its own URL,
-            # without the tracking parameters its key drops
-            url=self.key_maker.clean_url(response.meta.get(meta.CANONICAL_URL) or response.url),
+            # a temporary redirect serves the page from elsewhere: it is still cited at its own URL
+            # (a markdown twin, at its page's), without the tracking parameters its key drops
+            url=self.key_maker.clean_url(
+                response.meta.get(meta.PAGE_URL) or response.meta.get(meta.CANONICAL_URL) or response.url
+            ),
             key=key,
             http_status=response.status,
             etag=_header(response, b"ETag"),
@@ -198,7 +201,9 @@ class PageBuilder:
         if response.status == 304:
             return page, False
         ctype = (response.headers.get(b"Content-Type") or b"").split(b";")[0].strip().lower()
-        kind = self.documents.kind(ctype, response.body, text=isinstance(response, TextResponse))
+        kind = self.documents.kind(
+            ctype, response.body, text=isinstance(response, TextResponse), path=urlsplit(response.url).path
+        )
         if kind is None or (
             kind == HTML
             and isinstance(response, TextResponse)

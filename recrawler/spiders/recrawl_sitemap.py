@@ -20,6 +20,7 @@ from scrapy.utils.sitemap import Sitemap, sitemap_urls_from_robots
 
 from recrawler import meta
 from recrawler.exceptions import ConfigurationError
+from recrawler.markdown import is_llms_txt, llms_links, twin_page
 from recrawler.redact import redact_url
 from recrawler.runtime import find_runtime
 from recrawler.sitemaps import stopped_early
@@ -70,9 +71,11 @@ def _http_urls(value: str | None, argument: str) -> tuple[str, ...]:
 class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
     """A SitemapSpider that yields a Page per listed URL and keeps each URL's ``lastmod``.
 
-    Arguments (``-a``): ``sitemap_url`` (a sitemap, sitemap index, ``.xml.gz`` or robots.txt; may be
-    given several times comma-separated), ``start_url`` (pages to crawl from, comma-separated:
-    with no sitemap, the links they lead to are the listing), ``allowed_hosts`` (comma-separated
+    Arguments (``-a``): ``sitemap_url`` (a sitemap, sitemap index, ``.xml.gz``, robots.txt or
+    llms.txt; may be given several times comma-separated), ``start_url`` (pages to crawl from,
+    comma-separated: with no sitemap, the links they lead to are the listing), ``discover``
+    (``0``: with a ``start_url`` and no ``sitemap_url``, do not look for a listing first),
+    ``allowed_hosts`` (comma-separated
     extra hosts, or ``*`` for any), ``site`` (the host whose stored pages this run reconciles),
     ``feed_url`` (RSS or Atom feeds, comma-separated: their entries are listed pages too, and an
     entry updated after a page's last check makes it due at once), ``follow_links`` (``1``: also
@@ -85,7 +88,14 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
     crawl reaches is listed (``recrawler/sitemap/pages`` counts them, for the outage guard) and
     read every run, conditionally (a 304 lists the links the page had when last read: see
     LinkListingMiddleware); a page the links no longer reach is checked directly and leaves only
-    on proof, as a page a sitemap stopped listing.
+    on proof, as a page a sitemap stopped listing. Before that, unless ``discover=0``, the spider
+    looks for a listing of the site: the sitemaps robots.txt names, then ``sitemap.xml`` and
+    ``llms.txt`` in the start URL's folder and at the root; one found is the listing (its pages
+    outside the folder left out), and with an llms.txt no links are followed.
+
+    An llms.txt lists the pages its list items link to; an entry that is a page's markdown twin
+    (``x.html.md``, ``dir/index.html.md``, ``x.md``: see ``recrawler.markdown.twin_page``) is
+    fetched as the twin (cleaner text than the HTML) and stored, keyed and cited as the page.
 
     Only ``http``/``https`` URLs on the sitemap's host (or ``allowed_hosts``) without credentials
     are ever requested or stored: any other entry, feed item or link is refused and counted by
@@ -101,6 +111,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         *args: Any,
         sitemap_url: str | None = None,
         start_url: str | None = None,
+        discover: str | bool | None = None,
         allowed_hosts: str | None = None,
         site: str | None = None,
         feed_url: str | None = None,
@@ -141,6 +152,14 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         #: what this run's listing is: ``sitemap`` (sitemaps, robots.txt) or ``links`` (the pages
         #: a crawl from the start URLs reaches, for a site with no sitemap)
         self.recrawler_listing = "sitemap" if self.sitemap_urls else "links"
+        #: look for a sitemap or an llms.txt before crawling from the start URLs
+        self.recrawler_discover = not self.sitemap_urls and (
+            _flag(discover) if discover is not None else True
+        )
+        #: the listing was found by looking (its pages outside the folder are left out)
+        self._discovered = False
+        #: an llms.txt is among the listings: a ``.md`` entry is a page's markdown twin
+        self._llms = any(is_llms_txt(u) for u in self.sitemap_urls)
         self._start_keys: frozenset[str] = frozenset()
         self._link_extractor: LinkExtractor | None = None
         self._rules: list[tuple[re.Pattern[str], Any]] | None = None
@@ -163,8 +182,99 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                 dont_filter=True,
                 meta={meta.ROLE: meta.ROLE_FEED},
             )
+        if self.recrawler_discover:
+            yield self._probe(self._probes())
+            return
         for request in self._start_pages():
             yield request
+
+    def _probes(self) -> list[str]:
+        """Where a listing of the site may be: robots.txt, then a sitemap and an llms.txt in the
+        first start URL's folder and at the root."""
+        first = urlsplit(self.recrawler_start_urls[0])
+        folders = dict.fromkeys((self.follow_prefixes[0] if self.follow_prefixes else "/", "/"))
+        return [
+            first._replace(path=path, query="", fragment="").geturl()
+            for path in ("/robots.txt", *(f + n for n in ("sitemap.xml", "llms.txt") for f in folders))
+        ]
+
+    def _probe(self, urls: list[str]) -> Request:
+        """The request that asks whether the first of *urls* exists (robots.txt is read)."""
+        url, rest = urls[0], urls[1:]
+        return Request(
+            url,
+            method="GET" if url.endswith("/robots.txt") else "HEAD",
+            callback=self._probed,
+            errback=self._probe_failed,
+            dont_filter=True,
+            meta={meta.ROLE: meta.ROLE_PROBE, meta.PROBES: rest, "handle_httpstatus_all": True},
+        )
+
+    def _probed(self, response: Response) -> Iterable[Request]:
+        """A listing found ends the look (its requests, then the start pages'), a 404 asks the next
+        place; any other answer leaves the listing unknown (a failed listing this run)."""
+        rest = list(response.meta.get(meta.PROBES) or [])
+        url = response.request.url if response.request is not None else response.url
+        found: list[str] = []
+        if response.status == 200 and url.endswith("/robots.txt"):
+            found = [
+                u
+                for u in sitemap_urls_from_robots(response.body, base_url=response.url)
+                if self.recrawler_url_policy.allows(u)
+            ]
+        elif response.status == 200:
+            found = [url]
+        elif response.status not in (404, 410) and not url.endswith("/robots.txt"):
+            yield from self._probe_error(url, f"HTTP {response.status}")
+            return
+        if found:
+            yield from self._found(found)
+        elif rest:
+            yield self._probe(rest)
+        else:
+            logger.info(
+                "no sitemap or llms.txt found: the links from %(start)s are the listing",
+                {"start": redact_url(self.recrawler_start_urls[0])},
+            )
+            yield from self._start_pages()
+
+    def _probe_failed(self, failure: Failure) -> Iterable[Request]:
+        request = getattr(failure, "request", None)
+        yield from self._probe_error(getattr(request, "url", "?"), repr(failure.value))
+
+    def _probe_error(self, url: str, why: str) -> Iterable[Request]:
+        # whether the site has a sitemap is unknown: this run's listing is no evidence of absence
+        self._inc("recrawler/sitemap/error")
+        logger.error(
+            "could not tell whether %(url)s exists (%(why)s): the links are this run's listing, and "
+            "nothing is removed this run",
+            {"url": redact_url(url), "why": why},
+        )
+        yield from self._start_pages()
+
+    def _found(self, urls: list[str]) -> Iterable[Request]:
+        """A listing was found: it is the run's listing (an llms.txt's alone, no links followed)."""
+        self.sitemap_urls = tuple(urls)
+        self.recrawler_listing = "sitemap"
+        self._discovered = True
+        self._llms = any(is_llms_txt(u) for u in urls)
+        if self._llms:
+            self.follow_links = False
+        logger.info(
+            "listing found: %(urls)s%(links)s",
+            {
+                "urls": ", ".join(redact_url(u) for u in urls),
+                "links": "" if self._llms else " (links followed too)",
+            },
+        )
+        for url in urls:
+            yield Request(
+                url,
+                callback=self.recrawler_parse_listing,
+                meta={meta.ROLE: meta.ROLE_SITEMAP, meta.SITEMAP_DEPTH: 0},
+            )
+        if not self._llms:
+            yield from self._start_pages()
 
     def _start_pages(self) -> Iterable[Request]:
         """The start URLs' page requests: read every run; with no sitemap, the listing's roots."""
@@ -208,6 +318,9 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         """
         if response.status == 304:
             return
+        if is_llms_txt(response.url):
+            yield from self._parse_llms(response)
+            return
         if response.url.endswith("/robots.txt"):
             for url in sitemap_urls_from_robots(response.body, base_url=response.url):
                 yield Request(url, callback=self.recrawler_parse_listing)
@@ -233,6 +346,25 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                     yield request
                 lastmod = None
         self._check_parsed(response, sitemap)
+
+    def _parse_llms(self, response: Response) -> Iterable[Request]:
+        """The pages an llms.txt lists (a page's markdown twin is fetched for it)."""
+        self._llms = True
+        self._inc("recrawler/sitemap/parsed")
+        for url in llms_links(response.body, response.url):
+            if not self._allowed(url, "sitemap") or not self._in_folder(url):
+                continue
+            request = self._page_request(url, None)
+            if request is not None:
+                self._inc("recrawler/sitemap/urls")
+                yield request
+
+    def _in_folder(self, url: str) -> bool:
+        """A page of a listing found by looking must be under the start URLs' folders."""
+        if not self._discovered or urlsplit(twin_page(url) or url).path.startswith(self.follow_prefixes):
+            return True
+        self._inc("recrawler/follow/offsite")
+        return False
 
     def _check_parsed(self, response: Response, sitemap: Sitemap) -> None:
         """A sitemap the parser stopped reading early is a failed listing: counted, logged."""
@@ -298,6 +430,11 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                 request = Request(url, callback=callback)
                 if lastmod:
                     request.meta[meta.LASTMOD] = lastmod
+                page = twin_page(url) if self._llms else None
+                if page is not None:
+                    # the twin's text, the page's key and URL
+                    request.meta[meta.PAGE_URL] = page
+                    request.meta[meta.KEY] = self._key_maker()(page)
                 return request
         return None
 
@@ -437,6 +574,8 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             if not loc:
                 continue
             if not self._allowed(loc, "sitemap"):
+                continue
+            if kind == "urlset" and not self._in_folder(loc):
                 continue
             if kind == "urlset":
                 self._inc("recrawler/sitemap/urls")
