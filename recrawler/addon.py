@@ -29,6 +29,7 @@ from recrawler.extensions.logs import DownloadFailureLog
 from recrawler.extensions.reconcile import Reconciler
 from recrawler.extensions.sinks import VectorStoreSinks
 from recrawler.extras import require
+from recrawler.facets import FacetPattern
 from recrawler.meta import spider_opted_in
 from recrawler.pipelines.classify import ClassifyPipeline
 from recrawler.pipelines.index import IndexPipeline
@@ -179,6 +180,8 @@ class RecrawlerAddon:
             settings.set(name, value, priority="addon")
         _check_numbers(settings)
         _check_objects(settings)
+        # a bad one stops the crawl before it starts, in one line
+        FacetPattern.from_setting(settings.get("RECRAWLER_VERSION_PATTERN"))
         if self.crawler is not None and settings.getlist("RECRAWLER_RENDER_PATTERNS"):
             # a crawl's only: the CLI renders nothing (and needs no browser installed)
             for name, value in render_settings(settings).items():

@@ -64,16 +64,23 @@ class Documents:
         return None
 
     def read(
-        self, kind: str, body: bytes, encoding: str | None = None, *, regions: CSSSelector | None = None
+        self,
+        kind: str,
+        body: bytes,
+        encoding: str | None = None,
+        *,
+        regions: CSSSelector | None = None,
+        url: str = "",
     ) -> Content:
-        """The Content of *body*, a document of type *kind*; *regions* (a site's learned volatile
-        regions) apply to HTML. Raises :class:`~recrawler.extract.ExtractionError`."""
+        """The Content of *body*, a document of type *kind* fetched for the page at *url*;
+        *regions* (a site's learned volatile regions) apply to HTML. Raises
+        :class:`~recrawler.extract.ExtractionError`."""
         if kind == PDF:
             assert self.pdf is not None
             return read_pdf(body, self.pdf)
         if kind == MARKDOWN:
             return read_markdown(body, encoding)
-        return self.html.extract(body, encoding, regions=regions)
+        return self.html.extract(body, encoding, regions=regions, url=url)
 
 
 __all__ = ["HTML", "HTML_TYPES", "MARKDOWN", "PDF", "Documents", "pdf_limits"]
