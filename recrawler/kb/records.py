@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from recrawler.facets import ANY, lang_filter, normal_version
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from datetime import datetime
@@ -32,8 +34,6 @@ class Slice:
         """The slice a reader's arguments name: *version* None is *default_version*, ``"*"`` any
         (and so is *lang* None or ``"*"``); a *lang* that is no language tag is a
         ConfigurationError."""
-        from recrawler.facets import ANY, lang_filter, normal_version
-
         chosen = default_version if version is None else version
         return cls(
             site=site,

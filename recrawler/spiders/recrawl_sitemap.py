@@ -24,6 +24,15 @@ from recrawler.markdown import is_llms_txt, llms_links, twin_page
 from recrawler.redact import redact_url
 from recrawler.runtime import find_runtime
 from recrawler.sitemaps import stopped_early
+from recrawler.spiders.discovery import (
+    FOUND,
+    MISSING,
+    folder,
+    index_variants,
+    probe_answer,
+    probe_request,
+    probe_urls,
+)
 from recrawler.spiders.mixin import RecrawlerSpiderMixin
 from recrawler.urls import KeyMaker, UrlPolicy, key_host, resolve_dots
 
@@ -42,21 +51,9 @@ def _flag(value: Any) -> bool:
     return str(value).strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _folder(url: str) -> str:
-    """The folder of *url*'s path: ``/docs/sitemap.xml`` and ``/docs/`` are ``/docs/``."""
-    return urlsplit(url).path.rsplit("/", 1)[0] + "/"
-
-
-def _index_variants(url: str) -> tuple[str, ...]:
-    """*url* and the other address of the same folder index: ``/docs/`` and ``/docs/index.html``."""
-    parts = urlsplit(url)
-    folder, _, name = parts.path.rpartition("/")
-    if name in ("", "index.html", "index.htm"):
-        return (
-            url,
-            *(parts._replace(path=f"{folder}/{n}").geturl() for n in ("", "index.html", "index.htm")),
-        )
-    return (url,)
+#: the meta of a page whose links are the listing: listed, and read every run (an immutable page
+#: too, conditionally: skipped, it would hide the pages below it)
+_LISTING_PAGE = {meta.LISTED: True, meta.LINKS: True, "deltafetch_enabled": False}
 
 
 def _http_urls(value: str | None, argument: str) -> tuple[str, ...]:
@@ -75,10 +72,10 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
     llms.txt; may be given several times comma-separated), ``start_url`` (pages to crawl from,
     comma-separated: with no sitemap, the links they lead to are the listing), ``discover``
     (``0``: with a ``start_url`` and no ``sitemap_url``, do not look for a listing first),
-    ``allowed_hosts`` (comma-separated
-    extra hosts, or ``*`` for any), ``site`` (the host whose stored pages this run reconciles),
-    ``feed_url`` (RSS or Atom feeds, comma-separated: their entries are listed pages too, and an
-    entry updated after a page's last check makes it due at once), ``follow_links`` (``1``: also
+    ``allowed_hosts`` (comma-separated extra hosts, or ``*`` for any), ``site`` (the host whose
+    stored pages this run reconciles), ``feed_url`` (RSS or Atom feeds, comma-separated: their
+    entries are listed pages too, and an entry updated after a page's last check makes it due at
+    once), ``follow_links`` (``1``: also
     follow links found on fetched pages, same host, under ``follow_prefix``, by default the first
     start URL's or sitemap's folder, at most ``RECRAWLER_FOLLOW_DEPTH_LIMIT`` links away from a
     listed page, across runs, and at most ``RECRAWLER_FOLLOW_MAX_LINKS`` pages no run stored
@@ -147,7 +144,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             # by default the folder of each start URL (/docs/index.html -> /docs/), else of the
             # first sitemap (/docs/sitemap.xml -> /docs/)
             self.follow_prefixes = tuple(
-                dict.fromkeys(_folder(u) for u in self.recrawler_start_urls or self.sitemap_urls[:1])
+                dict.fromkeys(folder(u) for u in self.recrawler_start_urls or self.sitemap_urls[:1])
             )
         #: what this run's listing is: ``sitemap`` (sitemaps, robots.txt) or ``links`` (the pages
         #: a crawl from the start URLs reaches, for a site with no sitemap)
@@ -161,6 +158,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         #: an llms.txt is among the listings: a ``.md`` entry is a page's markdown twin
         self._llms = any(is_llms_txt(u) for u in self.sitemap_urls)
         self._start_keys: frozenset[str] = frozenset()
+        self._keys: KeyMaker | None = None
         self._link_extractor: LinkExtractor | None = None
         self._rules: list[tuple[re.Pattern[str], Any]] | None = None
         self._follow_patterns: list[re.Pattern[str]] | None = None
@@ -183,60 +181,31 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                 meta={meta.ROLE: meta.ROLE_FEED},
             )
         if self.recrawler_discover:
-            yield self._probe(self._probes())
+            prefix = self.follow_prefixes[0] if self.follow_prefixes else "/"
+            yield probe_request(
+                probe_urls(self.recrawler_start_urls[0], prefix), self._probed, self._probe_failed
+            )
             return
         for request in self._start_pages():
             yield request
 
-    def _probes(self) -> list[str]:
-        """Where a listing of the site may be: robots.txt, then a sitemap and an llms.txt in the
-        first start URL's folder and at the root."""
-        first = urlsplit(self.recrawler_start_urls[0])
-        folders = dict.fromkeys((self.follow_prefixes[0] if self.follow_prefixes else "/", "/"))
-        return [
-            first._replace(path=path, query="", fragment="").geturl()
-            for path in ("/robots.txt", *(f + n for n in ("sitemap.xml", "llms.txt") for f in folders))
-        ]
-
-    def _probe(self, urls: list[str]) -> Request:
-        """The request that asks whether the first of *urls* exists (robots.txt is read)."""
-        url, rest = urls[0], urls[1:]
-        return Request(
-            url,
-            method="GET" if url.endswith("/robots.txt") else "HEAD",
-            callback=self._probed,
-            errback=self._probe_failed,
-            dont_filter=True,
-            meta={meta.ROLE: meta.ROLE_PROBE, meta.PROBES: rest, "handle_httpstatus_all": True},
-        )
-
     def _probed(self, response: Response) -> Iterable[Request]:
-        """A listing found ends the look (its requests, then the start pages'), a 404 asks the next
-        place; any other answer leaves the listing unknown (a failed listing this run)."""
+        """A listing found ends the look (its requests, then the start pages'), a missing one asks
+        the next place; any other answer leaves the listing unknown (a failed listing this run)."""
+        answer, found = probe_answer(response, self.recrawler_url_policy)
         rest = list(response.meta.get(meta.PROBES) or [])
-        url = response.request.url if response.request is not None else response.url
-        found: list[str] = []
-        if response.status == 200 and url.endswith("/robots.txt"):
-            found = [
-                u
-                for u in sitemap_urls_from_robots(response.body, base_url=response.url)
-                if self.recrawler_url_policy.allows(u)
-            ]
-        elif response.status == 200:
-            found = [url]
-        elif response.status not in (404, 410) and not url.endswith("/robots.txt"):
-            yield from self._probe_error(url, f"HTTP {response.status}")
-            return
-        if found:
+        if answer == FOUND:
             yield from self._found(found)
-        elif rest:
-            yield self._probe(rest)
-        else:
+        elif answer == MISSING and rest:
+            yield probe_request(rest, self._probed, self._probe_failed)
+        elif answer == MISSING:
             logger.info(
                 "no sitemap or llms.txt found: the links from %(start)s are the listing",
                 {"start": redact_url(self.recrawler_start_urls[0])},
             )
             yield from self._start_pages()
+        else:
+            yield from self._probe_error(response.url, f"HTTP {response.status}")
 
     def _probe_failed(self, failure: Failure) -> Iterable[Request]:
         request = getattr(failure, "request", None)
@@ -282,26 +251,29 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         km = self._key_maker()
         # a link back to a start page is not followed: the start request reads it every run (and
         # /docs/ and /docs/index.html are one start page: a logo's link "." is the home page)
-        self._start_keys = frozenset(km(v) for u in self.recrawler_start_urls for v in _index_variants(u))
+        self._start_keys = frozenset(km(v) for u in self.recrawler_start_urls for v in index_variants(u))
         for url in self.recrawler_start_urls:
             request_meta: dict[str, Any] = {meta.FOUND_VIA: "start", meta.DEPTH: 0}
             if links:
-                request_meta[meta.LINKS] = True
+                request_meta.update(_LISTING_PAGE)
             yield Request(url, callback=self.parse, meta=request_meta)
 
     def _key_maker(self) -> KeyMaker:
-        settings = getattr(self, "settings", None)
-        if settings is None:
-            return KeyMaker()
-        return KeyMaker(
-            settings.getlist("RECRAWLER_URL_DROP_PARAMS"), settings.getlist("RECRAWLER_URL_KEEP_PARAMS")
-        )
+        """The crawl's page keys (``RECRAWLER_URL_*_PARAMS``)."""
+        if self._keys is None:
+            settings = getattr(self, "settings", None)
+            if settings is None:
+                return KeyMaker()
+            self._keys = KeyMaker(
+                settings.getlist("RECRAWLER_URL_DROP_PARAMS"), settings.getlist("RECRAWLER_URL_KEEP_PARAMS")
+            )
+        return self._keys
 
     @property
     def recrawler_home_paths(self) -> tuple[str, ...]:
         """The site's root, the folder of each sitemap (``/docs/sitemap.xml``: ``/docs/``) and of
         each start URL."""
-        return ("/", *(_folder(u) for u in (*self.sitemap_urls, *self.recrawler_start_urls)))
+        return ("/", *(folder(u) for u in (*self.sitemap_urls, *self.recrawler_start_urls)))
 
     def recrawler_role_of(self, request: Request) -> str:
         """What a request yielded while reading a sitemap fetches: a listed page or another sitemap."""
@@ -550,7 +522,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         if response.meta.get(meta.LINKS):
             if self._key_maker()(url) in self._start_keys:
                 return None
-            request_meta.update({meta.FOUND_VIA: "crawl", meta.LISTED: True, meta.LINKS: True})
+            request_meta.update({meta.FOUND_VIA: "crawl", **_LISTING_PAGE})
             priority = -depth
         # the per-run budget counts pages found, not links: ScheduleMiddleware, which knows
         # which pages are stored, spends it
