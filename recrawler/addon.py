@@ -29,12 +29,14 @@ from recrawler.extensions.logs import DownloadFailureLog
 from recrawler.extensions.reconcile import Reconciler
 from recrawler.extensions.sinks import VectorStoreSinks
 from recrawler.extras import require
+from recrawler.facets import FacetPattern
 from recrawler.meta import spider_opted_in
 from recrawler.pipelines.classify import ClassifyPipeline
 from recrawler.pipelines.index import IndexPipeline
 from recrawler.project import apply_environment, project_db_uri
 from recrawler.runtime import Runtime
 from recrawler.spidermiddlewares.deltafetch import DeltaFetchMiddleware
+from recrawler.spidermiddlewares.links import LinkListingMiddleware
 from recrawler.spidermiddlewares.listing import ListingMiddleware
 from recrawler.spidermiddlewares.schedule import ScheduleMiddleware
 from recrawler.spidermiddlewares.softnotfound import SoftNotFoundMiddleware
@@ -178,6 +180,8 @@ class RecrawlerAddon:
             settings.set(name, value, priority="addon")
         _check_numbers(settings)
         _check_objects(settings)
+        # a bad one stops the crawl before it starts, in one line
+        FacetPattern.from_setting(settings.get("RECRAWLER_VERSION_PATTERN"))
         if self.crawler is not None and settings.getlist("RECRAWLER_RENDER_PATTERNS"):
             # a crawl's only: the CLI renders nothing (and needs no browser installed)
             for name, value in render_settings(settings, self.crawler).items():
@@ -250,6 +254,9 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ListingMiddleware, 110)
         # 105: a page's own output, before deltafetch (100) would remember a soft 404 as fetched
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", SoftNotFoundMiddleware, 105)
+        # 104: the links a page answered with once a soft 404's are dropped (105), all of them,
+        # before the schedule (90) decides which pages they lead to are requested
+        settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", LinkListingMiddleware, 104)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", DeltaFetchMiddleware, 100)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ScheduleMiddleware, 90)
 

@@ -102,6 +102,11 @@ RECRAWLER_CONDITIONAL_NO_304_AFTER = 20
 RECRAWLER_CONTENT_SELECTORS = ["main", "article", "[role=main]", "#content", "body"]
 # Extra elements removed from the main content before hashing (CSS selectors).
 RECRAWLER_CONTENT_NOISE_SELECTORS: list[str] = []
+# A regex searched in each page's URL whose named groups version and lang give the page's version
+# and language, over what the page says of itself (docsearch:version, docsearch:language, a
+# hreflang naming the page, <html lang>): r"/(?P<lang>[a-z]{2})/(?P<version>[^/]+)/" reads
+# /en/stable/. None: what the pages say.
+RECRAWLER_VERSION_PATTERN: str | None = None
 
 # --- documents that are not HTML ----------------------------------------------------------------
 # Read PDFs (recrawler[pdf]: pypdf) like pages: text, outline headings, chunks, fingerprint.
@@ -235,6 +240,9 @@ RECRAWLER_EMBEDDER_MAX_RETRIES = 5
 RECRAWLER_EMBEDDER_TIMEOUT_SECS = 60.0
 # "run": search switches to a run's changes when the run finishes; "page": as each page commits.
 RECRAWLER_PUBLISH = "run"
+# The version a search shows when none is asked for (recrawler search, open_kb() from the project,
+# the LangChain retriever): "stable". Pages with no version are in every version's. None: all.
+RECRAWLER_SEARCH_DEFAULT_VERSION: str | None = None
 # MiB of vector columns a process searching a SQLite knowledge base keeps from one query to the
 # next (the dimensions it met last; each is 1 byte per cached vector); 0: read them every time.
 RECRAWLER_SEARCH_CACHE_MB = 128
@@ -263,10 +271,14 @@ RECRAWLER_MAX_INTERVAL_SECS = 86400.0
 RECRAWLER_INTERVAL_OVERRIDES: dict[str, list[float | None]] = {}
 # Sitemap lastmod: "skip" (trusted both ways), "hint" (newer makes due, never skips) or "ignore".
 RECRAWLER_LASTMOD_MODE = "hint"
-# With -a follow_links=1: how many links away from a listed page discovery goes (across runs).
-RECRAWLER_FOLLOW_DEPTH_LIMIT = 3
-# With -a follow_links=1: link-found requests per run, at most (0: no limit).
-RECRAWLER_FOLLOW_MAX_LINKS = 1000
+# Following links (-a start_url=, or -a follow_links=1): how many links away from a start URL or a
+# listed page discovery goes (across runs). A Sphinx API reference is 4 to 6 clicks below its
+# root; a link trap (a calendar, a session id in a URL) stops here.
+RECRAWLER_FOLLOW_DEPTH_LIMIT = 10
+# Following links: pages no run stored before, found through links per run, at most (0: no
+# limit). A site crawled from a start URL that has more is found over several runs (its listing
+# counts as incomplete until then: nothing is removed).
+RECRAWLER_FOLLOW_MAX_LINKS = 10_000
 
 # --- immutable pages (scrapy-deltafetch, kept in the state database) -----------------------------
 # URLs fetched once and then skipped (regexes searched in the URL: versioned docs, dated notes).

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from recrawler.exceptions import ConfigurationError
+from recrawler.markdown import MARKDOWN_TYPES, read_markdown
 from recrawler.pdf import MAGIC, PdfLimits, document_is_pdf, read_pdf
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from recrawler.extract import Content, ContentExtractor
 
 #: the document types recrawler reads (the ``recrawler/document/<type>`` stats)
-HTML, PDF = "html", "pdf"
+HTML, PDF, MARKDOWN = "html", "pdf", "markdown"
 HTML_TYPES = frozenset({b"text/html", b"application/xhtml+xml"})
 #: what a body of another format starts with (file(1)'s magic): a server that labels every file
 #: ``text/html`` sends archives, images and office files as "HTML", and some of them read as text
@@ -52,6 +53,10 @@ def sniff(body: bytes) -> str | None:
     return "binary" if head.startswith(_BINARY_MAGIC) else None
 
 
+# what servers send a ``.md`` file as when they do not know markdown
+_PLAIN_TYPES = frozenset({b"", b"text/plain", b"application/octet-stream", b"binary/octet-stream"})
+
+
 def pdf_limits(settings: BaseSettings) -> PdfLimits | None:
     """``RECRAWLER_PDF_*`` as limits, or None when PDFs are not read (``RECRAWLER_PDF_ENABLED``)."""
     if not settings.getbool("RECRAWLER_PDF_ENABLED"):
@@ -70,32 +75,47 @@ def pdf_limits(settings: BaseSettings) -> PdfLimits | None:
 @dataclass(frozen=True, slots=True)
 class Documents:
     """The readers of a crawl: HTML through its ContentExtractor, PDF through :func:`read_pdf`
-    within its limits (None: PDFs are not read, they are ``not_html`` errors as any other type)."""
+    within its limits (None: PDFs are not read, they are ``not_html`` errors as any other type),
+    markdown (a page's twin that an llms.txt names) through :func:`read_markdown`."""
 
     html: ContentExtractor
     pdf: PdfLimits | None = None
 
-    def kind(self, content_type: bytes, body: bytes, *, text: bool) -> str | None:
-        """The type of a 200's body (``html``, ``pdf``), or None for a type recrawler does not
-        read. *content_type* is the header's media type (lowercase, no parameters); *text* says
-        whether Scrapy made a text response of it. The body's own signature wins over the type: a
-        PDF served as ``text/html`` is read as a PDF (or refused with PDFs off), never as HTML."""
+    def kind(self, content_type: bytes, body: bytes, *, text: bool, path: str = "") -> str | None:
+        """The type of a 200's body (``html``, ``pdf``, ``markdown``), or None for a type recrawler
+        does not read. *content_type* is the header's media type (lowercase, no parameters); *text*
+        says whether Scrapy made a text response of it; *path* is the URL's path (a ``.md`` file
+        served as plain text is markdown). The body's own signature wins over the type: a PDF
+        served as ``text/html`` is read as a PDF (or refused with PDFs off), never as HTML."""
         sniffed = sniff(body)
         if sniffed == PDF or document_is_pdf(content_type, body):
             return PDF if self.pdf is not None else None
+        if sniffed is None and (
+            content_type in MARKDOWN_TYPES or (path.endswith(".md") and content_type in _PLAIN_TYPES)
+        ):
+            return MARKDOWN
         if sniffed is None and text and (not content_type or content_type in HTML_TYPES):
             return HTML
         return None
 
     def read(
-        self, kind: str, body: bytes, encoding: str | None = None, *, regions: CSSSelector | None = None
+        self,
+        kind: str,
+        body: bytes,
+        encoding: str | None = None,
+        *,
+        regions: CSSSelector | None = None,
+        url: str = "",
     ) -> Content:
-        """The Content of *body*, a document of type *kind*; *regions* (a site's learned volatile
-        regions) apply to HTML. Raises :class:`~recrawler.extract.ExtractionError`."""
+        """The Content of *body*, a document of type *kind* fetched for the page at *url*;
+        *regions* (a site's learned volatile regions) apply to HTML. Raises
+        :class:`~recrawler.extract.ExtractionError`."""
         if kind == PDF:
             assert self.pdf is not None
             return read_pdf(body, self.pdf)
-        return self.html.extract(body, encoding, regions=regions)
+        if kind == MARKDOWN:
+            return read_markdown(body, encoding)
+        return self.html.extract(body, encoding, regions=regions, url=url)
 
 
-__all__ = ["HTML", "HTML_TYPES", "PDF", "Documents", "pdf_limits", "sniff"]
+__all__ = ["HTML", "HTML_TYPES", "MARKDOWN", "PDF", "Documents", "pdf_limits", "sniff"]

@@ -16,6 +16,7 @@ from lxml.cssselect import CSSSelector
 from recrawler import default_settings
 from recrawler.encoding import read_bom
 from recrawler.exceptions import ConfigurationError, RecrawlerError
+from recrawler.facets import html_facets
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -179,6 +180,9 @@ class Content:
     links: tuple[tuple[str, str], ...] = ()
     #: how many elements the site's learned volatile regions removed from this page
     region_hits: int = 0
+    #: the version and language the page gives itself (None: it says none)
+    version: str | None = None
+    lang: str | None = None
 
 
 def _compile(selectors: Iterable[str], setting: str) -> list[CSSSelector]:
@@ -271,16 +275,25 @@ class ContentExtractor:
         return title, main
 
     def extract(
-        self, body: bytes | str, encoding: str | None = None, *, regions: CSSSelector | None = None
+        self,
+        body: bytes | str,
+        encoding: str | None = None,
+        *,
+        regions: CSSSelector | None = None,
+        url: str = "",
     ) -> Content:
-        """Return the page's title, cleaned main text and fields (empty text when there is none).
+        """Return the page's title, cleaned main text and fields (empty text when there is none),
+        and the version and language the page gives itself (*url*: the page's own, which a
+        ``hreflang`` may name).
 
         *regions* drops a site's learned volatile regions before rendering. Raises
         :class:`ExtractionError` when the body cannot be read faithfully.
         """
-        title, main = self._select(self.parse(body, encoding))
+        root = self.parse(body, encoding)
+        version, lang = html_facets(root, url)
+        title, main = self._select(root)
         if main is None:
-            return Content(title=title, text="")
+            return Content(title=title, text="", version=version, lang=lang)
         removed = 0
         if regions is not None:
             for el in regions(main):
@@ -288,8 +301,7 @@ class ContentExtractor:
                 if el is not main and any(a is main for a in el.iterancestors()):
                     removed += 1
                     _drop(el)
-        content = content_of(title, main)
-        return dataclasses.replace(content, region_hits=removed) if removed else content
+        return dataclasses.replace(content_of(title, main), region_hits=removed, version=version, lang=lang)
 
 
 def content_of(title: str, main: _Element) -> Content:

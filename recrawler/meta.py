@@ -30,15 +30,20 @@ CONDITIONAL = "recrawler_conditional"
 #: what the request fetches: ``page`` (default), ``sitemap`` or ``feed``
 ROLE = "recrawler_role"
 ROLE_PAGE, ROLE_SITEMAP, ROLE_FEED = "page", "sitemap", "feed"
-#: a request for a path the site does not have: what it answers is its not-found page
+#: a request that asks the site a question, never a page: its not-found answer (a path no site
+#: has) or whether a listing exists (the spider's look for a sitemap or llms.txt)
 ROLE_PROBE = "probe"
 #: the listing's lastmod of the page (W3C datetime)
 LASTMOD = "recrawler_lastmod"
 #: when a feed entry says the page was updated (ISO 8601)
 FEED_UPDATED = "recrawler_feed_updated"
-#: how the page was found (``sitemap``, ``feed``, ``link``, ``redirect``) and from where
+#: how the page was found (``sitemap``, ``feed``, ``link``, ``redirect``; ``start`` and ``crawl``:
+#: a start URL and the pages its links reached, when the links are the listing) and from where
 FOUND_VIA = "recrawler_found_via"
 FOUND_FROM = "recrawler_found_from"
+#: the page's own URL when the request fetches another copy of it (a markdown twin an llms.txt
+#: names): the page is cited under it (and keyed, with ``recrawler_key``)
+PAGE_URL = "recrawler_page_url"
 #: how many links away from a listed page a link-found page is (0: listed)
 DEPTH = "recrawler_depth"
 #: set by recrawler: why the page is requested this run
@@ -60,6 +65,8 @@ MOVED_FROM = "_recrawler_moved_from"
 PROBE_SCOPE = "_recrawler_probe_scope"
 #: the URL a page is cited under when a temporary redirect served it from elsewhere
 CANONICAL_URL = "_recrawler_canonical_url"
+#: the places still to look for a listing, on a probe request (the spider's look, in order)
+PROBES = "_recrawler_probes"
 #: how many sitemap files deep this sitemap request is (0: a start URL)
 SITEMAP_DEPTH = "_recrawler_sitemap_depth"
 #: set by recrawler: the request came out of the run's frontier (FrontierScheduler)
@@ -68,8 +75,12 @@ FED = "_recrawler_fed"
 #: none), by FrontierScheduler with its batch or ConditionalRequestMiddleware; absent: not read.
 #: The spider puts it on the Page (``Page.record``) for the pipelines
 RECORD = "_recrawler_record"
-#: set by ListingMiddleware on a page request a sitemap named (the frontier counts each key once)
+#: set by ListingMiddleware on a page request a sitemap named (the frontier counts each key once),
+#: and by the spider on a page its link crawl reached when the links are the run's listing
 LISTED = "_recrawler_listed"
+#: set by the spider on a page request whose links are the run's listing (a site crawled from a
+#: start URL): LinkListingMiddleware stores a 200's links and lists a 304's stored ones
+LINKS = "_recrawler_links"
 #: the body of a first fetch, on the immediate re-fetch that learns volatile regions
 FIRST_BODY = "_recrawler_first_body"
 #: the signal whose 304 an audit re-fetch checks

@@ -120,6 +120,17 @@ def sitemap_failure(family: Mapping[str, int | float]) -> str | None:
     return None
 
 
+def link_listing_failure(family: Mapping[str, int | float], follow: Mapping[str, int | float]) -> str | None:
+    """Why a listing made of the site's links is not evidence (None: it is); *family* is the
+    ``recrawler/sitemap`` counts (a failed look for a sitemap), *follow* the ``recrawler/follow``
+    ones (the link budget ran out: what lies beyond it was never reached)."""
+    if family.get("error"):
+        return "sitemap_failed"
+    if follow.get("max_links"):
+        return "sitemap_incomplete"
+    return None
+
+
 def outage_reasons(
     *,
     reason: str,
@@ -191,6 +202,7 @@ __all__ = [
     "Verdicts",
     "exit_code",
     "is_spike",
+    "link_listing_failure",
     "mass_removal",
     "outage_reasons",
     "sitemap_failure",

@@ -28,6 +28,7 @@ COMPONENTS = [
     "recrawler.downloadermiddlewares.urlpolicy.UrlPolicyMiddleware",
     "recrawler.downloadermiddlewares.audit.AuditMiddleware",
     "recrawler.spidermiddlewares.listing.ListingMiddleware",
+    "recrawler.spidermiddlewares.links.LinkListingMiddleware",
     "recrawler.spidermiddlewares.deltafetch.DeltaFetchMiddleware",
     "recrawler.spidermiddlewares.schedule.ScheduleMiddleware",
     "recrawler.scheduler.FrontierScheduler",

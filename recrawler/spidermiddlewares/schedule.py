@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 #: due reasons that say the page changed: they go first
 _LIKELY_CHANGED = frozenset({"lastmod", "feed"})
+#: how a page found by following a link came (beyond a sitemap, or in the link crawl that lists a site)
+_BY_LINK = frozenset({"link", "crawl"})
 _CHECKED = frozenset({PageStatus.NEW, PageStatus.CHANGED, PageStatus.UNCHANGED})
 
 
@@ -48,8 +50,10 @@ class ScheduleMiddleware:
     check are stored in the page's own write (it registers as the Runtime's ``revisits``), and
     its lastmod's claim is audited.
 
-    Links (``-a follow_links=1``) to pages no one stored spend the run's budget of pages found
-    through links (``RECRAWLER_FOLLOW_MAX_LINKS``); beyond it they are dropped.
+    Links (``-a follow_links=1``, or a crawl from ``-a start_url=``) to pages no one stored spend
+    the run's budget of pages found through links (``RECRAWLER_FOLLOW_MAX_LINKS``); beyond it
+    they are dropped. A page whose links are the run's listing (``_recrawler_links``) is due every
+    run (``links``): its conditional request is how the listing is read.
 
     Settings: ``RECRAWLER_SCHEDULE``, ``RECRAWLER_SCHEDULE_BATCH_SIZE``, ``RECRAWLER_NOW``,
     ``RECRAWLER_MIN_INTERVAL_SECS``, ``RECRAWLER_MAX_INTERVAL_SECS``,
@@ -184,11 +188,15 @@ class ScheduleMiddleware:
             if (
                 info is None
                 and key not in in_frontier
-                and request.meta.get(meta.FOUND_VIA) == "link"
+                and request.meta.get(meta.FOUND_VIA) in _BY_LINK
                 and not self._discover(key)
             ):
                 continue
             decision = decided.get(key) or self._decision(request, key, info, lastmod)
+            if not decision.due and request.meta.get(meta.LINKS):
+                # a page whose links are the listing is read every run, as a sitemap file is:
+                # asked conditionally, its 304 lists the links it had (LinkListingMiddleware)
+                decision = Decision(True, "links")
             # an earlier listing of the page in this run (a sitemap variant, a feed, a link), and
             # the layer that skipped it then (None: it was requested)
             earlier = key in decided or (info is not None and info.listed_run == run.id)
@@ -215,7 +223,7 @@ class ScheduleMiddleware:
                         self._inc(f"recrawler/page/skipped/{was_skipped}", -1)
                     self._inc("recrawler/schedule/due")
                     self._inc(f"recrawler/schedule/due/{decision.reason}")
-                if listing and not earlier and not self._frontier:
+                if (listing or request.meta.get(meta.LISTED)) and not earlier and not self._frontier:
                     # without the frontier (which counts the due ones once per key), here
                     self._inc("recrawler/sitemap/pages")
                 decided[key] = decision
@@ -247,7 +255,7 @@ class ScheduleMiddleware:
             {
                 k
                 for r, k in zip(batch, keys, strict=True)
-                if k not in known and r.meta.get(meta.FOUND_VIA) == "link"
+                if k not in known and r.meta.get(meta.FOUND_VIA) in _BY_LINK
             }
         )
         if not unknown:

@@ -132,6 +132,9 @@ class PageRecord:
     #: not published yet: :data:`PENDING_NEW` (not in the knowledge base at all) or
     #: :data:`PENDING_CHANGED` (the knowledge base shows its state before); None: published
     pending: str | None = None
+    #: the page's version and language (schema 13; None: none known), copied onto its chunks
+    version: str | None = None
+    lang: str | None = None
     #: with ``pending`` changed: the content hash the knowledge base shows (read, never written)
     published_hash: str | None = field(default=None, compare=False)
 

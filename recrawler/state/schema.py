@@ -81,6 +81,9 @@ pages = Table(
     Column("changed_run", Integer),
     # not published yet: 'new' (not in the knowledge base) or 'changed'; see page_before (schema 10)
     Column("pending", Text),
+    # the page's version and language, copied onto its chunks (schema 13)
+    Column("version", Text),
+    Column("lang", Text),
     CheckConstraint("status IN ('live', 'quarantined', 'gone', 'moved')"),
     Index("pages_site_seen", "site", "last_seen_run"),
     Index("pages_site_due", "site", "next_check_at"),
@@ -137,6 +140,9 @@ chunks = Table(
     Column("retired_run", Integer),
     # why it was retired: 0 replaced by a newer version, 1 quarantined (kept to restore), 2 gone
     Column("retired_why", Integer, nullable=False, server_default=text("0")),
+    # the page's version and language when the row was written or relabelled (schema 13)
+    Column("version", Text),
+    Column("lang", Text),
     Index("chunks_key", "key", "retired_run"),
     Index("chunks_added", "added_run"),
     Index("chunks_retired", "retired_run"),

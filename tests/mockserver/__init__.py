@@ -74,6 +74,7 @@ CONTENT_TYPES = {
     ".json": "application/json",
     ".pdf": "application/pdf",
     ".js": "text/javascript",
+    ".md": "text/markdown; charset=utf-8",
 }
 VALIDATORS = ("strong", "weak", "lm", "none")
 WIDGETS = tuple(

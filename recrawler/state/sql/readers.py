@@ -56,9 +56,10 @@ _LISTING_RUNS = f"""SELECT r.site, MAX(r.id) AS run FROM runs r
       {"".join(f" AND COALESCE(r.reasons, '') NOT LIKE :failure{i}" for i in range(len(LISTING_FAILURES)))}
     GROUP BY r.site"""
 # the run that last listed a live page: its listing mark (``pages.listed_run``, set for every
-# stored page a listing names), else, for a page first stored from a sitemap in a run that had no
-# row for it yet to mark, the run that stored it; pages found by links or feeds alone have none
-_LISTED_IN = "COALESCE(p.listed_run, CASE WHEN p.found_via = 'sitemap' THEN p.changed_run END)"
+# stored page a listing names), else, for a page first stored from a sitemap (or from the link
+# crawl that lists a site with none) in a run that had no row for it yet to mark, the run that
+# stored it; pages found by links beyond a sitemap or by feeds alone have none
+_LISTED_IN = "COALESCE(p.listed_run, CASE WHEN p.found_via IN ('sitemap', 'crawl') THEN p.changed_run END)"
 
 
 class SQLReaders:

@@ -38,7 +38,7 @@ _TRUST_COLUMNS = "host, signal, checks, lies, trusted, last_lie_at, last_lie_url
 _PAGE_COLUMNS = (
     "key, site, url, etag, last_modified, lastmod, content_hash, fuzzy_hash, title, status, "
     "misses, first_seen, last_checked, last_changed, last_seen_run, chunks, noise_key, "
-    "found_depth, moved_to, changed_run, pending"
+    "found_depth, moved_to, changed_run, pending, version, lang"
 )
 #: a page row as read: with, for a pending page the knowledge base shows live, the content hash it shows
 _PAGE_SELECT = (
@@ -134,6 +134,8 @@ def _row_to_record(row: Any) -> PageRecord:
         moved_to=row["moved_to"],
         changed_run=row["changed_run"],
         pending=row["pending"],
+        version=row["version"],
+        lang=row["lang"],
         published_hash=row["published_hash"] if "published_hash" in row.keys() else None,  # noqa: SIM118 (rows are not dicts)
     )
 
