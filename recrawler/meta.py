@@ -87,6 +87,12 @@ FIRST_BODY = "_recrawler_first_body"
 AUDIT_CLAIM = "_recrawler_audit_claim"
 #: set on a page whose body decompressed past DOWNLOAD_MAXSIZE (a gzip bomb): an error, dropped
 TOO_LARGE = "_recrawler_too_large"
+#: set by ScheduleMiddleware on a run's deploy probes (sent first; their build markers are read)
+PROBE = "_recrawler_probe"
+#: the page key a probe's second conditional request (with the validators of its 200) checks
+REPROBE = "_recrawler_reprobe"
+#: set on a sampled page request whose page is known to change on its own (no sign of a deploy)
+SOLO = "_recrawler_solo"
 
 #: the spider attribute by which a spider opts in (the recrawler spiders and mixin set it)
 SPIDER_OPT_IN = "recrawler_enabled"
