@@ -138,7 +138,6 @@ class DeployChecks:
     async def probe_requests(self, run: Run) -> list[Request]:
         """The run's probes: the site's home page and a few live pages drawn at random, each a
         conditional request sent before anything else."""
-        spider = self.crawler.spider
         if run.site is None or self.policy.mode != "adaptive" or not self.runtime.leads:
             # (a worker that joined a shared run: the leader probes)
             return []
@@ -150,15 +149,11 @@ class DeployChecks:
         except StateStoreError as exc:
             self._state_error(exc, "could not draw the run's probes: %(exc)s")
             return []
-        listed = getattr(spider, "recrawler_listed_request", None)
         requests = []
         for key, url, lastmod in drawn:
-            request = listed(url, meta.ROLE_PAGE, lastmod) if listed is not None else None
+            request = self._page_request(url, lastmod)
             if request is None:
-                parse = getattr(spider, "parse", None)
-                if parse is None:
-                    continue
-                request = Request(url, callback=parse)
+                continue
             request.meta.update({meta.KEY: key, meta.DUE: "probe", meta.PROBE: True})
             request.priority = PROBE_PRIORITY
             self.probed.add(key)
@@ -168,6 +163,17 @@ class DeployChecks:
             c.inc("recrawler/schedule/due", len(requests))
             c.inc("recrawler/schedule/due/probe", len(requests))
         return requests
+
+    def _page_request(self, url: str, lastmod: str | None) -> Request | None:
+        """The spider's request of a stored page (its sitemap rules' callback, its lastmod), or a
+        plain request to its ``parse`` (a spider of one's own)."""
+        spider = self.crawler.spider
+        build = getattr(spider, "recrawler_page_request", None)
+        if build is not None:
+            request: Request | None = build(url, lastmod)
+            return request
+        parse = getattr(spider, "parse", None)
+        return Request(url, callback=parse) if parse is not None else None
 
     def _home_keys(self) -> list[str]:
         spider = self.crawler.spider
@@ -366,8 +372,6 @@ class DeployChecks:
         if not self._take:
             return
         self._take = False
-        spider = self.crawler.spider
-        listed = getattr(spider, "recrawler_listed_request", None)
         c = self.runtime.counters
         while True:
             try:
@@ -378,7 +382,7 @@ class DeployChecks:
             if not batch:
                 return
             for key, url, lastmod, layer in batch:
-                request = listed(url, meta.ROLE_PAGE, lastmod) if listed is not None else None
+                request = self._page_request(url, lastmod)
                 if request is None:
                     continue
                 request.meta.update({meta.KEY: key, meta.DUE: "deploy"})

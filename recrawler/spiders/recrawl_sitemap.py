@@ -436,6 +436,14 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             self._inc("recrawler/sitemap/urls")
         return request
 
+    def recrawler_page_request(self, url: str, lastmod: str | None = None) -> Request | None:
+        """The request of a stored page the run asks again without its listing naming it now (a
+        deploy probe, a page a deploy takes back from the skipped): its ``sitemap_rules`` callback
+        and its lastmod; None when no rule takes its URL."""
+        if not self.recrawler_url_policy.allows(url):
+            return None
+        return self._page_request(url, lastmod)
+
     def recrawler_refused(self, url: str, reason: str, source: str) -> None:
         """Count a URL the policy refused (the run's Runtime logs the first of each reason)."""
         runtime = find_runtime(getattr(self, "crawler", None))
