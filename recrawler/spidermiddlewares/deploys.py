@@ -141,6 +141,10 @@ class DeployChecks:
         if run.site is None or self.policy.mode != "adaptive" or not self.runtime.leads:
             # (a worker that joined a shared run: the leader probes)
             return []
+        if getattr(self.crawler.spider, "recrawler_listing", None) == "links":
+            # the links are the listing: every page is read every run (a probe would only read one
+            # without the links it lists)
+            return []
         homes = self._home_keys()
         if not self.probes:
             return []
