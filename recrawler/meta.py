@@ -91,8 +91,9 @@ TOO_LARGE = "_recrawler_too_large"
 PROBE = "_recrawler_probe"
 #: the page key a probe's second conditional request (with the validators of its 200) checks
 REPROBE = "_recrawler_reprobe"
-#: set on a sampled page request whose page is known to change on its own (no sign of a deploy)
-SOLO = "_recrawler_solo"
+#: set on a sampled page request whose change would say nothing of a deploy: the page changes on
+#: its own, or the listing announced its change (a newer lastmod, a feed entry)
+NO_SAMPLE = "_recrawler_no_sample"
 
 #: the spider attribute by which a spider opts in (the recrawler spiders and mixin set it)
 SPIDER_OPT_IN = "recrawler_enabled"

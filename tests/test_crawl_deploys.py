@@ -343,3 +343,21 @@ async def test_no_full_marks_while_a_detected_deploy_is_unchecked(site: Site, cr
     # (due for the deploy, unless drawn as a probe: asked first, and counted so)
     assert 1 <= r2.stats.get("recrawler/schedule/due/deploy", 0) <= 5
     assert (r2.report["freshness"]["deploy_unchecked"], r2.report["freshness"]["current"]) == (0, True)
+
+
+@deferred_f_from_coro_f
+async def test_a_change_the_listing_announced_is_no_sign_of_a_deploy(site: Site, crawls: Crawls) -> None:
+    names = [f"p{i}.html" for i in range(40)]
+    old = (START - timedelta(days=30)).isoformat()
+    for i, name in enumerate(names):
+        site.write(name, docsite.feature_page(i), mtime=T0)
+    sitemap = site.write_sitemap([(name, old) for name in names])
+    settings = {"RECRAWLER_LASTMOD_MODE": "skip"}
+    await crawl(crawls, sitemap, 0, **settings)
+    # two pages edited, and the sitemap says so; the audit samples every page, the probes four
+    for i in (3, 4):
+        site.write(names[i], docsite.feature_page(i, "Edited."), mtime=T0 + 60)
+    site.write_sitemap([(name, at(1) if i in (3, 4) else old) for i, name in enumerate(names)])
+    r = await crawl(crawls, sitemap, 2, RECRAWLER_AUDIT_SAMPLE="100%", **settings)
+    assert r.actions() == {"p3.html": "changed", "p4.html": "changed"}
+    assert r.report["deploy"]["detected"] is False

@@ -284,7 +284,7 @@ class DeployChecks:
         if str(rm.get(meta.DUE) or "") in SAMPLED and not self.watch.detected:
             for page in pages:
                 if await self._changed(page, rm.get(meta.RECORD, Unread.UNREAD)):
-                    solo = bool(rm.get(meta.SOLO))
+                    solo = bool(rm.get(meta.NO_SAMPLE))
                     if probe and not self._listed:
                         # sent before the listing: it may yet say the page changed
                         self._held.append((page.key, page.url, solo))

@@ -310,8 +310,13 @@ class ScheduleMiddleware:
                 request.meta[meta.DUE] = decision.reason
                 if lastmod:
                     request.meta[meta.LASTMOD] = lastmod
-                if info is not None and info.solo and decision.reason in SAMPLED:
-                    request.meta[meta.SOLO] = True
+                if decision.reason in SAMPLED and (
+                    (info is not None and info.solo)
+                    or self._decision(request, key, info, lastmod, run.site, audit=False).reason
+                    in _LIKELY_CHANGED
+                ):
+                    # its change is no sample of the site: it changes alone, or the listing said so
+                    request.meta[meta.NO_SAMPLE] = True
                 if decision.reason in _LIKELY_CHANGED:
                     # hint and skip order the work: pages said to have changed go first
                     request.priority += 1
@@ -383,7 +388,14 @@ class ScheduleMiddleware:
         return True
 
     def _decision(
-        self, request: Request, key: str, info: ScheduledPage | None, lastmod: str | None, site: str | None
+        self,
+        request: Request,
+        key: str,
+        info: ScheduledPage | None,
+        lastmod: str | None,
+        site: str | None,
+        *,
+        audit: bool = True,
     ) -> Decision:
         host = key_host(key)
         feed_updated = None
@@ -399,7 +411,7 @@ class ScheduleMiddleware:
             site=site,
             lastmod=lastmod if self.policy.lastmod_mode != "ignore" else None,
             feed_updated=feed_updated,
-            audit=self.auditor.in_sample(key),
+            audit=audit and self.auditor.in_sample(key),
             lastmod_trusted=self.auditor.trusted(host, "lastmod"),
             lastmod_honest=self.auditor.honest(host, "lastmod"),
             waiting=info is not None and info.waiting,
