@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import html
+import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,7 +22,7 @@ from recrawler.cli import main as cli_main
 from recrawler.cli.settings import build_settings, open_store
 from recrawler.exceptions import ConfigurationError
 from recrawler.reports import _hold_reasons, collect
-from tests import docsite
+from tests import docsite, statedb
 from tests.conftest_mockserver import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -193,6 +196,20 @@ async def test_an_old_report_shows_its_run_as_it_ended(site: Site, crawls: Crawl
     assert cli_main(["report", "--db", crawls.db_uri, "-o", str(out)]) == 0
     three = parse(out)
     assert [a.text for a in three.cssselect("#pages-gone td a")] == [site.url("old.html")]
+
+
+@deferred_f_from_coro_f
+async def test_a_report_stored_before_deploys_were_reported_still_renders(site: Site, crawls: Crawls) -> None:
+    _, r2 = await recrawl(site, crawls)
+    run = r2.report["run_id"]
+    stored = json.loads(statedb.value(crawls.db_path, "SELECT report FROM runs WHERE id = ?", (run,)))
+    stored.pop("deploy")
+    with closing(sqlite3.connect(crawls.db_path)) as conn, conn:
+        conn.execute("UPDATE runs SET report = ? WHERE id = ?", (json.dumps(stored), run))
+    out = crawls.tmp_path / "old.html"
+    assert cli_main(["report", str(run), "--db", crawls.db_uri, "-o", str(out)]) == 0
+    assert parse(out).cssselect("#deploy") == []
+    assert cli_main(["report", "--since", "7d", "--db", crawls.db_uri, "-o", str(out)]) == 0
 
 
 @deferred_f_from_coro_f

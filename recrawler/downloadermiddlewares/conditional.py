@@ -63,7 +63,8 @@ class ConditionalRequestMiddleware:
     ``ITEM_PIPELINES`` (IndexPipeline on: a page stored without chunks is fetched whole),
     ``HTTPERROR_ALLOWED_CODES`` (its statuses reach the callback as they are), ``HTTPCACHE_ENABLED``
     with ``HTTPCACHE_POLICY`` (RFC2616Policy also sends validators: a ConfigurationError).
-    Stats: ``recrawler/conditional/{sent,not_modified}`` (and per host below each),
+    Stats: ``recrawler/conditional/{sent,not_modified,ignored}`` (and per host below each;
+    ``ignored``: a 200 carrying the very validators the request sent),
     ``recrawler/request/{count,failed}``, ``recrawler/page/missing/http_<code>``,
     ``recrawler/page/error/<reason>``,
     ``recrawler/sitemap/{fetched,error,conditional,not_modified}``, ``recrawler/bytes/received``,
@@ -268,6 +269,12 @@ class ConditionalRequestMiddleware:
             if isinstance(rec, PageRecord) and _same_validator(response, rec):
                 # the server calls this the same entity: if its text moved, that is noise
                 request.meta[meta.SAME_VALIDATOR] = True
+                if request.meta.get(meta.SENT):
+                    # RFC 9110 §13.2.2: a match of the validators sent should have been a 304 — the
+                    # evidence that a host ignores them (new validators are a new entity: a
+                    # redeploy's files; an error answer says nothing either way)
+                    self._inc("recrawler/conditional/ignored")
+                    self._inc(f"recrawler/conditional/ignored/{key_host(key)}")
         if 200 <= status < 300 or status == 304:
             return response
         if status in self.miss_statuses:

@@ -17,6 +17,7 @@ from recrawler.redact import redact_url
 from recrawler.reports.charts import Chart, bar_chart
 from recrawler.reports.diffs import diff_lines
 from recrawler.reports.freshness import ago, duration, freshness_view
+from recrawler.reports.summary import deploy_line
 from recrawler.state import RUN_FINISHED, RUN_HELD, RUN_PUBLISHED
 
 if TYPE_CHECKING:
@@ -55,9 +56,11 @@ def _runs(
 
 
 def _run_row(store: Readers, run: dict[str, Any]) -> dict[str, Any]:
-    """A run as the digest's table shows it, with whether it updated the knowledge base."""
+    """A run as the digest's table shows it, with whether it updated the knowledge base (and the
+    deploy it detected, if any)."""
     full = store.run_report(int(run["id"])) or {}
     report: dict[str, Any] = full.get("report") or {}
+    deploy = report.get("deploy") or {}
     index = report.get("index") or {}
     counts = run["counts"] or {}
     updated = run["state"] == RUN_PUBLISHED or index.get("state") == "disabled"
@@ -76,6 +79,7 @@ def _run_row(store: Readers, run: dict[str, Any]) -> dict[str, Any]:
         "updated": updated,
         "note": note,
         "texts_embedded": int(index.get("texts_embedded") or 0),
+        "deploy": deploy_line(deploy) if deploy.get("detected") else None,
     }
 
 
@@ -171,6 +175,8 @@ def collect_digest(
         "period": f"{since:%Y-%m-%d %H:%M} to {now:%Y-%m-%d %H:%M} UTC",
         "span": duration((now - since).total_seconds()),
         "runs": rows,
+        # deploys lead: the runs that detected one, newest first
+        "deploys": [{"run": r["id"], "line": r["deploy"]} for r in reversed(rows) if r["deploy"]],
         "published": published,
         "published_ago": ago(_published_at(published), now) if published else None,
         "unpublished": [r for r in rows if not r["updated"] and r["state"] != RUN_HELD],

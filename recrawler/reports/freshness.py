@@ -31,12 +31,15 @@ def ago(then: datetime | None, now: datetime) -> str:
 
 def freshness_view(f: Freshness) -> dict[str, Any]:
     """What the panel prints: the record's figures with their words (the share as a percentage,
-    the bound and the oldest verification's age in the largest unit that fits)."""
+    the bound and the oldest verification's age in the largest unit that fits). A share short of
+    every page never rounds to 100%."""
     share = f.share
     if share is None:
         percent = "-"
+    elif share in (0.0, 1.0):
+        percent = f"{share * 100:.0f}%"
     else:
-        percent = f"{share * 100:.0f}%" if share in (0.0, 1.0) else f"{share * 100:.1f}%"
+        percent = f"{min(share * 100, 99.9):.1f}%"
     late = f.oldest_checked is not None and (f.now - f.oldest_checked).total_seconds() > f.bound_secs
     return {
         "site": f.site,
@@ -53,5 +56,10 @@ def freshness_view(f: Freshness) -> dict[str, Any]:
         "delisted": f.delisted,
         "delisted_urls": list(f.delisted_urls),
         "listing_run": f.listing_run,
-        "current": f.live > 0 and f.stale == 0 and f.delisted == 0,
+        "by": {"request": f.by_request, "lastmod": f.by_lastmod, "feed": f.by_feed},
+        "deploy_at": f.deploy_at.strftime("%Y-%m-%d %H:%M") if f.deploy_at else None,
+        "deploy_reason": f.deploy_reason,
+        "deploy_unchecked": f.deploy_unchecked,
+        # never "current" while a detected deploy has pages no request checked since
+        "current": f.live > 0 and f.stale == 0 and f.delisted == 0 and f.deploy_unchecked == 0,
     }

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from recrawler import meta
 from recrawler.documents import HTML
@@ -13,6 +13,8 @@ from recrawler.spiders.page_builder import PageBuilder
 from recrawler.urls import UrlPolicy, spider_url_policy, url_host, url_origin
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from scrapy.http import Response
 
     from recrawler.items import Page
@@ -32,6 +34,8 @@ class RecrawlerSpiderMixin:
 
     #: the spider attribute recrawler's add-on and components look for (any spider may set it)
     recrawler_enabled = True
+    #: the docs were just deployed: the run checks every listed page (``-a deployed=1``)
+    recrawler_deployed = False
     _recrawler_builder: PageBuilder | None = None
     _recrawler_policy: UrlPolicy | None = None
     _recrawler_site: str | None = None
@@ -59,6 +63,11 @@ class RecrawlerSpiderMixin:
         if self._recrawler_policy is None:
             self._recrawler_policy = spider_url_policy(self)
         return self._recrawler_policy
+
+    def recrawler_checked_again(self, response: Response, **kwargs: Any) -> Iterable[Any]:
+        """Callback of a deploy probe's second conditional request (do its new validators hold?):
+        ScheduleMiddleware reads the answer on its way; there is nothing to parse."""
+        return ()
 
     @property
     def recrawler_home_paths(self) -> tuple[str, ...]:

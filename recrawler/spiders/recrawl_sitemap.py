@@ -56,6 +56,16 @@ def _flag(value: Any) -> bool:
 _LISTING_PAGE = {meta.LISTED: True, meta.LINKS: True, "deltafetch_enabled": False}
 
 
+def _strict_flag(value: Any, argument: str) -> bool:
+    """A yes/no spider argument: ``1``, ``true``, ``yes``, ``on`` or ``0``, ``false``, ``no``, ``off``."""
+    text = str(value).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off", ""}:
+        return False
+    raise ConfigurationError(f"{argument}: not a yes or no (1, true, yes, on / 0, false, no, off): {value!r}")
+
+
 def _http_urls(value: str | None, argument: str) -> tuple[str, ...]:
     urls = tuple(u.strip() for u in (value or "").split(",") if u.strip())
     for url in urls:
@@ -79,7 +89,9 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
     follow links found on fetched pages, same host, under ``follow_prefix``, by default the first
     start URL's or sitemap's folder, at most ``RECRAWLER_FOLLOW_DEPTH_LIMIT`` links away from a
     listed page, across runs, and at most ``RECRAWLER_FOLLOW_MAX_LINKS`` pages no run stored
-    before found through links per run; on by default with a ``start_url``).
+    before found through links per run; on by default with a ``start_url``), ``deployed`` (``1``:
+    the docs were just deployed; the run checks every listed page of the site, as it does when it
+    detects a deploy itself).
 
     Crawled from start URLs with no sitemap, the site's links are its listing: every page the link
     crawl reaches is listed (``recrawler/sitemap/pages`` counts them, for the outage guard) and
@@ -114,6 +126,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         feed_url: str | None = None,
         follow_links: str | bool | None = None,
         follow_prefix: str | None = None,
+        deployed: str | bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -138,6 +151,7 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         self.feed_urls = _http_urls(feed_url, "feed_url")
         default_follow = bool(self.recrawler_start_urls)
         self.follow_links = _flag(follow_links) if follow_links is not None else default_follow
+        self.recrawler_deployed = _strict_flag(deployed, "deployed") if deployed is not None else False
         if follow_prefix:
             self.follow_prefixes = tuple(p.strip() for p in follow_prefix.split(",") if p.strip())
         else:
@@ -421,6 +435,14 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         if request is not None:
             self._inc("recrawler/sitemap/urls")
         return request
+
+    def recrawler_page_request(self, url: str, lastmod: str | None = None) -> Request | None:
+        """The request of a stored page the run asks again without its listing naming it now (a
+        deploy probe, a page a deploy takes back from the skipped): its ``sitemap_rules`` callback
+        and its lastmod; None when no rule takes its URL."""
+        if not self.recrawler_url_policy.allows(url):
+            return None
+        return self._page_request(url, lastmod)
 
     def recrawler_refused(self, url: str, reason: str, source: str) -> None:
         """Count a URL the policy refused (the run's Runtime logs the first of each reason)."""

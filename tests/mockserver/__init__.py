@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 # _meta.json: {"<path>": {option: value}}, keyed by the served file's path within the site.
 OPTIONS = {
-    "validators": '"strong" (default), "weak", "lm" (Last-Modified only) or "none"',
+    "validators": '"strong" (default), "weak", "lm" (Last-Modified only), "mtime" (nginx\'s: an ETag of '
+    'mtime and size, so a redeploy with new mtimes gives every file new validators) or "none"',
     "status": "force this status with a small body and no validators",
     "gone": "true answers 410 Gone",
     "noise": "true substitutes {{NOW}}, {{TOKEN}} and {{WIDGET}} on every request",
@@ -60,6 +61,7 @@ OPTIONS = {
     "not_found": 'on "*": the file a missing path answers with (nginx\'s error_page): its body, with '
     '"{path}" replaced by the path asked for, and the status not_found_status (default 404)',
     "not_found_status": 'on "*": the status of the not_found page (200: the site answers soft 404s)',
+    "*": "options every path of the site takes unless its own say otherwise (validators, noise, status)",
 }
 #: request headers that carry credentials: logged when a request has them
 CREDENTIAL_HEADERS = ("Authorization", "Cookie", "X-Api-Key")
@@ -76,7 +78,7 @@ CONTENT_TYPES = {
     ".js": "text/javascript",
     ".md": "text/markdown; charset=utf-8",
 }
-VALIDATORS = ("strong", "weak", "lm", "none")
+VALIDATORS = ("strong", "weak", "lm", "mtime", "none")
 WIDGETS = tuple(
     f'<div class="related"><h3>Related articles</h3><ul>{items}</ul></div>'
     for items in (
@@ -252,7 +254,13 @@ class SiteTree(Resource):
         if any(part in ("", ".", "..") or part.startswith("_") for part in parts):
             return error(404)
         all_options = self.options(site)
-        options: dict[str, Any] = all_options.get(key, {})
+        # "*": the site's defaults (its "require", "login" and "not_found" rules are read apart)
+        defaults = {
+            k: v
+            for k, v in all_options.get("*", {}).items()
+            if k not in ("require", "login", "not_found", "not_found_status")
+        }
+        options: dict[str, Any] = {**defaults, **all_options.get(key, {})}
         reply = self._reply(request, site, key, parts, options, all_options)
         if reply is not None:
             reply.headers.update(options.get("headers") or {})
@@ -301,6 +309,9 @@ class SiteTree(Resource):
         if validators in ("strong", "weak"):
             etag = f'"{hashlib.sha256(body).hexdigest()[:16]}"'
             etag = headers["ETag"] = etag if validators == "strong" else f"W/{etag}"
+        elif validators == "mtime":
+            # nginx's own: the file's mtime and size, whatever its bytes say
+            etag = headers["ETag"] = f'"{int(mtime):x}-{len(body):x}"'
         if validators != "none":
             headers["Last-Modified"] = formatdate(mtime, usegmt=True)
         if options.get("lie304") and (

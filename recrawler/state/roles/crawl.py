@@ -105,17 +105,30 @@ class Pages(Protocol):
         theirs would be (the target answered that it is not there); returns how many."""
 
     async def unseen(
-        self, run: Run, limit: int, *, due_at: datetime | None = None, delisted: bool = False
+        self,
+        run: Run,
+        limit: int,
+        *,
+        due_at: datetime | None = None,
+        delisted: bool = False,
+        deployed: datetime | None = None,
     ) -> list[tuple[str, str, int]]:
         """Return up to *limit* (key, url, link depth) of the run's site not reached yet, marking them.
 
         Pages this run's listing decided are not unseen; with *due_at*, only pages due by then
-        (and quarantined or audited ones, pages whose change or removal waits for a decision, and
-        with *delisted* pages an earlier listing named) are.
+        (and quarantined or audited ones, pages whose change or removal waits for a decision,
+        with *delisted* pages an earlier listing named, and with *deployed* pages no request
+        checked since then) are.
         """
 
     def unseen_sync(
-        self, run: Run, limit: int, *, due_at: datetime | None = None, delisted: bool = False
+        self,
+        run: Run,
+        limit: int,
+        *,
+        due_at: datetime | None = None,
+        delisted: bool = False,
+        deployed: datetime | None = None,
     ) -> list[tuple[str, str, int]]:
         """Blocking :meth:`unseen`, for the CLI and tests: never on the reactor (it would wait for
         locks the store's own open transaction holds)."""

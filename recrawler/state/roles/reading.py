@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         PageRecord,
         Run,
         ScheduledPage,
+        SiteBuild,
         TrustRecord,
     )
     from recrawler.state.sql.check import Finding
@@ -159,14 +160,20 @@ class Readers(Protocol):
     def freshness(self, site: str | None, *, bound_secs: float, now: datetime) -> Freshness:
         """How current the live pages of *site* (None: every site) are at *now*.
 
-        ``live``: live pages; ``verified``: those whose ``last_checked`` is at least
-        ``now - bound_secs``; ``oldest_checked`` / ``oldest_url``: the smallest ``last_checked`` of
-        a live page, and that page (the first by key of a tie); ``delisted``: live pages listed
+        ``live``: live pages; ``verified``: those whose ``verified_at`` (a request, or a trusted
+        lastmod or feed entry; ``by_request``, ``by_lastmod``, ``by_feed`` count which) is at least
+        ``now - bound_secs`` and, after the site's last detected deploy (``deploy_at``,
+        ``deploy_reason``), that a request checked since (``deploy_unchecked``: live pages none did);
+        ``oldest_checked`` / ``oldest_url``: the oldest verification of a live page, and that page
+        (the first by key of a tie); ``delisted``: live pages listed
         once but not by the site's last complete listing (``listing_run``: the last run that
         finished, was not aborted, read a listing and stored none of ``LISTING_FAILURES`` in its
         reasons), with the first few of their URLs. Pages found only by links or feeds are never
         delisted; a site without a complete listing has none.
         """
+
+    def iter_site_builds(self) -> Iterator[SiteBuild]:
+        """Yield each site's build: its fingerprint, noise and last detected deploy (CLI)."""
 
     def iter_held_runs(self, site: str | None = None) -> Iterator[HeldRun]:
         """Runs waiting for a decision of *site* (None: all), oldest first: held runs (``state``

@@ -89,6 +89,12 @@ class RoleMethods:
         self.record_revisit = self.schedule.record_revisit
         self.update_revisit = self.schedule.update_revisit
         self.audit_sample = self.schedule.audit_sample
+        self.take_skipped = self.schedule.take_skipped
+        self.probe_sample = self.schedule.probe_sample
+        self.mark_solo = self.schedule.mark_solo
+        self.site_build = self.schedule.site_build
+        self.record_site_build = self.schedule.record_site_build
+        self.live_pages = self.schedule.live_pages
         self.sitemap_file = self.frontier.sitemap_file
         self.add_listing = self.frontier.add_listing
         self.listing_read = self.frontier.listing_read
@@ -111,6 +117,7 @@ class RoleMethods:
         self.iter_run_pages = self.readers.iter_run_pages
         self.iter_schedule = self.readers.iter_schedule
         self.freshness = self.readers.freshness
+        self.iter_site_builds = self.readers.iter_site_builds
         self.iter_events = self.readers.iter_events
         self.page_state = self.readers.page_state
         self.iter_held_runs = self.readers.iter_held_runs
