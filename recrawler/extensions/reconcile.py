@@ -193,6 +193,8 @@ class Reconciler:
         if run is None:
             if rt.failure is None:
                 logger.error("recrawler run never started (%(why)s); nothing recorded", {"why": reason})
+                # an error no refusal names (its traceback is above): never a success
+                rt.exit_code = outcome.EXIT_CRASH
             return
         c = rt.counters
         store = rt.store

@@ -139,9 +139,14 @@ class _Ledger:
         else:
             import sqlite3
 
-            from recrawler.state.sqlite import path_from_uri
+            from recrawler.exceptions import ConfigurationError
+            from recrawler.state.sqlite.versions import sqlite_target
 
-            self.conn = sqlite3.connect(path_from_uri(uri), isolation_level=None, timeout=30)
+            path, readonly = sqlite_target(uri)
+            if readonly:
+                msg = f"RECRAWLER_DB_URI: {uri!r} is read-only (?mode=ro): a sync writes its ledger there"
+                raise ConfigurationError(msg)
+            self.conn = sqlite3.connect(path, isolation_level=None, timeout=30)
             self.param = "?"
 
     def _run(self, sql: str, rows: list[tuple[Any, ...]]) -> None:

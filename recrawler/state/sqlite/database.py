@@ -9,7 +9,12 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
-from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
+from recrawler.exceptions import (
+    ConfigurationError,
+    SchemaVersionError,
+    StateStoreError,
+    StateStoreUnavailable,
+)
 from recrawler.state.sql.database import store_options
 from recrawler.state.sqlite.connection import (
     SQLiteReader,
@@ -82,6 +87,12 @@ class SQLiteDatabase(SQLiteTransactions):
         with self._open_lock:
             if self._conn is not None:
                 return
+            if self.readonly:
+                msg = (
+                    f"RECRAWLER_DB_URI: {self.uri!r} is read-only (?mode=ro) and this writes to it; "
+                    "drop ?mode=ro (the commands that only read open the database read-only anyway)"
+                )
+                raise ConfigurationError(msg)
             if self.dry_run and self.path != ":memory:" and not Path(self.path).exists():
                 # a dry run against no database compares with empty state and creates no file
                 self.path = ":memory:"
@@ -155,6 +166,13 @@ class SQLiteDatabase(SQLiteTransactions):
             msg = (
                 f"state database {self.path!r} has schema version {version}, newer than this "
                 f"recrawler's {SCHEMA_VERSION}; upgrade recrawler"
+            )
+            raise SchemaVersionError(msg)
+        if version < SCHEMA_VERSION and self.readonly:
+            conn.close()
+            msg = (
+                f"state database {self.path!r} has schema version {version}, older than this "
+                f"recrawler's {SCHEMA_VERSION}, and ?mode=ro forbids upgrading it: run a crawl first"
             )
             raise SchemaVersionError(msg)
         if version < SCHEMA_VERSION:

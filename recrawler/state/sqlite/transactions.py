@@ -20,7 +20,7 @@ from recrawler.state.sql.dialect import SQLITE, drive
 from recrawler.state.sql.visibility import visible_run
 from recrawler.state.sqlite.connection import deliver_outbox, open_error
 from recrawler.state.sqlite.files import abandon, file_trouble
-from recrawler.state.sqlite.versions import _execute, path_from_uri
+from recrawler.state.sqlite.versions import _execute, sqlite_target
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -57,7 +57,8 @@ class SQLiteTransactions:
         #: deliver events after each commit; off when the run publishes as a whole, so events go
         #: out with the run (and a change the run takes back is never announced)
         self.deliver_on_commit = deliver_on_commit
-        self.path = path_from_uri(uri)
+        #: ``?mode=ro``: readers only; opening it to write is refused
+        self.path, self.readonly = sqlite_target(uri)
         self.label = self.path
         self.dry_run = dry_run
         self.batch_size = max(1, batch_size)

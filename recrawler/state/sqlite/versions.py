@@ -7,7 +7,7 @@ import re
 import sqlite3
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from recrawler.exceptions import ConfigurationError, SchemaVersionError
 from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, ROWS, SQLITE, drive, value_statements
@@ -37,16 +37,49 @@ def _migrations() -> list[tuple[int, str]]:
 SCHEMA_VERSION = max(v for v, _ in _migrations())
 
 
+#: ``?mode=`` values of a SQLite URI: ``ro`` opens it read-only; the others are how a crawl opens it
+_MODES = ("ro", "rw", "rwc")
+#: ``scheme:`` at the start of a URI written without ``//`` (``sqlite:/x.db``); one letter is a drive
+_BARE_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(?!//)")
+
+
 def path_from_uri(uri: str) -> str:
-    """Map ``sqlite:///rel.db``, ``sqlite:////abs.db``, ``file:///abs.db`` or a bare path to a path."""
-    if "://" not in uri:
-        path = uri
-    else:
+    """Map ``sqlite:///rel.db``, ``sqlite:////abs.db``, ``file:///abs.db``, ``file:rel.db`` or a bare
+    path to a path (see :func:`sqlite_target`)."""
+    return sqlite_target(uri)[0]
+
+
+def sqlite_target(uri: str) -> tuple[str, bool]:
+    """The file *uri* names and whether it is opened read-only (``?mode=ro``).
+
+    ``sqlite:///rel.db`` and ``file:rel.db`` are relative, ``sqlite:////abs.db``, ``file:///abs.db``
+    and ``file:/abs.db`` absolute, as SQLAlchemy and SQLite read them. A bare path is a path. A
+    query other than ``mode=ro|rw|rwc``, or a scheme without ``//`` (``sqlite:/x.db``), is one
+    ConfigurationError line saying what to write instead.
+    """
+    query = ""
+    bare = _BARE_SCHEME.match(uri)
+    if "://" in uri:
         parts = urlsplit(uri)
-        path = unquote(parts.path)
+        path, query = unquote(parts.path), parts.query
         if parts.scheme == "sqlite":
             # sqlite:///rel.db -> "rel.db"; sqlite:////abs.db -> "/abs.db" (SQLAlchemy's convention)
             path = path[1:] if path.startswith("/") else path
+    elif bare is not None and bare.group(1).lower() == "file":
+        # RFC 8089's forms without an authority, as SQLite reads them: file:rel.db, file:/abs.db
+        parts = urlsplit(uri)
+        path, query = unquote(parts.path), parts.query
+    elif bare is not None:
+        scheme, rest = bare.group(1), uri[bare.end() :]
+        name = rest.lstrip("/") or "recrawler.db"
+        hint = (
+            f"write sqlite:///{name} (relative) or sqlite:////{name} (absolute)"
+            if scheme.lower() == "sqlite"
+            else f"write {scheme}://... (two slashes after the scheme)"
+        )
+        raise ConfigurationError(f"RECRAWLER_DB_URI: {uri!r} is not a database URI: {hint}")
+    else:
+        path = uri
     if not path.strip():
         # SQLite opens a throwaway database for an empty name: every run would be a first run
         msg = (
@@ -54,7 +87,16 @@ def path_from_uri(uri: str) -> str:
             "use sqlite:///recrawler.db (relative) or sqlite:////abs/path/recrawler.db"
         )
         raise ConfigurationError(msg)
-    return path
+    readonly = False
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name != "mode" or value not in _MODES:
+            msg = (
+                f"RECRAWLER_DB_URI: {uri!r}: unsupported parameter {name}={value!r} "
+                "(a SQLite URI takes ?mode=ro: read-only, for the commands that only read)"
+            )
+            raise ConfigurationError(msg)
+        readonly = value == "ro"
+    return path, readonly
 
 
 def schema_version(conn: sqlite3.Connection, path: str) -> int:
