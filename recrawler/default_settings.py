@@ -306,6 +306,9 @@ RECRAWLER_AUDIT_TRUST_AFTER = 10
 RECRAWLER_PROFILE = "fast"
 # A 429 or 503 slows its host down to the Retry-After it sent, at most this long between requests.
 RECRAWLER_RETRY_AFTER_MAX_SECS = 60.0
+# A site whose every answer for this long (3 at least) was a failure (5xx, 429, timeouts, refused
+# connections) is down: the run stops (recrawler_site_down), nothing is removed, exit 4. 0: never.
+RECRAWLER_OUTAGE_SECS = 120.0
 
 # --- several workers, one run (scrapy-redis) ------------------------------------------------------
 # Workers started alike share one run of a site through Redis (REDIS_URL): scrapy-redis holds the

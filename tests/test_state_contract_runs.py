@@ -87,6 +87,31 @@ class RunsContract(BackendMixin):
             assert (await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)).last_listed == 280
 
     @deferred_f_from_coro_f
+    async def test_a_run_finished_aborted_releases_the_lease_and_reads_aborted(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)
+            await store.record(run, rec("a"), [])
+            report = {"counts": {"new": 1}}
+            await store.finish_run(
+                run,
+                reason="shutdown",
+                at=T0,
+                report=report,
+                reasons=["not_finished"],
+                exit_code=4,
+                aborted=True,
+            )
+            info = await store.run_info(run.id)
+            assert info is not None
+            assert info["state"] == RUN_ABORTED
+            assert info["finished_at"] is not None
+            # the lease is free at once: the next run needs no takeover, and starts as a backfill
+            nxt = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)
+            assert nxt.backfill
+
+    @deferred_f_from_coro_f
     async def test_reconcile_quarantines_and_removes_in_one_set_operation(
         self, uri: str, settings: Settings, events_path: Path
     ) -> None:

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import signals
 from scrapy.exceptions import DontCloseSpider, NotConfigured
+from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.reactor import is_reactor_installed
 
 from recrawler import membership, meta, outcome, reports
 from recrawler import signals as recrawler_signals
@@ -25,16 +27,29 @@ from recrawler.outcome import HOLD_MASS_REMOVAL, Verdicts
 from recrawler.reports import summary
 from recrawler.reports.freshness import freshness_view
 from recrawler.runtime import find_runtime, runtime_of
-from recrawler.state import RUN_FINISHED, RUN_HELD, utcnow
+from recrawler.state import RUN_ABORTED, RUN_FINISHED, RUN_HELD, utcnow
 from recrawler.state.records import SETTLE_APPLY, SETTLE_DROP, SETTLE_KEEP, SETTLE_KEEP_LISTED
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
+    from twisted.internet.defer import Deferred
 
     from recrawler.runtime import Runtime
     from recrawler.state import ReconcileResult, Run
 
 logger = logging.getLogger(__name__)
+
+#: the finish reason of a run a forced shutdown (a second Ctrl-C) ended before its closing work
+CLOSE_FORCED = "shutdown_forced"
+#: how long a forced shutdown waits for the database to record the run's end
+_ABORT_SECS = 10.0
+
+
+def _reactor() -> Any:
+    """The installed reactor (its interface's stubs type system-event triggers oddly)."""
+    from twisted.internet import reactor
+
+    return reactor
 
 
 class Reconciler:
@@ -57,7 +72,9 @@ class Reconciler:
     ``recrawler/reconcile/skipped/<reason>``, ``recrawler/reconcile/elapsed_seconds``,
     ``recrawler/run/held``, ``recrawler/run/held/<reason>``, ``recrawler/alert``.
     Signals: listens to ``spider_idle``, ``spider_closed`` and ``engine_stopped`` (the summary line is
-    the crawl's last); sends ``run_held`` and ``run_finished``.
+    the crawl's last); sends ``run_held`` and ``run_finished``. A forced shutdown (a second Ctrl-C
+    stops the reactor without closing the spider) still ends the run: ``aborted``
+    (``shutdown_forced``), its summary line logged, exit 4 (a reactor "before shutdown" trigger).
 
     With ``RECRAWLER_SCHEDULE=adaptive`` only unseen pages due by the run clock are checked:
     pages the schedule, lastmod or deltafetch skipped keep their state and chunks.
@@ -93,6 +110,7 @@ class Reconciler:
         self.outcome: dict[str, Any] = {}
         #: the last run's report (what ``run_finished`` sends; monitors read it after the run)
         self.report: dict[str, Any] | None = None
+        self._shutdown_trigger: Any = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -115,6 +133,11 @@ class Reconciler:
         crawler.signals.connect(ext.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(ext.engine_stopped, signal=signals.engine_stopped)
+        if is_reactor_installed():
+            # a forced shutdown (a second Ctrl-C) stops the reactor with the run unfinished
+            ext._shutdown_trigger = _reactor().addSystemEventTrigger(
+                "before", "shutdown", ext.process_stopping
+            )
         return ext
 
     @property
@@ -175,9 +198,61 @@ class Reconciler:
 
     def engine_stopped(self) -> None:
         """Log the run's summary line, the crawl's last (Scrapy dumps its stats after spider_closed)."""
+        self._forget_shutdown()
         rt = find_runtime(self.crawler)
         if rt is not None and rt.summary is not None:
             logger.log(rt.summary[0], rt.summary[1], extra={"spider": self.crawler.spider})
+
+    def _forget_shutdown(self) -> None:
+        if self._shutdown_trigger is not None:
+            _reactor().removeSystemEventTrigger(self._shutdown_trigger)
+            self._shutdown_trigger = None
+
+    def process_stopping(self) -> Deferred[None] | None:
+        """Before the reactor stops: a run that has not ended (a forced shutdown, a second Ctrl-C,
+        stops the reactor without closing the spider) is ended here, ``aborted``: nothing removed
+        or published, its summary line logged, exit 4. Bounded: the process does stop."""
+        self._shutdown_trigger = None
+        rt = find_runtime(self.crawler)
+        if rt is None or rt.run is None or rt.exit_code is not None:
+            return None
+        return deferred_from_coro(self._abort(rt, rt.run))
+
+    async def _abort(self, rt: Runtime, run: Run) -> None:
+        rt.stop_heartbeat()
+        run_report = self._report(run, CLOSE_FORCED, None, ["not_finished"], {}, self._deploy_counts())
+        rt.exit_code = outcome.EXIT_GUARD
+        self.outcome = {"state": RUN_ABORTED, "reasons": ["not_finished"], "exit_code": rt.exit_code}
+        run_report["outcome"] = self.outcome
+        try:
+            await asyncio.wait_for(self._record_abort(rt, run, run_report), timeout=_ABORT_SECS)
+        except (StateStoreError, TimeoutError) as exc:
+            why = str(exc) or f"the database did not answer within {_ABORT_SECS:g} s"
+            logger.error("run %(run)d could not be marked aborted: %(why)s", {"run": run.id, "why": why})
+        if self.report_file:
+            Path(self.report_file).write_text(json.dumps(run_report, indent=2) + "\n", encoding="utf-8")
+        self.report = run_report
+        rt.summary = (logging.WARNING, summary.summary_line(run_report))
+        logger.warning(
+            "forced shutdown: run %(run)d ends unfinished (aborted): nothing is removed or published; "
+            "the next run checks again",
+            {"run": run.id},
+            extra={"spider": self.crawler.spider},
+        )
+        logger.log(rt.summary[0], rt.summary[1], extra={"spider": self.crawler.spider})
+
+    async def _record_abort(self, rt: Runtime, run: Run, run_report: dict[str, Any]) -> None:
+        # the pages already written are kept (committed); the run itself ends aborted
+        await rt.store.flush()
+        await rt.store.finish_run(
+            run,
+            reason=CLOSE_FORCED,
+            at=utcnow(),
+            report=run_report,
+            reasons=["not_finished"],
+            exit_code=rt.exit_code,
+            aborted=True,
+        )
 
     async def spider_closed(self, reason: str) -> None:
         """Decide, reconcile, publish and report: all ordered work lives here."""

@@ -182,8 +182,10 @@ class Runs(Protocol):
         reasons: Sequence[str] = (),
         listed: int | None = None,
         exit_code: int | None = None,
+        aborted: bool = False,
     ) -> None:
-        """Record how the run ended and release the site's lease."""
+        """Record how the run ended and release the site's lease; *aborted*: it was stopped
+        before its closing work (a forced shutdown), so it ends ``aborted``, not ``finished``."""
 
 
 class Decisions(Protocol):
