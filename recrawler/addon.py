@@ -80,6 +80,8 @@ REFUSED_RUN_MONITORS: Any = "recrawler.monitors.RefusedRunMonitors"
 
 #: numeric settings read by a parser of their own (``RECRAWLER_AUDIT_SAMPLE``: ``20``, ``1%``, ``0.01``)
 _OWN_PARSER = frozenset({"RECRAWLER_AUDIT_SAMPLE"})
+#: numbers whose default is None (unset: something else decides)
+_OPTIONAL_NUMBERS = frozenset({"RECRAWLER_SEARCH_MIN_SIMILARITY"})
 
 
 def _check_objects(settings: BaseSettings) -> None:
@@ -115,6 +117,12 @@ def _check_numbers(settings: BaseSettings) -> None:
         except (TypeError, ValueError):
             kind = "a whole number" if isinstance(default, int) else "a number"
             raise ConfigurationError(f"{name}: must be {kind}, got {raw!r}") from None
+    for name in _OPTIONAL_NUMBERS:
+        raw = settings.get(name)
+        try:
+            float(raw) if raw is not None else None
+        except (TypeError, ValueError):
+            raise ConfigurationError(f"{name}: must be a number, got {raw!r}") from None
 
 
 def _replace_builtin(settings: BaseSettings, builtin: type, ours: type, priority: int | None = None) -> None:

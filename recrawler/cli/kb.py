@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
     from recrawler.cli import Parsers
 
+#: more chunks than a search returns (``-k 1e20`` is all of them, not an overflow)
+_MAX_K = 10_000
 #: what search and chunks say before any run published a knowledge base
 NOTHING_PUBLISHED = (
     "no run has published yet: the knowledge base is empty (crawl first, or see `recrawler runs`)"
@@ -31,6 +33,9 @@ def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
     """Search the published knowledge base; hits scoring ``--min-score`` or less are left out."""
     base_url = settings.get("RECRAWLER_EMBEDDER_BASE_URL")
     options: dict[str, Any] = {"base_url": base_url} if base_url else {}
+    floor = settings.get("RECRAWLER_SEARCH_MIN_SIMILARITY")
+    if floor is not None:
+        options["min_similarity"] = settings.getfloat("RECRAWLER_SEARCH_MIN_SIMILARITY")
     return _search(
         args,
         db_uri(settings),
@@ -41,6 +46,18 @@ def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
     )
 
 
+def _no_match(args: argparse.Namespace, floor: float) -> str:
+    """What a search that found nothing says: what a hit needs, not a padded list."""
+    if args.mode == "keyword":
+        why = "no chunk has a word of the query"
+    elif args.mode == "vector":
+        why = f"no chunk is similar to it above {floor:g}"
+    else:
+        why = f"no chunk has a word of the query or is similar to it above {floor:g}"
+    above = f" scoring above {args.min_score:g}" if args.min_score > 0 else ""
+    return f"no match{above}: {why} (the similarity floor: --min-similarity)"
+
+
 def _search(
     args: argparse.Namespace,
     uri: str,
@@ -49,14 +66,18 @@ def _search(
     cache_mb: float | None = None,
     default_version: str | None = None,
 ) -> int:
-    table = Table(
-        out,
-        [Column("SCORE", 5, right=True), Column("VERIFIED", 16), Column("CHANGED", 16), Column("URL")],
-        empty=f"no match above score {args.min_score:g}",
-    )
+    if args.k < 1:
+        raise ConfigurationError(f"search: -k must be 1 or more, got {args.k}")
+    # more chunks than any knowledge base holds is all of them (and a number SQLite can bind)
+    args.k = min(args.k, _MAX_K)
     with open_kb(
         uri, embedder=args.embedder, cache_mb=cache_mb, default_version=default_version, **options
     ) as kb:
+        table = Table(
+            out,
+            [Column("SCORE", 5, right=True), Column("VERIFIED", 16), Column("CHANGED", 16), Column("URL")],
+            empty=_no_match(args, getattr(kb, "min_similarity", 0.0)),
+        )
         if not kb.published_run():
             # nothing to search: not "no match"
             if not args.json:
@@ -79,6 +100,17 @@ def _search(
     if not args.json:
         table.end()
     return 0
+
+
+def _count(text: str) -> int:
+    """A number of chunks: ``5``, or ``1e20`` (a whole number written as a float: all of them)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")) or value != int(value):
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    return int(min(value, _MAX_K))
 
 
 def fast_search(
@@ -112,7 +144,10 @@ def fast_search(
     uri = args.db or os.environ.get("RECRAWLER_DB_URI")
     if args.command != "search" or args.global_set or getattr(args, "set", None) or not uri:
         return None
-    return _search(args, uri, {"base_url": args.base_url} if args.base_url else {}, out)
+    options: dict[str, Any] = {"base_url": args.base_url} if args.base_url else {}
+    if args.min_similarity is not None:
+        options["min_similarity"] = args.min_similarity
+    return _search(args, uri, options, out)
 
 
 def cmd_chunks(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
@@ -184,13 +219,20 @@ def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     """Register ``search`` and ``chunks``."""
     p = sub.add_parser("search", parents=db, help="search the published knowledge base")
     p.add_argument("query")
-    p.add_argument("-k", type=int, default=5, help="number of chunks, at most (default %(default)s)")
+    p.add_argument("-k", type=_count, default=5, help="number of chunks, at most (default %(default)s)")
     p.add_argument(
         "--min-score",
         type=float,
         default=0.0,
         metavar="SCORE",
         help="leave out hits scoring this or less (default %(default)s: no unrelated chunks)",
+    )
+    p.add_argument(
+        "--min-similarity",
+        type=float,
+        metavar="COSINE",
+        help="vector hits need a similarity above this (as RECRAWLER_SEARCH_MIN_SIMILARITY; "
+        "default: the embedder's floor, 0.40 for hashing and all-MiniLM-L6-v2)",
     )
     p.add_argument("--site", help="only this site's pages (a host, as in `recrawler pages`); default: all")
     p.add_argument(

@@ -29,6 +29,7 @@ FLAG_SETTINGS = {
     "drop": "RECRAWLER_URL_DROP_PARAMS",
     "keep": "RECRAWLER_URL_KEEP_PARAMS",
     "base_url": "RECRAWLER_EMBEDDER_BASE_URL",
+    "min_similarity": "RECRAWLER_SEARCH_MIN_SIMILARITY",
 }
 
 

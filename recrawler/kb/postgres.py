@@ -17,6 +17,7 @@ from recrawler.kb.ranking import (
     bm25,
     candidates,
     fuse,
+    similarity_floor,
     similarity_order,
     term_limit,
 )
@@ -62,6 +63,7 @@ class PostgreSQLKnowledgeBase:
         *,
         embedder: Embedder | str | None = None,
         default_version: str | None = None,
+        min_similarity: float | None = None,
         **embedder_options: Any,
     ) -> None:
         import psycopg
@@ -102,6 +104,8 @@ class PostgreSQLKnowledgeBase:
         self.embedder: Embedder = (
             embedder_from_spec(embedder, **embedder_options) if isinstance(embedder, str) else embedder
         )
+        #: the cosine a chunk must exceed to be a vector hit (:func:`recrawler.kb.ranking.similarity_floor`)
+        self.min_similarity = similarity_floor(self.embedder, min_similarity)
         from recrawler.state.postgres.vector_index import exact_only
 
         self._exact = exact_only(self.embedder.id)
@@ -157,7 +161,7 @@ class PostgreSQLKnowledgeBase:
             raise StateStoreError(f"knowledge base {self.label!r}: {redact_text(str(exc))}") from exc
 
     def _vector(self, query: str, n: int, scope: Slice) -> list[Ranked]:
-        """The *n* visible chunks nearest to *query* whose cosine is above 0, best first."""
+        """The *n* visible chunks nearest to *query* whose cosine is above the floor, best first."""
         k = n
         q = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
         # more than the hits asked for: a cut between chunks whose cosines round alike is made as
@@ -168,10 +172,11 @@ class PostgreSQLKnowledgeBase:
             ranked = [
                 Ranked(r["id"], r["key"], r["chunk_index"], 1.0 - float(r["distance"]))
                 for r in found
-                # a zero vector (no word the embedder knows) has no distance; cosine 0 or less is no match
+                # a zero vector (no word the embedder knows) has no distance; a cosine at or below
+                # the floor is no match
                 if r["distance"] is not None
                 and not np.isnan(r["distance"])
-                and 1.0 - float(r["distance"]) > 0.0
+                and 1.0 - float(r["distance"]) > self.min_similarity
             ]
             ranked.sort(key=similarity_order)
             # rows left out past the cut may tie with the k-th hit: fetch more until none can

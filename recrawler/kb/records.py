@@ -99,7 +99,7 @@ class Hit:
     """A search result: the chunk, its score, and how fresh its page is.
 
     ``score`` ranks the hits: the cosine in ``vector`` mode, else the fused reciprocal rank in
-    (0, 1] (1.0: first in every list searched). ``similarity`` is the cosine when the vector
+    (0, 1] (1.0: first in every list that found something). ``similarity`` is the cosine when the vector
     search found the chunk (None for a chunk only its words found).
     """
 

@@ -24,6 +24,7 @@ from recrawler.kb.ranking import (
     bm25,
     candidates,
     fuse,
+    similarity_floor,
     similarity_order,
     term_limit,
 )
@@ -79,6 +80,7 @@ class SQLiteKnowledgeBase:
         embedder: Embedder | str | None = None,
         cache_mb: float | None = None,
         default_version: str | None = None,
+        min_similarity: float | None = None,
         **embedder_options: Any,
     ) -> None:
         #: the version :meth:`search` shows when none is asked for (None: every version)
@@ -122,6 +124,8 @@ class SQLiteKnowledgeBase:
         self.embedder: Embedder = (
             embedder_from_spec(embedder, **embedder_options) if isinstance(embedder, str) else embedder
         )
+        #: the cosine a chunk must exceed to be a vector hit (:func:`recrawler.kb.ranking.similarity_floor`)
+        self.min_similarity = similarity_floor(self.embedder, min_similarity)
         self._scan = VectorScan(self._conn, self.embedder.id, cache_bytes=int(cache_mb * 2**20))
         self._df: dict[str, int] = {}
         self._df_version: Any = None
@@ -158,7 +162,7 @@ class SQLiteKnowledgeBase:
         *lang* (``en`` finds ``en-us`` too); pages with no version or language are in every one.
         *mode*: ``hybrid`` (keyword and vector lists fused), ``vector`` (cosine, exact) or
         ``keyword`` (FTS5's BM25). No chunk is a hit that neither list has: a query with no word
-        and no vector in common with the pages finds nothing."""
+        of the pages and no chunk similar above the floor (``min_similarity``) finds nothing."""
         if mode not in MODES:
             raise ValueError(f"search mode {mode!r}: expected one of {', '.join(MODES)}")
         scope = Slice.of(site, version, lang, self.default_version)
@@ -220,7 +224,7 @@ class SQLiteKnowledgeBase:
         return {r[0] for r in self._conn.execute(sql, params)}
 
     def _vector(self, q: np.ndarray[Any, np.dtype[np.float32]], n: int, scope: Slice) -> list[Ranked]:
-        """The *n* visible chunks of highest cosine above 0, exact, best first."""
+        """The *n* visible chunks of highest cosine above the floor, exact, best first."""
         scores, errors = self._scan.scores(q)
         total = len(scores)
         if not total:
@@ -241,11 +245,12 @@ class SQLiteKnowledgeBase:
         looked = np.zeros(total, dtype=bool)
         wanted = min(total, n + 32)
         masked = False
-        floor = 0.0
+        minimum = self.min_similarity
+        floor = minimum
         while True:
             top = _best(upper, wanted)
-            # a vector whose bound is no more than 0, or below the n-th hit, cannot rank
-            least = max(0.0, floor - 1e-6) if len(hits) >= n else 0.0
+            # a vector whose bound is no more than the floor, or below the n-th hit, cannot rank
+            least = max(minimum, floor - 1e-6) if len(hits) >= n else minimum
             fresh = top[(upper[top] > least) & ~looked[top]].astype(np.int64)
             looked[fresh] = True
             if len(fresh):
@@ -253,13 +258,13 @@ class SQLiteKnowledgeBase:
                 # longer needed for those, and only the best of them are resolved to chunks
                 rowids = self._scan.rowids(fresh)
                 exact = self._scan.exact(list(dict.fromkeys(rowids.tolist())), q)
-                pending.extend((r, s) for r, s in exact.items() if s > 0.0)
+                pending.extend((r, s) for r, s in exact.items() if s > minimum)
                 pending.sort(key=lambda t: -t[1])
             floor = self._take(hits, pending, n, scope)
             # every vector not looked at yet scores at most this
             frontier = float(upper[top[-1]]) if wanted < total and len(top) else -np.inf
             # rounded as the ranking rounds (6 decimals): a vector below it cannot tie with the n-th
-            if frontier <= 0.0 or (len(hits) >= n and frontier < floor - 1e-6):
+            if frontier <= minimum or (len(hits) >= n and frontier < floor - 1e-6):
                 break
             if wanted >= 16 * 4096 and not masked:
                 # few cached vectors pass the filter (a small site, an old cache): score only those
