@@ -16,7 +16,13 @@ from recrawler import membership, meta
 from recrawler.auditor import Auditor
 from recrawler.counters import RunCounters
 from recrawler.cpu import CpuPool
-from recrawler.exceptions import ConfigurationError, RunRefused, SchemaVersionError, StateStoreError
+from recrawler.exceptions import (
+    ConfigurationError,
+    RunRefused,
+    SchemaVersionError,
+    StateStoreError,
+    StateStoreLost,
+)
 from recrawler.gctuning import GcTuning
 from recrawler.intervals import SchedulePolicy, parse_audit_sample
 from recrawler.learning import NoiseRegistry
@@ -372,7 +378,9 @@ class Runtime:
             try:
                 held = await self.store.heartbeat(run)
             except StateStoreError as exc:
-                logger.error("lease heartbeat failed: %(exc)s", {"exc": exc})
+                # a database lost mid-run was said once, by the store, when it noticed
+                level = logging.DEBUG if isinstance(exc, StateStoreLost) else logging.ERROR
+                logger.log(level, "lease heartbeat failed: %(exc)s", {"exc": exc})
                 continue
             if not held:
                 self.lease_lost = True

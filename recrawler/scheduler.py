@@ -15,7 +15,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.request import request_from_dict
 
 from recrawler import meta
-from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.exceptions import ConfigurationError, StateStoreError, StateStoreLost
 from recrawler.meta import is_page_request, request_key, spider_opted_in
 from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
@@ -403,7 +403,8 @@ class FrontierScheduler(Scheduler):
         assert rt is not None
         name = type(exc).__name__
         rt.counters.inc(f"recrawler/state/error/{name}")
-        if rt.first(f"frontier:{message}"):
+        # a database lost mid-run was said once, by the store, when it noticed
+        if not isinstance(exc, StateStoreLost) and rt.first(f"frontier:{message}"):
             logger.error(message, {"exc": exc}, extra={"spider": self.spider})
 
 

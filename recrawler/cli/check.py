@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 def cmd_check(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Verify the database's invariants; ``--repair`` mends what drifted (exit 1: problems found)."""
     store = open_store(settings)
+    if hasattr(store, "integrity_check"):
+        # this command checks the file itself (a damaged one is its first finding): its read is
+        # not refused beforehand, as every other command's is (SQLite only)
+        store.integrity_check = False
     findings = store.check_sync(key_maker(settings), lease_secs=settings.getfloat("RECRAWLER_LEASE_SECS"))
     for f in findings:
         if args.json:

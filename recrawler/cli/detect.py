@@ -17,6 +17,7 @@ from recrawler.extract import ContentExtractor
 from recrawler.learning import NoiseRegistry
 from recrawler.state import LIVE, utcnow
 from recrawler.terminal import Progress
+from recrawler.times import parse_duration
 from recrawler.urls import UrlPolicy, key_host
 
 if TYPE_CHECKING:
@@ -196,8 +197,7 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings, out: TextIO) -> 
     """Fetch a sample of pages twice, ``--delay`` seconds apart, and learn the regions that differ
     as volatile. Every page is fetched once, then each again once its delay has passed, so the
     whole takes about one delay; a terminal shows what is being done and how long is left."""
-    if args.delay < 0:
-        raise ConfigurationError(f"calibrate: --delay must be 0 or more, got {args.delay:g}")
+    args.delay = parse_duration(args.delay, name="calibrate: --delay")
     store = open_store(settings)
     # read first: a database that cannot be read fails now, not after the fetches
     store.noise_report()
@@ -342,7 +342,9 @@ def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--site", help="sample only this site's pages")
     p.add_argument("--sample", type=int, default=10, help="pages to sample (default %(default)s)")
-    p.add_argument("--delay", type=float, default=60.0, help="seconds between the two fetches (default 60)")
+    p.add_argument(
+        "--delay", default="60", help="time between the two fetches: seconds, or 90s, 2m, 1h (default 60)"
+    )
     p.add_argument("--seed", type=int, default=None)
     p.set_defaults(func=cmd_calibrate)
 

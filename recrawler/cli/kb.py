@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,9 +13,12 @@ from recrawler.cli.settings import db_uri
 from recrawler.exceptions import ConfigurationError
 from recrawler.kb.ranking import MODES
 from recrawler.kb.reader import open_kb
+from recrawler.redact import redact_url
+from recrawler.times import parse_time
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from datetime import datetime
     from typing import TextIO
 
     from scrapy.settings import Settings
@@ -78,8 +82,8 @@ def _search(
             [Column("SCORE", 5, right=True), Column("VERIFIED", 16), Column("CHANGED", 16), Column("URL")],
             empty=_no_match(args, getattr(kb, "min_similarity", 0.0)),
         )
-        if not kb.published_run():
-            # nothing to search: not "no match"
+        if not kb.published_run() or next(iter(kb.chunks()), None) is None:
+            # nothing to search (no run published, or none published a page yet): not "no match"
             if not args.json:
                 out.write(NOTHING_PUBLISHED + "\n")
             return 0
@@ -172,13 +176,22 @@ def cmd_chunks(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
     return 0
 
 
+def _since(text: str) -> int | datetime:
+    """``--since``: a run id (``0``: everything published), or a time (``7d``, ``2026-11-24``)."""
+    if text.strip().isdigit():
+        return int(text)
+    return parse_time(text, name="changes: --since")
+
+
 def cmd_changes(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """What the published runs after ``--since`` did to each page, with its text and chunks."""
     if args.since is None and args.cursor is None:
-        raise ConfigurationError("changes: give --since RUN (0: everything) or --cursor CURSOR")
-    with open_kb(db_uri(settings), embedder="hashing") as kb:
+        raise ConfigurationError("changes: give --since RUN or AGE (0: everything; 7d) or --cursor CURSOR")
+    uri = db_uri(settings)
+    with open_kb(uri, embedder="hashing") as kb:
+        since = _since(args.since) if args.since is not None else None
         batch = kb.changes(
-            args.since,
+            since,
             cursor=args.cursor,
             limit=args.limit,
             key=args.key,
@@ -194,13 +207,15 @@ def cmd_changes(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     table = Table(
         out,
         [Column("ACTION", 11), Column("RUN", right=True), Column("CHUNKS", right=True), Column("URL")],
-        empty=f"no page changed by a run published after run {args.since}",
+        empty=f"no page changed by a run published after run {batch.since}",
     )
     for change in batch.changes:
         table.row(change.action, change.run_id, len(change.chunks), change.moved_to or change.url)
     table.end()
     more = "more" if not batch.done else f"up to run {batch.upto}; next time"
-    out.write(f"{more}: recrawler changes --cursor {batch.cursor}\n")
+    # the command to run as it is, database included (its password masked: give it as you did)
+    again = f"recrawler changes --cursor {batch.cursor} --db {shlex.quote(redact_url(uri))}"
+    out.write(f"{more}: {again}\n")
     return 0
 
 
@@ -255,9 +270,13 @@ def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "changes", parents=db, help="pages the published runs after a run changed, with their text and chunks"
     )
-    p.add_argument("--since", type=int, metavar="RUN", help="after this run (0: everything published)")
+    p.add_argument(
+        "--since",
+        metavar="RUN|AGE",
+        help="after this run (0: everything published), or published after a time (7d, 2026-11-24)",
+    )
     p.add_argument("--cursor", help="resume where an earlier call stopped (its last line)")
-    p.add_argument("--limit", type=int, default=100, help="pages per call, at most (default %(default)s)")
+    p.add_argument("--limit", type=int, default=100, help="pages per call, 1 or more (default %(default)s)")
     p.add_argument("--key", help="only this page key")
     p.add_argument(
         "--version", help="only this version's pages, and pages with none (default: every version)"

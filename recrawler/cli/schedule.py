@@ -39,7 +39,7 @@ def changes_per_day(rev: Revisit) -> float | None:
 def cmd_due(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """List the stored pages the next run will check, and why (the run's own decision): a deploy
     a run detected and could not check through leaves its pages due."""
-    policy = SchedulePolicy.from_settings(settings, now=parse_now(args.now))
+    policy = SchedulePolicy.from_settings(settings, now=parse_now(args.now, name="--now"))
     store = open_store(settings)
     trust = list(store.iter_trust())
     off = {(t.host, t.signal) for t in trust if not t.trusted}
@@ -223,7 +223,11 @@ def cmd_immutable(args: argparse.Namespace, settings: Settings, out: TextIO) -> 
 def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     """Register ``due``, ``trust`` and ``immutable``."""
     p = sub.add_parser("due", parents=db, help="list the stored pages the next run will check, and why")
-    p.add_argument("--now", help="the run clock, ISO 8601 (default: now; like RECRAWLER_NOW)")
+    p.add_argument(
+        "--now",
+        help="the run clock: an ISO 8601 time, or from now: +2d, 12h (12 hours ago); default: now "
+        "(like RECRAWLER_NOW)",
+    )
     p.add_argument("--site", help="only pages of this host")
     p.add_argument("--schedule", choices=["adaptive", "all"], help="as RECRAWLER_SCHEDULE")
     p.add_argument("--lastmod-mode", choices=["skip", "hint", "ignore"], help="as RECRAWLER_LASTMOD_MODE")

@@ -18,7 +18,7 @@ from scrapy.utils.reactor import is_reactor_installed
 from recrawler import membership, meta, outcome, reports
 from recrawler import signals as recrawler_signals
 from recrawler.deploys import SIGNALS
-from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.exceptions import ConfigurationError, StateStoreError, StateStoreLost
 from recrawler.extensions.guards import RunGuards
 from recrawler.extensions.verify import UnseenVerifier
 from recrawler.items import PageStatus
@@ -346,7 +346,9 @@ class Reconciler:
             )
         except StateStoreError as exc:
             c.inc(f"recrawler/state/error/{type(exc).__name__}")
-            logger.error("reconciliation failed, nothing quarantined or gone: %(exc)s", {"exc": exc})
+            # a database lost mid-run was said at ERROR when the store noticed: this is its consequence
+            level = logging.WARNING if isinstance(exc, StateStoreLost) else logging.ERROR
+            logger.log(level, "reconciliation failed, nothing quarantined or gone: %(exc)s", {"exc": exc})
             run_report = self._report(run, reason, None, ["state_error"], {}, self._deploy_counts())
             self._finish_outcome(run_report, ["state_error"], {})
         if self.report_file:

@@ -11,6 +11,7 @@ from scrapy.exceptions import DontCloseSpider
 
 from recrawler import meta
 from recrawler.exceptions import StateStoreError
+from recrawler.misses import state_error
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -79,8 +80,7 @@ class UnseenVerifier:
                     run, self.batch, due_at=self.due_at, delisted=self.delisted, deployed=self.deployed
                 )
             except StateStoreError as exc:
-                c.inc(f"recrawler/state/error/{type(exc).__name__}")
-                logger.error("could not list unseen pages: %(exc)s", {"exc": exc})
+                state_error(self.runtime, exc, "listing unseen pages")
                 batch = []
             if not batch:
                 self.done = True

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
 import zlib
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from recrawler.exceptions import ConfigurationError
@@ -25,7 +28,16 @@ from recrawler.state.sql.visibility import published_pages, visible_from, visibl
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-__all__ = ["ChangeBatch", "PageChange", "decode_cursor", "encode_cursor", "read_changes"]
+    Query = Callable[[str, dict[str, Any]], Sequence[Any]]
+
+__all__ = [
+    "ChangeBatch",
+    "PageChange",
+    "database_identity",
+    "decode_cursor",
+    "encode_cursor",
+    "read_changes",
+]
 
 # the first published run of the chunk's site at or after the run that added it: the run that
 # made it visible (c_ra: the adding run, joined by visible_from)
@@ -33,29 +45,65 @@ _MADE_VISIBLE = """(SELECT MIN(pub.id) FROM runs pub WHERE pub.state = 'publishe
                      AND COALESCE(pub.site, '') = COALESCE(c_ra.site, '') AND pub.id >= c.added_run)"""
 
 
-def encode_cursor(since: int, upto: int | None, after: str) -> str:
-    """An opaque, URL-safe cursor."""
-    raw = json.dumps({"since": since, "upto": upto, "after": after}, separators=(",", ":"))
+#: what a cursor is refused for, and what to do instead
+_RESTART = "start again with --since RUN (0: everything published)"
+
+
+def database_identity(query: Query) -> str:
+    """What tells this database from another: its first run (id and start, to the microsecond);
+    empty before any run. Runs are never deleted: it holds for the database's life."""
+    rows = query("SELECT id, started_at FROM runs ORDER BY id LIMIT 1", {})
+    return f"{rows[0]['id']}|{rows[0]['started_at']}" if rows else ""
+
+
+def _tag(identity: str, payload: str) -> str:
+    return hmac.new(identity.encode(), payload.encode(), hashlib.sha256).hexdigest()[:16]
+
+
+def encode_cursor(since: int, upto: int | None, after: str, identity: str = "") -> str:
+    """An opaque, URL-safe cursor, signed with the database's identity (:func:`database_identity`)."""
+    payload = json.dumps({"since": since, "upto": upto, "after": after}, separators=(",", ":"))
+    raw = json.dumps({"p": payload, "db": _tag(identity, payload)}, separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[int, int | None, str]:
-    """(since, upto, after) of a cursor :func:`encode_cursor` made."""
+def decode_cursor(cursor: str, identity: str = "") -> tuple[int, int | None, str]:
+    """(since, upto, after) of a cursor :func:`encode_cursor` made for the database of *identity*;
+    any other (another database's, edited, cut short, from an older recrawler) is one
+    ConfigurationError line: it could skip the runs after it without a word."""
     try:
-        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        return (
-            int(data["since"]),
-            (int(data["upto"]) if data["upto"] is not None else None),
-            str(data["after"]),
-        )
-    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
-        raise ConfigurationError(f"not a changes cursor: {cursor!r}") from exc
+        wrapper = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        payload = str(wrapper["p"])
+        signed = hmac.compare_digest(str(wrapper["db"]), _tag(identity, payload))
+        data = json.loads(payload)
+        since, after = int(data["since"]), str(data["after"])
+        upto = int(data["upto"]) if data["upto"] is not None else None
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error, UnicodeDecodeError):
+        shown = cursor if len(cursor) <= 40 else cursor[:40] + "..."
+        raise ConfigurationError(f"not a changes cursor: {shown!r}; {_RESTART}") from None
+    # the cursor of "everything published" skips nothing, whichever database made it (one made
+    # before the database's first run has no identity to be signed with)
+    if not signed and (since, upto, after) != (0, None, ""):
+        msg = f"this changes cursor was made for another database (or edited); {_RESTART}"
+        raise ConfigurationError(msg)
+    return since, upto, after
+
+
+def _published_before(query: Query, at: datetime) -> int:
+    """The last run published at or before *at* (0: none): changes "since a time" are those the
+    runs published after it made."""
+    stamp = at.astimezone(UTC).isoformat()
+    rows = query(
+        "SELECT COALESCE(MAX(id), 0) AS p FROM runs WHERE state = 'published' AND published_at <= :at",
+        {"at": stamp},
+    )
+    return int(rows[0]["p"])
 
 
 def read_changes(
-    query: Callable[[str, dict[str, Any]], Sequence[Any]],
+    query: Query,
     *,
-    since: int | None = None,
+    since: int | datetime | None = None,
     cursor: str | None = None,
     limit: int = 100,
     key: str | None = None,
@@ -63,6 +111,9 @@ def read_changes(
 ) -> ChangeBatch:
     """The pages that published runs after *since* changed, by page key, *limit* at a time (only
     pages of *scope*'s version and language when it names them).
+
+    *since* is a run id (0: everything published) or a time (the runs published after it). A
+    cursor resumes where a call stopped; it is bound to this database and refused elsewhere.
 
     What it reads: ``runs`` (``state = 'published'``: which runs count, and per site which one
     made a chunk row visible), ``chunks`` (rows the bot sees, by :mod:`recrawler.state.sql.visibility`,
@@ -72,11 +123,23 @@ def read_changes(
     ``page_fields`` (the page's text, when it is the published version). This is the one place
     that reads them: a per-run log of what each published run did to each page replaces them here.
     """
+    if limit < 1:
+        raise ConfigurationError(f"changes: --limit must be 1 or more, got {limit}")
+    identity = database_identity(query)
+    last = int(query("SELECT COALESCE(MAX(id), 0) AS p FROM runs", {})[0]["p"])
     if cursor:
-        since, upto, after = decode_cursor(cursor)
+        since, upto, after = decode_cursor(cursor, identity)
+        if since > last or (upto is not None and upto > last):
+            named = max(since, upto or 0)
+            msg = f"this changes cursor names run {named}, past this database's last ({last}); {_RESTART}"
+            raise ConfigurationError(msg)
     else:
         if since is None:
             raise ConfigurationError("changes: give since (a run id; 0: everything) or a cursor")
+        if isinstance(since, datetime):
+            since = _published_before(query, since)
+        if since < 0 or since > last:
+            raise ConfigurationError(f"changes: no run {since} in this database (its last is {last})")
         upto, after = None, ""
     if upto is None:
         upto = int(query("SELECT COALESCE(MAX(id), 0) AS p FROM runs WHERE state = 'published'", {})[0]["p"])
@@ -124,9 +187,15 @@ def read_changes(
     changes = [_page_change(query, k, *found[k], started) for k in keys]
     if more:
         return ChangeBatch(
-            changes=changes, cursor=encode_cursor(since, upto, keys[-1]), upto=upto, done=False
+            changes=changes,
+            cursor=encode_cursor(since, upto, keys[-1], identity),
+            upto=upto,
+            done=False,
+            since=since,
         )
-    return ChangeBatch(changes=changes, cursor=encode_cursor(upto, None, ""), upto=upto, done=True)
+    return ChangeBatch(
+        changes=changes, cursor=encode_cursor(upto, None, "", identity), upto=upto, done=True, since=since
+    )
 
 
 def _page_change(

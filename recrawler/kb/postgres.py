@@ -305,7 +305,7 @@ class PostgreSQLKnowledgeBase:
 
     def changes(
         self,
-        since: int | None = None,
+        since: int | datetime | None = None,
         *,
         cursor: str | None = None,
         limit: int = 100,

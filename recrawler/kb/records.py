@@ -177,12 +177,13 @@ class ChangeBatch:
     """A page of changes; pass ``cursor`` to the next call (it stays valid across restarts).
 
     ``done``: nothing more up to ``upto``, the last run published when the listing began; the
-    cursor then lists what runs after ``upto`` publish."""
+    cursor then lists what runs after ``upto`` publish. ``since``: the run the listing is after."""
 
     changes: list[PageChange] = field(default_factory=list)
     cursor: str = ""
     upto: int = 0
     done: bool = True
+    since: int = 0
 
 
 class KnowledgeBase(Protocol):
@@ -211,7 +212,7 @@ class KnowledgeBase(Protocol):
 
     def changes(
         self,
-        since: int | None = None,
+        since: int | datetime | None = None,
         *,
         cursor: str | None = None,
         limit: int = 100,
@@ -219,9 +220,10 @@ class KnowledgeBase(Protocol):
         version: str | None = None,
         lang: str | None = None,
     ) -> ChangeBatch:
-        """The pages the published runs after run *since* changed, *limit* at a time, by page key
-        (resume with the batch's ``cursor``); only page *key* when given, only pages of *version*
-        and *lang* when given (``"*"`` or None: any; no default version applies)."""
+        """The pages the published runs after run *since* (or published after the time *since*)
+        changed, *limit* at a time, by page key (resume with the batch's ``cursor``, bound to this
+        database); only page *key* when given, only pages of *version* and *lang* when given
+        (``"*"`` or None: any; no default version applies)."""
 
     def published_run(self) -> int:
         """Return the id of the last published run (0: none yet)."""

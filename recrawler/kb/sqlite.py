@@ -86,7 +86,7 @@ class SQLiteKnowledgeBase:
         #: the version :meth:`search` shows when none is asked for (None: every version)
         self.default_version = default_version
         # imported here: the store's package imports this module (recrawler check reads VISIBLE)
-        from recrawler.state.sqlite.versions import check_schema
+        from recrawler.state.sqlite.versions import check_integrity, check_schema
 
         if cache_mb is None:
             from recrawler.default_settings import RECRAWLER_SEARCH_CACHE_MB
@@ -103,8 +103,10 @@ class SQLiteKnowledgeBase:
             )
             self._conn.row_factory = sqlite3.Row
             tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            # the same check the store makes: a newer or foreign database is refused, untouched
+            # the same checks the store makes: a newer, foreign or damaged database is refused,
+            # untouched (quick_check: every page and record, once when the knowledge base opens)
             check_schema(self._conn, path)
+            check_integrity(self._conn, path, quick=True)
         except sqlite3.DatabaseError as exc:
             raise SchemaVersionError(f"{path!r} is not a readable recrawler database ({exc})") from exc
         except SchemaVersionError:
@@ -386,7 +388,7 @@ class SQLiteKnowledgeBase:
 
     def changes(
         self,
-        since: int | None = None,
+        since: int | datetime | None = None,
         *,
         cursor: str | None = None,
         limit: int = 100,

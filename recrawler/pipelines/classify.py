@@ -13,6 +13,7 @@ from recrawler.detect import decide, fingerprint
 from recrawler.detect.verdict import BY_HASH, Verdict
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import Page, PageStatus, Unread
+from recrawler.misses import state_error
 from recrawler.pipelines.commit import hand_over, page_update
 from recrawler.runtime import runtime_of
 from recrawler.state import (
@@ -209,8 +210,7 @@ class ClassifyPipeline:
             return await self.store.get(item.key)
         except StateStoreError as exc:
             # A read failure is treated as "no record" (the page is then new; nothing is lost).
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
-            logger.error("state read failed for %(url)s: %(exc)s", {"url": item.url, "exc": exc})
+            state_error(self.runtime, exc, "state read", item.url)
             return None
 
     async def _noise(self, site: str, item: Page, now: datetime) -> SiteNoise | None:
@@ -284,8 +284,7 @@ class ClassifyPipeline:
         try:
             await self.store.record_error(run, item.key, [event])
         except StateStoreError as exc:
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
-            logger.error("state write failed for %(url)s: %(exc)s", {"url": item.url, "exc": exc})
+            state_error(self.runtime, exc, "state write", item.url)
         item.status = PageStatus.ERROR
         item.raw_body = item.worked = None
         return item

@@ -14,7 +14,7 @@ from scrapy.exceptions import DropItem
 from recrawler import signals
 from recrawler.detect.hashing import pack_blocks
 from recrawler.detect.verdict import BY_HASH, RESTORED
-from recrawler.exceptions import StateStoreError
+from recrawler.exceptions import StateStoreError, StateStoreLost
 from recrawler.items import PageStatus
 from recrawler.state import (
     LIVE,
@@ -327,7 +327,8 @@ async def commit(
         # once a run, then only counted (a database gone mid-run fails every page after it)
         reason = type(exc).__name__
         counters.inc(f"recrawler/state/error/{reason}")
-        if runtime.first(f"write_failed/{reason}"):
+        # a database lost mid-run was said once, by the store, when it noticed
+        if not isinstance(exc, StateStoreLost) and runtime.first(f"write_failed/{reason}"):
             logger.error(
                 "state write failed for %(url)s: %(exc)s; further %(reason)s write failures are only counted",
                 {"url": page.url, "exc": exc, "reason": reason},

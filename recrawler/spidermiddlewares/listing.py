@@ -12,6 +12,7 @@ from scrapy import Request
 
 from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.misses import state_error
 from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
 from recrawler.state import ListedEntry, SitemapFile, utcnow
@@ -312,10 +313,7 @@ class _Listing:
     def _failed(self, exc: StateStoreError) -> None:
         # the file is read again next run (its validators are not stored): nothing is lost
         self.failed = True
-        self.runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
-        logger.error(
-            "could not store the listing of %(url)s: %(exc)s", {"url": redact_url(self.url), "exc": exc}
-        )
+        state_error(self.runtime, exc, "storing the listing", redact_url(self.url))
 
     async def done(self) -> None:
         """The file was read to its end: store the rest and its validators."""

@@ -13,7 +13,8 @@ from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.intervals import SKIP_LASTMOD, Decision, parse_now
 from recrawler.items import Page, PageStatus
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
-from recrawler.runtime import runtime_of
+from recrawler.misses import state_error
+from recrawler.runtime import find_runtime, runtime_of
 from recrawler.scheduler import frontier_enabled
 from recrawler.spidermiddlewares.deploys import SAMPLED, DeployChecks, parse_signals
 from recrawler.state.records import RevisitUpdate
@@ -257,8 +258,7 @@ class ScheduleMiddleware:
             known = await self.store.scheduled(sorted(set(keys)))
         except StateStoreError as exc:
             # without the schedule, every page is due: a read failure never hides a page
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
-            logger.error("schedule read failed, requesting the batch: %(exc)s", {"exc": exc})
+            state_error(find_runtime(self.crawler), exc, "schedule read (the batch is requested)")
             return batch
         decided: dict[str, Decision] = {}
         passed: list[Request] = []

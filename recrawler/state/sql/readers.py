@@ -312,12 +312,20 @@ class SQLReaders:
             if not self._has_table(conn, "page_before"):
                 return
             d = conn.dialect
+            # a period reads the runs that ended in it (or have not ended) through the outbox's run
+            # index, and only their events' payloads: not every payload the outbox ever kept
+            period = (
+                f"""AND o.run_id IN (SELECT p.id FROM runs p
+                                     WHERE p.finished_at IS NULL OR p.finished_at >= :since)
+                    AND {d.json_text("o.payload", "at")} >= :since"""
+                if since is not None
+                else ""
+            )
             for row in conn.iter(
                 f"""SELECT o.payload FROM outbox o LEFT JOIN runs r ON r.id = o.run_id
                     WHERE o.run_id IS NOT NULL AND {visible_run("o.run_id")}
                       AND (CAST(:site AS TEXT) IS NULL OR r.site = :site)
-                      AND (CAST(:run AS INTEGER) IS NULL OR o.run_id = :run)
-                      AND (CAST(:since AS TEXT) IS NULL OR {d.json_text("o.payload", "at")} >= :since)
+                      AND (CAST(:run AS INTEGER) IS NULL OR o.run_id = :run) {period}
                     ORDER BY o.id""",
                 {"site": site, "run": run_id, "since": _at(since) if since is not None else None},
             ):

@@ -13,6 +13,7 @@ from recrawler.exceptions import (
     ConfigurationError,
     SchemaVersionError,
     StateStoreError,
+    StateStoreLost,
     StateStoreUnavailable,
 )
 from recrawler.state.sql.database import store_options
@@ -74,8 +75,9 @@ class SQLiteDatabase(SQLiteTransactions):
             dry_run=dry_run,
             deliver_on_commit=deliver_on_commit,
         )
-        #: refuse a database that fails ``PRAGMA integrity_check`` when it opens
+        #: refuse a database that fails ``PRAGMA integrity_check`` when it opens (readers: ``quick_check``)
         self.integrity_check = integrity_check
+        self._verified = False
         self._open_lock = threading.Lock()
 
     @classmethod
@@ -103,6 +105,8 @@ class SQLiteDatabase(SQLiteTransactions):
                 version = check_schema(conn, self.path)
                 if version and self.integrity_check:
                     check_integrity(conn, self.path)
+                # checked, or new: the readers of this store (the run's own) need not check it again
+                self._verified = True
                 if not version and existed:
                     refuse_empty(self.path, timeout_secs=self.timeout_secs)
                 if self.dry_run:
@@ -123,9 +127,15 @@ class SQLiteDatabase(SQLiteTransactions):
             except StateStoreError:
                 conn.close()
                 raise
-            self._conn = conn
             if self.path != ":memory:":
-                self._identity = file_identity(self.path)
+                try:
+                    self._identity = file_identity(self.path)
+                except OSError as exc:
+                    # deleted (or its directory) between the connect and now
+                    conn.close()
+                    msg = f"state database {self.path!r} was deleted while it was being opened"
+                    raise StateStoreUnavailable(msg) from exc
+            self._conn = conn
         self._deliver()
 
     async def open(self) -> None:
@@ -140,7 +150,7 @@ class SQLiteDatabase(SQLiteTransactions):
     def reader(self) -> Iterator[SQLiteReader]:
         """A read-only connection of its own (refused on a newer schema), closed after use."""
         if self._lost is not None:
-            raise StateStoreUnavailable(self._lost)
+            raise StateStoreLost(self._lost)
         conn = self._reader()
         try:
             yield SQLiteReader(conn)
@@ -156,6 +166,15 @@ class SQLiteDatabase(SQLiteTransactions):
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise open_error(self.path, exc) from exc
+        if version and self.integrity_check and not self._verified:
+            # a command that only reads (pages, runs, ...) answers from an undamaged file, or says
+            # it is damaged, as a crawl refuses it: once per store, not once per read
+            try:
+                check_integrity(conn, self.path, quick=True)
+            except SchemaVersionError:
+                conn.close()
+                raise
+            self._verified = True
         if not version:
             # an empty file (a 0-byte one, say): nothing to read, and readers never create a schema
             conn.close()

@@ -14,7 +14,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
-from recrawler.exceptions import PageWriteError, StateStoreError, StateStoreUnavailable
+from recrawler.exceptions import PageWriteError, StateStoreError, StateStoreLost
 from recrawler.state.sql.database import insert_embeddings, insert_outbox
 from recrawler.state.sql.dialect import SQLITE, drive
 from recrawler.state.sql.visibility import visible_run
@@ -99,7 +99,7 @@ class SQLiteTransactions:
             if self._lost is not None:
                 self._abandon()
         if self._lost is not None and func != self._close:
-            raise StateStoreUnavailable(self._lost)
+            raise StateStoreLost(self._lost)
         return call()
 
     def _abandon(self) -> None:
@@ -304,8 +304,12 @@ class SQLiteTransactions:
     def _flush_done(self, task: asyncio.Future[None]) -> None:
         self._background.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            logger.error(
-                "timed commit to %(path)s failed: %(exc)s", {"path": self.path, "exc": task.exception()}
+            # a lost database was said once, when it was noticed
+            level = logging.DEBUG if isinstance(task.exception(), StateStoreLost) else logging.ERROR
+            logger.log(
+                level,
+                "timed commit to %(path)s failed: %(exc)s",
+                {"path": self.path, "exc": task.exception()},
             )
 
     async def close(self) -> None:

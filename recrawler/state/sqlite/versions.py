@@ -124,24 +124,29 @@ def check_schema(conn: sqlite3.Connection, path: str) -> int:
     return version
 
 
-def integrity_problems(conn: sqlite3.Connection, most: int = 20) -> list[str]:
-    """What ``PRAGMA integrity_check`` finds wrong with the file, at most *most* (empty: nothing)."""
+def integrity_problems(conn: sqlite3.Connection, most: int = 20, *, quick: bool = False) -> list[str]:
+    """What ``PRAGMA integrity_check`` (*quick*: ``quick_check``, which skips matching each index
+    with its table) finds wrong with the file, at most *most* (empty: nothing)."""
+    pragma = "quick_check" if quick else "integrity_check"
     try:
-        problems = [str(r[0]) for r in conn.execute(f"PRAGMA integrity_check({int(most)})")]
+        problems = [str(r[0]) for r in conn.execute(f"PRAGMA {pragma}({int(most)})")]
     except sqlite3.DatabaseError as exc:
         # too damaged for the check to go on ("database disk image is malformed")
         return [str(exc)]
     return [] if problems == ["ok"] else problems
 
 
-def check_integrity(conn: sqlite3.Connection, path: str) -> None:
+def check_integrity(conn: sqlite3.Connection, path: str, *, quick: bool = False) -> None:
     """Refuse a database whose pages SQLite finds damaged (``PRAGMA integrity_check``): written to,
     it would spread the damage, and its rows would be served as they are. Checked before anything
-    writes, so a refused file stays byte-identical."""
-    problems = integrity_problems(conn, 5)
+    writes, so a refused file stays byte-identical. Readers check with *quick* (``quick_check``:
+    every page and record, not each index against its table): what a command shows comes from an
+    undamaged file, or it says the file is damaged."""
+    problems = integrity_problems(conn, 5, quick=quick)
     if problems:
+        pragma = "quick_check" if quick else "integrity_check"
         msg = (
-            f"state database {path!r} is corrupt (PRAGMA integrity_check: {'; '.join(problems)[:300]}); "
+            f"state database {path!r} is corrupt (PRAGMA {pragma}: {'; '.join(problems)[:300]}); "
             "it was left untouched: restore it from a backup, or move it away to start afresh"
         )
         raise SchemaVersionError(msg)
