@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib.util
+import json
+import logging
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy.downloadermiddlewares.httpcompression import HttpCompressionMiddleware
@@ -33,7 +36,13 @@ from recrawler.facets import FacetPattern
 from recrawler.meta import spider_opted_in
 from recrawler.pipelines.classify import ClassifyPipeline
 from recrawler.pipelines.index import IndexPipeline
-from recrawler.project import apply_environment, project_db_uri
+from recrawler.project import (
+    ENVIRONMENT_SETTINGS,
+    OTHER_ENVIRONMENT,
+    apply_environment,
+    project_db_uri,
+    unknown_environment,
+)
 from recrawler.runtime import Runtime
 from recrawler.spidermiddlewares.deltafetch import DeltaFetchMiddleware
 from recrawler.spidermiddlewares.links import LinkListingMiddleware
@@ -45,6 +54,8 @@ from recrawler.spidermiddlewares.workers import WorkerStartMiddleware
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
 
 #: Scrapy settings for a team crawling its own docs site: fast, bounded, robots.txt obeyed.
 FAST_PROFILE: dict[str, Any] = {
@@ -97,6 +108,48 @@ def _check_objects(settings: BaseSettings) -> None:
             raw = str(settings.get(name))
             msg = f"{name}: not a JSON object ({exc}), got {raw[:80]!r}{'...' if len(raw) > 80 else ''}"
             raise ConfigurationError(msg) from None
+
+
+def _read_lists(settings: BaseSettings) -> None:
+    """Every recrawler setting whose default is a list takes a JSON list given as text
+    (``-s 'RECRAWLER_RENDER_PATTERNS=["/guide/"]'``, as the README shows it), not only Scrapy's
+    comma-separated text: read as one item, ``["/guide/"]`` would be a regular expression (a
+    character class) that matches every URL. Text that is not a JSON list stays comma-separated."""
+    for name in dir(default_settings):
+        if not name.startswith("RECRAWLER_") or not isinstance(getattr(default_settings, name), list):
+            continue
+        raw = settings.get(name)
+        if not isinstance(raw, str) or not raw.lstrip().startswith("["):
+            continue
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            # a regular expression or selector that starts with "[", say: one item, as Scrapy reads it
+            continue
+        if isinstance(value, list):
+            settings.set(name, value, priority=settings.getpriority(name) or 0)
+
+
+def _check_names(settings: BaseSettings) -> None:
+    """A ``RECRAWLER_*`` setting (or environment variable) recrawler does not read is a spelling
+    mistake that would do nothing: one WARNING each, naming the closest one recrawler reads."""
+    known = [n for n in dir(default_settings) if n.startswith("RECRAWLER_")]
+    environment = sorted({*ENVIRONMENT_SETTINGS, *OTHER_ENVIRONMENT})
+    unknown = [
+        (name, "setting", known)
+        for name in settings
+        if isinstance(name, str) and name.startswith("RECRAWLER_") and name not in known
+    ]
+    unknown += [(name, "environment variable", environment) for name in unknown_environment()]
+    for name, kind, candidates in unknown:
+        close = difflib.get_close_matches(
+            name.removeprefix("RECRAWLER_"), [c.removeprefix("RECRAWLER_") for c in candidates], n=1
+        )
+        hint = f"did you mean RECRAWLER_{close[0]}?" if close else "see the settings reference"
+        logger.warning(
+            "%(name)s is not a recrawler %(kind)s (%(hint)s): it does nothing",
+            {"name": name, "kind": kind, "hint": hint},
+        )
 
 
 def _check_numbers(settings: BaseSettings) -> None:
@@ -186,6 +239,8 @@ class RecrawlerAddon:
             raise ConfigurationError(msg)
         for name, value in PROFILES[profile].items():
             settings.set(name, value, priority="addon")
+        _check_names(settings)
+        _read_lists(settings)
         _check_numbers(settings)
         _check_objects(settings)
         # a bad one stops the crawl before it starts, in one line

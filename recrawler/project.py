@@ -27,6 +27,9 @@ ENVIRONMENT_SETTINGS = (
     "RECRAWLER_AUTH_HEADERS",
     "RECRAWLER_AUTH_COOKIES_FILE",
 )
+#: other ``RECRAWLER_*`` environment variables recrawler reads (the log level of its settings
+#: module, an embedder's key)
+OTHER_ENVIRONMENT = ("RECRAWLER_LOG_LEVEL", "RECRAWLER_EMBEDDER_API_KEY")
 #: the database file when ``RECRAWLER_DB_URI`` is not set, in Scrapy's project data directory
 DEFAULT_DB_FILE = "recrawler.db"
 #: the settings module used outside a Scrapy project
@@ -67,6 +70,17 @@ def apply_environment(settings: BaseSettings) -> None:
         value = os.environ.get(name)
         if value and (settings.getpriority(name) or 0) <= SETTINGS_PRIORITIES["project"]:
             settings.set(name, value, priority="project")
+
+
+def unknown_environment() -> list[str]:
+    """The ``RECRAWLER_*`` environment variables recrawler does not read (a misspelled
+    ``RECRAWLER_DB_URL`` would do nothing), tests' own ``RECRAWLER_TEST_*`` aside."""
+    read = {*ENVIRONMENT_SETTINGS, *OTHER_ENVIRONMENT}
+    return sorted(
+        name
+        for name in os.environ
+        if name.startswith("RECRAWLER_") and not name.startswith("RECRAWLER_TEST_") and name not in read
+    )
 
 
 def project_settings() -> Settings:
