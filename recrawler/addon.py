@@ -41,6 +41,7 @@ from recrawler.project import (
     OTHER_ENVIRONMENT,
     apply_environment,
     project_db_uri,
+    resolve_project_db,
     unknown_environment,
 )
 from recrawler.runtime import Runtime
@@ -152,6 +153,44 @@ def _check_names(settings: BaseSettings) -> None:
         )
 
 
+#: where a project's setting comes from (what ``-s`` sets, its user typed: not said again)
+_SOURCES = {"project": "settings.py", "spider": "the spider's custom_settings"}
+
+
+def _say_overrides(settings: BaseSettings, profile: str) -> None:
+    """One line at the start of a crawl naming the project's settings that override the crawl
+    profile and what that costs: ``scrapy startproject``'s template sets ``DOWNLOAD_DELAY = 1``
+    and ``CONCURRENT_REQUESTS_PER_DOMAIN = 1``, which make a 200-page crawl take minutes, not
+    seconds. WARNING when they slow the crawl down, INFO otherwise; the project's settings win."""
+    by_priority = {v: k for k, v in SETTINGS_PRIORITIES.items()}
+    shown, slower = [], []
+    for name, value in PROFILES[profile].items():
+        source = _SOURCES.get(by_priority.get(settings.getpriority(name) or 0, ""))
+        if source is None:
+            continue
+        got: float = settings.getbool(name) if isinstance(value, bool) else settings.getfloat(name)
+        if got == value:
+            continue
+        shown.append(f"{name} = {settings.get(name)!r} ({source}; profile: {value!r})")
+        if name == "DOWNLOAD_DELAY" and got > value:
+            slower.append(
+                f"one request every {got:g} s at best: 1,000 pages take {1000 * got / 60:,.0f} min or more"
+            )
+        elif name.startswith("CONCURRENT_REQUESTS") and got < value:
+            slower.append(f"{got:g} request{'s' if got != 1 else ''} at a time instead of {value}")
+        elif name == "AUTOTHROTTLE_ENABLED" and got:
+            slower.append("AutoThrottle paces the crawl to the server's latency")
+    if not shown:
+        return
+    cost = f": {'; '.join(slower)}" if slower else ""
+    logger.log(
+        logging.WARNING if slower else logging.INFO,
+        "these settings override recrawler's %(profile)s profile: %(shown)s%(cost)s (drop them for the "
+        "profile's pace; RECRAWLER_PROFILE = 'polite' is the pace for a site you do not own)",
+        {"profile": profile, "shown": ", ".join(shown), "cost": cost},
+    )
+
+
 def _check_numbers(settings: BaseSettings) -> None:
     """Every numeric recrawler setting reads as the number its default is, or one
     ConfigurationError line names it (components read them with ``getint`` / ``getfloat``)."""
@@ -208,7 +247,10 @@ class RecrawlerAddon:
     ``RECRAWLER_WEBHOOK_URL``, ``RECRAWLER_WEBHOOK_SECRET`` and the site's credentials
     (``RECRAWLER_AUTH_USER``, ``_PASSWORD``, ``_HEADERS``, ``_COOKIES_FILE``) are taken from the
     environment when set there (over the project's settings file, under ``-s``). Set nowhere,
-    the database is ``recrawler.db`` in Scrapy's project data directory (:func:`project_db_uri`).
+    the database is ``recrawler.db`` in Scrapy's project data directory (:func:`project_db_uri`);
+    a relative SQLite path the project's own settings give is in the project directory too. A
+    crawl says in one line which project settings override the profile; a ``RECRAWLER_*`` name it
+    does not read is one WARNING; a list setting takes a JSON list given as text.
     """
 
     def __init__(self, crawler: Crawler | None = None) -> None:
@@ -227,6 +269,8 @@ class RecrawlerAddon:
         for name in dir(default_settings):
             if name.startswith("RECRAWLER_"):
                 settings.set(name, getattr(default_settings, name), priority="default")
+        # the project's relative SQLite path is the project's file, from whatever folder
+        resolve_project_db(settings)
         # a deployment's environment overrides the project's settings file, not -s
         apply_environment(settings)
         if (settings.getpriority("RECRAWLER_DB_URI") or 0) <= SETTINGS_PRIORITIES["default"]:
@@ -239,6 +283,8 @@ class RecrawlerAddon:
             raise ConfigurationError(msg)
         for name, value in PROFILES[profile].items():
             settings.set(name, value, priority="addon")
+        if self.crawler is not None:
+            _say_overrides(settings, profile)
         _check_names(settings)
         _read_lists(settings)
         _check_numbers(settings)
