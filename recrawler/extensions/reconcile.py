@@ -22,7 +22,7 @@ from recrawler.items import PageStatus
 from recrawler.kb.publish import Publisher, publish_mode
 from recrawler.outcome import HOLD_MASS_REMOVAL, Verdicts
 from recrawler.reports import summary
-from recrawler.reports.freshness import freshness_view
+from recrawler.reports.freshness import STORED, freshness_view
 from recrawler.runtime import find_runtime, runtime_of
 from recrawler.state import RUN_FINISHED, RUN_HELD, utcnow
 from recrawler.state.records import SETTLE_APPLY, SETTLE_DROP, SETTLE_KEEP, SETTLE_KEEP_LISTED
@@ -396,8 +396,8 @@ class Reconciler:
             self.runtime.store.freshness, run.site, bound_secs=bound, now=self.runtime.schedule.now
         )
         view = freshness_view(fresh)
-        keys = ("live", "verified", "stale", "share", "bound", "oldest", "oldest_url", "delisted", "current")
-        return {k: view[k] for k in keys} | {"bound_secs": bound}
+        # what the run's HTML report shows later, as it was now
+        return {k: view[k] for k in STORED} | {"bound_secs": bound}
 
     def _report(
         self, run: Run, reason: str, result: ReconcileResult | None, skipped: list[str], hold: dict[str, str]
