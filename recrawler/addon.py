@@ -31,7 +31,7 @@ from recrawler.exceptions import ConfigurationError
 from recrawler.extensions.logs import DownloadFailureLog
 from recrawler.extensions.reconcile import Reconciler
 from recrawler.extensions.sinks import VectorStoreSinks
-from recrawler.extras import require
+from recrawler.extras import quiet_library_deprecations, require
 from recrawler.facets import FacetPattern
 from recrawler.meta import spider_opted_in
 from recrawler.pipelines.classify import ClassifyPipeline
@@ -300,6 +300,8 @@ class RecrawlerAddon:
         if settings.getbool("RECRAWLER_WORKERS_ENABLED"):
             # scrapy-redis is an extra (recrawler[workers]): one line if it is missing
             require("scrapy_redis", "RECRAWLER_WORKERS_ENABLED")
+            # its scheduler's own deprecated calls warn on every run: not the user's to fix
+            quiet_library_deprecations("scrapy_redis")
             self._shared_frontier(settings)
         elif self.crawler is not None and settings.getbool("RECRAWLER_FRONTIER_ENABLED"):
             # the run's page requests wait in the database; a project's own SCHEDULER still wins.
@@ -347,6 +349,8 @@ class RecrawlerAddon:
             # a run refused at start has no engine_stopped: its monitors run at spider_closed
             # (by path: the module needs Spidermon, an extra)
             settings.setdefault_in_component_priority_dict("EXTENSIONS", REFUSED_RUN_MONITORS, 0)
+            # its monitor runner logs through Spider.log(), which warns on every run
+            quiet_library_deprecations("spidermon")
         # 545: the answer reaches it before ConditionalRequestMiddleware (540), so a refused login
         # (401, a redirect to the login page) stops the run and is never followed or indexed;
         # after Scrapy's HttpAuthMiddleware (300), whose Authorization (HTTPAUTH_*) wins.

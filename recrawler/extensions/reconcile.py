@@ -25,7 +25,7 @@ from recrawler.items import PageStatus
 from recrawler.kb.publish import Publisher, publish_mode
 from recrawler.outcome import HOLD_MASS_REMOVAL, Verdicts
 from recrawler.reports import summary
-from recrawler.reports.freshness import freshness_view
+from recrawler.reports.freshness import STORED, freshness_view
 from recrawler.runtime import find_runtime, runtime_of
 from recrawler.state import RUN_ABORTED, RUN_FINISHED, RUN_HELD, utcnow
 from recrawler.state.records import SETTLE_APPLY, SETTLE_DROP, SETTLE_KEEP, SETTLE_KEEP_LISTED
@@ -484,20 +484,8 @@ class Reconciler:
             self.runtime.store.freshness, run.site, bound_secs=bound, now=self.runtime.schedule.now
         )
         view = freshness_view(fresh)
-        keys = (
-            "live",
-            "verified",
-            "stale",
-            "share",
-            "bound",
-            "oldest",
-            "oldest_url",
-            "delisted",
-            "by",
-            "deploy_unchecked",
-            "current",
-        )
-        return {k: view[k] for k in keys} | {"bound_secs": bound}
+        # what the run's HTML report shows later, as it was now
+        return {k: view[k] for k in STORED} | {"bound_secs": bound}
 
     def _deploy_counts(self) -> dict[str, Any]:
         """The report's ``deploy`` as the run's counters say it (the reason is the store's)."""
