@@ -78,8 +78,9 @@ class PageRedirectMiddleware(RedirectMiddleware):
         )
         self.soft_404 = settings.getbool("RECRAWLER_SOFT404_ENABLED")
         self.runtime: Runtime | None = None
-        #: this run's redirect targets and the pages sent to each (bounded); the targets found
-        #: shared by too many pages are the Runtime's (the commit step drops their answers too)
+        #: this run's redirect targets and the pages sent to each until it is shared (bounded: at
+        #: most _LOANS_MAX targets, SHARED_TARGET_MIN pages each); the targets found shared by
+        #: too many pages are the Runtime's (the commit step drops their answers too)
         self._loans: dict[str, set[str]] = {}
 
     @classmethod
@@ -256,6 +257,10 @@ class PageRedirectMiddleware(RedirectMiddleware):
         if not lends and await self._live(target_key):
             # pages merged into a page the site has: moves (one key live)
             return None
+        if target_key in self.runtime.shared_targets:
+            # known to be everybody's: the pages sent there need not be remembered (a site that
+            # sends every page to its login page would cost a key a page for the whole run)
+            return notfound.SHARED_REDIRECT
         if len(self._loans) >= _LOANS_MAX and target_key not in self._loans:
             self._loans.clear()
             self.runtime.shared_targets.clear()
