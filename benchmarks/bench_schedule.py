@@ -1,21 +1,26 @@
-"""A simulated month of runs: requests sent, changes missed and worst staleness, per revisit strategy.
+"""Simulated weeks of runs: requests sent, edits missed, how long a deploy takes to be searchable.
 
-    python -m benchmarks.bench_schedule [--pages 2000] [--days 30] [--runs-per-day 1] [--seed 1]
-                                        [--json out.json]
+    python -m benchmarks.bench_schedule [--pages 2000] [--weeks 4] [--days 30] [--runs-per-day 1]
+                                        [--seed 1] [--parts deploys,pages] [--json out.json]
 
-Every page changes as a Poisson process at a known rate (a few hourly, some daily or weekly, most
-rarely). One run a day; each strategy decides per run which pages to request, using recrawler's
-own scheduling code: ``SchedulePolicy.decide`` (what ScheduleMiddleware calls for each listed
-page), ``SchedulePolicy.after_check`` (what it stores after each check), ``audit_count`` (the
-audit sample's size) and ``lastmod_claims_unchanged`` (the audit's lastmod evidence). The server
-is simulated in-process: a request sees the page's current version; a lastmod is the time of its
+Part A, deploys (``benchmarks/lib/deploy_model.py``): a docs site that changes in deploys (weekly,
+5-15% of the pages; hotfixes of 1-3 pages between), runs hourly and daily, with and without
+honest sitemap lastmods, decided by recrawler's own code (``SchedulePolicy``, ``DeployWatch``,
+``audit_count``). Part B, pages changing on their own: every page changes as a Poisson process at
+a known rate (a few hourly, some daily or weekly, most rarely), ``--runs-per-day`` runs a day;
+each strategy decides per run which pages to request, using recrawler's own scheduling code:
+``SchedulePolicy.decide`` (what ScheduleMiddleware calls for each listed page),
+``SchedulePolicy.after_check`` (what it stores after each check), ``audit_count`` (the audit
+sample's size) and ``lastmod_claims_unchanged`` (the audit's lastmod evidence). The server is
+simulated in-process: a request sees the page's current version; a lastmod is the time of its
 latest change (or never updated, for the lying sitemap).
 
 A change at time t is *missed* when the page is not checked within a day after t. Requests count
 every HTTP request: a conditional request answered 304 is one, and an audited page whose 304 is
 fetched again without validators costs two. *Worst staleness* is the longest any page went
-unverified (between two checks, or from its last check to the end of the month): the bound
-``RECRAWLER_MAX_INTERVAL_SECS`` sets (24 h by default; 30 days before), whatever the schedule.
+unverified (between two verifications, a check or a trusted lastmod vouching for it, or from the
+last to the end of the month): the bound ``RECRAWLER_MAX_INTERVAL_SECS`` sets (24 h by default;
+30 days before), whatever the schedule.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import Any
 if not __package__:  # run as a script: python benchmarks/bench_schedule.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.lib.deploy_model import DeployResult, deploy_cases, deploy_targets, make_deploy_site
 from benchmarks.lib.results import add_json_option, write_json
 from recrawler import default_settings
 from recrawler.intervals import Revisit, SchedulePolicy, audit_count
@@ -101,7 +107,6 @@ class Strategy:
     name: str
     mode: str = "adaptive"
     lastmod_mode: str = "ignore"
-    min_secs: float = default_settings.RECRAWLER_MIN_INTERVAL_SECS
     max_secs: float = default_settings.RECRAWLER_MAX_INTERVAL_SECS
     audit: float = 0.0
     lying_lastmod: bool = False
@@ -126,20 +131,25 @@ def simulate(site: list[Page], strategy: Strategy, days: int, seed: int, runs_pe
     state: dict[str, Revisit] = {}
     seen: dict[str, int] = {}
     checked_on: dict[str, list[float]] = {p.url: [] for p in site}
+    #: when each page was verified: checked, or vouched for by a trusted lastmod
+    verified_on: dict[str, list[float]] = {p.url: [] for p in site}
     lastmod_trusted = True
+    #: lastmod claims the audit found true (hint mode trusts them once there are enough)
+    honest = 0
     for run in range(days * runs_per_day + 1):
         day = run / runs_per_day
         policy = SchedulePolicy(
             now=T0 + timedelta(days=day),
             mode=strategy.mode,
             lastmod_mode=strategy.lastmod_mode,
-            min_secs=strategy.min_secs,
             max_secs=strategy.max_secs,
         )
         live = [p for p in site if p.url in state]
         sample = set()
         if strategy.audit and live:
-            sample = {p.url for p in rng.sample(live, audit_count(strategy.audit, len(live)))}
+            # the audit's share is per bound: runs closer together draw a part of it each
+            n = audit_count(strategy.audit, len(live), part=DAY / runs_per_day / strategy.max_secs)
+            sample = {p.url for p in rng.sample(live, n)}
         for page in site:
             prev = state.get(page.url)
             # a lying sitemap keeps the lastmod it had on the first day
@@ -151,9 +161,13 @@ def simulate(site: list[Page], strategy: Strategy, days: int, seed: int, runs_pe
                 lastmod=lastmod,
                 audit=page.url in sample,
                 lastmod_trusted=lastmod_trusted,
+                lastmod_honest=honest >= default_settings.RECRAWLER_AUDIT_TRUST_AFTER,
             )
             if not decision.due:
+                if decision.verified:
+                    verified_on[page.url].append(day)
                 continue
+            verified_on[page.url].append(day)
             version = page.version(day)
             changed = prev is not None and version != seen[page.url]
             result.requests += 1
@@ -162,26 +176,30 @@ def simulate(site: list[Page], strategy: Strategy, days: int, seed: int, runs_pe
                 result.requests += 1
             result.checks += 1
             checked_on[page.url].append(day)
-            if (
+            claims = (
                 prev is not None
                 and strategy.lastmod_mode != "ignore"
                 and lastmod_trusted
-                and changed
                 and policy.lastmod_claims_unchanged(lastmod, prev.last_check_at)
-            ):
+            )
+            if claims and changed:
                 # the lastmod claimed "unchanged" for content that changed: switched off (one lie)
                 lastmod_trusted = False
                 result.lastmod_switched_off_on_day = day
+            elif claims:
+                honest += 1
             state[page.url] = policy.after_check(prev, url=page.url, changed=changed, new=prev is None)
             seen[page.url] = version
     for page in site:
         days_checked = checked_on[page.url]
-        gaps = [b - a for a, b in pairwise(days_checked)]
-        if days_checked:
-            gaps.append(days - days_checked[-1])
+        days_verified = verified_on[page.url]
+        gaps = [b - a for a, b in pairwise(days_verified)]
+        if days_verified:
+            gaps.append(days - days_verified[-1])
         result.worst_stale_days = max([result.worst_stale_days, *gaps])
         for t in page.changes:
-            if t >= days:
+            if t + 1 > days:
+                # its day to be caught in ends after the simulated ones
                 continue
             result.changes += 1
             # caught when some check falls in (t, t + 1 day]
@@ -200,8 +218,8 @@ def strategies() -> list[Strategy]:
     before = {"max_secs": BEFORE_MAX_SECS}
     return [
         Strategy("full recrawl every run", mode="all"),
-        Strategy("fixed interval: 1 day", min_secs=DAY, max_secs=DAY),
-        Strategy("fixed interval: 7 days", min_secs=7 * DAY, max_secs=7 * DAY),
+        Strategy("fixed interval: 1 day", max_secs=DAY),
+        Strategy("fixed interval: 7 days", max_secs=7 * DAY),
         Strategy("adaptive, lastmod ignore, before (30 d)", audit=0.01, **before),
         Strategy("adaptive, lastmod ignore (default bound)", audit=0.01),
         Strategy("adaptive, lastmod hint, before (30 d)", lastmod_mode="hint", audit=0.01, **before),
@@ -217,29 +235,48 @@ def strategies() -> list[Strategy]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_schedule", description=__doc__)
-    parser.add_argument("--pages", type=int, default=2000)
-    parser.add_argument("--days", type=int, default=30)
-    parser.add_argument("--runs-per-day", type=int, default=1, help="runs a day (cron every 24 h / N)")
-    parser.add_argument("--seed", type=int, default=1)
-    add_json_option(parser, "bench_schedule")
-    args = parser.parse_args(argv)
+def print_deploys(
+    out: Any, results: list[DeployResult], pages: int, weeks: int, seed: int
+) -> list[tuple[str, bool]]:
+    """Part A's table and its targets; returns the targets, (what, met) each."""
+    deploys = results[0].deploys
+    out.write(
+        f"Part A: deploys. {pages} pages, {weeks} weeks, seed {seed}: {deploys} deploys of 5-15% of the "
+        "pages, hotfixes of 1-3 pages between; runs hourly and daily (the first is the first crawl)\n\n"
+    )
+    header = (
+        f"{'runs, lastmod: recrawler':<44} {'req/day':>8} {'quiet run':>10} {'quiet day':>10} "
+        f"{'deploys in':>11} {'deploy->in':>11} {'hotfix->in':>11} {'missed':>7} {'escal.':>7} {'false':>6}"
+    )
+    out.write(header + "\n" + "-" * len(header) + "\n")
+    for r in results:
+        out.write(
+            f"{r.name:<44} {r.per_day:>8.1%} {r.quiet_run_max:>10.1%} {r.quiet_day_max:>10.1%} "
+            f"{r.deploys_in_next_run:>6}/{r.deploys:<4} {r.deploy_hours_max:>9.1f} h "
+            f"{r.hotfix_hours_max:>9.1f} h "
+            f"{r.missed:>7} {r.escalations:>7} {r.false_escalations:>6}\n"
+        )
+    out.write(
+        "\nreq/day: requests a day as a share of a full recrawl (one request per page); quiet run / day: the "
+        "most a run (a day of runs) asked with nothing to find, the first day left out; deploys in: deploys "
+        "whose every edit was checked by the run after them; deploy->in, hotfix->in: the longest from an "
+        "edit to its check (searchable once the run publishes); missed: edits not checked within a day; "
+        "escal.: runs that checked every page for a deploy, false: of them with nothing to find\n"
+    )
+    targets = deploy_targets(results)
+    for what, met in targets:
+        out.write(f"target: {what}: {'met' if met else 'MISSED'}\n")
+    return targets
 
-    site = make_site(args.pages, args.days, random.Random(args.seed))
-    kinds = {kind: sum(1 for p in site if p.kind == kind) for kind, *_ in CLASSES}
-    sys.stderr.write(f"site: {args.pages} pages ({', '.join(f'{n} {k}' for k, n in kinds.items())})\n")
-    started = time.monotonic()
+
+def print_pages(out: Any, results: list[Result], args: argparse.Namespace) -> None:
+    """Part B's table and its target."""
     per_day = args.runs_per_day
-    results = [simulate(site, strategy, args.days, args.seed, per_day) for strategy in strategies()]
-    elapsed = time.monotonic() - started
-
     full, daily = results[0], results[1]
     default = next(r for r in results if r.name == "adaptive, lastmod hint (the default)")
-    out = sys.stdout
     out.write(
-        f"{args.days * per_day + 1} runs, {per_day} a day (the first is the first crawl), over "
-        f"{args.pages} pages, seed {args.seed}\n\n"
+        f"\nPart B: pages changing on their own. {args.days * per_day + 1} runs, {per_day} a day "
+        f"(the first is the first crawl), over {args.pages} pages, seed {args.seed}\n\n"
     )
     header = (
         f"{'strategy':<42} {'requests':>9} {'of full':>8} {'changes':>8} {'missed':>7} {'missed %':>9} "
@@ -271,14 +308,46 @@ def main(argv: list[str] | None = None) -> int:
         f"{'met' if ok_missed else 'MISSED'}); {default.requests / full.requests:.1%} of the full "
         "recrawl's requests\n"
     )
-    out.write(f"simulated in {elapsed:.1f} s\n")
-    data: dict[str, Any] = {
-        "pages": args.pages,
-        "days": args.days,
-        "runs_per_day": per_day,
-        "seed": args.seed,
-        "results": [r.__dict__ for r in results],
-    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_schedule", description=__doc__)
+    parser.add_argument("--pages", type=int, default=2000)
+    parser.add_argument("--weeks", type=int, default=4, help="part A: weeks of deploys")
+    parser.add_argument("--days", type=int, default=30, help="part B: days")
+    parser.add_argument(
+        "--runs-per-day", type=int, default=1, help="part B: runs a day (cron every 24 h / N)"
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--parts", default="deploys,pages", help="deploys (part A), pages (part B)")
+    add_json_option(parser, "bench_schedule")
+    args = parser.parse_args(argv)
+    parts = {x.strip() for x in args.parts.split(",") if x.strip()}
+    if not parts or parts - {"deploys", "pages"}:
+        parser.error(f"--parts: deploys, pages or both, not {args.parts!r}")
+
+    out = sys.stdout
+    started = time.monotonic()
+    data: dict[str, Any] = {"pages": args.pages, "seed": args.seed}
+    if "deploys" in parts:
+        deploy_site = make_deploy_site(args.pages, args.weeks, random.Random(args.seed))
+        deploys = deploy_cases(deploy_site, args.seed)
+        targets = print_deploys(out, deploys, args.pages, args.weeks, args.seed)
+        data["deploys"] = {
+            "weeks": args.weeks,
+            "results": [{**r.__dict__, "per_day": r.per_day} for r in deploys],
+            "targets": [{"target": what, "met": met} for what, met in targets],
+        }
+    if "pages" in parts:
+        site = make_site(args.pages, args.days, random.Random(args.seed))
+        kinds = {kind: sum(1 for p in site if p.kind == kind) for kind, *_ in CLASSES}
+        sys.stderr.write(f"site: {args.pages} pages ({', '.join(f'{n} {k}' for k, n in kinds.items())})\n")
+        results = [
+            simulate(site, strategy, args.days, args.seed, args.runs_per_day) for strategy in strategies()
+        ]
+        print_pages(out, results, args)
+        data.update(days=args.days, runs_per_day=args.runs_per_day, results=[r.__dict__ for r in results])
+    out.write(f"simulated in {time.monotonic() - started:.1f} s\n")
     write_json(args.json, data, newline=False)
     return 0
 

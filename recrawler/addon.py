@@ -21,7 +21,7 @@ from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddle
 from recrawler.downloadermiddlewares.credentials import CredentialsMiddleware
 from recrawler.downloadermiddlewares.listing import ListingBodyMiddleware
 from recrawler.downloadermiddlewares.redirect import PageRedirectMiddleware
-from recrawler.downloadermiddlewares.render import RenderMiddleware, render_settings
+from recrawler.downloadermiddlewares.render import GUARDED_SETTINGS, RenderMiddleware, render_settings
 from recrawler.downloadermiddlewares.retry import PoliteRetryMiddleware
 from recrawler.downloadermiddlewares.robotstxt import CountedRobotsTxtMiddleware
 from recrawler.downloadermiddlewares.urlpolicy import UrlPolicyMiddleware
@@ -29,13 +29,15 @@ from recrawler.exceptions import ConfigurationError
 from recrawler.extensions.logs import DownloadFailureLog
 from recrawler.extensions.reconcile import Reconciler
 from recrawler.extensions.sinks import VectorStoreSinks
-from recrawler.extras import require
+from recrawler.extras import quiet_library_deprecations, require
+from recrawler.facets import FacetPattern
 from recrawler.meta import spider_opted_in
 from recrawler.pipelines.classify import ClassifyPipeline
 from recrawler.pipelines.index import IndexPipeline
 from recrawler.project import apply_environment, project_db_uri
 from recrawler.runtime import Runtime
 from recrawler.spidermiddlewares.deltafetch import DeltaFetchMiddleware
+from recrawler.spidermiddlewares.links import LinkListingMiddleware
 from recrawler.spidermiddlewares.listing import ListingMiddleware
 from recrawler.spidermiddlewares.schedule import ScheduleMiddleware
 from recrawler.spidermiddlewares.softnotfound import SoftNotFoundMiddleware
@@ -179,13 +181,19 @@ class RecrawlerAddon:
             settings.set(name, value, priority="addon")
         _check_numbers(settings)
         _check_objects(settings)
+        # a bad one stops the crawl before it starts, in one line
+        FacetPattern.from_setting(settings.get("RECRAWLER_VERSION_PATTERN"))
         if self.crawler is not None and settings.getlist("RECRAWLER_RENDER_PATTERNS"):
             # a crawl's only: the CLI renders nothing (and needs no browser installed)
-            for name, value in render_settings(settings).items():
-                settings.set(name, value, priority="addon")
+            for name, value in render_settings(settings, self.crawler).items():
+                # the browser's guard wraps a project's own hooks, so it takes their place
+                guarded = name in GUARDED_SETTINGS and settings.getpriority(name)
+                settings.set(name, value, priority=guarded or "addon")
         if settings.getbool("RECRAWLER_WORKERS_ENABLED"):
             # scrapy-redis is an extra (recrawler[workers]): one line if it is missing
             require("scrapy_redis", "RECRAWLER_WORKERS_ENABLED")
+            # its scheduler's own deprecated calls warn on every run: not the user's to fix
+            quiet_library_deprecations("scrapy_redis")
             self._shared_frontier(settings)
         elif self.crawler is not None and settings.getbool("RECRAWLER_FRONTIER_ENABLED"):
             # the run's page requests wait in the database; a project's own SCHEDULER still wins.
@@ -237,6 +245,8 @@ class RecrawlerAddon:
             # a run refused at start has no engine_stopped: its monitors run at spider_closed
             # (by path: the module needs Spidermon, an extra)
             settings.setdefault_in_component_priority_dict("EXTENSIONS", REFUSED_RUN_MONITORS, 0)
+            # its monitor runner logs through Spider.log(), which warns on every run
+            quiet_library_deprecations("spidermon")
         # 545: the answer reaches it before ConditionalRequestMiddleware (540), so a refused login
         # (401, a redirect to the login page) stops the run and is never followed or indexed;
         # after Scrapy's HttpAuthMiddleware (300), whose Authorization (HTTPAUTH_*) wins.
@@ -253,6 +263,9 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ListingMiddleware, 110)
         # 105: a page's own output, before deltafetch (100) would remember a soft 404 as fetched
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", SoftNotFoundMiddleware, 105)
+        # 104: the links a page answered with once a soft 404's are dropped (105), all of them,
+        # before the schedule (90) decides which pages they lead to are requested
+        settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", LinkListingMiddleware, 104)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", DeltaFetchMiddleware, 100)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ScheduleMiddleware, 90)
 

@@ -13,6 +13,8 @@ from recrawler.state import TRUST_SIGNALS, utcnow
 from recrawler.urls import key_host
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from recrawler.counters import RunCounters
     from recrawler.state import PageRecord, Run, StateStore
 
@@ -25,16 +27,32 @@ _REPORT_LIMIT = 100
 class Auditor:
     """One per crawl (the Runtime owns it): draws the audit sample, holds hosts' trust, records lies.
 
-    Settings: ``RECRAWLER_AUDIT_SAMPLE``, ``RECRAWLER_AUDIT_DISTRUST_AFTER``.
+    Settings: ``RECRAWLER_AUDIT_SAMPLE``, ``RECRAWLER_AUDIT_DISTRUST_AFTER``,
+    ``RECRAWLER_AUDIT_TRUST_AFTER``.
     Stats: ``recrawler/audit/sampled``, ``recrawler/audit/lies``, ``recrawler/audit/lies/<signal>``,
     ``recrawler/audit/distrusted``.
     """
 
     def __init__(
-        self, store: StateStore, counters: RunCounters, *, sample: float, distrust_after: int
+        self,
+        store: StateStore,
+        counters: RunCounters,
+        *,
+        sample: float,
+        distrust_after: int,
+        trust_after: int = 10,
+        clock: datetime | None = None,
+        bound_secs: float | None = None,
     ) -> None:
         if distrust_after < 1:
             raise ConfigurationError(f"RECRAWLER_AUDIT_DISTRUST_AFTER: bad value {distrust_after!r}")
+        if trust_after < 0:
+            raise ConfigurationError(f"RECRAWLER_AUDIT_TRUST_AFTER: bad value {trust_after!r}")
+        #: honest audited claims after which a host's signal counts as found honest
+        self.trust_after = trust_after
+        #: the run clock and the staleness bound: a share is audited per bound, not per run
+        self.clock = clock
+        self.bound_secs = bound_secs
         self.store = store
         self.counters = counters
         self.sample = sample
@@ -42,6 +60,8 @@ class Auditor:
         self.sample_keys: set[str] = set()
         #: (host, signal) pairs switched off, before and during this run
         self.off: set[tuple[str, str]] = set()
+        #: (host, signal) pairs the audit found honest before this run (enough claims, no lie)
+        self.found_honest: set[tuple[str, str]] = set()
         #: this run's lies and switch-offs, for the report
         self.lies: list[dict[str, Any]] = []
         self.distrusted: list[dict[str, str]] = []
@@ -58,8 +78,16 @@ class Auditor:
 
     async def _load(self, run: Run) -> None:
         try:
-            self.off = {(r.host, r.signal) for r in await self.store.trust() if not r.trusted}
-            self.sample_keys = set(await self.store.audit_sample(run, self.sample))
+            records = await self.store.trust()
+            self.off = {(r.host, r.signal) for r in records if not r.trusted}
+            self.found_honest = {
+                (r.host, r.signal)
+                for r in records
+                if r.trusted and not r.lies and r.checks >= self.trust_after
+            }
+            self.sample_keys = set(
+                await self.store.audit_sample(run, self.sample, now=self.clock, bound_secs=self.bound_secs)
+            )
         except StateStoreError as exc:
             # no sample and full trust: the run goes on as it would without the audit
             self._inc(f"recrawler/state/error/{type(exc).__name__}")
@@ -77,6 +105,11 @@ class Auditor:
     def trusted(self, host: str, signal: str) -> bool:
         """False when *signal* was caught lying on *host* and is switched off."""
         return (host, signal) not in self.off
+
+    def honest(self, host: str, signal: str) -> bool:
+        """True when the audit found *signal* of *host* honest (``RECRAWLER_AUDIT_TRUST_AFTER``
+        claims checked, none a lie) and it is still trusted."""
+        return (host, signal) in self.found_honest and self.trusted(host, signal)
 
     def trusted_validators(self, rec: PageRecord) -> PageRecord:
         """*rec* without the validators its host's trust switched off (they are not sent)."""

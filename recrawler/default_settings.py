@@ -94,7 +94,8 @@ RECRAWLER_LISTING_MIN_RATIO = 0.5
 # --- conditional requests ----------------------------------------------------------------------
 # Send stored ETag / Last-Modified back as If-None-Match / If-Modified-Since.
 RECRAWLER_CONDITIONAL_ENABLED = True
-# Conditional requests to a host without a single 304 before it is reported as never answering 304.
+# Conditional requests a host answered in full with the very validators they sent (it could have
+# said 304), with no 304 at all, before it is reported as ignoring validators.
 RECRAWLER_CONDITIONAL_NO_304_AFTER = 20
 
 # --- content extraction and fingerprint ---------------------------------------------------------
@@ -102,6 +103,11 @@ RECRAWLER_CONDITIONAL_NO_304_AFTER = 20
 RECRAWLER_CONTENT_SELECTORS = ["main", "article", "[role=main]", "#content", "body"]
 # Extra elements removed from the main content before hashing (CSS selectors).
 RECRAWLER_CONTENT_NOISE_SELECTORS: list[str] = []
+# A regex searched in each page's URL whose named groups version and lang give the page's version
+# and language, over what the page says of itself (docsearch:version, docsearch:language, a
+# hreflang naming the page, <html lang>): r"/(?P<lang>[a-z]{2})/(?P<version>[^/]+)/" reads
+# /en/stable/. None: what the pages say.
+RECRAWLER_VERSION_PATTERN: str | None = None
 
 # --- documents that are not HTML ----------------------------------------------------------------
 # Read PDFs (recrawler[pdf]: pypdf) like pages: text, outline headings, chunks, fingerprint.
@@ -235,6 +241,9 @@ RECRAWLER_EMBEDDER_MAX_RETRIES = 5
 RECRAWLER_EMBEDDER_TIMEOUT_SECS = 60.0
 # "run": search switches to a run's changes when the run finishes; "page": as each page commits.
 RECRAWLER_PUBLISH = "run"
+# The version a search shows when none is asked for (recrawler search, open_kb() from the project,
+# the LangChain retriever): "stable". Pages with no version are in every version's. None: all.
+RECRAWLER_SEARCH_DEFAULT_VERSION: str | None = None
 # MiB of vector columns a process searching a SQLite knowledge base keeps from one query to the
 # next (the dimensions it met last; each is 1 byte per cached vector); 0: read them every time.
 RECRAWLER_SEARCH_CACHE_MB = 128
@@ -246,27 +255,38 @@ RECRAWLER_VECTORSTORE_SINKS: dict[str, str] = {}
 # Crawl and classify, report what would be embedded, deleted and published; write nothing.
 RECRAWLER_DRY_RUN = False
 
-# --- schedule: adaptive revisits, sitemap lastmod, feeds, links ----------------------------------
+# --- schedule: deploys, the staleness bound, sitemap lastmod, feeds, links -------------------------
 # "adaptive": request only pages that are due; "all": check every page (a forced full pass).
 RECRAWLER_SCHEDULE = "adaptive"
 # Listed page requests decided per database round trip.
 RECRAWLER_SCHEDULE_BATCH_SIZE = 500
 # The run's clock, an ISO-8601 time (None: the wall clock when the run starts).
 RECRAWLER_NOW: str | None = None
-# Shortest revisit interval of a page.
-RECRAWLER_MIN_INTERVAL_SECS = 3600.0
-# The staleness bound: the longest revisit interval of a page, so no live page goes unverified
-# longer (with a run at least this often); also the latest check of a page lastmod skips. A check
-# of an unchanged page costs a 304. Per-URL overrides may set a longer one (archived versions).
+# The staleness bound: each page is checked once per bound at a time of its own (spread evenly over
+# the runs; a run at least this often keeps every page within it), unless a signal the self-audit
+# trusts (a sitemap lastmod, a feed entry) vouches for it. A check of an unchanged page costs a 304.
+# Per-URL overrides may set a longer one (archived versions) or a shorter one (a changelog).
 RECRAWLER_MAX_INTERVAL_SECS = 86400.0
-# Per-URL bounds: {regex searched in the URL: [min_secs, max_secs]}, first match wins (null: default).
-RECRAWLER_INTERVAL_OVERRIDES: dict[str, list[float | None]] = {}
-# Sitemap lastmod: "skip" (trusted both ways), "hint" (newer makes due, never skips) or "ignore".
+# Per-URL bounds: {regex searched in the URL: bound_secs}, first match wins (null: the default).
+RECRAWLER_INTERVAL_OVERRIDES: dict[str, float | list[float | None] | None] = {}
+# Sitemap lastmod (and feed entry dates): a newer one makes the page due at once; an older one
+# vouches for the page in "skip" (until caught lying) and "hint" (once the audit found them honest);
+# "ignore" reads none.
 RECRAWLER_LASTMOD_MODE = "hint"
-# With -a follow_links=1: how many links away from a listed page discovery goes (across runs).
-RECRAWLER_FOLLOW_DEPTH_LIMIT = 3
-# With -a follow_links=1: link-found requests per run, at most (0: no limit).
-RECRAWLER_FOLLOW_MAX_LINKS = 1000
+# Deploy detection: live pages probed first in each run (conditional requests: the site's home page,
+# then pages drawn at random) for the build's fingerprint and rewritten files; 0: none.
+RECRAWLER_DEPLOY_PROBES = 4
+# The signals that make a run check every page of the site (see docs/reference.md, "Deploys"):
+# flag (-a deployed=1), listing, fingerprint, validators, sample.
+RECRAWLER_DEPLOY_SIGNALS = ["flag", "listing", "fingerprint", "validators", "sample"]
+# Following links (-a start_url=, or -a follow_links=1): how many links away from a start URL or a
+# listed page discovery goes (across runs). A Sphinx API reference is 4 to 6 clicks below its
+# root; a link trap (a calendar, a session id in a URL) stops here.
+RECRAWLER_FOLLOW_DEPTH_LIMIT = 10
+# Following links: pages no run stored before, found through links per run, at most (0: no
+# limit). A site crawled from a start URL that has more is found over several runs (its listing
+# counts as incomplete until then: nothing is removed).
+RECRAWLER_FOLLOW_MAX_LINKS = 10_000
 
 # --- immutable pages (scrapy-deltafetch, kept in the state database) -----------------------------
 # URLs fetched once and then skipped (regexes searched in the URL: versioned docs, dated notes).
@@ -277,6 +297,9 @@ RECRAWLER_IMMUTABLE_PATTERNS: list[str] = []
 RECRAWLER_AUDIT_SAMPLE = 0.01
 # Lies after which a host's signal (lastmod, etag, last_modified) is switched off.
 RECRAWLER_AUDIT_DISTRUST_AFTER = 1
+# Audited claims, none a lie, after which a host's lastmods count as honest (they vouch for their
+# pages in RECRAWLER_LASTMOD_MODE = "hint").
+RECRAWLER_AUDIT_TRUST_AFTER = 10
 
 # --- crawl profile ------------------------------------------------------------------------------
 # "fast" (your own site: no delay, 32 concurrent per host) or "polite" (AutoThrottle, 1 s delay).

@@ -16,6 +16,7 @@ from lxml.cssselect import CSSSelector
 from recrawler import default_settings
 from recrawler.encoding import read_bom
 from recrawler.exceptions import ConfigurationError, RecrawlerError
+from recrawler.facets import html_facets
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -179,6 +180,9 @@ class Content:
     links: tuple[tuple[str, str], ...] = ()
     #: how many elements the site's learned volatile regions removed from this page
     region_hits: int = 0
+    #: the version and language the page gives itself (None: it says none)
+    version: str | None = None
+    lang: str | None = None
 
 
 def _compile(selectors: Iterable[str], setting: str) -> list[CSSSelector]:
@@ -271,16 +275,25 @@ class ContentExtractor:
         return title, main
 
     def extract(
-        self, body: bytes | str, encoding: str | None = None, *, regions: CSSSelector | None = None
+        self,
+        body: bytes | str,
+        encoding: str | None = None,
+        *,
+        regions: CSSSelector | None = None,
+        url: str = "",
     ) -> Content:
-        """Return the page's title, cleaned main text and fields (empty text when there is none).
+        """Return the page's title, cleaned main text and fields (empty text when there is none),
+        and the version and language the page gives itself (*url*: the page's own, which a
+        ``hreflang`` may name).
 
         *regions* drops a site's learned volatile regions before rendering. Raises
         :class:`ExtractionError` when the body cannot be read faithfully.
         """
-        title, main = self._select(self.parse(body, encoding))
+        root = self.parse(body, encoding)
+        version, lang = html_facets(root, url)
+        title, main = self._select(root)
         if main is None:
-            return Content(title=title, text="")
+            return Content(title=title, text="", version=version, lang=lang)
         removed = 0
         if regions is not None:
             for el in regions(main):
@@ -288,8 +301,7 @@ class ContentExtractor:
                 if el is not main and any(a is main for a in el.iterancestors()):
                     removed += 1
                     _drop(el)
-        content = content_of(title, main)
-        return dataclasses.replace(content, region_hits=removed) if removed else content
+        return dataclasses.replace(content_of(title, main), region_hits=removed, version=version, lang=lang)
 
 
 def content_of(title: str, main: _Element) -> Content:
@@ -297,13 +309,13 @@ def content_of(title: str, main: _Element) -> Content:
     code: list[str] = []
     for el in main.iter("code", "pre", "kbd", "samp", "tt"):
         if el.tag == "pre":
-            code.append(clean_text(_text(el)).strip("\n"))
+            code.append(clean_text(_code_text(el)).strip("\n"))
         elif next(el.iterancestors("pre"), None) is None:  # lxml filters the ancestors by tag
-            span = " ".join(clean_text(_text(el)).split())
+            span = " ".join(clean_text(_words(el)).split())
             if span:
                 code.append(span)
     links = tuple(
-        (clean_text(a.get("href", "")), " ".join(clean_text(_text(a)).split()))
+        (clean_text(a.get("href", "")), " ".join(clean_text(_words(a)).split()))
         for a in main.iter("a")
         if a.get("href")
     )
@@ -313,6 +325,56 @@ def content_of(title: str, main: _Element) -> Content:
 
 def _text(el: _Element) -> str:
     return "".join(el.itertext())
+
+
+# what a browser shows apart: a line break or a block boundary inside a cell, heading or link is
+# whitespace, never glue ("8.2.8-1<br>8.2.2-1" is two versions, not the number "8.2.8-18.2.2-1")
+_SPACED = frozenset({"br", "td", "th", "tr", "pre", *_BLOCKS, *_HEADINGS})
+
+
+def _words(el: _Element) -> str:
+    """The text of *el* with a space at each line break and block boundary inside it."""
+    if not len(el):
+        # the common case: a cell, a link or a code span with no element inside
+        return el.text or ""
+    if not any(d.tag in _SPACED for d in el.iterdescendants()):
+        return _text(el)
+    parts: list[str] = []
+    for event, node in lxml.etree.iterwalk(el, events=("start", "end")):
+        tag = node.tag
+        if not isinstance(tag, str):
+            # comments and processing instructions: only their tail is text
+            if event == "end" and node.tail and node is not el:
+                parts.append(node.tail)
+            continue
+        spaced = node is not el and tag.lower() in _SPACED
+        if event == "start":
+            if spaced:
+                parts.append(" ")
+            if node.text:
+                parts.append(node.text)
+        else:
+            if spaced:
+                parts.append(" ")
+            if node.tail and node is not el:
+                parts.append(node.tail)
+    return "".join(parts)
+
+
+def _code_text(el: _Element) -> str:
+    """The text of a ``<pre>``: a ``<br>`` inside it is a line break, as a browser shows it."""
+    if not len(el) or next(el.iterdescendants("br"), None) is None:
+        return _text(el)
+    parts: list[str] = []
+    for event, node in lxml.etree.iterwalk(el, events=("start", "end")):
+        if event == "start":
+            if node.tag == "br":
+                parts.append("\n")
+            elif isinstance(node.tag, str) and node.text:
+                parts.append(node.text)
+        elif node.tail and node is not el:
+            parts.append(node.tail)
+    return "".join(parts)
 
 
 def _drop(el: _Element) -> None:
@@ -358,10 +420,10 @@ class _Renderer:
         depth += 1
         if depth > _MAX_DEPTH:
             # pathological nesting: keep the words, stop recursing
-            self.inline.append(_text(el))
+            self.inline.append(_words(el))
         elif tag in _HEADINGS:
             self.flush(prefix)
-            words = _text(el)
+            words = _words(el)
             self.inline.append(words)
             level = int(tag[1])
             anchor = _anchor(el)
@@ -370,14 +432,14 @@ class _Renderer:
             self.flush("#" * level + " ")
         elif tag == "pre":
             self.flush(prefix)
-            code = clean_text(_text(el)).strip("\n")
+            code = clean_text(_code_text(el)).strip("\n")
             lines = [line.rstrip() for line in code.splitlines()]
             if any(lines):
                 self.blocks.append("```\n" + "\n".join(lines) + "\n```")
         elif tag == "table":
             self.flush(prefix)
             for row in el.iter("tr"):
-                cells = [_WS.sub(" ", clean_text(_text(c))).strip() for c in row if c.tag in ("td", "th")]
+                cells = [_WS.sub(" ", clean_text(_words(c))).strip() for c in row if c.tag in ("td", "th")]
                 if any(cells):
                     self.blocks.append("| " + " | ".join(cells) + " |")
         elif tag in ("ul", "ol"):

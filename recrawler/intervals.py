@@ -1,28 +1,34 @@
-"""Adaptive revisit intervals: a Poisson change-rate estimate per page, the next interval, and due decisions.
+"""When each page is due: once per staleness bound at a time of its own, and at once on a signal.
 
 Pure: no Scrapy, no database. The spider middleware, the pipelines' schedule update, the CLI and
 the benchmark all call these functions.
 
-The change rate follows Cho and Garcia-Molina, "Estimating frequency of change" (ACM TOIT 3(3),
-2003), improved estimator for regular checks: with ``n`` checks, ``X`` of which found a change,
-and a mean interval ``I`` between checks,
+Docs change in deploys, not page by page: what finds a change is a signal (a new or newer sitemap
+entry, a feed entry, a detected deploy, the audit sample), and the staleness bound
+(``RECRAWLER_MAX_INTERVAL_SECS``, or a per-URL override) is the safety net. Each page is checked
+once per bound at a *phase* of its own (a stable hash of its URL): the bound's requests are
+spread evenly over the runs, never a burst where every page comes due at once (the per-page
+Poisson schedule this replaced checked a new site's pages an hour, two, four... after its first
+crawl, and a changed page more often, while a deploy that changed many pages at once went
+unseen until each page's own time came). A page is due from 1/24 of its bound before its
+time, so a run that starts a little early still checks it.
 
-    r = -log((n - X + 0.5) / (n + 0.5)) / I
+A sitemap lastmod (or feed entry) not newer than the page's last check vouches for the page when
+the host's lastmods are trusted for it (``skip``: until caught lying; ``hint``: once the self-audit
+found them honest): the page counts as verified without a request.
 
-(``I`` is the summed intervals over ``n``). The estimator stays finite when every check found a
-change (``X == n``) and is 0 when none did. The next interval aims at the median time to the next
-change, ``log(2) / r``, and moves from the interval just observed: after a change it shrinks (to at
-most 3/4 of it), after a check that found none it never shrinks and at most doubles; it stays within the
-page's bounds (``RECRAWLER_MIN_INTERVAL_SECS`` / ``RECRAWLER_MAX_INTERVAL_SECS`` or a per-pattern
-override). Old checks fade: past ``HISTORY`` checks the counts are scaled down, so a page that
-changes its habits is followed.
+The change counts (Cho and Garcia-Molina's estimator, "Estimating frequency of change", ACM TOIT
+3(3), 2003, ``r = -log((n - X + 0.5) / (n + 0.5)) / I``) are kept to say how often a page changed
+(``recrawler due``), not to schedule it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Self
 
@@ -34,15 +40,14 @@ if TYPE_CHECKING:
 
     from scrapy.settings import BaseSettings
 
+logger = logging.getLogger(__name__)
+
 SCHEDULE_MODES = ("adaptive", "all")
 LASTMOD_MODES = ("skip", "hint", "ignore")
 #: checks remembered at full weight; older ones fade (counts scaled by HISTORY / n)
 HISTORY = 32
-#: an unchanged check at most multiplies the interval by this
-MAX_GROWTH = 2.0
-#: a check that found a change cuts the observed interval at least by this factor
-CHANGED_SHRINK = 0.75
-_LN2 = math.log(2)
+#: a page is due from this share of its bound before its time (a run a little early still checks it)
+EARLY = 1 / 24
 # page statuses, as stored (kept literal: this module imports nothing from the state package)
 _GONE, _QUARANTINED = "gone", "quarantined"
 
@@ -50,17 +55,20 @@ _GONE, _QUARANTINED = "gone", "quarantined"
 DUE_REASONS = (
     "new",
     "all",
+    "deploy",
+    "probe",
     "audit",
     "waiting",
     "feed",
     "lastmod",
     "quarantined",
-    "max_interval",
     "unscheduled",
     "scheduled",
 )
 #: why a listed page is not (``recrawler/page/skipped/<layer>``)
 SKIP_SCHEDULE, SKIP_LASTMOD = "schedule", "lastmod"
+#: what verified a page last: a request, or a trusted signal of the listing
+VERIFIED_BY = ("request", "lastmod", "feed")
 
 
 def change_rate(checks: float, changes: float, checked_secs: float) -> float | None:
@@ -76,16 +84,18 @@ def change_rate(checks: float, changes: float, checked_secs: float) -> float | N
     return -math.log((checks - changes + 0.5) / (checks + 0.5)) / mean_interval
 
 
-@dataclass(frozen=True, slots=True)
-class Bounds:
-    """Shortest and longest revisit interval of a page, in seconds."""
+def phase_secs(url: str, bound: float) -> float:
+    """The page's time within each period of *bound* seconds (a stable hash of *url*)."""
+    digest = hashlib.sha256(url.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") % max(int(bound), 1)
 
-    min_secs: float
-    max_secs: float
 
-    def clamp(self, secs: float) -> float:
-        """*secs* kept within the bounds."""
-        return min(max(secs, self.min_secs), self.max_secs)
+def next_phase(after: datetime, url: str, bound: float) -> datetime:
+    """The page's first time strictly after *after*: its phase plus a whole number of bounds."""
+    phase = phase_secs(url, bound)
+    t = after.timestamp()
+    k = math.floor((t - phase) / bound) + 1
+    return datetime.fromtimestamp(phase + k * bound, tz=UTC)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,65 +104,54 @@ class Revisit:
 
     #: the run clock of the last check (a 200 or a 304)
     last_check_at: datetime | None = None
+    #: when the page's bound asks for its next check (its next phase)
     next_check_at: datetime | None = None
-    #: the interval chosen after the last check, seconds
+    #: the page's bound when it was last checked, seconds
     interval: float | None = None
-    #: n, X and the summed intervals of the estimator (fractional once old checks fade)
+    #: n, X and the summed intervals of the change estimate (fractional once old checks fade)
     checks: float = 0.0
     changes: float = 0.0
     checked_secs: float = 0.0
-    #: the estimate, changes per second (None: not enough history yet)
+    #: the estimate, changes per second (None: not enough history yet); shown, never scheduled by
     rate: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """Whether a listed page is requested this run, and why (a due reason or a skip layer)."""
+    """Whether a listed page is requested this run, and why (a due reason or a skip layer); a
+    skip a trusted signal vouched for says which (``lastmod`` or ``feed``: the page is verified)."""
 
     due: bool
     reason: str
+    verified: str | None = None
 
 
-def next_revisit(prev: Revisit | None, *, changed: bool, now: datetime, bounds: Bounds) -> Revisit:
-    """The revisit state after a check at *now* that found a change (or not).
+def next_revisit(prev: Revisit | None, *, changed: bool, now: datetime, url: str, bound: float) -> Revisit:
+    """The revisit state after a check of *url* at *now* that found a change (or not).
 
-    A page without a previous check (new, or stored before schedules existed) starts at the
-    shortest interval. A second check at the same run clock teaches nothing about time: the
-    state is kept, and a change only brings the next check forward to the shortest interval.
+    The next check is the page's next phase after *now* (at most *bound* later). A second check
+    at the same run clock teaches nothing: the state is kept.
     """
+    following = next_phase(now + timedelta(seconds=bound * EARLY), url, bound)
     if prev is None or prev.last_check_at is None:
-        return Revisit(
-            last_check_at=now,
-            next_check_at=now + timedelta(seconds=bounds.min_secs),
-            interval=bounds.min_secs,
-        )
+        return Revisit(last_check_at=now, next_check_at=following, interval=bound)
     elapsed = (now - prev.last_check_at).total_seconds()
     if elapsed <= 0:
-        if not changed:
-            return prev
-        soon = now + timedelta(seconds=bounds.min_secs)
-        return replace(prev, next_check_at=min(prev.next_check_at or soon, soon))
+        return prev
     n = prev.checks + 1
     x = prev.changes + (1 if changed else 0)
     t = prev.checked_secs + elapsed
     if n > HISTORY:
         fade = HISTORY / n
         n, x, t = n * fade, x * fade, t * fade
-    rate = change_rate(n, x, t)
-    target = _LN2 / rate if rate else math.inf
-    # a change shortens the interval; a check that found none never does
-    interval = (
-        min(target, elapsed * CHANGED_SHRINK) if changed else min(max(target, elapsed), elapsed * MAX_GROWTH)
-    )
-    interval = bounds.clamp(interval)
     return Revisit(
         last_check_at=now,
-        next_check_at=now + timedelta(seconds=interval),
-        interval=interval,
+        next_check_at=following,
+        interval=bound,
         checks=n,
         changes=x,
         checked_secs=t,
-        rate=rate,
+        rate=change_rate(n, x, t),
     )
 
 
@@ -172,11 +171,18 @@ def parse_now(value: Any) -> datetime | None:
     return moment.astimezone(UTC)
 
 
-def audit_count(sample: float, population: int) -> int:
-    """Pages to audit: a ``float`` is a share of *population* (rounded up), an ``int`` a count."""
+def audit_count(sample: float, population: int, *, part: float = 1.0) -> int:
+    """Pages to audit: a ``float`` is a share of *population* (rounded up), an ``int`` a count.
+
+    A share below 1 is the share audited per staleness bound: a run *part* of a bound after the
+    last one draws that part of it (at least one page), so running hourly audits no more a day
+    than running daily.
+    """
     if sample <= 0 or population <= 0:
         return 0
     if isinstance(sample, float):
+        if sample < 1:
+            return min(population, max(1, math.ceil(sample * population * min(max(part, 0.0), 1.0))))
         return min(population, math.ceil(sample * population))
     return min(population, int(sample))
 
@@ -204,9 +210,10 @@ def parse_audit_sample(value: Any) -> float:
 class SchedulePolicy:
     """Decides which pages a run requests, and when each is due next.
 
-    Built from ``RECRAWLER_SCHEDULE``, ``RECRAWLER_NOW``, ``RECRAWLER_MIN_INTERVAL_SECS``,
-    ``RECRAWLER_MAX_INTERVAL_SECS``, ``RECRAWLER_INTERVAL_OVERRIDES`` and
-    ``RECRAWLER_LASTMOD_MODE``. ``now`` is the run clock: one instant for the whole run.
+    Built from ``RECRAWLER_SCHEDULE``, ``RECRAWLER_NOW``, ``RECRAWLER_MAX_INTERVAL_SECS``,
+    ``RECRAWLER_INTERVAL_OVERRIDES`` and ``RECRAWLER_LASTMOD_MODE``. ``now`` is the run clock: one
+    instant for the whole run. A deploy detected on a site (:meth:`deployed`) makes every page of
+    it that was not checked since due.
     """
 
     def __init__(
@@ -215,7 +222,6 @@ class SchedulePolicy:
         now: datetime,
         mode: str = "adaptive",
         lastmod_mode: str = "hint",
-        min_secs: float = 3600.0,
         max_secs: float = 86400.0,
         overrides: Mapping[str, Any] | None = None,
     ) -> None:
@@ -226,29 +232,32 @@ class SchedulePolicy:
         if lastmod_mode not in LASTMOD_MODES:
             msg = f"RECRAWLER_LASTMOD_MODE: {lastmod_mode!r} is not one of {', '.join(LASTMOD_MODES)}"
             raise ConfigurationError(msg)
-        if not 0 < min_secs <= max_secs:
-            msg = (
-                "RECRAWLER_MIN_INTERVAL_SECS / RECRAWLER_MAX_INTERVAL_SECS: "
-                f"bad bounds {min_secs!r}, {max_secs!r}"
-            )
-            raise ConfigurationError(msg)
+        if not 0 < max_secs < math.inf:
+            raise ConfigurationError(f"RECRAWLER_MAX_INTERVAL_SECS: bad bound {max_secs!r}")
         self.now = now
         self.mode = mode
         self.lastmod_mode = lastmod_mode
-        self.default_bounds = Bounds(float(min_secs), float(max_secs))
-        self.overrides: list[tuple[re.Pattern[str], Bounds]] = []
+        self.default_bound = float(max_secs)
+        self.overrides: list[tuple[re.Pattern[str], float]] = []
         for pattern, value in (overrides or {}).items():
-            self.overrides.append((self._regex(pattern), self._bounds(pattern, value)))
+            self.overrides.append((self._regex(pattern), self._bound(pattern, value)))
+        #: site -> when its last deploy was detected: pages last checked before it are due
+        self.deploys: dict[str, datetime] = {}
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, now: datetime | None = None) -> Self:
         """Build from a crawler's (or the CLI's) settings; *now* overrides ``RECRAWLER_NOW``."""
         clock = now or parse_now(settings.get("RECRAWLER_NOW")) or datetime.now(UTC)
+        if settings.get("RECRAWLER_MIN_INTERVAL_SECS") is not None:
+            logger.warning(
+                "RECRAWLER_MIN_INTERVAL_SECS is no longer read: each page is checked once per "
+                "RECRAWLER_MAX_INTERVAL_SECS at a time of its own, and at once when a signal says it "
+                "changed (a listing, a feed, a deploy)"
+            )
         return cls(
             now=clock,
             mode=str(settings.get("RECRAWLER_SCHEDULE")),
             lastmod_mode=str(settings.get("RECRAWLER_LASTMOD_MODE")),
-            min_secs=settings.getfloat("RECRAWLER_MIN_INTERVAL_SECS"),
             max_secs=settings.getfloat("RECRAWLER_MAX_INTERVAL_SECS"),
             overrides=settings.getdict("RECRAWLER_INTERVAL_OVERRIDES"),
         )
@@ -260,26 +269,36 @@ class SchedulePolicy:
         except re.error as exc:
             raise ConfigurationError(f"RECRAWLER_INTERVAL_OVERRIDES: bad pattern {pattern!r}: {exc}") from exc
 
-    def _bounds(self, pattern: str, value: Any) -> Bounds:
+    def _bound(self, pattern: str, value: Any) -> float:
+        # a bound in seconds; [min, max] (the form before per-page intervals went) reads its max
+        if isinstance(value, list | tuple) and len(value) == 2:
+            value = value[1]
         try:
-            low, high = value
-            bounds = Bounds(
-                float(low) if low is not None else self.default_bounds.min_secs,
-                float(high) if high is not None else self.default_bounds.max_secs,
-            )
+            bound = self.default_bound if value is None else float(value)
         except (TypeError, ValueError) as exc:
-            msg = f"RECRAWLER_INTERVAL_OVERRIDES: {pattern!r} needs [min_secs, max_secs], got {value!r}"
+            msg = f"RECRAWLER_INTERVAL_OVERRIDES: {pattern!r} needs a bound in seconds, got {value!r}"
             raise ConfigurationError(msg) from exc
-        if not 0 < bounds.min_secs <= bounds.max_secs:
-            raise ConfigurationError(f"RECRAWLER_INTERVAL_OVERRIDES: {pattern!r}: bad bounds {value!r}")
-        return bounds
+        if not 0 < bound < math.inf:
+            raise ConfigurationError(f"RECRAWLER_INTERVAL_OVERRIDES: {pattern!r}: bad bound {value!r}")
+        return bound
 
-    def bounds(self, url: str) -> Bounds:
-        """The interval bounds of *url*: the first matching override (``re.search``), else the defaults."""
-        for regex, bounds in self.overrides:
+    def bound(self, url: str) -> float:
+        """The staleness bound of *url*: the first matching override (``re.search``), else the default."""
+        for regex, bound in self.overrides:
             if regex.search(url):
-                return bounds
-        return self.default_bounds
+                return bound
+        return self.default_bound
+
+    def deployed(self, site: str, at: datetime) -> None:
+        """A deploy of *site* was detected at *at*: its pages not checked since are due."""
+        self.deploys[site] = at
+
+    def lastmod_vouches(self, *, trusted: bool, honest: bool) -> bool:
+        """Whether a host's lastmods (and feed dates) verify the pages they say are unchanged:
+        ``skip`` trusts them until caught lying, ``hint`` once the self-audit found them honest."""
+        if not trusted or self.lastmod_mode == "ignore":
+            return False
+        return self.lastmod_mode == "skip" or honest
 
     def decide(
         self,
@@ -287,51 +306,60 @@ class SchedulePolicy:
         *,
         url: str,
         status: str | None,
+        site: str | None = None,
         lastmod: str | None = None,
         feed_updated: datetime | None = None,
         audit: bool = False,
         lastmod_trusted: bool = True,
+        lastmod_honest: bool = False,
         waiting: bool = False,
     ) -> Decision:
         """Is a listed page due this run? ``revisit`` None (or status gone) means never seen.
 
-        Order: new, ``RECRAWLER_SCHEDULE=all``, audit sample, a change or removal that waits for a
-        decision (*waiting*: a check brings new evidence), a feed entry newer than the last check,
-        a quarantined page (its misses must be consecutive), then the sitemap lastmod
-        (``skip``/``hint``: newer than the last check means due at once; ``skip``: not newer means
-        skipped until the max interval has passed), then the adaptive schedule.
+        Order: new, ``RECRAWLER_SCHEDULE=all``, a deploy of *site* detected since the page's last
+        check, the audit sample, a change or removal that waits for a decision (*waiting*: a check
+        brings new evidence), a feed entry newer than the last check, a quarantined page (its
+        misses must be consecutive), a lastmod newer than the last check; then a lastmod (or feed
+        entry) not newer vouches for the page when the host's lastmods are trusted for it
+        (:meth:`lastmod_vouches`); else the page's phase within its bound.
         """
         if revisit is None or status is None or status == _GONE:
             return Decision(True, "new")
         if self.mode == "all":
             return Decision(True, "all")
+        last = revisit.last_check_at
+        deploy = self.deploys.get(site) if site is not None else None
+        if deploy is not None and (last is None or last < deploy):
+            return Decision(True, "deploy")
         if audit:
             return Decision(True, "audit")
         if waiting:
             return Decision(True, "waiting")
-        last = revisit.last_check_at
         if feed_updated is not None and (last is None or feed_updated > last):
             return Decision(True, "feed")
         if status == _QUARANTINED:
             return Decision(True, "quarantined")
         if last is not None and lastmod_trusted and self.lastmod_mode != "ignore":
             moment = known_lastmod(lastmod, self.now)
-            if moment is not None:
-                if moment > last:
-                    return Decision(True, "lastmod")
-                if self.lastmod_mode == "skip":
-                    if last + timedelta(seconds=self.bounds(url).max_secs) <= self.now:
-                        return Decision(True, "max_interval")
-                    return Decision(False, SKIP_LASTMOD)
+            if moment is not None and moment > last:
+                return Decision(True, "lastmod")
+            if self.lastmod_vouches(trusted=lastmod_trusted, honest=lastmod_honest):
+                if moment is not None:
+                    return Decision(False, SKIP_LASTMOD, verified="lastmod")
+                if feed_updated is not None:
+                    return Decision(False, SKIP_LASTMOD, verified="feed")
         if revisit.next_check_at is None:
             return Decision(True, "unscheduled")
-        if revisit.next_check_at <= self.now:
+        early = timedelta(seconds=self.bound(url) * EARLY)
+        if revisit.next_check_at <= self.now + early:
             return Decision(True, "scheduled")
         return Decision(False, SKIP_SCHEDULE)
 
     def after_check(self, prev: Revisit | None, *, url: str, changed: bool, new: bool = False) -> Revisit:
         """The revisit state after checking *url* now (``new``: start a fresh history)."""
-        return next_revisit(None if new else prev, changed=changed, now=self.now, bounds=self.bounds(url))
+        return next_revisit(
+            None if new else prev, changed=changed, now=self.now, url=url, bound=self.bound(url)
+        )
 
     def lastmod_claims_unchanged(self, lastmod: str | None, last_check_at: datetime | None) -> bool:
         """True when a known lastmod is not newer than the last check: "nothing changed since"."""
@@ -343,15 +371,18 @@ class SchedulePolicy:
 
 __all__ = [
     "DUE_REASONS",
+    "EARLY",
     "LASTMOD_MODES",
     "SCHEDULE_MODES",
-    "Bounds",
+    "VERIFIED_BY",
     "Decision",
     "Revisit",
     "SchedulePolicy",
     "audit_count",
     "change_rate",
+    "next_phase",
     "next_revisit",
     "parse_audit_sample",
     "parse_now",
+    "phase_secs",
 ]

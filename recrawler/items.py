@@ -73,6 +73,10 @@ class Page:
     served_from: str | None = None
     #: what the body was read as (``html``, ``pdf``: see ``recrawler.documents``); None without one
     document: str | None = None
+    #: the page's version and language (``RECRAWLER_VERSION_PATTERN``, else what the page says);
+    #: None on a 304 the pattern does not name: the stored ones stay
+    version: str | None = None
+    lang: str | None = None
     #: the fingerprint and chunks ``recrawler.cpu.process_page`` made with the text, in a worker
     #: process or in the crawl's (a ``recrawler.cpu.Worked``), until the pipelines take them
     #: (typed loosely, as ``record`` and ``update`` are: the item module stands below all it carries)

@@ -30,13 +30,20 @@ CONDITIONAL = "recrawler_conditional"
 #: what the request fetches: ``page`` (default), ``sitemap`` or ``feed``
 ROLE = "recrawler_role"
 ROLE_PAGE, ROLE_SITEMAP, ROLE_FEED = "page", "sitemap", "feed"
+#: a request that asks the site a question, never a page: its not-found answer (a path no site
+#: has) or whether a listing exists (the spider's look for a sitemap or llms.txt)
+ROLE_PROBE = "probe"
 #: the listing's lastmod of the page (W3C datetime)
 LASTMOD = "recrawler_lastmod"
 #: when a feed entry says the page was updated (ISO 8601)
 FEED_UPDATED = "recrawler_feed_updated"
-#: how the page was found (``sitemap``, ``feed``, ``link``, ``redirect``) and from where
+#: how the page was found (``sitemap``, ``feed``, ``link``, ``redirect``; ``start`` and ``crawl``:
+#: a start URL and the pages its links reached, when the links are the listing) and from where
 FOUND_VIA = "recrawler_found_via"
 FOUND_FROM = "recrawler_found_from"
+#: the page's own URL when the request fetches another copy of it (a markdown twin an llms.txt
+#: names): the page is cited under it (and keyed, with ``recrawler_key``)
+PAGE_URL = "recrawler_page_url"
 #: how many links away from a listed page a link-found page is (0: listed)
 DEPTH = "recrawler_depth"
 #: set by recrawler: why the page is requested this run
@@ -54,8 +61,12 @@ SAME_VALIDATOR = "_recrawler_same_validator"
 REDIRECTS = "_recrawler_redirects"
 #: keys of stored pages a permanent redirect chain moved to this request's key
 MOVED_FROM = "_recrawler_moved_from"
+#: a soft-404 probe's scope (the origin and listing folder whose not-found page it asks for)
+PROBE_SCOPE = "_recrawler_probe_scope"
 #: the URL a page is cited under when a temporary redirect served it from elsewhere
 CANONICAL_URL = "_recrawler_canonical_url"
+#: the places still to look for a listing, on a probe request (the spider's look, in order)
+PROBES = "_recrawler_probes"
 #: how many sitemap files deep this sitemap request is (0: a start URL)
 SITEMAP_DEPTH = "_recrawler_sitemap_depth"
 #: set by recrawler: the request came out of the run's frontier (FrontierScheduler)
@@ -64,8 +75,12 @@ FED = "_recrawler_fed"
 #: none), by FrontierScheduler with its batch or ConditionalRequestMiddleware; absent: not read.
 #: The spider puts it on the Page (``Page.record``) for the pipelines
 RECORD = "_recrawler_record"
-#: set by ListingMiddleware on a page request a sitemap named (the frontier counts each key once)
+#: set by ListingMiddleware on a page request a sitemap named (the frontier counts each key once),
+#: and by the spider on a page its link crawl reached when the links are the run's listing
 LISTED = "_recrawler_listed"
+#: set by the spider on a page request whose links are the run's listing (a site crawled from a
+#: start URL): LinkListingMiddleware stores a 200's links and lists a 304's stored ones
+LINKS = "_recrawler_links"
 #: the body of a first fetch, on the immediate re-fetch that learns volatile regions
 FIRST_BODY = "_recrawler_first_body"
 #: the signal whose 304 an audit re-fetch checks
@@ -75,6 +90,13 @@ TOO_LARGE = "_recrawler_too_large"
 #: a large sitemap file's body, moved to an open temporary file by ListingBodyMiddleware (the
 #: response's own body is then empty); the spider's listing parser reads it, then closes it
 LISTING_BODY = "_recrawler_listing_body"
+#: set by ScheduleMiddleware on a run's deploy probes (sent first; their build markers are read)
+PROBE = "_recrawler_probe"
+#: the page key a probe's second conditional request (with the validators of its 200) checks
+REPROBE = "_recrawler_reprobe"
+#: set on a sampled page request whose change would say nothing of a deploy: the page changes on
+#: its own, or the listing announced its change (a newer lastmod, a feed entry)
+NO_SAMPLE = "_recrawler_no_sample"
 
 #: the spider attribute by which a spider opts in (the recrawler spiders and mixin set it)
 SPIDER_OPT_IN = "recrawler_enabled"

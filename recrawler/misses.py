@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["record_page_error", "stage_miss", "stage_soft_miss", "state_error"]
+__all__ = ["miss_moves", "record_page_error", "stage_miss", "stage_soft_miss", "state_error"]
 
 
 async def stage_soft_miss(
@@ -59,6 +59,27 @@ async def stage_soft_miss(
             logger.error("state store write failed: %(exc)s", {"exc": exc})
     logger.debug("soft 404 (%(shape)s): %(url)s", {"shape": shape, "url": url})
     return staged
+
+
+async def miss_moves(runtime: Runtime, target: str, status: int, *, soft: str | None = None) -> int:
+    """The run's staged moves to page *target*, which answered that it is not there (*status*, or
+    a soft 404 of shape *soft*), become misses of the pages moving there; returns how many."""
+    run = runtime.run
+    if run is None:
+        return 0
+    try:
+        n = await runtime.store.miss_moves(run, target, http_status=status)
+    except StateStoreError as exc:
+        state_error(runtime, exc)
+        return 0
+    if n:
+        if soft is not None:
+            runtime.counters.inc("recrawler/page/soft_404", n)
+            runtime.counters.inc(f"recrawler/page/soft_404/{soft}", n)
+            runtime.counters.inc("recrawler/page/missing/soft_404", n)
+        else:
+            runtime.counters.inc(f"recrawler/page/missing/http_{status}", n)
+    return n
 
 
 def state_error(runtime: Runtime, exc: StateStoreError) -> None:

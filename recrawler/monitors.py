@@ -10,7 +10,12 @@ wait for (Scrapy runs the handlers of one signal concurrently); ``engine_stopped
 A run refused when the spider opens (the site busy, the database unreachable) closes the spider before
 the engine starts, and Scrapy sends no ``engine_stopped`` then: the add-on places
 :class:`RefusedRunMonitors` whenever ``SPIDERMON_ENABLED`` is on, which runs those suites itself
-(:func:`run_engine_stop_monitors`), and every monitor fails with "the recrawler run did not begin".
+(:func:`run_engine_stop_monitors`).
+
+One alert per cause: each cause fails one monitor of the suite. A run that did not begin fails
+:class:`RunBeganMonitor` alone (the others skip: there is no run to judge); a run held for a mass
+removal fails :class:`MassRemovalMonitor`, not :class:`HeldRunMonitor` too; too many failed requests
+fail :class:`ErrorRatioMonitor`, not :class:`OutageGuardMonitor` too.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ __all__ = [
     "MassRemovalMonitor",
     "OutageGuardMonitor",
     "RefusedRunMonitors",
+    "RunBeganMonitor",
     "RunMonitor",
     "RunOutcomeMonitorSuite",
     "run_engine_stop_monitors",
@@ -72,15 +78,22 @@ class RunMonitor(Monitor):  # type: ignore[misc]  # spidermon is untyped
         return crawler
 
     @property
+    def failure(self) -> str | None:
+        """Why the run did not begin (refused at start: the site busy, the database unreachable), or None."""
+        runtime = self.crawler.get_extension(Runtime)
+        return None if runtime is None or runtime.failure is None else str(runtime.failure)
+
+    @property
     def report(self) -> dict[str, Any]:
-        """The run report (fails the monitor when the run has none: it never began, or the suite
-        runs before the Reconciler finished)."""
+        """The run report. A run that did not begin skips the monitor (:class:`RunBeganMonitor`
+        reports that cause, once); with no report otherwise (the suite runs before the Reconciler
+        finished) the monitor fails."""
         reconciler = self.crawler.get_extension(Reconciler)
         if reconciler is not None and reconciler.report is not None:
             return reconciler.report
-        runtime = self.crawler.get_extension(Runtime)
-        if runtime is not None and runtime.failure is not None:
-            raise self.failureException(f"the recrawler run did not begin: {runtime.failure}")
+        failure = self.failure
+        if failure is not None:
+            self.skipTest(f"the recrawler run did not begin: {failure}")
         raise self.failureException(
             "no recrawler run report: list the suite in SPIDERMON_ENGINE_STOP_MONITORS (the report "
             "is written when the spider closes), and enable recrawler for the spider"
@@ -93,15 +106,34 @@ class RunMonitor(Monitor):  # type: ignore[misc]  # spidermon is untyped
         return f"`recrawler runs approve {run}{flag}` or `recrawler runs discard {run}{flag}`"
 
 
+@named("recrawler run")
+class RunBeganMonitor(RunMonitor):
+    """The run began: it was not refused at start (the database unreachable or corrupt: exit 5,
+    another run holding the site: exit 6). The other monitors skip such a run."""
+
+    @named("run began")
+    def test_run_began(self) -> None:
+        """Fails with the reason when the run was refused before it began."""
+        failure = self.failure
+        if failure is not None:
+            self.fail(f"the recrawler run did not begin: {failure}")
+
+
+#: the guard's reason that ErrorRatioMonitor reports (one alert per cause)
+_ERROR_RATIO = "error_ratio"
+
+
 @named("recrawler outage guard")
 class OutageGuardMonitor(RunMonitor):
-    """The outage guard did not have to keep missing pages (the listing or the site failed)."""
+    """The outage guard did not have to keep missing pages (the listing or the site failed). Too
+    many failed requests are :class:`ErrorRatioMonitor`'s to report."""
 
     @named("removals were not skipped")
     def test_removals_not_skipped(self) -> None:
-        """Fails when the run's absence evidence was not trusted (``reconcile.skipped``)."""
+        """Fails when the run's absence evidence was not trusted (``reconcile.skipped``), for any
+        reason but ``error_ratio``."""
         report = self.report
-        skipped = (report.get("reconcile") or {}).get("skipped") or []
+        skipped = [why for why in (report.get("reconcile") or {}).get("skipped") or [] if why != _ERROR_RATIO]
         if skipped:
             held = report["counts"].get("missing_held", 0)
             self.fail(
@@ -111,14 +143,20 @@ class OutageGuardMonitor(RunMonitor):
 
 @named("recrawler held run")
 class HeldRunMonitor(RunMonitor):
-    """The run was not held for an operator (a change spike, the same text on many pages, a mass removal)."""
+    """The run was not held for an operator (a change spike, the same text on many pages); a mass
+    removal is :class:`MassRemovalMonitor`'s to report."""
 
     @named("run was not held")
     def test_not_held(self) -> None:
-        """Fails when the run waits for ``recrawler runs approve`` or ``discard``."""
+        """Fails when the run waits for ``recrawler runs approve`` or ``discard`` for a reason
+        other than a mass removal."""
         report = self.report
-        if report.get("held"):
-            self.fail(f"run {report['run_id']} held: {report.get('alert')}. Then {self.commands(report)}")
+        held = [why for why in report.get("held") or [] if why != HOLD_MASS_REMOVAL]
+        if held:
+            self.fail(
+                f"run {report['run_id']} held ({', '.join(held)}): {report.get('alert')}. "
+                f"Then {self.commands(report)}"
+            )
 
 
 @named("recrawler mass removal")
@@ -146,12 +184,13 @@ class ErrorRatioMonitor(RunMonitor):
         counts = report["counts"]
         errors, crawled = counts.get("errors", 0), counts.get("crawled", 0)
         ratio = errors / crawled if crawled else 0.0
+        guarded = _ERROR_RATIO in ((report.get("reconcile") or {}).get("skipped") or [])
+        # one failure for one cause: the pages' errors and the guard's failed requests together
+        held = "; the outage guard removed nothing" if guarded else ""
         if ratio > limit:
-            self.fail(f"{errors} of {crawled} pages failed (> RECRAWLER_MAX_ERROR_RATIO={limit})")
-        if "error_ratio" in ((report.get("reconcile") or {}).get("skipped") or []):
-            self.fail(
-                f"too many failed requests (> RECRAWLER_MAX_ERROR_RATIO={limit}): the outage guard held"
-            )
+            self.fail(f"{errors} of {crawled} pages failed (> RECRAWLER_MAX_ERROR_RATIO={limit}){held}")
+        if guarded:
+            self.fail(f"too many failed requests (> RECRAWLER_MAX_ERROR_RATIO={limit}){held}")
 
 
 @named("recrawler audit")
@@ -172,6 +211,7 @@ class RunOutcomeMonitorSuite(MonitorSuite):  # type: ignore[misc]  # spidermon i
     """Every run-outcome monitor; subclass it to add ``monitors_failed_actions`` (Slack, e-mail, ...)."""
 
     monitors = [  # noqa: RUF012 (Spidermon's class attribute)
+        RunBeganMonitor,
         OutageGuardMonitor,
         HeldRunMonitor,
         MassRemovalMonitor,

@@ -1,100 +1,121 @@
-"""Soft 404s: a page that answers 200 but says it is not there, or a redirect that leads nowhere in
-particular (the site's home). Pure: the shapes only, no Scrapy, no state."""
+"""Soft 404s: a page that answers 200 with the site's own not-found page, or a redirect that leads
+nowhere in particular (the site's home). Pure: the shapes only, no Scrapy, no state."""
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+from recrawler.detect.hashing import fuzzy_distance, fuzzy_hash
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable
 
 __all__ = [
     "HOME_REDIRECT",
     "NOT_FOUND_PAGE",
     "NOT_FOUND_TEXT",
+    "PROBE_NAME",
     "SHARED_REDIRECT",
     "SHORT_TEXT",
+    "NotFoundAnswer",
     "home_redirect",
-    "might_be_not_found",
     "not_found",
+    "not_found_answer",
+    "probe",
 ]
 
 #: the shapes (the ``recrawler/page/soft_404/<shape>`` stats)
-NOT_FOUND_TEXT = "not_found_text"  # a stored page became much shorter and says it is not there
-NOT_FOUND_PAGE = "not_found_page"  # a page never stored whose title or heading is a not-found one
+NOT_FOUND_TEXT = "not_found_text"  # a stored page now answers with the site's not-found page
+NOT_FOUND_PAGE = "not_found_page"  # a page never stored answers with the site's not-found page
 HOME_REDIRECT = "redirect_home"  # a page redirected to the site's root or the listing's home
 SHARED_REDIRECT = "redirect_shared"  # several pages of one run lent the same target
 
-#: a not-found page is short: a main text longer than this is content, whatever it says
+#: a not-found page is short: a main text longer than this is content, whatever it is like
 SHORT_TEXT = 2000
-# what a not-found page says in its title or main heading
-_SAYS = re.compile(
-    r"\b404\b|\boops\b|\bnot\s+found\b|\bno\s+(?:such\s+)?page\b|\bcould\s*n(?:o|')?t\s+find\b"
-    r"|\b(?:does\s+not|doesn'?t|no\s+longer)\s+exists?\b|\bcould\s*n(?:o|')?t\s+be\s+found\b"
-    r"|\bcan(?:not|'t)\s+be\s+found\b|\bno\s+longer\s+available\b",
-    re.IGNORECASE,
-)
-# a text, title or heading that is a not-found message from its first words ("Page not found",
-# "404 - Acme", "Oops! Nothing here", "No page /docs/x here.", "Sorry, this page does not exist")
-_NAMED = re.compile(
-    r"^\W*(?:(?:sorry|oops|error)\b\W*)?(?:404\b|(?:page|document|file|resource)?\s*not\s+found\b|oops\b"
-    r"|no\s+(?:such\s+)?page\b|nothing\s+(?:was\s+)?found\b|we\s+could\s*n(?:o|')?t\s+find\b"
-    r"|(?:this|that|the)\s+page\s+(?:you\s+(?:\w+\s+){1,3})?(?:(?:does\s+not|doesn'?t)\s+exist"
-    r"|(?:could\s*n(?:o|')?t|can(?:not|'t))\s+be\s+found|is\s+(?:not|no\s+longer)\s+(?:available|here)"
-    r"|(?:was|has\s+been)\s+(?:removed|deleted|not\s+found))\b)",
-    re.IGNORECASE,
-)
-# a title's site part: "Page not found | Example Docs" -> "Page not found"
-_TITLE_SUFFIX = re.compile(r"\s+[|\u2013\u2014-]\s+.*$")
-# the heading lines the rendered text starts with ("# Title", "## Section")
-_HEADING_LINES = re.compile(r"^(?:#{1,6} [^\n]*\n+)+")
+#: what a probe names the path it asks for: no site has a page there
+PROBE_NAME = "recrawler-no-such-page-"
+#: TLSH distance within which a page's text is the site's not-found text (a page that names
+#: more than the path asked for: a suggestion list, a request id), as for same-content holds
+_SAME_DISTANCE = 30
 #: a folder's own page: /docs/index.html redirecting to /docs/ is not a page sent home
 _INDEX_FILES = frozenset(
     {"index.html", "index.htm", "index.php", "index.shtml", "default.htm", "default.aspx"}
 )
 
 
-def _parts(
-    title: str | None, headings: Sequence[tuple[int, str, str | None]], text: str
-) -> tuple[str, str, str]:
-    """The page's title (without its site part), main heading, and first words of its text."""
-    heading = headings[0][1] if headings else ""
-    body = _HEADING_LINES.sub("", text.lstrip(), count=1)[:200]
-    return _TITLE_SUFFIX.sub("", (title or "").strip()), heading, body
+def probe(page_url: str, homes: Iterable[str], token: str) -> tuple[str, str]:
+    """What the site answers for pages like *page_url* is learned once per run from a probe:
+    ``(scope, probe URL)``. The probe asks, on the page's origin and under the longest of *homes*
+    that holds the page (the listing's folder, else the root), for an HTML page no site has
+    (*token* makes its name unique). The scope names every page the answer stands for."""
+    parts = urlsplit(page_url)
+    path = parts.path or "/"
+    folders = {h if h.endswith("/") else h + "/" for h in homes} | {"/"}
+    home = max((h for h in folders if path.startswith(h)), key=len)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    return f"{origin}{home}", f"{origin}{home}{PROBE_NAME}{token}.html"
 
 
-def might_be_not_found(title: str | None, headings: Sequence[tuple[int, str, str | None]], text: str) -> bool:
-    """Cheap first look: a short text whose title or main heading says "not found", or whose
-    first words are a not-found message. Only then is the stored page worth reading (see
-    :func:`not_found`)."""
-    if len(text) > SHORT_TEXT:
-        return False
-    name, heading, body = _parts(title, headings, text)
-    return bool(_SAYS.search(name) or _SAYS.search(heading) or _NAMED.search(body))
+def _masked(text: str, *urls: str) -> str:
+    """*text* normalised (case, whitespace), with the addresses it was asked for at masked: a
+    not-found page often names the path it did not find."""
+    marks: set[str] = set()
+    for url in urls:
+        parts = urlsplit(url)
+        name = parts.path.rstrip("/").rsplit("/", 1)[-1]
+        stem = name.rsplit(".", 1)[0]
+        marks |= {url, parts.path, parts.path.lstrip("/"), name, stem if len(stem) > 3 else ""}
+    marks |= {unquote(m) for m in marks}
+    out = text
+    for mark in sorted((m for m in marks if m), key=len, reverse=True):
+        out = out.replace(mark, "\x00")
+    return " ".join(out.lower().split())
 
 
-def not_found(
-    title: str | None,
-    headings: Sequence[tuple[int, str, str | None]],
-    text: str,
-    stored_length: int | None,
-) -> str | None:
-    """The soft-404 shape of a 200's page (None: it is content).
+@dataclass(frozen=True, slots=True)
+class NotFoundAnswer:
+    """What a site answers for a path it does not have: its main text, the path masked."""
 
-    A stored page (*stored_length*: its stored text's length) is a soft 404 when its text became
-    short, at most half of what it was, and its title or main heading says it is not there
-    (``Page not found``, ``404``, ``does not exist``...), or its text begins by saying so (``No page
-    /docs/x here.``, ``Sorry, this page does not exist``). A page never stored has nothing to
-    compare with: its title, main heading or first words must be a not-found message from their
-    first word. A long text is content whatever it says, and so is a section about errors.
-    """
-    if not might_be_not_found(title, headings, text):
+    text: str
+    fuzzy: str | None
+
+
+def not_found_answer(text: str, *urls: str) -> NotFoundAnswer | None:
+    """The site's not-found answer from the main *text* of what it answered for the probe at
+    *urls* (the probe's, and where a redirect took it), or None: it answered with no text,
+    nothing to compare a page with."""
+    masked = _masked(text, *urls)
+    if not masked.strip("\x00 ") or len(masked) > SHORT_TEXT:
+        # nothing to compare with, or a page no not-found page is (a whole site map)
         return None
-    if stored_length is None:
-        name, heading, body = _parts(title, headings, text)
-        return NOT_FOUND_PAGE if any(_NAMED.search(part) for part in (name, heading, body)) else None
-    return NOT_FOUND_TEXT if 2 * len(text) <= stored_length else None
+    return NotFoundAnswer(text=masked, fuzzy=fuzzy_hash(masked))
+
+
+def not_found(text: str, url: str, answer: NotFoundAnswer | None, *, stored: bool) -> str | None:
+    """The soft-404 shape of a 200's page at *url* with main *text* (None: it is content).
+
+    Decided on the site's own evidence, never on words alone: a page is a soft 404 only when its
+    text is the site's not-found *answer* (what it answers for a path it does not have), the
+    path each names masked: the same text, or within a small TLSH distance of it. A page about
+    errors, a glossary entry "404", a page starting "Oops!" differ from it: content. No answer (a
+    bare 404, a failed probe): content. *stored*: the page is stored (``not_found_text``), or
+    was never stored (``not_found_page``).
+    """
+    if answer is None or not text or len(text) > SHORT_TEXT:
+        return None
+    masked = _masked(text, url)
+    if max(len(masked), len(answer.text)) > 2 * min(len(masked), len(answer.text)) + 50:
+        # not the same page, whatever it says
+        return None
+    same = masked == answer.text
+    if not same and answer.fuzzy is not None:
+        digest = fuzzy_hash(masked)
+        same = digest is not None and fuzzy_distance(digest, answer.fuzzy) <= _SAME_DISTANCE
+    if not same:
+        return None
+    return NOT_FOUND_TEXT if stored else NOT_FOUND_PAGE
 
 
 def home_redirect(source_path: str, target_path: str, homes: Iterable[str]) -> bool:

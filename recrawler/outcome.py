@@ -98,6 +98,17 @@ def mass_removal(plan: RemovalPlan, *, ratio: float, minimum: int, listing: bool
     )
 
 
+def waiting_removals(plan: RemovalPlan) -> str | None:
+    """Why removals an earlier hold kept still hold the run (None: none wait). Only a person's
+    decision (or the page's own answer) settles them: never a later run's bound."""
+    if not plan.carried:
+        return None
+    return (
+        f"{plan.carried} removals wait for a decision since an earlier run held them "
+        "(approve or discard the latest run)"
+    )
+
+
 def sitemap_failure(family: Mapping[str, int | float]) -> str | None:
     """Why a sitemap listing is not evidence (None: it is); *family* is the ``recrawler/sitemap`` counts."""
     parsed, fetched = int(family.get("parsed", 0)), int(family.get("fetched", 0))
@@ -105,6 +116,17 @@ def sitemap_failure(family: Mapping[str, int | float]) -> str | None:
         return "sitemap_failed"
     if family.get("refused"):
         # a bound cut the listing short: what lies beyond it was never listed
+        return "sitemap_incomplete"
+    return None
+
+
+def link_listing_failure(family: Mapping[str, int | float], follow: Mapping[str, int | float]) -> str | None:
+    """Why a listing made of the site's links is not evidence (None: it is); *family* is the
+    ``recrawler/sitemap`` counts (a failed look for a sitemap), *follow* the ``recrawler/follow``
+    ones (the link budget ran out: what lies beyond it was never reached)."""
+    if family.get("error"):
+        return "sitemap_failed"
+    if follow.get("max_links"):
         return "sitemap_incomplete"
     return None
 
@@ -180,8 +202,10 @@ __all__ = [
     "Verdicts",
     "exit_code",
     "is_spike",
+    "link_listing_failure",
     "mass_removal",
     "outage_reasons",
     "sitemap_failure",
     "spike_figures",
+    "waiting_removals",
 ]

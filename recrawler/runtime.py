@@ -75,7 +75,8 @@ class Runtime:
     ``recrawler_busy``, ``recrawler_held``), with one ERROR line and the matching exit code.
 
     Settings: ``RECRAWLER_DB_URI``, ``RECRAWLER_LEASE_SECS``, ``RECRAWLER_AUDIT_SAMPLE``,
-    ``RECRAWLER_AUDIT_DISTRUST_AFTER``, ``RECRAWLER_INDEX_ENABLED``, ``RECRAWLER_EMBEDDER*``,
+    ``RECRAWLER_AUDIT_DISTRUST_AFTER``, ``RECRAWLER_AUDIT_TRUST_AFTER``, ``RECRAWLER_INDEX_ENABLED``,
+    ``RECRAWLER_EMBEDDER*``, ``RECRAWLER_MAX_INTERVAL_SECS`` (the audit's share is per bound),
     ``RECRAWLER_PUBLISH``, ``RECRAWLER_DRY_RUN``, ``RECRAWLER_CPU_*``, ``RECRAWLER_GC_THRESHOLD``,
     ``RECRAWLER_WORKERS_ENABLED``, ``RECRAWLER_REPORT_FILE`` (a refused run's report),
     Signals: listens to ``spider_opened`` and ``engine_stopped``; with ``RECRAWLER_WORKERS_ENABLED``
@@ -92,6 +93,7 @@ class Runtime:
         noise: NoiseRegistry,
         audit_sample: float = 0.0,
         distrust_after: int = 1,
+        trust_after: int = 10,
         lease_secs: float = 60.0,
         cpu_threads: int = 0,
         cpu_pool: CpuPool | None = None,
@@ -121,7 +123,15 @@ class Runtime:
         self.shared_targets: set[str] = set()
         self.schedule = schedule
         self.noise = noise
-        self.auditor = Auditor(store, self.counters, sample=audit_sample, distrust_after=distrust_after)
+        self.auditor = Auditor(
+            store,
+            self.counters,
+            sample=audit_sample,
+            distrust_after=distrust_after,
+            trust_after=trust_after,
+            clock=schedule.now,
+            bound_secs=schedule.default_bound,
+        )
         self.lease_secs = lease_secs
         self._embedder: Embedder | None = None
         self.run: Run | None = None
@@ -159,6 +169,7 @@ class Runtime:
             noise=NoiseRegistry.from_settings(s),
             audit_sample=parse_audit_sample(s.get("RECRAWLER_AUDIT_SAMPLE")),
             distrust_after=s.getint("RECRAWLER_AUDIT_DISTRUST_AFTER"),
+            trust_after=s.getint("RECRAWLER_AUDIT_TRUST_AFTER"),
             lease_secs=s.getfloat("RECRAWLER_LEASE_SECS"),
             cpu_threads=s.getint("RECRAWLER_CPU_THREADS"),
             cpu_pool=CpuPool.from_settings(s),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 from urllib.parse import SplitResult, parse_qsl, unquote_plus, urlencode, urlsplit, urlunsplit
 
 from w3lib.url import canonicalize_url, safe_url_string
@@ -38,6 +38,31 @@ def _host(parts: SplitResult) -> str:
 def url_host(url: str) -> str:
     """Return the folded ``host[:port]`` of *url* as page keys spell it (cheap: no full key)."""
     return _host(urlsplit(url.strip()))
+
+
+#: an origin (RFC 6454 §4): scheme, host name, port; the unit credentials are scoped to
+Origin: TypeAlias = tuple[str, str, int]
+
+
+def url_origin(url: str) -> Origin | None:
+    """The origin of an http(s) *url*, its port spelled out; None for another scheme or a URL
+    without a host. Nothing is folded: ``www.`` is a host of its own, and so is each port."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").rstrip(".")
+    if scheme not in _DEFAULT_PORTS or not host:
+        return None
+    return scheme, host, port or _DEFAULT_PORTS[scheme]
+
+
+def origin_url(origin: Origin) -> str:
+    """*origin* as a URL prefix, for logs: ``https://docs.example.com``, ``http://127.0.0.1:8080``."""
+    scheme, host, port = origin
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}" if port == _DEFAULT_PORTS[scheme] else f"{scheme}://{host}:{port}"
 
 
 class KeyMaker:
@@ -181,22 +206,70 @@ class UrlPolicy:
     stored page checked directly, and every request before it is downloaded.
     """
 
-    __slots__ = ("_decided", "any_host", "hosts")
+    __slots__ = ("_decided", "any_host", "from_start", "hosts", "origins")
 
-    def __init__(self, hosts: Iterable[str] = (), *, any_host: bool = False) -> None:
+    def __init__(
+        self,
+        hosts: Iterable[str] = (),
+        *,
+        any_host: bool = False,
+        origins: Iterable[Origin] = (),
+        from_start: bool = False,
+    ) -> None:
         self.hosts = frozenset(hosts)
         self.any_host = any_host
+        #: the site's own origins: where its credentials may go (``any_host`` never widens them)
+        self.origins = frozenset(origins)
+        #: a spider that names no host: the URLs it starts from name its site (see :meth:`start`)
+        self.from_start = from_start
         #: the last decisions by URL: a listed page's URL is checked again before its download
         self._decided: dict[str, str | None] = {}
 
     @classmethod
     def for_urls(
-        cls, urls: Iterable[str], extra_hosts: Iterable[str] = (), *, any_host: bool = False
+        cls,
+        urls: Iterable[str],
+        extra_hosts: Iterable[str] = (),
+        *,
+        any_host: bool = False,
+        from_start: bool = False,
     ) -> UrlPolicy:
-        """The policy of a site reached through *urls* (its sitemaps), plus *extra_hosts*."""
+        """The policy of a site reached through *urls* (its sitemaps), plus *extra_hosts*
+        (``host[:port]``). Its origins are those of *urls*, and each extra host under the schemes
+        of *urls* (both http and https when there is none). *from_start*: see :meth:`start`."""
+        extra = [h.strip() for h in extra_hosts if h.strip()]
         hosts = {url_host(u) for u in urls}
-        hosts.update(url_host("http://" + h.strip()) for h in extra_hosts if h.strip())
-        return cls(hosts, any_host=any_host)
+        hosts.update(url_host("http://" + h) for h in extra)
+        origins = {o for u in urls if (o := url_origin(u)) is not None}
+        schemes = sorted({o[0] for o in origins}) or sorted(_DEFAULT_PORTS)
+        origins.update(o for h in extra for s in schemes if (o := url_origin(f"{s}://{h}")) is not None)
+        return cls(hosts, any_host=any_host, origins=origins, from_start=from_start)
+
+    @classmethod
+    def for_site(
+        cls, site: str | None = None, domains: Iterable[str] = (), start_urls: Iterable[str] = ()
+    ) -> UrlPolicy:
+        """The policy of a spider of its own (not a sitemap's): the hosts of its *site*, *domains*
+        (``allowed_domains``) and *start_urls*; one that names none keeps to the hosts it starts
+        from (:meth:`start`)."""
+        named = [d.strip() for d in (*domains, site or "") if isinstance(d, str) and d.strip()]
+        starts = [u for u in start_urls if isinstance(u, str) and url_origin(u) is not None]
+        return cls.for_urls(starts, named, from_start=not named and not starts)
+
+    def start(self, url: str) -> None:
+        """A URL the spider starts from: for a policy ``from_start``, its host and origin are the
+        site's from now on (a URL that is not http(s) on a well-formed host teaches nothing)."""
+        if not self.from_start or self.any_host or not isinstance(url, str):
+            return
+        origin = url_origin(url)
+        if origin is None or self._refusal(url) not in (None, REFUSED_OFFSITE):
+            return
+        host = url_host(url)
+        if host not in self.hosts or origin not in self.origins:
+            self.hosts = self.hosts | {host}
+            self.origins = self.origins | {origin}
+            # a URL refused before this host was known may be allowed now
+            self._decided.clear()
 
     def refusal(self, url: str) -> str | None:
         """Why *url* is refused (``malformed``, ``scheme``, ``credentials``, ``offsite``), or None."""
@@ -239,3 +312,13 @@ class UrlPolicy:
     def allows(self, url: str) -> bool:
         """True when *url* may be fetched and stored."""
         return self.refusal(url) is None
+
+
+def spider_url_policy(spider: object) -> UrlPolicy:
+    """The URL policy of a user's own opted-in spider, from its ``recrawler_site``,
+    ``allowed_domains`` and ``start_urls`` attributes (see :meth:`UrlPolicy.for_site`)."""
+    return UrlPolicy.for_site(
+        getattr(spider, "recrawler_site", None),
+        getattr(spider, "allowed_domains", None) or (),
+        getattr(spider, "start_urls", None) or (),
+    )

@@ -85,8 +85,9 @@ class Crawls:
         }
 
     async def crawl(
-        self, sitemap_url: str, spider_args: dict[str, Any] | None = None, **settings: Any
+        self, sitemap_url: str | None, spider_args: dict[str, Any] | None = None, **settings: Any
     ) -> CrawlResult:
+        """Crawl from *sitemap_url* (None: from the ``start_url`` among *spider_args*)."""
         before = self._events()
         crawler = make_crawler(DocsSpider, self.settings(**settings))
         closed: list[str] = []
@@ -95,7 +96,8 @@ class Crawls:
             closed.append(reason)
 
         crawler.signals.connect(spider_closed, signal=signals.spider_closed)
-        await crawler.crawl_async(sitemap_url=sitemap_url, **(spider_args or {}))
+        args = {**({"sitemap_url": sitemap_url} if sitemap_url is not None else {}), **(spider_args or {})}
+        await crawler.crawl_async(**args)
         runtime = crawler.get_extension(Runtime)
         assert runtime is not None
         # decisions come from the run's counters; the stats are their mirror (exact, unless dummy)

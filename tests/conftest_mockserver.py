@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from recrawler.notfound import PROBE_NAME
 from tests.docsite import gzip_bytes, sitemap
 from tests.mockserver import META, REQUESTS
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
     from tests.docsite import Entry
 
-__all__ = ["mockserver", "site"]
+__all__ = ["mockserver", "mockserver_other_host", "mockserver_other_port", "other_host", "other_port", "site"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,13 +85,19 @@ class Site:
         if gone:
             self.options(path, gone=True)
 
-    def requests(self, path: str | None = None) -> list[dict[str, Any]]:
-        """Return the logged requests, oldest first, optionally only those for exactly ``path``."""
+    def requests(self, path: str | None = None, *, probes: bool = False) -> list[dict[str, Any]]:
+        """Return the logged requests, oldest first, optionally only those for exactly ``path``.
+        The soft-404 probes (a path no site has, asked once per run: what the site answers there)
+        are left out unless *probes*."""
         log = self.root / REQUESTS
         if not log.exists():
             return []
         entries = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
-        return [entry for entry in entries if path is None or entry["path"] == path]
+        return [
+            entry
+            for entry in entries
+            if (path is None or entry["path"] == path) and (probes or PROBE_NAME not in entry["path"])
+        ]
 
     def clear_requests(self) -> None:
         (self.root / REQUESTS).unlink(missing_ok=True)
@@ -124,13 +131,13 @@ class Site:
 
 
 @contextmanager
-def serve(root: Path) -> Iterator[MockServer]:
+def serve(root: Path, interface: str = "127.0.0.1") -> Iterator[MockServer]:
     """Run ``python -m tests.mockserver root`` for the block; its stderr goes to _server.log.
 
     The server also stops when its stdin closes, so it does not outlive a killed pytest.
     """
     server_log = root / "_server.log"
-    command = [sys.executable, "-m", "tests.mockserver", "--stop-on-eof", str(root)]
+    command = [sys.executable, "-m", "tests.mockserver", "--stop-on-eof", "--interface", interface, str(root)]
     with server_log.open("ab") as stderr:
         process = subprocess.Popen(
             command, cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr
@@ -158,8 +165,38 @@ def mockserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MockServer]
         yield server
 
 
+@pytest.fixture(scope="session")
+def mockserver_other_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MockServer]:
+    """A second server on the site's host, another port: another origin of the same host name."""
+    with serve(tmp_path_factory.mktemp("mockserver-port")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def mockserver_other_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MockServer]:
+    """A server on 127.0.0.2: another host (loopback too), never the site's."""
+    with serve(tmp_path_factory.mktemp("mockserver-host"), interface="127.0.0.2") as server:
+        yield server
+
+
+def _site(server: MockServer, request: pytest.FixtureRequest) -> Site:
+    prefix = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:40].strip("-")
+    name = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=server.root)).name
+    return Site(server, name)
+
+
 @pytest.fixture
 def site(mockserver: MockServer, request: pytest.FixtureRequest) -> Site:
-    prefix = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:40].strip("-")
-    name = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=mockserver.root)).name
-    return Site(mockserver, name)
+    return _site(mockserver, request)
+
+
+@pytest.fixture
+def other_port(mockserver_other_port: MockServer, request: pytest.FixtureRequest) -> Site:
+    """A site on the test site's host name, served from another port."""
+    return _site(mockserver_other_port, request)
+
+
+@pytest.fixture
+def other_host(mockserver_other_host: MockServer, request: pytest.FixtureRequest) -> Site:
+    """A site on another host (127.0.0.2)."""
+    return _site(mockserver_other_host, request)

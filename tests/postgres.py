@@ -45,6 +45,17 @@ class PostgresServer:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         return uri
 
+    def copy(self, uri: str) -> str:
+        """A new database holding what the database at *uri* holds (no one may be connected to it)."""
+        import psycopg
+
+        name = f"recrawler_{uuid.uuid4().hex[:12]}"
+        source = urlsplit(uri).path.lstrip("/")
+        with psycopg.connect(self.admin_uri, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{source}" STRATEGY FILE_COPY')
+        self.created.append(name)
+        return self.uri_for(name)
+
     def drop_created(self) -> None:
         """Drop the databases this session created (a test's leftover connections are ended)."""
         import psycopg

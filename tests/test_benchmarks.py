@@ -14,6 +14,11 @@ import pytest
 from benchmarks.lib.nginx import NGINX_BIN
 
 ROOT = Path(__file__).resolve().parent.parent
+#: the labelled docs corpus, beside any folder above the checkout
+CORPUS = next(
+    (c for d in ROOT.parents if (c := d / "shared" / "corpus" / "mesonbuild").exists()),
+    ROOT.parent / "shared" / "corpus" / "mesonbuild",
+)
 needs_nginx = pytest.mark.skipif(not Path(NGINX_BIN).exists(), reason=f"no nginx at {NGINX_BIN}")
 needs_numpy = pytest.mark.skipif(importlib.util.find_spec("numpy") is None, reason="numpy is not installed")
 needs_scale = [
@@ -171,3 +176,58 @@ def test_bench_scale_drops_the_databases_it_created_on_a_given_server(tmp_path: 
     with psycopg.connect(uri, autocommit=True) as conn:
         left = conn.execute("SELECT datname FROM pg_database WHERE datname = ANY(%s)", (names,)).fetchall()
     assert left == []
+
+
+@pytest.mark.timeout(600)
+@needs_nginx
+@pytest.mark.skipif(not (CORPUS / "v1.tar.gz").exists(), reason="the labelled docs corpus is not here")
+@pytest.mark.skipif(
+    importlib.util.find_spec("langchain_community") is None,
+    reason="the LangChain pipeline is not installed (the bench extra)",
+)
+def test_bench_peer_measures_both_pipelines_on_every_update(tmp_path: Path) -> None:
+    """The README's comparison at a small size: every update of the corpus, both sides measured and
+    scored against the labels."""
+    out = tmp_path / "bench_peer.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.bench_peer",
+            "--pages",
+            "12",
+            "--corpus",
+            str(CORPUS),
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=580,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "machine: " in proc.stdout
+    for column in ("wall s", "CPU s", "requests", "MB sent", "texts embedded", "chunks written"):
+        assert column in proc.stdout
+    updates = json.loads(out.read_text(encoding="utf-8"))["updates"]
+    steps = ["v1 (first load)", "v1 -> v2", "v2 -> v3", "v3 -> v4", "v4 again (no deploy)"]
+    assert [(u["step"], u["side"]) for u in updates] == [
+        (step, side) for step in steps for side in ("recrawler", "LangChain")
+    ]
+    assert all(u["ok"] and u["requests"] > 0 and u["wall_s"] > 0 and u["cpu_s"] > 0 for u in updates)
+    by = {(u["step"], u["side"]): u for u in updates}
+    # both build the knowledge base on the first load; every labelled edit is found by recrawler,
+    # and no page it rewrote was labelled noise or identical
+    assert by["v1 (first load)", "recrawler"]["texts_embedded"] > 0
+    assert by["v1 (first load)", "LangChain"]["texts_embedded"] > 0
+    for step in steps[1:]:
+        assert (by[step, "recrawler"]["missed_edits"], by[step, "recrawler"]["false_changes"]) == (0, 0)
+        assert by[step, "LangChain"]["false_changes"] is not None
+    # nothing deployed: recrawler's requests are answered 304, LangChain downloads the site again
+    again = steps[-1]
+    assert by[again, "recrawler"]["bytes_sent"] < by[again, "LangChain"]["bytes_sent"] / 5
+    assert by[again, "recrawler"]["texts_embedded"] == by[again, "LangChain"]["texts_embedded"] == 0

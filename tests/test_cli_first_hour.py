@@ -174,7 +174,8 @@ async def test_due_ends_with_how_fresh_the_knowledge_base_is(site: Site, crawls:
     assert code == 0
     last = out.splitlines()[-1]
     assert last.startswith(
-        "freshness: 40 of 40 live pages (100%) verified within 24 h (RECRAWLER_MAX_INTERVAL_SECS); "
+        "freshness: 40 of 40 live pages (100%) verified within 24 h (RECRAWLER_MAX_INTERVAL_SECS; "
+        "by request 40, lastmod 0, feed 0); "
     )
     assert last.endswith(
         f"; 1 delisted but still live (not in run 2's complete listing): {site.url('p5.html')}"

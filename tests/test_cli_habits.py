@@ -59,6 +59,30 @@ def test_crawl_takes_db_among_the_scrapy_arguments_too() -> None:
     assert crawl_db(args) == DB
     assert crawl_argv(args)[-2:] == ["-s", "A=1"]
     assert "--db" not in crawl_argv(args)
+    assert "deployed=1" not in crawl_argv(args)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["crawl", "--deployed", "https://docs.example.com/s.xml", "-s", "A=1"],
+        ["crawl", "https://docs.example.com/s.xml", "--deployed", "-s", "A=1"],
+        ["crawl", "https://docs.example.com/s.xml", "-s", "A=1", "--deployed"],
+    ],
+)
+def test_crawl_deployed_goes_anywhere_and_becomes_the_spider_argument(argv: list[str]) -> None:
+    got = crawl_argv(build_parser().parse_args(argv))
+    assert got[:7] == [
+        "scrapy",
+        "crawl",
+        "docs",
+        "-a",
+        "sitemap_url=https://docs.example.com/s.xml",
+        "-a",
+        "deployed=1",
+    ]
+    assert got[-2:] == ["-s", "A=1"]
+    assert "--deployed" not in got
 
 
 @pytest.mark.parametrize("action", ["approve", "discard"])
@@ -195,7 +219,8 @@ async def test_tables_have_headers_and_runs_show_quarantined_pages_and_reasons(
         "UNCHANGED  GONE  QUARANTINED  ERRORS  REASONS",
         "trust": "HOST                          SIGNAL         STATE    CHECKS  LIES  LAST LIE          "
         "LAST LIE URL",
-        "due": "DUE                     NEXT CHECK        EVERY    CHANGES/DAY  URL",
+        "due": "DUE                     NEXT CHECK        EVERY    VERIFIED          BY       "
+        "CHANGES/DAY  URL",
         "chunks": "CHUNK  CHARS  URL                                                 HEADING",
         "search": "SCORE  VERIFIED          CHANGED           URL",
     }

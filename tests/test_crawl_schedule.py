@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
+from recrawler.intervals import EARLY
 from tests import docsite, shell, statedb
 
 if TYPE_CHECKING:
@@ -34,41 +35,60 @@ def hits(site: Site, path: str) -> int:
     return len(site.requests(path))
 
 
+def quiet_until(crawls: Crawls, *names: str) -> datetime:
+    """The first run clock at which one of the stored pages *names* comes due by its own time
+    within its bound (a hash of its URL places it: the test site's folder name is random)."""
+    found = statedb.rows(crawls.db_path, "SELECT url, next_check_at, check_interval FROM pages")
+    return min(
+        datetime.fromisoformat(nxt) - timedelta(seconds=bound * EARLY)
+        for url, nxt, bound in found
+        if url.rsplit("/", 1)[-1] in names
+    )
+
+
+def iso(moment: datetime) -> str:
+    return moment.isoformat()
+
+
 async def run(
     crawls: Crawls, sitemap: str, day: float, spider_args: dict[str, Any] | None = None, **settings: Any
 ) -> CrawlResult:
+    # no deploy probes: each run asks exactly what its schedule says (test_crawl_deploys.py probes)
     return await crawls.crawl(
-        sitemap, spider_args, **{"RECRAWLER_SCHEDULE": "adaptive", "RECRAWLER_NOW": at(day), **settings}
+        sitemap,
+        spider_args,
+        **{
+            "RECRAWLER_SCHEDULE": "adaptive",
+            "RECRAWLER_NOW": at(day),
+            "RECRAWLER_DEPLOY_PROBES": 0,
+            **settings,
+        },
     )
 
 
 @deferred_f_from_coro_f
-async def test_intervals_converge_towards_each_pages_change_rate(site: Site, crawls: Crawls) -> None:
-    bounds = {"RECRAWLER_MIN_INTERVAL_SECS": 3600, "RECRAWLER_MAX_INTERVAL_SECS": 8 * DAY}
-    for name in ("hot", "slow", "still"):
-        site.write(f"{name}.html", docsite.guide(name), mtime=T0)
-    sitemap = site.write_sitemap(["hot.html", "slow.html", "still.html"])
-    runs = 30
-    for day in range(runs):
-        if day:
-            site.write("hot.html", docsite.guide("hot", f"Edition {day}."), mtime=T0 + day)
-        if day and day % 5 == 0:
-            site.write("slow.html", docsite.guide("slow", f"Edition {day}."), mtime=T0 + day)
-        r = await run(crawls, sitemap, day, **bounds)
-        assert r.counts["errors"] == 0
-        assert r.report["reconcile"]["applied"]
-    state = rows(crawls.db_path, "SELECT url, check_interval, change_rate, check_count FROM pages")
-    for interval, _rate, _checks in state.values():
-        assert 3600 <= interval <= 8 * DAY
-    # every run checks the page that changes every day; the still one reaches the longest interval
-    assert hits(site, "hot.html") == runs
-    assert state["hot.html"][0] < DAY
-    assert state["still.html"][0] == 8 * DAY
-    assert hits(site, "still.html") <= 7
-    # the slow page (a change every 5 days) settles in between, its estimate near 1 per 5 days
-    assert DAY < state["slow.html"][0] < 8 * DAY
-    assert 0.1 < state["slow.html"][1] * DAY < 0.45
-    assert hits(site, "still.html") < hits(site, "slow.html") < hits(site, "hot.html")
+async def test_each_page_is_checked_once_per_bound_at_a_time_of_its_own(site: Site, crawls: Crawls) -> None:
+    # 24 pages and a changelog with a bound of its own; nothing changes; hourly runs for a day
+    names = [f"p{i}.html" for i in range(24)]
+    for name in [*names, "changelog.html"]:
+        site.write(name, docsite.guide(name[:-5]), mtime=T0)
+    sitemap = site.write_sitemap([*names, "changelog.html"])
+    overrides = {"RECRAWLER_INTERVAL_OVERRIDES": {r"/changelog\.html$": 6 * 3600}}
+    await run(crawls, sitemap, 0, **overrides)
+    site.clear_requests()
+    per_run = []
+    for hour in range(1, 25):
+        before = len(site.requests())
+        r = await run(crawls, sitemap, hour / 24, **overrides)
+        per_run.append(len(site.requests()) - before - 1)  # less the sitemap
+        assert r.report["freshness"]["current"] is True
+    # each page once a day (the bound), spread over the runs: never a burst where all come due
+    assert [hits(site, name) for name in names] == [1] * 24
+    assert max(per_run) <= 8
+    # the changelog's own bound: every six hours
+    assert hits(site, "changelog.html") == 4
+    state = rows(crawls.db_path, "SELECT url, check_interval FROM pages")
+    assert (state["p0.html"], state["changelog.html"]) == (DAY, 6 * 3600)
 
 
 @deferred_f_from_coro_f
@@ -76,28 +96,32 @@ async def test_pages_not_due_are_not_requested_and_never_unseen(site: Site, craw
     for name in ("a", "b", "c"):
         site.write(f"{name}.html", docsite.guide(name), mtime=T0)
     sitemap = site.write_sitemap(["a.html", "b.html", "c.html"])
-    bounds = {"RECRAWLER_MIN_INTERVAL_SECS": DAY}
+    # a bound of ten years: no page's own time comes within these runs
+    bounds = {"RECRAWLER_MAX_INTERVAL_SECS": 3650 * DAY}
     r1 = await run(crawls, sitemap, 0, **bounds)
     assert r1.counts["new"] == 3
 
     # c disappears from the listing and the server; nothing is due yet, but the listing's news
-    # is acted on in the run that notices: only c is checked (directly), and its 404 quarantines it
+    # is acted on in the run that notices: a page left the listing (a deploy), so every page is
+    # checked (a and b answer 304), c directly, and its 404 quarantines it
     site.remove("c.html")
     site.write_sitemap(["a.html", "b.html"])
     site.clear_requests()
     r2 = await run(crawls, sitemap, 0.5, **bounds)
-    assert [r["path"] for r in site.requests()] == ["sitemap.xml", "c.html"]
-    assert r2.counts["skipped_schedule"] == 2
+    assert sorted(r["path"] for r in site.requests()) == ["a.html", "b.html", "c.html", "sitemap.xml"]
+    assert r2.report["deploy"]["reason"] == "listing moved: 1 removed"
+    assert r2.counts["not_modified"] == 2
     assert r2.stats["recrawler/reconcile/verified"] == 1
     assert r2.actions() == {"c.html": "quarantined"}
-    line = r2.report["counts"]
-    assert (line["skipped_schedule"], line["skipped_lastmod"], line["skipped_deltafetch"]) == (2, 0, 0)
 
     # a listed page not due is never unseen: a and b are left alone while c is checked every run
     # until it is gone, whatever its schedule
     site.clear_requests()
     r3 = await run(crawls, sitemap, 0.6, **bounds)
     assert [r["path"] for r in site.requests()] == ["sitemap.xml", "c.html"]
+    assert r3.counts["skipped_schedule"] == 2
+    line = r3.report["counts"]
+    assert (line["skipped_schedule"], line["skipped_lastmod"], line["skipped_deltafetch"]) == (2, 0, 0)
     assert r3.actions() == {"c.html": "gone"}
     assert rows(crawls.db_path, "SELECT url, status FROM pages")["a.html"] == "live"
 
@@ -116,14 +140,8 @@ async def test_schedule_all_forces_a_full_pass(site: Site, crawls: Crawls) -> No
 
 
 @deferred_f_from_coro_f
-async def test_lastmod_skip_requests_nothing_old_and_still_checks_at_the_max_interval(
-    site: Site, crawls: Crawls
-) -> None:
-    settings = {
-        "RECRAWLER_LASTMOD_MODE": "skip",
-        "RECRAWLER_MIN_INTERVAL_SECS": 3600,
-        "RECRAWLER_MAX_INTERVAL_SECS": 5 * DAY,
-    }
+async def test_lastmod_skip_requests_nothing_old_even_past_the_bound(site: Site, crawls: Crawls) -> None:
+    settings = {"RECRAWLER_LASTMOD_MODE": "skip", "RECRAWLER_MAX_INTERVAL_SECS": 5 * DAY}
     old = (START - timedelta(days=30)).date().isoformat()
     site.write("a.html", docsite.guide("a"), mtime=T0)
     site.write("b.html", docsite.guide("b"), mtime=T0)
@@ -144,12 +162,14 @@ async def test_lastmod_skip_requests_nothing_old_and_still_checks_at_the_max_int
     assert hits(site, "a.html") == 0
     assert hits(site, "b.html") == 1
 
-    # five days after its last check, a is checked anyway (conditionally: a 304)
+    # five days (the bound) after its last check, a is still not asked: its lastmod vouches for it
     r5 = await run(crawls, sitemap, 5, **settings)
-    assert r5.report["schedule"]["due"] == {"max_interval": 1}
-    assert r5.counts["skipped_lastmod"] == 1  # b: checked on day 2
-    request = site.requests("a.html")[0]
-    assert (request["status"], request["if_none_match"] is not None) == (304, True)
+    assert r5.report["schedule"]["due"] == {}
+    assert r5.counts["skipped_lastmod"] == 2
+    assert r5.stats["recrawler/schedule/vouched/lastmod"] == 2
+    assert hits(site, "a.html") == 0
+    fresh = r5.report["freshness"]
+    assert (fresh["verified"], fresh["by"]["lastmod"], fresh["current"]) == (2, 2, True)
 
 
 @deferred_f_from_coro_f
@@ -162,11 +182,21 @@ async def test_hint_never_skips_on_lastmod_and_ignore_reads_none(site: Site, cra
     r2 = await run(crawls, sitemap, 1)
     assert r2.report["schedule"]["due"] == {"scheduled": 1}
     # a newer lastmod makes it due at once in hint mode, not in ignore mode
-    site.write_sitemap([("a.html", at(1.5))])
-    r3 = await run(crawls, sitemap, 1.6, RECRAWLER_MIN_INTERVAL_SECS=DAY)
+    t3 = min(START + timedelta(days=1.6), quiet_until(crawls, "a.html") - timedelta(minutes=2))
+    site.write_sitemap([("a.html", iso(t3 - timedelta(minutes=1)))])
+    r3 = await crawls.crawl(
+        sitemap, RECRAWLER_SCHEDULE="adaptive", RECRAWLER_NOW=iso(t3), RECRAWLER_DEPLOY_PROBES=0
+    )
     assert r3.report["schedule"]["due"] == {"lastmod": 1}
-    site.write_sitemap([("a.html", at(1.7))])
-    r4 = await run(crawls, sitemap, 1.8, RECRAWLER_MIN_INTERVAL_SECS=DAY, RECRAWLER_LASTMOD_MODE="ignore")
+    t4 = min(t3 + timedelta(minutes=2), quiet_until(crawls, "a.html") - timedelta(seconds=10))
+    site.write_sitemap([("a.html", iso(t4 - timedelta(seconds=5)))])
+    r4 = await crawls.crawl(
+        sitemap,
+        RECRAWLER_SCHEDULE="adaptive",
+        RECRAWLER_NOW=iso(t4),
+        RECRAWLER_DEPLOY_PROBES=0,
+        RECRAWLER_LASTMOD_MODE="ignore",
+    )
     assert r4.counts["skipped_schedule"] == 1
 
 
@@ -195,11 +225,16 @@ def rss(entries: list[tuple[str, str]]) -> str:
 
 @deferred_f_from_coro_f
 async def test_feed_entries_make_their_pages_due(site: Site, crawls: Crawls) -> None:
-    settings = {"RECRAWLER_MIN_INTERVAL_SECS": 3 * DAY, "RECRAWLER_MAX_INTERVAL_SECS": 30 * DAY}
+    settings = {"RECRAWLER_MAX_INTERVAL_SECS": 30 * DAY}
     for name in ("a", "b", "c"):
         site.write(f"{name}.html", docsite.guide(name), mtime=T0)
     sitemap = site.write_sitemap(["a.html", "b.html", "c.html"])
     await run(crawls, sitemap, 0, **settings)
+    # runs before any of the three pages' own time comes
+    t2 = min(START + timedelta(days=1), quiet_until(crawls, "a.html", "b.html", "c.html")) - timedelta(
+        minutes=1
+    )
+    t3 = t2 + timedelta(seconds=30)
 
     # a changed after its last check, b's entry is older than it; n is a page the sitemap lacks
     site.write("a.html", docsite.guide("a", "Edited."), mtime=T0 + 10)
@@ -208,11 +243,22 @@ async def test_feed_entries_make_their_pages_due(site: Site, crawls: Crawls) -> 
         site.write(
             kind,
             build(
-                [(site.url("a.html"), at(0.5)), (site.url("b.html"), at(-2)), (site.url("n.html"), at(0.4))]
+                [
+                    (site.url("a.html"), iso(START + (t2 - START) / 2)),
+                    (site.url("b.html"), at(-2)),
+                    (site.url("n.html"), iso(START + (t2 - START) / 3)),
+                ]
             ),
         )
     site.clear_requests()
-    r2 = await run(crawls, sitemap, 1, {"feed_url": site.url("atom.xml")}, **settings)
+    r2 = await crawls.crawl(
+        sitemap,
+        {"feed_url": site.url("atom.xml")},
+        RECRAWLER_SCHEDULE="adaptive",
+        RECRAWLER_NOW=iso(t2),
+        RECRAWLER_DEPLOY_PROBES=0,
+        **settings,
+    )
     assert r2.actions() == {"a.html": "changed", "n.html": "new"}
     assert r2.report["schedule"]["due"] == {"feed": 1, "new": 1}
     assert r2.counts["skipped_schedule"] == 2  # b and c
@@ -224,7 +270,14 @@ async def test_feed_entries_make_their_pages_due(site: Site, crawls: Crawls) -> 
 
     # RSS works the same; an entry not newer than the last check changes nothing
     site.clear_requests()
-    r3 = await run(crawls, sitemap, 1.1, {"feed_url": site.url("rss.xml")}, **settings)
+    r3 = await crawls.crawl(
+        sitemap,
+        {"feed_url": site.url("rss.xml")},
+        RECRAWLER_SCHEDULE="adaptive",
+        RECRAWLER_NOW=iso(t3),
+        RECRAWLER_DEPLOY_PROBES=0,
+        **settings,
+    )
     assert r3.stats["recrawler/feed/entries"] == 3
     assert [r["path"] for r in site.requests() if r["path"].endswith(".html")] == []
 
@@ -281,9 +334,10 @@ async def test_cli_due_lists_what_the_next_run_checks_and_why(
     for name in ("a", "b"):
         site.write(f"{name}.html", docsite.guide(name), mtime=T0)
     sitemap = site.write_sitemap(["a.html", ("b.html", at(0))])
-    await run(crawls, sitemap, 0, RECRAWLER_MIN_INTERVAL_SECS=DAY)
+    await run(crawls, sitemap, 0)
     capsys.readouterr()
-    assert cli_main(["due", "--db", crawls.db_uri, "--now", at(0.5)]) == 0
+    quiet = iso(quiet_until(crawls, "a.html", "b.html") - timedelta(minutes=1))
+    assert cli_main(["due", "--db", crawls.db_uri, "--now", quiet]) == 0
     assert "0 of 2 stored pages due" in capsys.readouterr().out
     assert cli_main(["due", "--db", crawls.db_uri, "--now", at(2), "--json"]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
@@ -292,7 +346,8 @@ async def test_cli_due_lists_what_the_next_run_checks_and_why(
         "b.html": "scheduled",
     }
     assert all(x["interval_secs"] == DAY for x in lines)
-    assert cli_main(["due", "--db", crawls.db_uri, "--now", at(0.5), "--all"]) == 0
+    assert {x["verified_by"] for x in lines} == {"request"}
+    assert cli_main(["due", "--db", crawls.db_uri, "--now", quiet, "--all"]) == 0
     out = capsys.readouterr().out
     assert "not due" in out
     assert "a.html" in out
@@ -318,7 +373,85 @@ def test_clock_schedule_and_overrides_from_the_command_line(site: Site, tmp_path
     overrides = json.dumps({r"a\.html$": [7200, 7200]})
     r1 = crawl(f"RECRAWLER_NOW={at(0)}", f"RECRAWLER_INTERVAL_OVERRIDES={overrides}")
     assert r1["schedule"] == {"mode": "adaptive", "lastmod_mode": "hint", "now": at(0), "due": {"new": 2}}
-    assert rows(db, "SELECT url, check_interval FROM pages") == {"a.html": 7200, "b.html": 3600}
+    assert rows(db, "SELECT url, check_interval FROM pages") == {"a.html": 7200, "b.html": DAY}
     r2 = crawl(f"RECRAWLER_NOW={at(0.01)}", "RECRAWLER_SCHEDULE=all", "RECRAWLER_AUDIT_SAMPLE=50%")
     assert r2["schedule"]["due"] == {"all": 2}
     assert r2["audit"]["sample"] == 1
+
+
+def honest_site(site: Site, n: int) -> dict[str, str]:
+    """*n* pages, each with the honest lastmod of its last edit (all a month before START)."""
+    lastmods = {f"h{i}.html": (START - timedelta(days=30)).isoformat() for i in range(n)}
+    for i, name in enumerate(lastmods):
+        site.write(name, docsite.guide(f"h{i}"), mtime=T0)
+    return lastmods
+
+
+def edit_some(site: Site, lastmods: dict[str, str], week: int, day: float) -> set[str]:
+    """Edit five pages (a different five each week) at *day*; their lastmods say so."""
+    edited = {f"h{(week * 5 + j) % len(lastmods)}.html" for j in range(5)}
+    for name in edited:
+        site.write(name, docsite.guide(name[:-5], f"Edition {week}."), mtime=T0 + week)
+        lastmods[name] = at(day)
+    return edited
+
+
+@deferred_f_from_coro_f
+async def test_honest_lastmods_vouch_for_unchanged_pages_on_weekly_runs(site: Site, crawls: Crawls) -> None:
+    lastmods = honest_site(site, 120)
+    sitemap = site.write_sitemap(list(lastmods.items()))
+    settings = {"RECRAWLER_LASTMOD_MODE": "skip", "RECRAWLER_AUDIT_SAMPLE": 0.01}
+    await run(crawls, sitemap, 0, **settings)
+    for week in (1, 2, 3):
+        edited = edit_some(site, lastmods, week, 7 * week - 2)
+        site.write_sitemap(list(lastmods.items()))
+        site.clear_requests()
+        r = await run(crawls, sitemap, 7 * week, **settings)
+        asked = {q["path"] for q in site.requests() if q["path"].endswith(".html")}
+        assert {p for p, a in r.actions().items() if a == "changed"} == edited
+        # the edited pages, the audit sample (2) and the run's probes: never every older lastmod
+        assert len(asked - edited) <= 2 + 4, week
+        fresh = r.report["freshness"]
+        assert (fresh["verified"], fresh["current"]) == (120, True)
+        assert fresh["by"]["lastmod"] >= 120 - len(asked)
+    assert hits(site, "h100.html") <= 1
+
+
+@deferred_f_from_coro_f
+async def test_hint_lastmods_vouch_once_the_audit_found_them_honest(site: Site, crawls: Crawls) -> None:
+    lastmods = honest_site(site, 120)
+    sitemap = site.write_sitemap(list(lastmods.items()))
+    await run(crawls, sitemap, 0, RECRAWLER_AUDIT_SAMPLE=0.01)
+    asked: list[int] = []
+    for week in (1, 2, 3):
+        edited = edit_some(site, lastmods, week, 7 * week - 2)
+        site.write_sitemap(list(lastmods.items()))
+        site.clear_requests()
+        r = await run(crawls, sitemap, 7 * week, RECRAWLER_AUDIT_SAMPLE=0.01)
+        assert {p for p, a in r.actions().items() if a == "changed"} == edited
+        asked.append(len({q["path"] for q in site.requests() if q["path"].endswith(".html")} - edited))
+    # the first weekly run checks every page (the bound: no lastmod is trusted yet), and in doing
+    # so audits their claims; from then on the honest lastmods vouch
+    assert asked[0] == 115
+    assert asked[1] <= 2 + 4
+    assert asked[2] <= 2 + 4
+
+
+@deferred_f_from_coro_f
+async def test_lastmods_that_never_move_are_still_caught_lying(site: Site, crawls: Crawls) -> None:
+    lastmods = honest_site(site, 60)
+    sitemap = site.write_sitemap(list(lastmods.items()))
+    settings = {
+        "RECRAWLER_LASTMOD_MODE": "skip",
+        "RECRAWLER_AUDIT_SAMPLE": 0.01,
+        "RECRAWLER_DEPLOY_PROBES": 4,
+    }
+    await run(crawls, sitemap, 0, **settings)
+    # a deploy (a new generator version on every page) edits 20 pages; the sitemap's lastmods stay
+    for i in range(60):
+        body = docsite.guide(f"h{i}", "Edition 2." if i < 20 else "The original text.")
+        site.write(f"h{i}.html", body.replace("<head>", '<head><meta name="generator" content="Docs 2.0">'))
+    r = await run(crawls, sitemap, 0.05, **settings)
+    assert r.counts["changed"] == 20
+    assert r.stats["recrawler/audit/lies/lastmod"] >= 1
+    assert r.report["audit"]["distrusted"] == [{"host": site.url().split("/")[2], "signal": "lastmod"}]

@@ -28,6 +28,7 @@ BASIC = "Basic " + base64.b64encode(f"support:{PASSWORD}".encode()).decode()
 TOKEN = "tok-93f1c0ffee"
 API_KEY = "key-5521beef"
 SESSION = "sess-0a9b8c7d"
+ROTATED = "rot-4411cafe"
 
 
 @pytest.fixture
@@ -202,3 +203,39 @@ async def test_without_credentials_nothing_is_sent_and_nothing_changes(site: Sit
     assert result.counts["new"] == N_PAGES
     assert all(not {"authorization", "cookie", "x-api-key"} & r.keys() for r in site.requests())
     assert "recrawler/auth/refused" not in result.stats
+
+
+@deferred_f_from_coro_f
+async def test_cookies_reach_the_sites_own_origin_never_another_port_of_its_host(
+    site: Site, other_port: Site, crawls: Crawls, tmp_path: Path
+) -> None:
+    """A cookie's host is a host name, whatever the port (RFC 6265 §8.5): the session cookie of the
+    file and the one the site rotates once reached another server on the same host name."""
+    build_site(site, require={"Cookie": f"session={SESSION}"})
+    notes = [f"notes/{i}.html" for i in range(30)]
+    for path in notes:
+        other_port.write(path, docsite.page(path, [("Note", [f"Another service: {path}."])]), mtime=T0)
+    # a page of the site sends its readers there, and the listing names pages there
+    there = other_port.url("notes/0.html")
+    site.write("runbooks/port.html", "", mtime=T0, location=there, redirect_status=302)
+    listed = [
+        *(site.url(f"runbooks/{i}.html") for i in range(N_PAGES)),
+        site.url("runbooks/status.html"),
+        site.url("runbooks/port.html"),
+        *(other_port.url(p) for p in notes),
+    ]
+    # the listing rotates a cookie of its own, as a site renewing its session does
+    site.write("sitemap.xml", docsite.sitemap(listed), headers={"Set-Cookie": f"rotated={ROTATED}; Path=/"})
+    cookies = cookie_file(tmp_path, ("127.0.0.1", "session", SESSION))
+
+    result = await crawls.crawl(
+        site.url("sitemap.xml"), {"allowed_hosts": "*"}, RECRAWLER_AUTH_COOKIES_FILE=cookies
+    )
+    assert result.exit_code == 0
+    assert result.counts["new"] == N_PAGES + 2 + len(notes)
+    pages = [r for r in site_requests(site) if r["path"].startswith("runbooks/")]
+    assert len(pages) == N_PAGES + 2
+    assert all(f"session={SESSION}" in r["cookie"] and f"rotated={ROTATED}" in r["cookie"] for r in pages)
+    elsewhere = other_port.requests()
+    assert len(elsewhere) == len(notes) + 1
+    assert [r for r in elsewhere if "cookie" in r or "authorization" in r] == []

@@ -221,6 +221,27 @@ def test_more_cuts_than_region_hits_is_a_change() -> None:
     assert judge(page(cut, region_hits=2), rec, old, noise=LEARNED).how == REBASELINED
 
 
+GLUED = TEXT.replace("Retries use exponential", "| zlib | 1.3.1-11.3-8 |\n\nRetries use exponential")
+SPACED = GLUED.replace("1.3.1-11.3-8", "1.3.1-1 1.3-8")
+
+
+def test_a_text_spaced_out_by_a_new_text_format_rebaselines_and_is_indexed_again() -> None:
+    # stored by a version that glued a cell's lines; the noise key moved with the text format
+    rec, old = stored(GLUED)
+    verdict = judge(page(SPACED), rec, old, noise=LEARNED)
+    assert (verdict.status, verdict.how, verdict.advance, verdict.reindex) == (
+        PageStatus.UNCHANGED,
+        REBASELINED,
+        True,
+        True,
+    )
+    # under the same noise key, a whitespace edit is the site's own: a change
+    assert judge(page(SPACED), rec, old).status == PageStatus.CHANGED
+    # and a new key does not hide a real edit next to the spacing
+    edited = SPACED.replace("1.3-8", "1.3-9")
+    assert judge(page(edited), rec, old, noise=LEARNED).status == PageStatus.CHANGED
+
+
 def test_a_deletion_with_something_added_is_a_change() -> None:
     rec, old = stored(WIDGET)
     added = TEXT + "\n\nA new paragraph."

@@ -28,6 +28,7 @@ COMPONENTS = [
     "recrawler.downloadermiddlewares.urlpolicy.UrlPolicyMiddleware",
     "recrawler.downloadermiddlewares.audit.AuditMiddleware",
     "recrawler.spidermiddlewares.listing.ListingMiddleware",
+    "recrawler.spidermiddlewares.links.LinkListingMiddleware",
     "recrawler.spidermiddlewares.deltafetch.DeltaFetchMiddleware",
     "recrawler.spidermiddlewares.schedule.ScheduleMiddleware",
     "recrawler.scheduler.FrontierScheduler",
@@ -163,3 +164,26 @@ def test_the_code_layout_table_is_the_package() -> None:
     }
     assert len(rooms) > 40
     assert sorted(rooms - set(named)) == []
+
+
+def test_the_summary_line_keeps_its_head_and_the_reference_explains_the_rest() -> None:
+    from recrawler.reports.summary import summary_line
+
+    counts = {name: n for n, name in enumerate(("new", "changed", "unchanged", "gone", "errors"), 1)}
+    report = {
+        "counts": {"crawled": sum(counts.values()), **counts},
+        "index": {"state": "published", "chunks_added": 7, "texts_embedded": 5},
+        "reconcile": {"skipped": ["error_ratio"]},
+        "held": ["mass_removal"],
+        "outcome": {"exit_code": 3},
+    }
+    line = summary_line(report)
+    # what users grep for: byte for byte, then " | "
+    assert line.startswith("crawled: 15 new: 1 changed: 2 unchanged: 3 gone: 4 errors: 5 | ")
+    section = REFERENCE.split("## Summary line", 1)[1].split("\n## ", 1)[0]
+    rows = set(re.findall(r"^\| `([a-z_]+)[`:]", section, re.MULTILINE))
+    names = set(re.findall(r"\b([a-z_]+): ", line)) - {"chunks_added", "texts_embedded"}
+    assert sorted(names - rows - {"index", "reconcile skipped", "skipped"}) == []
+    # and each part after the counts has its row
+    for part in ("index: <state>", "reconcile skipped: <reasons>", "HELD: <reasons>", "exit N"):
+        assert f"| `{part}" in section

@@ -17,7 +17,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from recrawler import default_settings
 from recrawler.detect.noise import SiteNoise, fingerprint
 from recrawler.detect.tokens import Normalizer
-from recrawler.documents import pdf_limits
+from recrawler.documents import pdf_limits, sniff
 from recrawler.exceptions import ConfigurationError
 from recrawler.extract import ContentExtractor, ExtractionError
 from recrawler.kb.reader import open_kb
@@ -151,6 +151,40 @@ def test_a_pdf_response_is_a_page(content_type: bytes) -> None:
     assert off.page(Response(URL, headers=headers, body=MANUAL, request=Request(URL))).error == "not_html"
 
 
+@pytest.mark.parametrize(
+    ("body", "sniffed"),
+    [
+        (MANUAL, "pdf"),
+        (b"\r\n  %PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj", "pdf"),
+        (b"PK\x03\x04\x14\x00\x06\x00word/document.xml", "binary"),
+        (b"%!PS-Adobe-3.0\n%%Title: manual\n/Helvetica findfont", "binary"),
+        (b"{\\rtf1\\ansi\\deff0 {\\fonttbl}", "binary"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary"),
+        (docsite.page("PDF headers", [("Magic", ["A PDF starts with %PDF-1.7."])]).encode(), None),
+        (b"<p>%PDF-1.7 is how a PDF starts</p>", None),
+        (b"", None),
+    ],
+    ids=["manual", "pdf-after-blanks", "docx", "postscript", "rtf", "png", "about-pdf", "inline", "empty"],
+)
+def test_a_body_is_sniffed_by_its_first_bytes(body: bytes, sniffed: str | None) -> None:
+    assert sniff(body) == sniffed
+
+
+@pytest.mark.parametrize("pdf", [PdfLimits(), None], ids=["pdf-on", "pdf-off"])
+def test_a_pdf_or_an_archive_served_as_html_is_never_read_as_html(pdf: PdfLimits | None) -> None:
+    builder = PageBuilder(ContentExtractor(), KeyMaker(), pdf=pdf)
+    headers = {"Content-Type": "text/html; charset=utf-8"}
+    as_html = builder.page(HtmlResponse(URL, headers=headers, body=MANUAL, request=Request(URL)))
+    if pdf is None:
+        assert (as_html.error, as_html.text) == ("not_html", None)
+    else:
+        assert (as_html.error, as_html.document, as_html.title) == (None, "pdf", "Acme Agent")
+        assert "%PDF" not in (as_html.text or "")
+    docx = b"PK\x03\x04\x14\x00\x06\x00" + b"word/document.xml <w:t>Hello</w:t> " * 50
+    zipped = builder.page(HtmlResponse(URL, headers=headers, body=docx, request=Request(URL)))
+    assert zipped.error == "not_html"
+
+
 # --- a docs site with manuals, recrawled ------------------------------------------------------
 
 N_PAGES = 150
@@ -254,3 +288,49 @@ async def test_a_site_with_manuals_is_recrawled(site: Site, crawls: Crawls) -> N
     assert "-The Agent part 2.3 step 3 runs after the agent has read acme.toml. It retries" in diff
     assert "+The Agent part 2.3 step 3 runs after the agent has read acme.toml. It attempts" in diff
     assert json.dumps(r2.report["counts"])  # the report is written as for any run
+
+
+@deferred_f_from_coro_f
+async def test_a_pdf_served_as_html_is_read_as_a_pdf_never_as_its_syntax(site: Site, crawls: Crawls) -> None:
+    """A server that calls every file text/html: the body says PDF (``%PDF-``), and the body wins.
+    It was once indexed as chunks of raw PDF syntax (``%PDF-1.3 ... xref``)."""
+    for i in range(N_PAGES):
+        page = docsite.page(f"Guide {i}", [("Overview", [f"Guide {i} explains step {i} of the setup."])])
+        site.write(f"guide/{i}.html", page, mtime=T0)
+    mislabelled = {
+        "manuals/agent.pdf": "text/html",
+        "manuals/server": "text/html; charset=utf-8",
+        "files/cli.html": "text/html; charset=iso-8859-1",
+    }
+    for path, ctype in mislabelled.items():
+        name = path.split("/")[1].split(".")[0].title()
+        site.write(path, pdfs.manual(f"Acme {name}", pdfs.chapters(name)), mtime=T0, content_type=ctype)
+    listed = [*(f"guide/{i}.html" for i in range(N_PAGES)), *mislabelled]
+    sitemap = site.write_sitemap(listed)
+
+    r1 = await crawls.crawl(sitemap)
+    assert (r1.counts["new"], r1.counts["errors"]) == (N_PAGES + 3, 0)
+    assert r1.stats["recrawler/document/pdf"] == 3
+    texts = statedb.rows(crawls.db_path, "SELECT text FROM chunks WHERE retired_run IS NULL")
+    assert not [t for (t,) in texts if "%PDF" in t or "endobj" in t or "xref" in t]
+    assert pdf_chunks(crawls, "manuals/server")[1] == (
+        "manuals/server#page=2",
+        "Chapter 1: Server 1 > 1.1 Configuring Server part 1.1",
+    )
+    with open_kb(crawls.db_uri) as kb:
+        hit = kb.search("Cli part 2.3 step", k=1)[0]
+    assert hit.url.startswith(site.url("files/cli.html#page="))
+
+    # PDFs switched off: the same bodies are counted errors, never HTML, and stored state stays
+    stored = statedb.rows(crawls.db_path, "SELECT key, content_hash FROM pages ORDER BY key")
+    for path, ctype in mislabelled.items():
+        name = path.split("/")[1].split(".")[0].title()
+        body = pdfs.manual(f"Acme {name}", pdfs.chapters(name), generated="2026-12-01 08:00 UTC")
+        site.write(path, body, mtime=T0 + 60, content_type=ctype)
+    r2 = await crawls.crawl(sitemap, RECRAWLER_PDF_ENABLED=False)
+    assert r2.actions() == dict.fromkeys(mislabelled, "error")
+    assert r2.stats["recrawler/page/error/not_html"] == 3
+    assert (r2.counts["unchanged"], r2.counts["changed"], r2.counts["errors"]) == (N_PAGES, 0, 3)
+    assert statedb.rows(crawls.db_path, "SELECT key, content_hash FROM pages ORDER BY key") == stored
+    texts = statedb.rows(crawls.db_path, "SELECT text FROM chunks WHERE retired_run IS NULL")
+    assert not [t for (t,) in texts if "%PDF" in t or "endobj" in t]

@@ -60,6 +60,37 @@ def test_blockquote_and_br() -> None:
     assert text(html) == "> quoted\n\nline one\n\nline two"
 
 
+@pytest.mark.parametrize(
+    ("cell", "expected"),
+    [
+        # a line break or a block inside a cell separates its words, as a browser shows them
+        ("8.2.8-1<br>8.2.2-1", "8.2.8-1 8.2.2-1"),
+        ("8.2.8-1<br/>8.2.2-1<br>", "8.2.8-1 8.2.2-1"),
+        ("<p>8.2.8-1</p><p>8.2.2-1</p>", "8.2.8-1 8.2.2-1"),
+        ("<div>v1.2</div><div>3.4</div>", "v1.2 3.4"),
+        ("<ul><li>10</li><li>20</li></ul>", "10 20"),
+        # inline markup does not: a word split across elements stays one word
+        ("<b>8</b>.2.<i>8</i>-1", "8.2.8-1"),
+    ],
+)
+def test_line_breaks_and_blocks_in_table_cells_are_whitespace(cell: str, expected: str) -> None:
+    html = doc(f"<main><table><tr><th>Release</th><td>{cell}</td></tr></table></main>")
+    assert text(html) == f"| Release | {expected} |"
+
+
+def test_line_breaks_in_headings_code_and_links_are_whitespace() -> None:
+    html = doc(
+        "<main><h2 id='s'>Release<br>notes</h2><p>Run <code>make<br>install</code> or "
+        "<a href='/x'>see<br>this</a>.</p><pre>one<br>two</pre></main>"
+    )
+    content = ContentExtractor().extract(html)
+    # in running text a line break ends the line, as before
+    assert content.text == "## Release notes\n\nRun make\n\ninstall or see\n\nthis.\n\n```\none\ntwo\n```"
+    assert content.headings == ((2, "Release notes", "s"),)
+    assert content.code == ("make install", "one\ntwo")
+    assert content.links == (("/x", "see this"),)
+
+
 def test_whitespace_is_collapsed() -> None:
     html = doc("<main><p>  lots \t of\n\n   space\u00a0here  </p>\n\n\n<div>\n</div><p>b</p></main>")
     assert text(html) == "lots of space here\n\nb"

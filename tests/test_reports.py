@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import html
+import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,7 +22,7 @@ from recrawler.cli import main as cli_main
 from recrawler.cli.settings import build_settings, open_store
 from recrawler.exceptions import ConfigurationError
 from recrawler.reports import _hold_reasons, collect
-from tests import docsite
+from tests import docsite, statedb
 from tests.conftest_mockserver import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -196,6 +199,20 @@ async def test_an_old_report_shows_its_run_as_it_ended(site: Site, crawls: Crawl
 
 
 @deferred_f_from_coro_f
+async def test_a_report_stored_before_deploys_were_reported_still_renders(site: Site, crawls: Crawls) -> None:
+    _, r2 = await recrawl(site, crawls)
+    run = r2.report["run_id"]
+    stored = json.loads(statedb.value(crawls.db_path, "SELECT report FROM runs WHERE id = ?", (run,)))
+    stored.pop("deploy")
+    with closing(sqlite3.connect(crawls.db_path)) as conn, conn:
+        conn.execute("UPDATE runs SET report = ? WHERE id = ?", (json.dumps(stored), run))
+    out = crawls.tmp_path / "old.html"
+    assert cli_main(["report", str(run), "--db", crawls.db_uri, "-o", str(out)]) == 0
+    assert parse(out).cssselect("#deploy") == []
+    assert cli_main(["report", "--since", "7d", "--db", crawls.db_uri, "-o", str(out)]) == 0
+
+
+@deferred_f_from_coro_f
 async def test_an_interrupted_run_says_the_knowledge_base_was_not_updated(site: Site, crawls: Crawls) -> None:
     r1, _ = await recrawl(site, crawls)
     site.write("intro.html", docsite.tool_guide("Intro", "The intro page, rewritten."), mtime=T0 + 500)
@@ -329,3 +346,44 @@ async def test_report_in_headless_chromium(site: Site, crawls: Crawls, tmp_path:
     keep = os.environ.get("RECRAWLER_TEST_SCREENSHOTS")
     if keep:
         shutil.copy(shot, Path(keep) / "run-report.png")
+
+
+@deferred_f_from_coro_f
+async def test_a_report_opens_with_one_line_of_totals(site: Site, crawls: Crawls) -> None:
+    r1, r2 = await recrawl(site, crawls)
+    first = parse(crawls.tmp_path / f"run-{r1.report['run_id']}.html")
+    second = parse(crawls.tmp_path / f"run-{r2.report['run_id']}.html")
+    for doc in (first, second):
+        # the first thing under the title
+        header = doc.cssselect("header")[0]
+        assert [e.tag for e in header][:2] == ["h1", "p"]
+        assert header[1].get("id") == "totals"
+    assert " ".join(first.cssselect("#totals")[0].text_content().split()) == (
+        "First crawl: 4 pages checked: 4 new, 0 changed, 0 unchanged, 0 gone, 0 errors. "
+        "Published: the bot answers from this run."
+    )
+    assert " ".join(second.cssselect("#totals")[0].text_content().split()) == (
+        "4 pages checked: 1 new, 1 changed, 2 unchanged, 0 gone, 0 errors, "
+        "1 missing (out of search until they answer again). Published: the bot answers from this run."
+    )
+
+
+@deferred_f_from_coro_f
+async def test_an_old_report_shows_freshness_as_of_its_run(site: Site, crawls: Crawls) -> None:
+    from tests.test_reports_digest import age
+
+    _, r2 = await recrawl(site, crawls)
+    # three days later, nothing crawled since: today every page is older than the 24 h bound
+    age(crawls.db_path, 3)
+    out = crawls.tmp_path / "later.html"
+    assert cli_main(["report", str(r2.report["run_id"]), "--db", crawls.db_uri, "-o", str(out)]) == 0
+    doc = parse(out)
+    heading = " ".join(doc.cssselect("#freshness h2")[0].text_content().split())
+    assert heading.startswith("How fresh the knowledge base was after this run (")
+    assert [td.text for td in doc.cssselect('[data-fresh="verified"]')] == ["4"]
+    assert [td.text for td in doc.cssselect('[data-fresh="percent"]')] == ["100%"]
+    assert "just now" in text_of(doc, "#freshness")
+
+
+def text_of(doc: HtmlElement, selector: str) -> str:
+    return " ".join(" ".join(e.text_content().split()) for e in doc.cssselect(selector))

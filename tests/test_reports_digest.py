@@ -275,3 +275,139 @@ def test_since_reads_ages_and_times() -> None:
     assert parse_since("2026-11-24T06:00:00Z", now) == datetime(2026, 11, 24, 6, tzinfo=UTC)
     with pytest.raises(ConfigurationError, match="--since: 'last week'"):
         parse_since("last week", now)
+
+
+def feature(i: int, size: str) -> str:
+    return body(i, f"Feature {i} uploads files in parts of {size} and retries failed parts 3 times.")
+
+
+@deferred_f_from_coro_f
+async def test_a_page_changed_three_times_is_one_card_with_its_net_diff(site: Site, crawls: Crawls) -> None:
+    sitemap = await baseline(site, crawls)
+    site.write("p1.html", feature(1, "8 MB"), mtime=T0)
+    for n, size in enumerate(("16 MB", "32 MB", "64 MB"), 1):
+        site.write("p1.html", feature(1, size), mtime=T0 + n)
+        age(crawls.db_path, 1)
+        assert (await crawls.crawl(sitemap)).counts["changed"] == 1
+    _, doc = digest(crawls, "thrice")
+    # one page, counted once
+    assert "1 page changed, 0 new, 0 left the knowledge base." in text(doc, "#status")
+    assert text(doc, "#changed > h2") == "What changed 1"
+    (card,) = doc.cssselect("#changed article.change")
+    assert card.get("data-url") == site.url("p1.html")
+    assert "changed 3 times" in text(card, "p.muted")
+    # its net diff: the text before the week's first change against the text now
+    diff = card.cssselect("pre.diff")[0].text_content()
+    assert "-Feature 1 uploads files in parts of 8 MB and retries failed parts 3 times." in diff
+    assert "+Feature 1 uploads files in parts of 64 MB and retries failed parts 3 times." in diff
+    assert "16 MB" not in diff
+    assert "32 MB" not in diff
+    assert {m.text for m in card.cssselect("mark.critical")} >= {"8 MB", "64 MB"}
+    assert any("64 MB" in li.text_content() for li in card.cssselect("ul.critical li"))
+
+
+@deferred_f_from_coro_f
+async def test_a_first_crawl_says_so_and_is_not_counted_as_new(site: Site, crawls: Crawls) -> None:
+    for i in range(PAGES):
+        site.write(f"p{i}.html", body(i), mtime=T0)
+    sitemap = site.write_sitemap([f"p{i}.html" for i in range(PAGES)])
+    assert (await crawls.crawl(sitemap)).counts["new"] == PAGES
+    age(crawls.db_path, 3)
+    # since then: two pages added and one edited
+    site.write("p0.html", feature(0, "16 MB"), mtime=T0 + 5)
+    for i in (PAGES, PAGES + 1):
+        site.write(f"p{i}.html", body(i), mtime=T0 + 5)
+    site.write_sitemap([f"p{i}.html" for i in range(PAGES + 2)])
+    assert (await crawls.crawl(sitemap)).counts["new"] == 2
+    _, doc = digest(crawls, "first")
+    status = text(doc, "#status")
+    assert f"First crawl: {PAGES} pages." in status
+    assert "Since then: 1 page changed, 2 new, 0 left the knowledge base." in status
+    assert f"{PAGES} new" not in status
+    assert text(doc, "#pages-new h3") == "New pages 2"
+    assert sorted(a.text for a in doc.cssselect("#pages-new td a")) == [
+        site.url(f"p{PAGES}.html"),
+        site.url(f"p{PAGES + 1}.html"),
+    ]
+
+
+@deferred_f_from_coro_f
+async def test_a_page_missing_then_gone_counts_once(site: Site, crawls: Crawls) -> None:
+    sitemap = await baseline(site, crawls)
+    site.remove("p5.html")  # 404 while the sitemap still names it: missing, then gone
+    age(crawls.db_path, 1)
+    assert (await crawls.crawl(sitemap)).counts["quarantined"] == 1
+    age(crawls.db_path, 1)
+    assert (await crawls.crawl(sitemap)).counts["gone"] == 1
+    _, doc = digest(crawls, "missing-then-gone")
+    assert "0 pages changed, 0 new, 1 left the knowledge base." in text(doc, "#status")
+    assert text(doc, "#left > h2") == "What left the knowledge base 1"
+    assert [a.text for a in doc.cssselect("#pages-gone td a")] == [site.url("p5.html")]
+    assert not doc.cssselect("#pages-quarantined")
+
+
+#: what a week's digest may weigh and how tall it may be at 1200 px wide (it was 624 KB and
+#: 16,000 px for a week of 51 pages changed, some of them three times, after a first crawl)
+DIGEST_MAX_BYTES, DIGEST_MAX_HEIGHT = 150_000, 6_000
+
+
+def height(page: Path, tmp_path: Path) -> int:
+    """How tall Chromium draws *page* at 1200 px wide: the lowest row that is not background."""
+    image = pytest.importorskip("PIL.Image")
+    ops = pytest.importorskip("PIL.ImageOps")
+    shot = tmp_path / "tall.png"
+    chromium(
+        page,
+        tmp_path / "profile-tall",
+        "--hide-scrollbars",
+        "--window-size=1200,16000",
+        f"--screenshot={shot}",
+    )
+    keep = os.environ.get("RECRAWLER_TEST_SCREENSHOTS")
+    if keep:
+        shutil.copy(shot, Path(keep) / "tall.png")
+        shutil.copy(page, Path(keep) / page.name)
+    with image.open(shot) as img:
+        box = ops.invert(img.convert("L")).getbbox()
+    assert box is not None
+    return int(box[3])
+
+
+@pytest.mark.timeout(600)
+@deferred_f_from_coro_f
+async def test_a_busy_week_stays_a_short_page(site: Site, crawls: Crawls, tmp_path: Path) -> None:
+    pages = 200
+    for i in range(pages):
+        site.write(f"p{i}.html", body(i), mtime=T0)
+    sitemap = site.write_sitemap([f"p{i}.html" for i in range(pages)])
+    assert (await crawls.crawl(sitemap)).counts["new"] == pages
+    # three days of edits to the same 60 pages, 30 pages added, 10 removed
+    for day, size in enumerate(("16 MB", "32 MB", "64 MB"), 1):
+        for i in range(60):
+            site.write(f"p{i}.html", feature(i, size), mtime=T0 + day)
+        if day == 2:
+            for i in range(pages, pages + 30):
+                site.write(f"p{i}.html", body(i), mtime=T0 + day)
+            for i in range(190, pages):
+                site.remove(f"p{i}.html", gone=True)
+            site.write_sitemap([f"p{i}.html" for i in range(pages + 30) if not 190 <= i < pages])
+        age(crawls.db_path, 1)
+        run = await crawls.crawl(sitemap)
+        assert run.counts["changed"] == 60
+    page, doc = digest(crawls, "busy")
+    status = text(doc, "#status")
+    assert f"First crawl: {pages} pages." in status
+    assert "Since then: 60 pages changed, 30 new, 10 left the knowledge base." in status
+    # one card per page up to a few dozen, the rest listed and folded; long lists fold with a count
+    cards = doc.cssselect("#changed article.change")
+    assert 0 < len(cards) < 60
+    assert len({c.get("data-url") for c in cards}) == len(cards)
+    assert text(doc, "#pages-changed-more h3") == f"And {60 - len(cards)} more changed pages"
+    assert text(doc, "#pages-new details > summary") == "20 more"
+    assert len(doc.cssselect("#pages-new > table tbody tr")) == 10
+    size = page.stat().st_size
+    assert size <= DIGEST_MAX_BYTES, size
+    if CHROMIUM:
+        drawn = height(page, tmp_path)
+        assert drawn <= DIGEST_MAX_HEIGHT, drawn
+        shoot(page, tmp_path, "busy-week")

@@ -58,11 +58,38 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("RECRAWLER_")}
 
 
+class Output:
+    """Scrapyd's own log as it comes, read on a thread: lines, and a wait for one."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        self.changed = threading.Condition()
+
+    def read(self, stream: Any) -> None:
+        for line in stream:
+            with self.changed:
+                self.lines.append(line)
+                self.changed.notify_all()
+
+    def wait_for(self, *texts: str, timeout: float = 60.0) -> str:
+        """The first line holding every one of *texts*, once Scrapyd has logged it."""
+
+        def line() -> str | None:
+            return next((x for x in self.lines if all(t in x for t in texts)), None)
+
+        with self.changed:
+            found = self.changed.wait_for(line, timeout)
+        if found is None:
+            pytest.fail(f"Scrapyd did not log {texts!r}:\n" + "".join(self.lines[-20:]))
+        return found
+
+
 @dataclass
 class Scrapyd:
     url: str
     workdir: Path
     venv: Path
+    output: Output
     project: str = "recrawler"
     spider: str = "docs"
 
@@ -145,8 +172,9 @@ def running_scrapyd(tmp_path: Path, venv: Path) -> Iterator[Scrapyd]:
             else:
                 pytest.fail("Scrapyd did not start:\n" + "".join(seen))
             # keep reading its log, so a full pipe never stalls it
-            threading.Thread(target=seen.extend, args=(process.stdout,), daemon=True).start()
-            yield Scrapyd(url=f"http://127.0.0.1:{port}/", workdir=workdir, venv=venv)
+            output = Output(seen)
+            threading.Thread(target=output.read, args=(process.stdout,), daemon=True).start()
+            yield Scrapyd(url=f"http://127.0.0.1:{port}/", workdir=workdir, venv=venv, output=output)
         finally:
             process.terminate()
             try:
@@ -196,9 +224,11 @@ def test_docs_on_scrapyd_twice(scrapyd: Scrapyd, site: Site, tmp_path: Path) -> 
     # every page checked each run, none audited: the second run is all conditional requests
     common = {"RECRAWLER_SCHEDULE": "all", "RECRAWLER_AUDIT_SAMPLE": "0"}
     reports = []
+    jobs = []
     for n in (1, 2):
         report = tmp_path / f"report{n}.json"
         job = scrapyd.schedule(sitemap, RECRAWLER_REPORT_FILE=str(report), **common)
+        jobs.append(job)
         scrapyd.wait(job)
         assert report.exists(), scrapyd.log(job)
         reports.append(json.loads(report.read_text(encoding="utf-8")))
@@ -229,6 +259,14 @@ def test_docs_on_scrapyd_twice(scrapyd: Scrapyd, site: Site, tmp_path: Path) -> 
     refused = json.loads(report.read_text(encoding="utf-8"))
     assert refused["outcome"] == {"state": "refused", "reasons": ["recrawler_state_error"], "exit_code": 5}
     assert "corrupt" in refused["error"]
+    # Scrapyd's own log tells them apart, as docs/operating.md's table of exit codes says
+    for done in jobs:
+        scrapyd.output.wait_for("Process finished: ", f"job={done!r}")
+    scrapyd.output.wait_for("Process died: exitstatus=5 ", f"job={job!r}")
+    table = (REPO_ROOT / "docs" / "operating.md").read_text(encoding="utf-8")
+    assert "| 5 |" in table
+    assert "`Process died: exitstatus=5 project=...`" in table
+    assert "`Process finished: project='...' spider='docs' job='...'`" in table
 
 
 USER_VENV = os.environ.get("RECRAWLER_TEST_SCRAPYD_USER_VENV")

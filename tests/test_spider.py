@@ -502,3 +502,32 @@ def test_a_bad_numeric_setting_is_one_line(tmp_path: Path) -> None:
     # a setting with its own parser keeps it
     sampled = get_crawler(DocsSpider, {**base, "RECRAWLER_AUDIT_SAMPLE": "5%"})
     assert sampled.settings["RECRAWLER_AUDIT_SAMPLE"] == "5%"
+
+
+def test_deployed_is_a_yes_or_a_no() -> None:
+    """``-a deployed=1`` says the docs were just deployed; anything but a yes or a no is one line."""
+    sitemap = "https://docs.example.com/sitemap.xml"
+    assert DocsSpider(sitemap_url=sitemap, deployed="1").recrawler_deployed is True
+    assert DocsSpider(sitemap_url=sitemap, deployed="no").recrawler_deployed is False
+    assert DocsSpider(sitemap_url=sitemap).recrawler_deployed is False
+    with pytest.raises(ConfigurationError) as caught:
+        DocsSpider(sitemap_url=sitemap, deployed="maybe")
+    assert str(caught.value) == ("deployed: not a yes or no (1, true, yes, on / 0, false, no, off): 'maybe'")
+
+
+def test_bad_deploy_settings_are_one_line(tmp_path: Path) -> None:
+    from recrawler.spidermiddlewares.schedule import ScheduleMiddleware
+
+    base = {
+        "ADDONS": {"recrawler.addon.RecrawlerAddon": 0},
+        "RECRAWLER_DB_URI": f"sqlite:///{tmp_path / 'state.db'}",
+    }
+    for name, bad, why in (
+        ("RECRAWLER_DEPLOY_SIGNALS", ["listing", "vibes"], "unknown signal(s) vibes"),
+        ("RECRAWLER_DEPLOY_PROBES", -1, "bad value -1"),
+    ):
+        crawler = get_crawler(DocsSpider, {**base, name: bad})
+        crawler.spider = DocsSpider(sitemap_url="https://docs.example.com/sitemap.xml")
+        with pytest.raises(ConfigurationError) as caught:
+            ScheduleMiddleware.from_crawler(crawler)
+        assert str(caught.value).startswith(f"{name}: {why}")

@@ -5,7 +5,7 @@ held and discarded runs, reverts, per-site publishing and the embeddings cache.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
@@ -151,6 +151,62 @@ class KnowledgeBaseContract(BackendMixin):
             await store.publish(run2.id, T0)
             with open_kb(uri, embedder="hashing") as kb:
                 assert sorted(c.text for c in kb.chunks()) == ["alpha two", "omega"]
+
+    @deferred_f_from_coro_f
+    async def test_search_and_changes_return_one_version_and_language(
+        self, uri: str, settings: Settings
+    ) -> None:
+        """A page's version and language go onto its chunks; search (every mode) and changes
+        return one slice, a page with neither is in every slice, ``en`` finds ``en-us``, a default
+        version applies until ``*`` asks for all, and a page relabelled without new chunks
+        (a 304 a URL pattern names) carries its chunks along."""
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            labelled = [
+                rec("v1-en", version="v1", lang="en"),
+                rec("v2-en", version="v2", lang="en-us"),
+                rec("v2-fr", version="v2", lang="fr"),
+                rec("plain"),
+            ]
+            texts = [f"widget retries its uploads, {p.key.rsplit('/', 1)[1]}" for p in labelled]
+            for page, text in zip(labelled, texts, strict=True):
+                await store.record(run, page, [ev(run, page)], chunks=chunks(page, text))
+            await store.publish(run.id, T0)
+            embedder = embedder_from_spec("hashing")
+            await store.store_embeddings(
+                [
+                    (embedder.id, f"c-{t}", vector_to_blob(v))
+                    for t, v in zip(texts, embedder.embed(texts), strict=True)
+                ]
+            )
+            await store.flush()
+
+            def found(kb: Any, **slice_: Any) -> list[str]:
+                return sorted(
+                    h.chunk.key.rsplit("/", 1)[1] for h in kb.search("widget retries", k=10, **slice_)
+                )
+
+            with open_kb(uri, embedder=embedder) as kb:
+                assert found(kb) == ["plain", "v1-en", "v2-en", "v2-fr"]
+                for mode in ("hybrid", "keyword", "vector"):
+                    assert found(kb, version="v2", mode=mode) == ["plain", "v2-en", "v2-fr"]
+                    assert found(kb, version="v2", lang="en", mode=mode) == ["plain", "v2-en"]
+                assert found(kb, lang="fr") == ["plain", "v2-fr"]
+                assert found(kb, lang="EN_us") == ["plain", "v2-en"]
+                hit = kb.search("widget retries", k=10, version="v1", lang="en")[0]
+                assert (hit.chunk.version, hit.chunk.lang) in {("v1", "en"), (None, None)}
+                batch = kb.changes(0, version="v2", lang="fr")
+                assert sorted(c.key.rsplit("/", 1)[1] for c in batch.changes) == ["plain", "v2-fr"]
+                assert {c.chunks[0].version for c in batch.changes} == {"v2", None}
+            with open_kb(uri, embedder=embedder, default_version="v1") as kb:
+                assert found(kb) == ["plain", "v1-en"]
+                assert found(kb, version="*") == ["plain", "v1-en", "v2-en", "v2-fr"]
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            await store.record(run2, replace(labelled[0], version="v3"), [])
+            await store.flush()
+            with open_kb(uri, embedder=embedder) as kb:
+                assert found(kb, version="v3") == ["plain", "v1-en"]
+                assert found(kb, version="v1") == ["plain"]
 
     @deferred_f_from_coro_f
     async def test_embeddings_are_a_cache_paid_once(self, uri: str, settings: Settings) -> None:

@@ -105,6 +105,24 @@ class LifecycleContract(BackendMixin):
 
 class PagesContract(BackendMixin):
     @deferred_f_from_coro_f
+    async def test_moves_to_a_missing_target_become_misses(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for name in ("a", "b", "c", "keep"):
+                await store.record(run, rec(name), [])
+            await store.publish_run(run, at=T0, gone_after=3, gone_statuses=[410])
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            # a, b and c are consolidated into one new page, which then answers "not here"
+            await store.record_moves(run2, [f"{SITE}/a", f"{SITE}/b"], f"{SITE}/new", http_status=301)
+            await store.record_moves(run2, [f"{SITE}/c"], f"{SITE}/other", http_status=301)
+            assert await store.miss_moves(run2, f"{SITE}/new", http_status=404) == 2
+            assert await store.miss_moves(run2, f"{SITE}/new", http_status=404) == 0
+            result, _ = await store.publish_run(run2, at=T0, gone_after=3, gone_statuses=[410])
+            assert (result.quarantined, result.moved) == (2, 0)
+            status = {p.key.rsplit("/", 1)[1]: p.status for p in store.iter_pages()}
+            assert status == {"a": "quarantined", "b": "quarantined", "c": "live", "keep": "live"}
+
+    @deferred_f_from_coro_f
     async def test_get_returns_what_record_wrote(self, uri: str, settings: Settings) -> None:
         async with self.opened(uri, settings) as store:
             assert await store.get(f"{SITE}/a") is None
@@ -216,6 +234,34 @@ class PagesContract(BackendMixin):
             assert added == 30
             fed = [blob for blob, _ in await store.frontier_next(run, 100)]
             assert fed == [f"p{i}".encode() for i in range(1, 31)]
+
+    @deferred_f_from_coro_f
+    async def test_a_sitemap_read_again_says_what_moved(self, uri: str, settings: Settings) -> None:
+        """A file read to its end again: entries it did not list, entries whose lastmod moved,
+        entries it no longer lists; a file never read to its end moves nothing."""
+        from recrawler.state import ListedEntry, SitemapFile
+
+        sitemap = f"https://{SITE}/sitemap.xml"
+
+        def entries(*pages: tuple[str, str | None]) -> list[ListedEntry]:
+            return [
+                ListedEntry(url=f"https://{SITE}/{name}", kind="page", lastmod=lastmod, pos=i)
+                for i, (name, lastmod) in enumerate(pages, 1)
+            ]
+
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            first = entries(("a", None), ("b", "2026-01-01"), ("c", None))
+            assert await store.add_listing(run, sitemap, first) == (0, 0)
+            assert await store.listing_read(run, SitemapFile(url=sitemap, urls=3), T0) == 0
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            again = entries(("a", None), ("b", "2026-02-01"), ("d", None), ("e", "2026-01-05"))
+            assert await store.add_listing(run2, sitemap, again[:2]) == (0, 1)
+            assert await store.add_listing(run2, sitemap, again[2:]) == (2, 0)
+            assert await store.listing_read(run2, SitemapFile(url=sitemap, urls=4), T0) == 1
+            run3 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            assert await store.add_listing(run3, sitemap, again) == (0, 0)
+            assert await store.listing_read(run3, SitemapFile(url=sitemap, urls=4), T0) == 0
 
     @deferred_f_from_coro_f
     async def test_page_writes_queued_together_land_as_each_would_alone(

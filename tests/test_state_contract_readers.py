@@ -11,9 +11,11 @@ import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.intervals import Revisit
+from recrawler.kb.reader import open_kb
 from recrawler.state import GONE, QUARANTINED, RevisitUpdate, Run
 from recrawler.state.records import SETTLE_APPLY, SETTLE_KEEP
-from tests.state_contract import HOLDER, SITE, T0, BackendMixin, ev, rec
+from recrawler.urls import page_key
+from tests.state_contract import HOLDER, SITE, T0, BackendMixin, chunks, ev, rec
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from scrapy.settings import Settings
 
     from recrawler.state import StateStore
+    from recrawler.state.sql.check import Finding
 
 OTHER = "other.example.org"
 DAY = 86400.0
@@ -312,7 +315,46 @@ class EventsContract(BackendMixin):
             assert listed(run_id=run3.id) == [(run3.id, "new", "d")]
 
 
-class ReadersFreshnessContract(FreshnessContract, HeldRunsContract, RunPagesContract, EventsContract):
+class CheckContract(BackendMixin):
+    @deferred_f_from_coro_f
+    async def test_a_page_stored_off_the_site_of_its_run_is_found_and_taken_out(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            mine = rec("a")
+            # a page of another host that a spider of SITE followed, and the same host's page
+            # stored by a run of its own site: only the first is off its run's site
+            stray = replace(rec("x"), key=f"{OTHER}/x", site=OTHER, url=f"https://{OTHER}/x")
+            # a page of the other host the site's own listing names (allowed_hosts): the site's call
+            listed = replace(rec("l"), key=f"{OTHER}/l", site=OTHER, url=f"https://{OTHER}/l")
+            await store.record(run, mine, [], chunks=chunks(mine, "a1"))
+            await store.record(run, stray, [], chunks=chunks(stray, "x1", "x2"))
+            await store.record(run, listed, [], chunks=chunks(listed, "l1"), revisit=found("sitemap"))
+            await store.flush()
+            await store.publish(run.id, T0)
+            other = await store.begin_run("docs", OTHER, T0, holder=HOLDER, lease_secs=0)
+            theirs = replace(rec("y"), key=f"{OTHER}/y", site=OTHER, url=f"https://{OTHER}/y")
+            await store.record(other, theirs, [], chunks=chunks(theirs, "y1"))
+            await store.flush()
+            await store.publish(other.id, T0)
+
+            def offsite() -> list[Finding]:
+                # (the helper's chunk hashes are made up: those checks have findings of their own)
+                return [f for f in store.check_sync(page_key, lease_secs=60) if f.check == "offsite_page"]
+
+            assert [(f.key, f.detail) for f in offsite()] == [
+                (f"{OTHER}/x", f"on {OTHER}, stored by run {run.id} of {SITE}")
+            ]
+            assert await store.repair(offsite()) == {"offsite_page": 1}
+            assert offsite() == []
+            with open_kb(uri, embedder="hashing") as kb:
+                assert sorted(c.text for c in kb.chunks()) == ["a1", "l1", "y1"]
+
+
+class ReadersFreshnessContract(
+    FreshnessContract, HeldRunsContract, RunPagesContract, EventsContract, CheckContract
+):
     """What a backend's test class inherits."""
 
 

@@ -68,6 +68,25 @@ class RunsContract(BackendMixin):
             assert nxt.last_listed == 5
 
     @deferred_f_from_coro_f
+    async def test_a_rejected_listing_is_never_the_baseline(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)
+            await store.finish_run(run, reason="finished", at=T0, report={"counts": {}}, listed=300)
+            for why in ("listing_shrunk", "sitemap_failed", "not_finished"):
+                run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)
+                assert run.last_listed == 300
+                await store.finish_run(
+                    run, reason="finished", at=T0, report={"counts": {}}, reasons=[why], listed=30
+                )
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)
+            assert run.last_listed == 300
+            # an accepted listing (an outage elsewhere in the run) is one
+            await store.finish_run(
+                run, reason="finished", at=T0, report={"counts": {}}, reasons=["error_ratio"], listed=280
+            )
+            assert (await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=60)).last_listed == 280
+
+    @deferred_f_from_coro_f
     async def test_reconcile_quarantines_and_removes_in_one_set_operation(
         self, uri: str, settings: Settings, events_path: Path
     ) -> None:
@@ -172,6 +191,78 @@ class RunsContract(BackendMixin):
             with pytest.raises(StateStoreError, match="nothing of it waits"):
                 await store.decision(run2.id)
             assert (await store.get(f"{SITE}/b")).status == LIVE  # type: ignore[union-attr]
+
+    @deferred_f_from_coro_f
+    async def test_a_kept_miss_stays_kept_whatever_a_later_run_settles(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for name in ("a", "b"):
+                await store.record(run, rec(name), [])
+                await store.record_miss(run, f"{SITE}/{name}", 404)
+            await store.settle_misses(run, SETTLE_KEEP)
+            await store.publish_run(run, at=T0, gone_after=3, gone_statuses=[410])
+            # the next run stages a again and does not reach b: both are carried, still kept
+            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            await store.record_miss(run2, f"{SITE}/a", 404)
+            await store.carry_misses(run2)
+            plan = await store.removal_plan(run2, gone_after=3, gone_statuses=[410])
+            assert (plan.removals, plan.carried) == (2, 2)
+            # within any bound, the run applies its own misses: not the ones kept for a person
+            await store.settle_misses(run2, SETTLE_APPLY)
+            result, _ = await store.publish_run(run2, at=T0, gone_after=3, gone_statuses=[410])
+            assert result.quarantined == 0
+            assert {p.status for p in store.iter_pages()} == {LIVE}
+            decided = await store.decision(run2.id)
+            assert await store.release_kept(decided) == 2
+            result, _ = await store.publish_run(decided, at=T0, gone_after=3, gone_statuses=[410])
+            assert result.quarantined == 2
+
+    @pytest.mark.parametrize("held", [True, False], ids=["held-run", "kept-removals"])
+    @deferred_f_from_coro_f
+    async def test_one_decision_wins_when_two_are_taken_at_once(
+        self, uri: str, settings: Settings, held: bool
+    ) -> None:
+        """The decision is one conditional update of the run's row: of an approval and a discard
+        in two connections at once, one is carried out and the other refused, naming it."""
+        decide = {"gone_after": 3, "gone_statuses": [410]}
+        async with self.opened(uri, settings) as first, self.opened(uri, settings) as second:
+            run = await first.begin_run("docs", SITE, T0, holder=HOLDER)
+            for name in ("a", "b"):
+                await first.record(run, rec(name), [])
+            await first.publish_run(run, at=T0, **decide)
+            run2 = await first.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            await first.record(run2, rec("a", content_hash="h-a2"), [])
+            await first.record_miss(run2, f"{SITE}/b", 404)
+            await first.settle_misses(run2, SETTLE_KEEP)
+            if held:
+                await first.hold_run(run2)
+            else:
+                await first.publish_run(run2, at=T0, **decide)
+            await first.flush()
+            # both see a decision waiting before either takes it
+            decided = await first.decision(run2.id)
+            assert (await second.decision(run2.id)).id == run2.id
+            got = await asyncio.gather(
+                first.approve(decided, at=T0, **decide), second.discard(run2.id), return_exceptions=True
+            )
+            refused = [r for r in got if isinstance(r, BaseException)]
+            assert len(refused) == 1, got
+            assert isinstance(refused[0], StateStoreError)
+            won = "discarded" if isinstance(got[0], BaseException) else "approved"
+            assert f"run {run2.id} was {won} already" in str(refused[0])
+            info = await first.run_info(run2.id)
+            assert info is not None
+            if held:
+                assert info["state"] == ("published" if won == "approved" else "discarded")
+            b = await first.get(f"{SITE}/b")
+            assert b is not None
+            assert b.status == (QUARANTINED if won == "approved" else LIVE)
+            # and it stays taken: neither decision can be taken again
+            for again in (first.discard(run2.id), second.approve(decided, at=T0, **decide)):
+                with pytest.raises(StateStoreError, match=f"was {won} already"):
+                    await again
 
     @deferred_f_from_coro_f
     async def test_a_page_moves_only_onto_a_live_page(self, uri: str, settings: Settings) -> None:

@@ -18,6 +18,7 @@ from recrawler.state import (
     GONE,
     LIVE,
     RevisitUpdate,
+    SiteBuild,
 )
 from tests.state_contract import HOLDER, SITE, T0, BackendMixin, rec
 
@@ -103,6 +104,82 @@ class ScheduleContract(BackendMixin):
             assert len(sample) == 3
             assert set(sample) <= {f"{SITE}/p{i}" for i in range(5)}
             assert len(await store.audit_sample(run, 0.5)) in (2, 3)
+
+    @deferred_f_from_coro_f
+    async def test_probes_are_the_home_page_then_live_pages_drawn_at_random(
+        self, uri: str, settings: Settings
+    ) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for i in range(6):
+                await store.record(
+                    run, rec(f"p{i}", status=GONE if i == 5 else LIVE, lastmod="2026-01-01"), []
+                )
+            await store.record(run, rec("index.html"), [])
+            await store.flush()
+            probes = await store.probe_sample(run, 3, [f"{SITE}/nope", f"{SITE}/index.html"])
+            assert probes[0] == (f"{SITE}/index.html", f"https://{SITE}/index.html", None)
+            assert len({k for k, _, _ in probes}) == 3
+            assert {k for k, _, _ in probes[1:]} <= {f"{SITE}/p{i}" for i in range(5)}
+            assert all(lastmod == "2026-01-01" for _, _, lastmod in probes[1:])
+            assert len(await store.probe_sample(run, 20)) == 6
+            assert await store.probe_sample(run, 0, [f"{SITE}/index.html"]) == []
+
+    @deferred_f_from_coro_f
+    async def test_a_deploy_takes_back_each_skipped_page_once(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            for name in ("a", "b", "c", "d"):
+                await store.record(run, rec(name), [])
+                await store.record_revisit(f"{SITE}/{name}", Revisit(last_check_at=T0))
+            # d was checked after the deploy (a probe): not taken back
+            await store.record_revisit(f"{SITE}/d", Revisit(last_check_at=T0 + timedelta(hours=2)))
+            await store.mark_listed(
+                run,
+                [
+                    (f"{SITE}/a", "schedule"),
+                    (f"{SITE}/b", "lastmod"),
+                    (f"{SITE}/c", None),
+                    (f"{SITE}/d", "schedule"),
+                ],
+                vouched=[(f"{SITE}/b", "lastmod")],
+                at=T0 + timedelta(hours=1),
+            )
+            deploy = T0 + timedelta(hours=1)
+            first = await store.take_skipped(run, before=deploy, limit=1)
+            second = await store.take_skipped(run, before=deploy, limit=10)
+            taken = [(k.rsplit("/", 1)[1], layer) for k, _, _, layer in [*first, *second]]
+            assert sorted(taken) == [("a", "schedule"), ("b", "lastmod")]
+            assert (len(first), await store.take_skipped(run, before=deploy, limit=10)) == (1, [])
+            got = await store.scheduled([f"{SITE}/b", f"{SITE}/a"])
+            assert (got[f"{SITE}/b"].verified_by, got[f"{SITE}/b"].verified_at) == ("lastmod", deploy)
+            assert got[f"{SITE}/a"].verified_by == "request"
+
+    @deferred_f_from_coro_f
+    async def test_a_sites_build_round_trips(self, uri: str, settings: Settings) -> None:
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            assert await store.site_build(SITE) is None
+            build = SiteBuild(
+                site=SITE,
+                fingerprint={"meta:generator": "Sphinx 7.2"},
+                noise=("link:/a.css?v=#",),
+                deploy_at=T0,
+                deploy_run=run.id,
+                deploy_reason="listing moved: 1 added",
+            )
+            await store.record_site_build(build, T0)
+            assert await store.site_build(SITE) == build
+            quiet = replace(build, lastmod_noise=True, deploy_at=None, deploy_run=None, deploy_reason=None)
+            await store.record_site_build(quiet, T0)
+            assert await store.site_build(SITE) == quiet
+            await store.flush()
+            assert list(store.iter_site_builds()) == [quiet]
+            await store.record(run, rec("a"), [])
+            await store.record(run, rec("b", status=GONE), [])
+            await store.mark_solo([f"{SITE}/a"], solo=True)
+            assert (await store.scheduled([f"{SITE}/a"]))[f"{SITE}/a"].solo is True
+            assert await store.live_pages(SITE) == 1
 
 
 class TrustContract(BackendMixin):

@@ -242,6 +242,8 @@ async def test_a_link_to_a_listed_page_gets_the_listings_lastmod_decision(site: 
         "RECRAWLER_LASTMOD_MODE": "skip",
         # a week-long staleness bound: lastmod alone decides the next day
         "RECRAWLER_MAX_INTERVAL_SECS": 7 * 86400,
+        # no deploy probe: the run asks what the listing decides, nothing more
+        "RECRAWLER_DEPLOY_PROBES": 0,
     }
     await crawls.crawl(sitemap, RECRAWLER_NOW=START.isoformat(), **settings)
     site.clear_requests()

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
+from recrawler import extract
 from recrawler.cli import terminal_safe
+from recrawler.detect import noise
 from recrawler.extract import ContentExtractor, ExtractionError, clean_text, looks_binary
 from tests import docsite, shell, statedb
 
@@ -276,3 +278,86 @@ async def test_cli_escapes_control_characters_held_in_the_database(site: Site, c
     out = await shell.acli_out("chunks", "--db", crawls.db_uri, "--json")
     assert no_controls(out)
     assert evil in json.loads(out.splitlines()[0])["text"]
+
+
+# --- words glued by markup ---------------------------------------------------------------------
+
+N_DOCS = 270
+N_WRAPS = 30
+
+
+def wrap_page(i: int, bump: int = 0) -> str:
+    """A package table as mesonbuild's wrapdb lists it: a cell's versions one per line (``<br>``)."""
+    rows = "".join(
+        f"<tr><td>lib{i}-{r}</td><td>2024072{r}.0-{3 + (bump if r == 0 else 0)}<br>20230802.{r}-2<br>"
+        f"20230125.1-5</td><td><p>pkg{r}</p><p>dep{r}</p></td></tr>"
+        for r in range(8)
+    )
+    table = f"<table><tr><th>Project</th><th>Versions</th><th>Provides</th></tr>{rows}</table>"
+    return docsite.page(f"Wraps {i}", [("Projects", [f"The wraps of group {i}."])], extra_main=table)
+
+
+def build_wrap_site(site: Site, mtime: float = T0, **options: Any) -> str:
+    for i in range(N_DOCS):
+        site.write(f"docs/{i}.html", page(f"Doc {i}", f"Doc {i} explains step {i}."), mtime=mtime, **options)
+    for i in range(N_WRAPS):
+        site.write(f"wraps/{i}.html", wrap_page(i), mtime=mtime, **options)
+    return site.write_sitemap(
+        [*(f"docs/{i}.html" for i in range(N_DOCS)), *(f"wraps/{i}.html" for i in range(N_WRAPS))]
+    )
+
+
+@deferred_f_from_coro_f
+async def test_line_breaks_in_table_cells_never_invent_numbers(site: Site, crawls: Crawls) -> None:
+    """``20240722.0-3<br>20230802.1-2`` once read "20240722.0-320230802.1-2": a version bump in the
+    cell was then reported as the number 320230802.1 becoming 420230802.1."""
+    sitemap = build_wrap_site(site)
+    r1 = await crawls.crawl(sitemap)
+    assert r1.counts["new"] == N_DOCS + N_WRAPS
+
+    site.write("wraps/7.html", wrap_page(7, bump=1), mtime=T0 + 60)
+    r2 = await crawls.crawl(sitemap)
+    assert r2.actions() == {"wraps/7.html": "changed"}
+    critical = statedb.rows(crawls.db_path, "SELECT critical FROM page_changes WHERE verdict = 'changed'")
+    assert [json.loads(c) for (c,) in critical] == [["number: '3' -> '4'"]]
+    out = await shell.acli_out("diff", site.url("wraps/7.html"), "--db", crawls.db_uri)
+    assert "+| lib7-0 | 20240720.0-4 20230802.0-2 20230125.1-5 | pkg0 dep0 |" in out
+    assert "420230802" not in out
+    # what the bot reads: the versions apart, as the page shows them
+    chunks = " ".join(text for _, _, text in stored(crawls)["chunks"])
+    assert "| lib7-0 | 20240720.0-4 20230802.0-2 20230125.1-5 | pkg0 dep0 |" in chunks
+    assert "| lib8-0 | 20240720.0-3 20230802.0-2 20230125.1-5 | pkg0 dep0 |" in chunks
+
+
+@deferred_f_from_coro_f
+async def test_the_run_after_an_upgrade_that_spaces_glued_words_changes_nothing(
+    site: Site, crawls: Crawls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages stored by a version that glued words (the text format before 2): their text moves in
+    whitespace only, so the next run re-baselines them, indexes the new text, and announces nothing."""
+    sitemap = build_wrap_site(site)
+    # the version before: cells read with their words glued, the format it wrote its noise keys with
+    monkeypatch.setattr(extract, "_words", extract._text)
+    monkeypatch.setattr(noise, "TEXT_FORMAT", 1)
+    r1 = await crawls.crawl(sitemap, RECRAWLER_CPU_PROCESSES=0)
+    assert r1.counts["new"] == N_DOCS + N_WRAPS
+    assert "20240720.0-320230802.0-2" in " ".join(text for _, _, text in stored(crawls)["chunks"])
+    monkeypatch.undo()
+
+    # a deploy after the upgrade: every page answers 200 with the bytes it had (new validators)
+    build_wrap_site(site, mtime=T0 + 3600, no304=True)
+    r2 = await crawls.crawl(sitemap)
+    assert r2.counts["unchanged"] == N_DOCS + N_WRAPS
+    assert (r2.counts["new"], r2.counts["changed"], r2.counts["errors"]) == (0, 0, 0)
+    assert r2.stats["recrawler/page/unchanged/rebaseline"] == N_WRAPS
+    assert r2.actions() == {}
+    assert r2.exit_code == 0
+    chunks = " ".join(text for _, _, text in stored(crawls)["chunks"])
+    assert "| lib7-0 | 20240720.0-3 20230802.0-2 20230125.1-5 | pkg0 dep0 |" in chunks
+    assert "320230802" not in chunks
+
+    # and from then on, a real edit is a change with its own numbers
+    site.write("wraps/7.html", wrap_page(7, bump=1), mtime=T0 + 7200)
+    r3 = await crawls.crawl(sitemap)
+    assert r3.actions() == {"wraps/7.html": "changed"}
+    assert r3.counts["unchanged"] == N_DOCS + N_WRAPS - 1

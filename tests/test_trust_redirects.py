@@ -236,3 +236,31 @@ async def test_a_sitemap_redirected_to_another_host_is_never_fetched(site: Site,
     assert site.requests("sitemap-v2.xml") == []
     assert r.stats["recrawler/url/refused/offsite"] == 1
     assert r.counts["new"] == 0
+
+
+@deferred_f_from_coro_f
+async def test_pages_consolidated_into_a_new_unlisted_page_move_there(
+    site: Site, crawls: Crawls, capsys: pytest.CaptureFixture[str]
+) -> None:
+    names = [f"docs/p{i}.html" for i in range(300)]
+    for i, name in enumerate(names):
+        site.write(name, docsite.tool_guide(f"P{i}", f"Page {i} explains option number {i}."), mtime=T0)
+    sitemap = site.write_sitemap(names)
+    await crawls.crawl(sitemap)
+    # four listed pages become one new page, which the sitemap does not list yet
+    merged = " ".join(f"Page {i} explains option number {i}." for i in range(4))
+    site.write("docs/options.html", docsite.tool_guide("Options", merged), mtime=T0 + 60)
+    for name in names[:4]:
+        site.options(name, redirect="docs/options.html", redirect_status=301)
+    r = await crawls.crawl(sitemap)
+    assert (r.exit_code, r.counts["moved"], r.counts["quarantined"]) == (0, 4, 0)
+    assert len(site.requests("docs/options.html")) == 1
+    stored = pages(crawls.db_path)
+    assert stored["options.html"] == ("live", None)
+    assert [stored[f"p{i}.html"] for i in range(4)] == [("moved", "options.html")] * 4
+    # the new page holds the content once; the four old addresses hold none
+    urls = Counter(chunk_urls(crawls, capsys))
+    assert urls["options.html"] > 0
+    assert not any(urls[f"p{i}.html"] for i in range(4))
+    r2 = await crawls.crawl(sitemap)
+    assert (r2.exit_code, r2.counts["moved"], r2.counts["new"]) == (0, 0, 0)

@@ -60,6 +60,20 @@ def body(n: int) -> str:
     )
 
 
+#: the site's own not-found page, as its server answers a path that does not exist (nginx's
+#: error_page): the evidence a page is compared with
+SITE_NOT_FOUND = docsite.page(
+    "Page not found | Example Docs",
+    [("Page not found", ["Sorry, {path} does not exist. Try the search, or start from the guides."])],
+)
+
+
+def not_found_page(site: Site, status: int = 404, page: str = SITE_NOT_FOUND) -> None:
+    """The site answers a path that does not exist with its not-found page (status *status*)."""
+    site.write("_errors/404.html", page, mtime=T0)
+    site.options("*", not_found="_errors/404.html", not_found_status=status)
+
+
 def write_docs(site: Site, n: int) -> str:
     for i in range(n):
         site.write(f"docs/page-{i}.html", body(i), mtime=T0)
@@ -89,33 +103,74 @@ async def published_texts(crawls: Crawls) -> list[tuple[str, str]]:
 # --- the shapes, as pure rules ------------------------------------------------------------------
 
 
+SITE_URL = "https://docs.example.com/docs/"
+PROBE = f"{SITE_URL}recrawler-no-such-page-0123abcd.html"
+ANSWER = (
+    "# Page not found\n\nSorry, /docs/recrawler-no-such-page-0123abcd.html does not exist. Try the search."
+)
+LONG_ANSWER = (
+    "# Page not found\n\nSorry, /docs/recrawler-no-such-page-0123abcd.html does not exist. Pages you "
+    "may be looking for: Installing, Configuring the build, Running the tests, Writing a plugin."
+)
+
+
 @pytest.mark.parametrize(
-    ("title", "heading", "text", "stored", "shape"),
+    ("answer", "text", "url", "shape"),
     [
+        # the site's not-found page, naming the page's own path
         (
-            "Page not found | Docs",
-            "Page not found",
-            "Sorry, the page does not exist.",
-            900,
-            "not_found_text",
+            ANSWER,
+            "# Page not found\n\nSorry, /docs/old.html does not exist. Try the search.",
+            "old.html",
+            "x",
         ),
-        (None, None, "No page /docs/page-7.html here.", 900, "not_found_text"),
-        ("404 - Acme", None, "Nothing here.", None, "not_found_page"),
-        ("Oops! | Docs", "Oops!", "We could not find that page.", None, "not_found_page"),
-        # content, whatever it says
-        ("Errors", "Errors", "If a dependency is not found, meson stops. " * 3, 900, None),
-        ("Errors", "Errors", "If a dependency is not found, meson stops.", None, None),
-        ("Dependencies", None, "A dependency that is not found fails the build. " * 60, 9000, None),
-        ("Page not found | Docs", None, "Sorry, the page does not exist.", 40, None),  # not shorter
+        (
+            "No page /docs/recrawler-no-such-page-0123abcd.html here.",
+            "No page /docs/p7.html here.",
+            "p7.html",
+            "x",
+        ),
+        # the same page, its suggestions differing a little (within a small TLSH distance)
+        (
+            LONG_ANSWER,
+            LONG_ANSWER.replace("recrawler-no-such-page-0123abcd", "guide/old"),
+            "guide/old.html",
+            "x",
+        ),
+        # content, whatever it says: it is not the site's not-found page
+        (ANSWER, "# Not found errors\n\nA dependency that is not found stops the build.", "nf.html", None),
+        (ANSWER, "# 404 Not Found\n\nThe server answers 404 when the file is missing.", "404.html", None),
+        (ANSWER, "# 404\n\nHTTP status: the resource is not there.", "glossary.html", None),
+        (ANSWER, "# Oops!\n\nOops! is what the CLI prints when a plugin crashes.", "oops.html", None),
+        (ANSWER, "# Page not found\n\nSorry, the page does not exist. " * 40, "long.html", None),
+        # no evidence (a bare 404 the probe got): content
+        (None, "# Page not found\n\nSorry, /docs/old.html does not exist. Try the search.", "old.html", None),
     ],
 )
-def test_soft_404_shapes(
-    title: str | None, heading: str | None, text: str, stored: int | None, shape: str | None
+def test_a_soft_404_is_the_sites_own_not_found_page(
+    answer: str | None, text: str, url: str, shape: str | None
 ) -> None:
     from recrawler import notfound
 
-    headings = ((1, heading, None),) if heading else ()
-    assert notfound.not_found(title, headings, text, stored) == shape
+    evidence = notfound.not_found_answer(answer, PROBE) if answer is not None else None
+    for stored, named in ((True, notfound.NOT_FOUND_TEXT), (False, notfound.NOT_FOUND_PAGE)):
+        got = notfound.not_found(text, SITE_URL + url, evidence, stored=stored)
+        assert got == (named if shape else None)
+
+
+def test_a_probe_asks_for_a_name_like_the_pages_under_its_home() -> None:
+    from recrawler import notfound
+
+    homes = ("/", "/docs/")
+    assert notfound.probe("https://d.example/docs/a/b.html", homes, "t") == (
+        "https://d.example/docs/",
+        "https://d.example/docs/recrawler-no-such-page-t.html",
+    )
+    assert notfound.probe("https://d.example/blog/post/", homes, "t") == (
+        "https://d.example/",
+        "https://d.example/recrawler-no-such-page-t.html",
+    )
+    assert notfound.probe("http://d.example:8080/docs/api", homes, "t")[0] == "http://d.example:8080/docs/"
 
 
 @pytest.mark.parametrize(
@@ -142,8 +197,10 @@ def test_a_redirect_home_is_a_soft_404(source: str, target: str, soft: bool) -> 
 async def test_one_page_answering_200_page_not_found_is_a_miss_not_a_change(
     site: Site, crawls: Crawls
 ) -> None:
+    not_found_page(site, page=NOT_FOUND)
     sitemap = write_docs(site, 100)
     await crawls.crawl(sitemap)
+    # the page answers 200 with the site's own not-found page
     site.write("docs/page-7.html", NOT_FOUND, mtime=LATER)
     r2 = await crawls.crawl(sitemap)
     assert r2.counts["changed"] == 0
@@ -164,13 +221,15 @@ async def test_one_page_answering_200_page_not_found_is_a_miss_not_a_change(
 async def test_short_unique_no_page_texts_are_misses(
     site: Site, crawls: Crawls, broken: int, exit_code: int
 ) -> None:
+    # the site answers a path it does not have with 200 and a page naming the path
+    not_found_page(site, 200, "<html><body><main><p>No page {path} here.</p></main></body></html>")
     sitemap = write_docs(site, 300)
     await crawls.crawl(sitemap)
     for i in range(broken):
         # each different, each short: no fuzzy fingerprint, no same-content hold
         site.write(
             f"docs/page-{i}.html",
-            f"<html><body><main><p>No page /docs/page-{i}.html here.</p></main></body></html>",
+            f"<html><body><main><p>No page /{site.name}/docs/page-{i}.html here.</p></main></body></html>",
             mtime=LATER,
         )
     r2 = await crawls.crawl(sitemap)
@@ -205,7 +264,9 @@ async def test_removed_pages_sent_home_by_a_302_are_misses(site: Site, crawls: C
 async def test_pages_moved_to_a_200_not_found_page_are_misses(site: Site, crawls: Crawls) -> None:
     sitemap = write_docs(site, 100)
     await crawls.crawl(sitemap)
+    # the site's not-found page, which its server answers a path it does not have with
     site.write("404.html", NOT_FOUND, mtime=LATER)
+    site.options("*", not_found="404.html")
     for i in range(5):
         site.remove(f"docs/page-{i}.html")
         site.options(f"docs/page-{i}.html", redirect="404.html", redirect_status=301)
@@ -329,17 +390,27 @@ async def test_a_real_short_page_about_not_found_errors_is_content(site: Site, c
 CORPUS = REPO_ROOT.parent / "shared" / "corpus" / "mesonbuild"
 
 
+#: what the real site (GitHub Pages) answers for a path it does not have
+GITHUB_PAGES_404 = (
+    "# 404\n\nFile not found\n\nThe site configured at this address does not contain the requested "
+    "file. If this is your site, make sure that the filename case matches the URL as well as any "
+    "file permissions. For root URLs (like http://example.com/) you must provide an index.html file."
+)
+
+
 @pytest.mark.skipif(not (CORPUS / "v1.tar.gz").exists(), reason="the labelled docs corpus is not here")
 def test_no_real_docs_page_is_a_soft_404() -> None:
-    """Every page of the four versions of a real docs site, as a page never stored, as the next
-    version of the page stored before it, and after a page as long as any: content."""
+    """Every page of the four versions of a real docs site, against the site's own not-found
+    answer and against every other page of its version as if that were the answer: content."""
     from recrawler import notfound
     from recrawler.extract import ContentExtractor
 
     extractor = ContentExtractor()
-    before: dict[str, int] = {}
+    base = "https://mesonbuild.com/"
+    site_answer = notfound.not_found_answer(GITHUB_PAGES_404, f"{base}recrawler-no-such-page-x.html")
     found, pages = [], 0
     for version in (1, 2, 3, 4):
+        texts: dict[str, str] = {}
         with tarfile.open(CORPUS / f"v{version}.tar.gz") as tar:
             for member in tar.getmembers():
                 name = member.name.removeprefix("./")
@@ -347,13 +418,72 @@ def test_no_real_docs_page_is_a_soft_404() -> None:
                     continue
                 file = tar.extractfile(member)
                 assert file is not None
-                content = extractor.extract(file.read(), "utf-8")
-                pages += 1
-                found.extend(
-                    (version, name, stored)
-                    for stored in (None, before.get(name), 10**9)
-                    if notfound.not_found(content.title, content.headings, content.text, stored)
-                )
-                before[name] = len(content.text)
+                texts[name] = extractor.extract(file.read(), "utf-8").text
+        pages += len(texts)
+        for name, text in texts.items():
+            if notfound.not_found(text, base + name, site_answer, stored=False):
+                found.append((version, name, "404"))
+            for other, other_text in texts.items():
+                answer = notfound.not_found_answer(other_text, base + other)
+                if other != name and notfound.not_found(text, base + name, answer, stored=True):
+                    found.append((version, name, other))
     assert pages > 790
     assert found == []
+
+
+#: six real short pages that talk about "not found" (a troubleshooting entry, a reference page on
+#: the status code, a glossary entry, an error's own page...): content, every one
+REAL_SHORT_PAGES = {
+    "docs/errors/not-found.html": docsite.page(
+        "Not found errors", [("Not found errors", ["A dependency that is not found stops the build."])]
+    ),
+    "docs/reference/http-404.html": docsite.page(
+        "404 Not Found", [("404 Not Found", ["The server answers 404 when the file is missing."])]
+    ),
+    "docs/glossary/404.html": docsite.page("404", [("404", ["HTTP status: the resource is not there."])]),
+    "docs/errors/oops.html": docsite.page(
+        "Oops! | Example Docs", [("Oops!", ["Oops! is what the CLI prints when a plugin crashes."])]
+    ),
+    "docs/faq/missing.html": docsite.page(
+        "Page not found after deploy",
+        [("Page not found after deploy", ["Rebuild the index, then clear the CDN cache."])],
+    ),
+    "docs/errors/no-such-page.html": docsite.page(
+        "No such page", [("No such page", ["The wiki macro prints this when its target is gone."])]
+    ),
+}
+
+
+@deferred_f_from_coro_f
+async def test_real_short_pages_about_not_found_are_content(site: Site, crawls: Crawls) -> None:
+    """The site's own not-found answer is the evidence: pages that only talk about "not found"
+    differ from it, and are content (never soft_404 errors)."""
+    not_found_page(site)
+    for path, page in REAL_SHORT_PAGES.items():
+        site.write(path, page, mtime=T0)
+    for i in range(100):
+        site.write(f"docs/page-{i}.html", body(i), mtime=T0)
+    http = docsite.page(
+        "HTTP 404",
+        [
+            ("HTTP 404", ["A 404 answer means the server has no resource at that address. " * 8]),
+            ("Custom pages", ["Configure a custom not-found page with error_page 404 /404.html."]),
+        ],
+    )
+    site.write("docs/http-404.html", http, mtime=T0)
+    sitemap = site.write_sitemap(
+        [*REAL_SHORT_PAGES, "docs/http-404.html", *(f"docs/page-{i}.html" for i in range(100))]
+    )
+    r1 = await crawls.crawl(sitemap)
+    assert (r1.counts["new"], r1.counts["errors"]) == (107, 0)
+    assert r1.stats.get("recrawler/page/soft_404", 0) == 0
+    texts = {page for page, _ in await published_texts(crawls)}
+    assert {path.rsplit("/", 1)[-1] for path in REAL_SHORT_PAGES} <= texts
+    # the page about HTTP 404 is rewritten much shorter: an edit, never a miss
+    short = docsite.page("HTTP 404", [("HTTP 404", ["404: not found. See the server guide."])])
+    site.write("docs/http-404.html", short, mtime=LATER)
+    for _ in range(2):
+        r = await crawls.crawl(sitemap)
+        assert (r.counts["quarantined"], r.counts["gone"], r.exit_code) == (0, 0, 0)
+    assert status(crawls, "docs/http-404.html") == "live"
+    assert any("See the server guide" in text for _, text in await published_texts(crawls))

@@ -8,7 +8,7 @@ import pytest
 
 from recrawler import default_settings
 from recrawler.cli import main as cli_main
-from recrawler.urls import KeyMaker, UrlPolicy, key_host, page_key
+from recrawler.urls import KeyMaker, UrlPolicy, key_host, origin_url, page_key, url_origin
 
 
 @pytest.mark.parametrize(
@@ -183,6 +183,68 @@ def test_a_policy_remembers_a_bounded_number_of_decisions() -> None:
         assert policy.refusal("ftp://docs.example.com/p") == "scheme"
         assert policy.refusal(None) == "malformed"  # type: ignore[arg-type]
         assert len(policy._decided) <= 4096
+
+
+@pytest.mark.parametrize(
+    ("url", "origin"),
+    [
+        ("https://Docs.Example.com/a", ("https", "docs.example.com", 443)),
+        ("http://docs.example.com:80/a", ("http", "docs.example.com", 80)),
+        ("https://docs.example.com:8443/a", ("https", "docs.example.com", 8443)),
+        # nothing is folded: www. and each port are origins of their own
+        ("https://www.docs.example.com/a", ("https", "www.docs.example.com", 443)),
+        ("http://[::1]:8080/a", ("http", "::1", 8080)),
+        ("ftp://docs.example.com/a", None),
+        ("https:///a", None),
+        ("http://docs.example.com:99999/a", None),
+    ],
+)
+def test_url_origin(url: str, origin: tuple[str, str, int] | None) -> None:
+    assert url_origin(url) == origin
+    if origin is not None:
+        assert url_origin(origin_url(origin) + "/x") == origin
+
+
+def test_a_policys_origins_are_its_sitemaps_and_its_extra_hosts_under_their_schemes() -> None:
+    policy = UrlPolicy.for_urls(
+        ["https://docs.example.com/sitemap.xml"], ["api.example.com:8443", "cdn.example"]
+    )
+    assert policy.origins == {
+        ("https", "docs.example.com", 443),
+        ("https", "api.example.com", 8443),
+        ("https", "cdn.example", 443),
+    }
+    # a page on the same host over http is the site's page, but not its origin: no credentials
+    assert policy.allows("http://docs.example.com/a")
+    assert url_origin("http://docs.example.com/a") not in policy.origins
+    # "*" widens the pages, never the origins
+    assert UrlPolicy.for_urls(["http://127.0.0.1:8000/s.xml"], any_host=True).origins == {
+        ("http", "127.0.0.1", 8000)
+    }
+    # no URL to take a scheme from (a user spider's allowed_domains): both
+    assert UrlPolicy.for_urls([], ["docs.example.com"]).origins == {
+        ("http", "docs.example.com", 80),
+        ("https", "docs.example.com", 443),
+    }
+
+
+def test_a_spiders_policy_is_its_site_domains_and_start_urls_or_the_hosts_it_starts_from() -> None:
+    named = UrlPolicy.for_site("docs.example.com", ["api.example.com"], ["https://docs.example.com/"])
+    assert named.hosts == {"docs.example.com", "api.example.com"}
+    assert not named.from_start
+    assert named.refusal("https://elsewhere.example.com/a") == "offsite"
+    # a spider naming nothing: nothing is allowed until it starts somewhere
+    learning = UrlPolicy.for_site(None, [], [])
+    assert learning.from_start
+    assert learning.refusal("https://docs.example.com/a") == "offsite"
+    learning.start("ftp://docs.example.com/")  # teaches nothing
+    learning.start("https://docs.example.com/start")
+    assert learning.refusal("https://docs.example.com/a") is None
+    assert learning.refusal("https://elsewhere.example.com/a") == "offsite"
+    assert learning.origins == {("https", "docs.example.com", 443)}
+    # a policy that names its hosts learns nothing from where it starts
+    named.start("https://elsewhere.example.com/")
+    assert named.refusal("https://elsewhere.example.com/a") == "offsite"
 
 
 def test_clean_url_drops_what_the_key_drops_and_keeps_the_rest() -> None:

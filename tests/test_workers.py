@@ -154,6 +154,9 @@ def test_two_workers_share_one_run_and_leave_what_one_worker_would(
     assert "'recrawler/page/new':" in joined
     assert "crawled: 60 new: 60 changed: 0 unchanged: 0 gone: 0 errors: 0" in summary_of(first)
     assert state(many) == state(one)
+    # a normal run prints no deprecation warning (scrapy-redis's own calls are filtered where
+    # recrawler places it)
+    assert [line for line in logs.splitlines() if "Warning" in line] == []
 
     # the next week: three edits, one page gone; the seen-set of the last run must not skip anything
     for i in (1, 2, 3):

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 
 def _split_db(scrapy_args: list[str]) -> tuple[str | None, list[str]]:
-    """``--db URI`` (or ``--db=URI``) among the arguments after SITEMAP_URL, and the others."""
+    """``--db URI`` (or ``--db=URI``) among the arguments after SITEMAP_URL, and the others
+    (``--deployed`` left out: see :func:`crawl_deployed`)."""
     db, rest = None, []
     words = iter(scrapy_args)
     for word in words:
@@ -25,9 +26,14 @@ def _split_db(scrapy_args: list[str]) -> tuple[str | None, list[str]]:
             db = next(words, None)
         elif word.startswith("--db="):
             db = word.removeprefix("--db=")
-        else:
+        elif word != "--deployed":
             rest.append(word)
     return db, rest
+
+
+def crawl_deployed(args: argparse.Namespace) -> bool:
+    """``--deployed`` anywhere on a ``recrawler crawl`` command line: the docs were just deployed."""
+    return bool(getattr(args, "deployed", False)) or "--deployed" in args.scrapy_args
 
 
 def crawl_db(args: argparse.Namespace) -> str | None:
@@ -41,6 +47,9 @@ def crawl_argv(args: argparse.Namespace) -> list[str]:
         f"{name}={value}" for name, value in (*(args.global_set or ()), *(getattr(args, "set", None) or ()))
     ]
     argv = ["scrapy", "crawl", "docs", "-a", f"sitemap_url={args.sitemap_url}"]
+    if crawl_deployed(args):
+        # the run checks every listed page of the site now (as it does when it detects a deploy)
+        argv += ["-a", "deployed=1"]
     for flag in flags:
         argv += ["-s", flag]
     return [*argv, *_split_db(args.scrapy_args)[1]]
@@ -64,6 +73,12 @@ def cmd_crawl(
 def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     """Register ``crawl``."""
     p = sub.add_parser("crawl", parents=db, help="run the docs spider (scrapy crawl docs) from any directory")
+    p.add_argument(
+        "--deployed",
+        action="store_true",
+        help="the docs were just deployed: check every listed page now (-a deployed=1; run it from the "
+        "docs' CI after each deploy, and hourly as a safety net)",
+    )
     p.add_argument("sitemap_url")
     rest = p.add_argument(
         "scrapy_args", nargs=argparse.REMAINDER, help="further scrapy arguments, e.g. -s KEY=VALUE"

@@ -34,25 +34,41 @@ def cmd_diff(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     key = key_maker(settings)(args.url)
     store = open_store(settings)
     rows = list(store.iter_changes(key=key, limit=None if args.all else 1))
-    if not rows:
-        return _page_state(store.page_state(key), key, args, settings, out)
+    # the page as the knowledge base shows it first; what a held run changed after, labelled
+    held = list(store.iter_changes(key=key, held=True, limit=None if args.all else 1))
+    code = 0
+    if rows:
+        _changes(rows, args, out)
+    else:
+        code = _page_state(store.page_state(key), key, args, settings, out)
+    _changes(held, args, out, held=True)
+    return code if not held else 0
+
+
+def _changes(
+    rows: list[dict[str, Any]], args: argparse.Namespace, out: TextIO, *, held: bool = False
+) -> None:
     for row in rows:
         # the blocks before the change are the store's own (for taking a change back), not output
         row.pop("old_blocks", None)
         if args.json:
-            out.write(json_line(row))
+            out.write(json_line({**row, "held": True} if held else row))
             continue
         fields = ", ".join(row["changed_fields"]) or "-"
         distance = "-" if row["distance"] is None else str(row["distance"])
         old_hash, new_hash = (row["old_hash"] or "-")[:12], (row["new_hash"] or "-")[:12]
+        waits = (
+            " (held: not published; `recrawler runs approve` or `discard` the run that carries it)"
+            if held
+            else ""
+        )
         out.write(
-            f"run {row['run_id']} at {row['at'][:19]}: {row['verdict']} {row['url']}\n"
+            f"run {row['run_id']} at {row['at'][:19]}: {row['verdict']} {row['url']}{waits}\n"
             f"  fields: {fields}  tlsh distance: {distance}  {old_hash} -> {new_hash}\n"
         )
         for reason in row["critical"]:
             out.write(f"  critical: {reason}\n")
         out.write((row["diff"] or "") + "\n\n")
-    return 0
 
 
 def _page_state(
@@ -77,7 +93,12 @@ def _page_state(
             )
         )
         return 0
-    if rec.status == LIVE:
+    if state.get("pending") == "new":
+        # stored by a run no publication covers yet: the knowledge base does not hold it
+        run = f"run {state['first_run']}" if state["first_run"] else "a run"
+        out.write(f"{run} at {rec.first_seen.isoformat()[:19]}: new {rec.url} (not published yet)\n")
+        label = "first state"
+    elif rec.status == LIVE:
         run = f"run {state['first_run']}" if state["first_run"] else "a run"
         out.write(
             f"{run} at {rec.first_seen.isoformat()[:19]}: new {rec.url}, unchanged since "

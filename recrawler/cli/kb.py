@@ -31,25 +31,41 @@ def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
     """Search the published knowledge base; hits scoring ``--min-score`` or less are left out."""
     base_url = settings.get("RECRAWLER_EMBEDDER_BASE_URL")
     options: dict[str, Any] = {"base_url": base_url} if base_url else {}
-    return _search(args, db_uri(settings), options, out, settings.getfloat("RECRAWLER_SEARCH_CACHE_MB"))
+    return _search(
+        args,
+        db_uri(settings),
+        options,
+        out,
+        settings.getfloat("RECRAWLER_SEARCH_CACHE_MB"),
+        settings.get("RECRAWLER_SEARCH_DEFAULT_VERSION") or None,
+    )
 
 
 def _search(
-    args: argparse.Namespace, uri: str, options: dict[str, Any], out: TextIO, cache_mb: float | None = None
+    args: argparse.Namespace,
+    uri: str,
+    options: dict[str, Any],
+    out: TextIO,
+    cache_mb: float | None = None,
+    default_version: str | None = None,
 ) -> int:
     table = Table(
         out,
         [Column("SCORE", 5, right=True), Column("VERIFIED", 16), Column("CHANGED", 16), Column("URL")],
         empty=f"no match above score {args.min_score:g}",
     )
-    with open_kb(uri, embedder=args.embedder, cache_mb=cache_mb, **options) as kb:
+    with open_kb(
+        uri, embedder=args.embedder, cache_mb=cache_mb, default_version=default_version, **options
+    ) as kb:
         if not kb.published_run():
             # nothing to search: not "no match"
             if not args.json:
                 out.write(NOTHING_PUBLISHED + "\n")
             return 0
         # k nearest chunks are k chunks, related or not: a score at or below the floor is no match
-        hits = kb.search(args.query, k=args.k, site=args.site, mode=args.mode)
+        hits = kb.search(
+            args.query, k=args.k, site=args.site, mode=args.mode, version=args.version, lang=args.lang
+        )
         for hit in (h for h in hits if h.score > args.min_score):
             if args.json:
                 out.write(json_line(hit.to_dict()))
@@ -126,7 +142,14 @@ def cmd_changes(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     if args.since is None and args.cursor is None:
         raise ConfigurationError("changes: give --since RUN (0: everything) or --cursor CURSOR")
     with open_kb(db_uri(settings), embedder="hashing") as kb:
-        batch = kb.changes(args.since, cursor=args.cursor, limit=args.limit, key=args.key)
+        batch = kb.changes(
+            args.since,
+            cursor=args.cursor,
+            limit=args.limit,
+            key=args.key,
+            version=args.version,
+            lang=args.lang,
+        )
     if args.json:
         for change in batch.changes:
             out.write(json_line(change.to_dict()))
@@ -171,6 +194,12 @@ def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--site", help="only this site's pages (a host, as in `recrawler pages`); default: all")
     p.add_argument(
+        "--version",
+        help="only this version's pages, and pages with none ('*': every version; default: "
+        "RECRAWLER_SEARCH_DEFAULT_VERSION, else every version)",
+    )
+    p.add_argument("--lang", help="only this language's pages, and pages with none (en finds en-US too)")
+    p.add_argument(
         "--mode",
         choices=MODES,
         default="hybrid",
@@ -188,6 +217,10 @@ def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--cursor", help="resume where an earlier call stopped (its last line)")
     p.add_argument("--limit", type=int, default=100, help="pages per call, at most (default %(default)s)")
     p.add_argument("--key", help="only this page key")
+    p.add_argument(
+        "--version", help="only this version's pages, and pages with none (default: every version)"
+    )
+    p.add_argument("--lang", help="only this language's pages, and pages with none (en finds en-US too)")
     p.add_argument("--json", action="store_true", help="one JSON object per page, then the cursor")
     p.set_defaults(func=cmd_changes)
 

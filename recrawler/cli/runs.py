@@ -83,7 +83,10 @@ async def _approve_or_discard(args: argparse.Namespace, settings: Settings, out:
         info = await store.run_info(run.id)
         assert info is not None
         if args.action == "discard":
-            result = await store.discard(run.id)
+            try:
+                result = await store.discard(run.id)
+            except StateStoreError as exc:
+                raise ConfigurationError(str(exc)) from None
             parts = []
             if info["state"] == RUN_HELD:
                 parts.append(
@@ -95,11 +98,9 @@ async def _approve_or_discard(args: argparse.Namespace, settings: Settings, out:
             return 0
         gone_after = settings.getint("RECRAWLER_GONE_AFTER_MISSES")
         gone_statuses = [int(x) for x in settings.getlist("RECRAWLER_GONE_STATUSES")]
-        # the removals kept for the decision apply with the publication
-        await store.release_kept(run)
         texts = calls = 0
         if info["state"] == RUN_HELD:
-            await store.supersede(run)
+            # embedded before the decision is taken: a cache, paid for whichever decision wins
             spec, options = embedder_spec(info["embedder"], embedder_options(settings))
             embedder = embedder_from_spec(args.embedder or spec, **options)
             try:
@@ -117,9 +118,13 @@ async def _approve_or_discard(args: argparse.Namespace, settings: Settings, out:
             held=False,
             skipped=bool(reasons),
         )
-        removed, gc = await store.publish_run(
-            run, at=utcnow(), gone_after=gone_after, gone_statuses=gone_statuses, exit_code=code
-        )
+        try:
+            # the decision, the removals kept for it and the publication: one transaction
+            removed, gc = await store.approve(
+                run, at=utcnow(), gone_after=gone_after, gone_statuses=gone_statuses, exit_code=code
+            )
+        except StateStoreError as exc:
+            raise ConfigurationError(str(exc)) from None
         # the vector blocks search reads, for the vectors the run added
         spec, options = embedder_spec(info["embedder"], embedder_options(settings))
         vectors = embedder_from_spec(args.embedder or spec, **options)

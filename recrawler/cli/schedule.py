@@ -37,16 +37,25 @@ def changes_per_day(rev: Revisit) -> float | None:
 
 
 def cmd_due(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    """List the stored pages the next run will check, and why (the run's own decision)."""
+    """List the stored pages the next run will check, and why (the run's own decision): a deploy
+    a run detected and could not check through leaves its pages due."""
     policy = SchedulePolicy.from_settings(settings, now=parse_now(args.now))
     store = open_store(settings)
-    off = {(t.host, t.signal) for t in store.iter_trust() if not t.trusted}
+    trust = list(store.iter_trust())
+    off = {(t.host, t.signal) for t in trust if not t.trusted}
+    trust_after = settings.getint("RECRAWLER_AUDIT_TRUST_AFTER")
+    honest = {(t.host, t.signal) for t in trust if t.trusted and not t.lies and t.checks >= trust_after}
+    for build in store.iter_site_builds():
+        if build.deploy_at is not None:
+            policy.deployed(build.site, build.deploy_at)
     table = Table(
         out,
         [
             Column("DUE", 22),
             Column("NEXT CHECK", 16),
             Column("EVERY", 7),
+            Column("VERIFIED", 16),
+            Column("BY", 7),
             Column("CHANGES/DAY", right=True),
             Column("URL"),
         ],
@@ -54,12 +63,15 @@ def cmd_due(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     )
     total = due = shown = 0
     for page in store.iter_schedule(site=args.site):
+        host = key_host(page.key)
         decision = policy.decide(
             page.revisit,
             url=page.url,
             status=page.status,
+            site=host,
             lastmod=page.lastmod,
-            lastmod_trusted=(key_host(page.key), "lastmod") not in off,
+            lastmod_trusted=(host, "lastmod") not in off,
+            lastmod_honest=(host, "lastmod") in honest,
         )
         total += 1
         due += decision.due
@@ -75,6 +87,8 @@ def cmd_due(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
                 "due": decision.due,
                 "reason": decision.reason,
                 "last_check_at": rev.last_check_at,
+                "verified_at": page.verified_at,
+                "verified_by": page.verified_by,
                 "next_check_at": rev.next_check_at,
                 "interval_secs": rev.interval,
                 "changes_per_day": rate,
@@ -89,6 +103,8 @@ def cmd_due(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
             label,
             when(rev.next_check_at),
             duration(rev.interval),
+            when(page.verified_at),
+            page.verified_by,
             f"{rate:.2f}" if rate is not None else None,
             page.url,
         )
@@ -114,10 +130,17 @@ def cmd_due(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
 def freshness_line(f: Freshness) -> str:
     """How current the live pages are, in one line (``recrawler due``)."""
     view = freshness_view(f)
+    by = view["by"]
     line = (
         f"freshness: {view['verified']} of {view['live']} live pages ({view['percent']}) verified within "
-        f"{view['bound']} (RECRAWLER_MAX_INTERVAL_SECS); oldest verification {view['oldest']}"
+        f"{view['bound']} (RECRAWLER_MAX_INTERVAL_SECS; by request {by['request']}, lastmod {by['lastmod']}, "
+        f"feed {by['feed']}); oldest verification {view['oldest']}"
     )
+    if f.deploy_unchecked:
+        line += (
+            f"; deploy detected {view['deploy_at']} ({f.deploy_reason}): {f.deploy_unchecked} live pages "
+            "not checked since (due)"
+        )
     if f.oldest_url:
         line += f" ({view['oldest_ago']}): {f.oldest_url}"
     if f.delisted:

@@ -130,7 +130,9 @@ def process_page(
     written with. Pure: it keeps nothing."""
     try:
         encoding = job.encoding if isinstance(job.encoding, str) else job.encoding.read(job.url, job.body)
-        content = Documents(extractor, job.pdf).read(job.kind, job.body, encoding, regions=regions)
+        content = Documents(extractor, job.pdf).read(
+            job.kind, job.body, encoding, regions=regions, url=job.url
+        )
     except ExtractionError as exc:
         return PageWork(error=exc.reason)
     if not content.text.strip():

@@ -58,7 +58,8 @@ def kept_blocks(blocks: Sequence[int], boilerplate: Collection[tuple[int, int]])
     start or end is the site's furniture and is dropped. A run among the page's own content is
     replaced by one mark of its length, so adding, removing or moving a shared block there changes
     the hash while a site-wide rewording of a block inside the run does not. Every other block is
-    kept.
+    kept. A page that is nothing but furniture (a maintenance page served for most of the site)
+    keeps every block: empty content is never a page's state.
     """
     if not boilerplate:
         return list(blocks)
@@ -68,7 +69,7 @@ def kept_blocks(blocks: Sequence[int], boilerplate: Collection[tuple[int, int]])
             kept.append(blocks[start])
         elif kind == _SHARED:
             kept.append(shared_run(end - start))
-    return kept
+    return kept or list(blocks)
 
 
 def without_furniture(blocks: Sequence[int], boilerplate: Collection[tuple[int, int]]) -> list[int]:

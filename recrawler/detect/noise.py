@@ -11,7 +11,7 @@ from lxml.cssselect import CSSSelector
 
 from recrawler.detect.boilerplate import kept_blocks
 from recrawler.detect.hashing import block_hash, fuzzy_hash, page_hash
-from recrawler.detect.text import blocks
+from recrawler.detect.text import TEXT_FORMAT, blocks
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -23,9 +23,10 @@ if TYPE_CHECKING:
 class SiteNoise:
     """How one site's pages are read: token patterns, learned regions, boilerplate block pairs.
 
-    ``key`` identifies the configuration a hash was computed with (boilerplate aside: pages are
-    re-hashed when it moves); a page stored under another key is re-baselined, not "changed",
-    when the only difference is removed noise.
+    ``key`` identifies the configuration a hash was computed with (extraction settings and text
+    format, patterns, regions; boilerplate aside: pages are re-hashed when it moves); a page stored
+    under another key is re-baselined, not "changed", when the only difference is removed noise or
+    whitespace.
     """
 
     site: str
@@ -49,7 +50,9 @@ class SiteNoise:
         """The model of *site*; *base* names the extraction settings (content and noise selectors)."""
         # sorted: the key must not depend on the order regions were learned in
         learned = tuple(sorted(set(regions)))
-        key_src = json.dumps([base, [p.name for p in normalizer.patterns], list(learned)], sort_keys=True)
+        key_src = json.dumps(
+            [base, [p.name for p in normalizer.patterns], list(learned), TEXT_FORMAT], sort_keys=True
+        )
         key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
         return _rebuilt(site, normalizer, learned, boilerplate, key)
 

@@ -79,6 +79,8 @@ class Verdict:
     critical: list[str] = field(default_factory=list)
     #: the new content becomes the stored baseline (hash, fields)
     advance: bool = True
+    #: the text moved in whitespace only (a new extraction format): indexed again, no event
+    reindex: bool = False
 
     @property
     def guarded(self) -> bool:
@@ -133,6 +135,10 @@ def decide(
     # the noise model changed since (a region learned): only noise went
     if noise_changed and only_noise_removed(old_blocks, fp.blocks, noise.boilerplate, page.region_hits):
         return Verdict(status=PageStatus.UNCHANGED, how=REBASELINED)
+    # the text format changed since (an upgrade spaced out glued words): the same characters in
+    # the same order are the same page; the knowledge base takes the new text
+    if noise_changed and old is not None and _same_but_spacing(old.text, page.text or ""):
+        return Verdict(status=PageStatus.UNCHANGED, how=REBASELINED, reindex=True)
     critical = []
     if old is not None:
         # normalised texts: volatile tokens do not trip the guard
@@ -146,6 +152,10 @@ def decide(
             status=PageStatus.UNCHANGED, how=BY_FUZZY, distance=distance, critical=critical, advance=False
         )
     return Verdict(status=PageStatus.CHANGED, distance=distance, critical=critical)
+
+
+def _same_but_spacing(old: str, new: str) -> bool:
+    return "".join(old.split()) == "".join(new.split())
 
 
 __all__ = [

@@ -12,7 +12,7 @@ from scrapy.utils.misc import load_object
 from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
-from recrawler.misses import record_page_error, stage_miss, state_error
+from recrawler.misses import miss_moves, record_page_error, stage_miss, state_error
 from recrawler.redact import redact_text, redact_url
 from recrawler.runtime import runtime_of
 from recrawler.state import GONE, LIVE, MOVED, PageRecord
@@ -63,7 +63,8 @@ class ConditionalRequestMiddleware:
     ``ITEM_PIPELINES`` (IndexPipeline on: a page stored without chunks is fetched whole),
     ``HTTPERROR_ALLOWED_CODES`` (its statuses reach the callback as they are), ``HTTPCACHE_ENABLED``
     with ``HTTPCACHE_POLICY`` (RFC2616Policy also sends validators: a ConfigurationError).
-    Stats: ``recrawler/conditional/{sent,not_modified}`` (and per host below each),
+    Stats: ``recrawler/conditional/{sent,not_modified,ignored}`` (and per host below each;
+    ``ignored``: a 200 carrying the very validators the request sent),
     ``recrawler/request/{count,failed}``, ``recrawler/page/missing/http_<code>``,
     ``recrawler/page/error/<reason>``,
     ``recrawler/sitemap/{fetched,error,conditional,not_modified}``, ``recrawler/bytes/received``,
@@ -268,6 +269,12 @@ class ConditionalRequestMiddleware:
             if isinstance(rec, PageRecord) and _same_validator(response, rec):
                 # the server calls this the same entity: if its text moved, that is noise
                 request.meta[meta.SAME_VALIDATOR] = True
+                if request.meta.get(meta.SENT):
+                    # RFC 9110 §13.2.2: a match of the validators sent should have been a 304 — the
+                    # evidence that a host ignores them (new validators are a new entity: a
+                    # redeploy's files; an error answer says nothing either way)
+                    self._inc("recrawler/conditional/ignored")
+                    self._inc(f"recrawler/conditional/ignored/{key_host(key)}")
         if 200 <= status < 300 or status == 304:
             return response
         if status in self.miss_statuses:
@@ -275,6 +282,9 @@ class ConditionalRequestMiddleware:
             for source in request.meta.get(meta.MOVED_FROM, ()):
                 # a move that leads to a missing page: the old address is missing too
                 await self._miss(request, status, source)
+            # and so are the others this run found moving there (their hops were not fetched again)
+            if self.runtime is not None:
+                await miss_moves(self.runtime, key, status)
             return response
         # 5xx, 429, 403, an unfollowed redirect: uncertainty, never evidence of absence.
         self._inc("recrawler/request/failed")

@@ -1,4 +1,4 @@
-"""CredentialsMiddleware: credentials go to the site's own hosts only; a refused login stops the run."""
+"""CredentialsMiddleware: credentials go to the site's own origins only; a refused login stops the run."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import http.cookiejar
 import logging
 import re
 from typing import TYPE_CHECKING, Self
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 from scrapy import signals
 from scrapy.downloadermiddlewares.cookies import CookiesMiddleware
@@ -18,18 +18,21 @@ from recrawler import meta
 from recrawler.exceptions import ConfigurationError
 from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
-from recrawler.urls import url_host
+from recrawler.urls import origin_url, url_origin
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Request, Response
 
     from recrawler.runtime import Runtime
+    from recrawler.urls import Origin
 
 logger = logging.getLogger(__name__)
 
 #: the close reason of a run whose credentials the site refused
 CLOSE_AUTH_FAILED = "recrawler_auth_failed"
+#: the CookiesMiddleware jar of a request to another origin (with the origin): never the site's
+COOKIEJAR_ELSEWHERE = "recrawler_elsewhere"
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 # a header line ends at CR or LF: a value holding one would smuggle in headers of its own
 _LINE_BREAK = re.compile(r"[\r\n\x00]")
@@ -79,15 +82,19 @@ def _for_host(cookie: http.cookiejar.Cookie, host: str) -> http.cookiejar.Cookie
 
 
 class CredentialsMiddleware:
-    """Sends the site's credentials with every request to the site's own hosts, and to no other
-    host: HTTP basic auth (``RECRAWLER_AUTH_USER`` / ``RECRAWLER_AUTH_PASSWORD``), any headers
-    (``RECRAWLER_AUTH_HEADERS``: a bearer token, an API key) and the cookies of a Netscape
-    ``cookies.txt`` (``RECRAWLER_AUTH_COOKIES_FILE``, loaded into Scrapy's own CookiesMiddleware
-    as host-only cookies of the site's hosts, so the site's ``Set-Cookie`` keeps them fresh).
+    """Sends the site's credentials with every request to the site's own origins (scheme, host,
+    port), and to no other: HTTP basic auth (``RECRAWLER_AUTH_USER`` / ``RECRAWLER_AUTH_PASSWORD``),
+    any headers (``RECRAWLER_AUTH_HEADERS``: a bearer token, an API key) and the cookies of a
+    Netscape ``cookies.txt`` (``RECRAWLER_AUTH_COOKIES_FILE``, loaded into Scrapy's own
+    CookiesMiddleware as host-only cookies of the site's hosts, so the site's ``Set-Cookie`` keeps
+    them fresh).
 
-    The site's hosts are those of its URL policy (the sitemaps' hosts and ``allowed_hosts``,
-    never ``*``; a user spider's ``allowed_domains``), compared as page keys compare them: a
-    redirect to another host, a link elsewhere, the embedder and the webhook never get them.
+    The site's origins are those of its URL policy (the sitemaps' origins, and ``allowed_hosts``
+    under the sitemaps' schemes, never ``*``; a user spider's ``allowed_domains``): a redirect to
+    another host, port or scheme, a link elsewhere, the embedder and the webhook never get them.
+    A cookie names a host, not a port (RFC 6265 §8.5), so a request to another origin uses a
+    cookie jar of its own (``cookiejar`` meta): the site's cookies, rotated ones included, stay
+    with the site, and another origin's ``Set-Cookie`` never reaches it.
     A header a request already carries is left as it is (a project's own ``Authorization``, or
     Scrapy's HttpAuthMiddleware's, wins), and the credentials leave the request once its answer
     is in, so no retry or redirect hop queued meanwhile carries them.
@@ -118,8 +125,8 @@ class CredentialsMiddleware:
         self.failed_statuses = failed_statuses
         self.crawler = crawler
         self.runtime = runtime
-        #: the site's own hosts (``host[:port]`` as page keys spell them), known once the spider opens
-        self.hosts: frozenset[str] = frozenset()
+        #: the site's own origins, known once the spider opens
+        self.origins: frozenset[Origin] = frozenset()
         self._stopped = False
         self._closing: asyncio.Future[None] | None = None
 
@@ -168,11 +175,11 @@ class CredentialsMiddleware:
         return o
 
     def spider_opened(self) -> None:
-        """Take the site's hosts from the spider's URL policy; hand the cookies to Scrapy's jar."""
+        """Take the site's origins from the spider's URL policy; hand the cookies to Scrapy's jar."""
         spider = self.crawler.spider if self.crawler is not None else None
         policy = getattr(spider, "recrawler_url_policy", None)
-        self.hosts = frozenset(getattr(policy, "hosts", ()))
-        if not self.hosts:
+        self.origins = frozenset(getattr(policy, "origins", ()))
+        if not self.origins:
             logger.error(
                 "credentials are set but the spider names no host of its own (allowed_domains): none are sent"
             )
@@ -180,8 +187,8 @@ class CredentialsMiddleware:
         if self.cookies:
             self._seed_cookies()
         logger.info(
-            "credentials are sent to %(hosts)s only (%(what)s)",
-            {"hosts": ", ".join(sorted(self.hosts)), "what": self._kinds()},
+            "credentials are sent to %(origins)s only (%(what)s)",
+            {"origins": ", ".join(sorted(map(origin_url, self.origins))), "what": self._kinds()},
             extra={"spider": spider},
         )
 
@@ -201,7 +208,7 @@ class CredentialsMiddleware:
         if not jars:
             logger.error("RECRAWLER_AUTH_COOKIES_FILE: no CookiesMiddleware is installed: no cookie is sent")
             return
-        hostnames = {urlsplit(f"//{host}").hostname or host for host in self.hosts}
+        hostnames = {host for _, host, _ in self.origins}
         seeded = expired = elsewhere = 0
         for cookie in self.cookies:
             if cookie.is_expired():
@@ -224,14 +231,15 @@ class CredentialsMiddleware:
             logger.error("RECRAWLER_AUTH_COOKIES_FILE: no cookie of the file is for the site's hosts")
 
     def _own(self, url: str) -> bool:
-        try:
-            return url_host(url) in self.hosts
-        except ValueError:
-            return False
+        return url_origin(url) in self.origins
 
     def process_request(self, request: Request) -> None:
-        """Attach the credentials to a request for one of the site's hosts; take them off any other."""
-        own = self._own(request.url)
+        """Attach the credentials to a request for one of the site's origins; take them off any
+        other, whose cookies come from a jar of its own."""
+        origin = url_origin(request.url)
+        own = origin in self.origins
+        if not own:
+            request.meta["cookiejar"] = (COOKIEJAR_ELSEWHERE, origin)
         for name, value in self.headers.items():
             if own:
                 request.headers.setdefault(name, value)
@@ -287,4 +295,5 @@ class CredentialsMiddleware:
 
     def __repr__(self) -> str:
         # never the values: a component's repr may be logged
-        return f"<{type(self).__name__} hosts={sorted(self.hosts)} credentials={self._kinds()!r}>"
+        origins = sorted(map(origin_url, self.origins))
+        return f"<{type(self).__name__} origins={origins} credentials={self._kinds()!r}>"

@@ -17,7 +17,6 @@ from recrawler.meta import is_page_request, request_key, spider_opted_in
 from recrawler.misses import record_page_error, stage_miss, stage_soft_miss, state_error
 from recrawler.runtime import find_runtime
 from recrawler.scheduler import frontier_enabled
-from recrawler.state import LIVE
 from recrawler.urls import KeyMaker, UrlPolicy, resolve_dots
 
 if TYPE_CHECKING:
@@ -32,8 +31,8 @@ logger = logging.getLogger(__name__)
 #: RFC 9110 §15.4: 301 and 308 move a resource for good; 302, 303 and 307 lend it another address
 PERMANENT_REDIRECTS = frozenset({301, 308})
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
-#: pages of one run redirected to the same target (one that is no live stored page, for permanent
-#: redirects): from this many on, each is a soft 404
+#: pages of one run lent the same target by a temporary redirect: from this many on, each is a
+#: soft 404 (permanent redirects to one target are moves: a consolidation)
 SHARED_TARGET_MIN = 3
 #: redirect targets remembered per run (then it starts again): bounded memory
 _LOANS_MAX = 4096
@@ -59,8 +58,8 @@ class PageRedirectMiddleware(RedirectMiddleware):
     than ``REDIRECT_MAX_TIMES`` (an error that changes nothing), and a soft 404 (a miss of the pages
     it leads away from): to the site's root or the listing's home (the spider's
     ``recrawler_home_paths``), or to a target this run already had other pages redirected to
-    (``SHARED_TARGET_MIN`` of them, each a miss; pages that permanently redirect to a live stored
-    page are moves, however many).
+    (``SHARED_TARGET_MIN`` of them, each a miss; pages that permanently redirect to one target
+    are moves, however many: a consolidation).
 
     It marks page requests ``dont_redirect`` so Scrapy's MetaRefreshMiddleware leaves them alone;
     one a spider marks itself is not followed (the 3xx is an error of the page).
@@ -254,8 +253,11 @@ class PageRedirectMiddleware(RedirectMiddleware):
         source_path = urlsplit(resolve_dots(request.url)).path or "/"
         if notfound.home_redirect(source_path, urlsplit(resolve_dots(target)).path or "/", homes):
             return notfound.HOME_REDIRECT
-        if not lends and await self._live(target_key):
-            # pages merged into a page the site has: moves (one key live)
+        if not lends:
+            # a permanent redirect moves the page, however many move to one target (a
+            # consolidation: the target holds the content once); the target is fetched and
+            # judged as a page of its own (a not-found page there makes the sources misses), and
+            # the moves leave through the bounded-removal path
             return None
         if target_key in self.runtime.shared_targets:
             # known to be everybody's: the pages sent there need not be remembered (a site that
@@ -276,16 +278,6 @@ class PageRedirectMiddleware(RedirectMiddleware):
             for earlier in sorted(lent - {key}):
                 await stage_soft_miss(self.runtime, earlier, request.url, notfound.SHARED_REDIRECT)
         return notfound.SHARED_REDIRECT
-
-    async def _live(self, key: str) -> bool:
-        """Whether page *key* is a live stored page (a read failure: it is not known to be)."""
-        assert self.runtime is not None
-        try:
-            rec = await self.runtime.store.get(key)
-        except StateStoreError as exc:
-            state_error(self.runtime, exc)
-            return False
-        return rec is not None and rec.status == LIVE
 
     async def _claim(self, key: str) -> bool:
         """Whether to follow a move to page *key*: not when the run's frontier holds it (Scrapy's

@@ -92,10 +92,15 @@ class RunGuards:
         return runtime_of(self.crawler)
 
     def sitemap_failure(self) -> str | None:
-        """Why the run's sitemaps cannot be trusted (None: they can, or not a sitemap spider)."""
-        if not isinstance(self.crawler.spider, SitemapSpider):
+        """Why the run's listing cannot be trusted (None: it can, or not a sitemap spider): its
+        sitemaps, or the links of a site crawled from start URLs (``recrawler_listing``)."""
+        spider = self.crawler.spider
+        if not isinstance(spider, SitemapSpider):
             return None
-        return outcome.sitemap_failure(self.runtime.counters.family("recrawler/sitemap"))
+        c = self.runtime.counters
+        if getattr(spider, "recrawler_listing", "sitemap") == "links":
+            return outcome.link_listing_failure(c.family("recrawler/sitemap"), c.family("recrawler/follow"))
+        return outcome.sitemap_failure(c.family("recrawler/sitemap"))
 
     def listed(self) -> int | None:
         """How many pages this run's listing named (None: not a sitemap spider)."""
@@ -151,6 +156,12 @@ class RunGuards:
             logger.warning(
                 "outage guard held (%(why)s): nothing quarantined or gone this run",
                 {"why": ", ".join(skipped)},
+            )
+        if "listing_shrunk" in skipped:
+            # a rejected listing is never the next run's baseline: the guard holds until it is whole
+            logger.warning(
+                "the listing is compared with the last accepted one until it is whole again; a site "
+                "that really shrank: run once with RECRAWLER_LISTING_MIN_RATIO=0",
             )
 
     async def change_holds(self, run: Run, moved_in: int) -> dict[str, str]:

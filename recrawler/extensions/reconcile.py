@@ -15,6 +15,7 @@ from scrapy.exceptions import DontCloseSpider, NotConfigured
 
 from recrawler import membership, meta, outcome, reports
 from recrawler import signals as recrawler_signals
+from recrawler.deploys import SIGNALS
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.extensions.guards import RunGuards
 from recrawler.extensions.verify import UnseenVerifier
@@ -22,7 +23,7 @@ from recrawler.items import PageStatus
 from recrawler.kb.publish import Publisher, publish_mode
 from recrawler.outcome import HOLD_MASS_REMOVAL, Verdicts
 from recrawler.reports import summary
-from recrawler.reports.freshness import freshness_view
+from recrawler.reports.freshness import STORED, freshness_view
 from recrawler.runtime import find_runtime, runtime_of
 from recrawler.state import RUN_FINISHED, RUN_HELD, utcnow
 from recrawler.state.records import SETTLE_APPLY, SETTLE_DROP, SETTLE_KEEP, SETTLE_KEEP_LISTED
@@ -154,7 +155,14 @@ class Reconciler:
                 and not (last and listed < self.limits.listing_min_ratio * last)
             )
             self._verifier = UnseenVerifier(
-                self.crawler, rt, batch=self.verify_batch, due_at=due_at, delisted=whole
+                self.crawler,
+                rt,
+                batch=self.verify_batch,
+                due_at=due_at,
+                delisted=whole,
+                # a deploy detected (this run, or one that could not check every page): stored pages
+                # the listing does not name (found by links) are checked for it too
+                deployed=policy.deploys.get(rt.run.site) if due_at is not None else None,
             )
         self._verifier.idle(rt.run, skip_reason=why if why != "sitemap_incomplete" else None)
 
@@ -196,6 +204,7 @@ class Reconciler:
             folded = await store.fold_block_stats()
             noise = await self._learn_boilerplate(run)
             skipped = self.guards.outage(reason, run)
+            deploy = await self._deploy(run)
             # misses earlier runs kept for a decision are this run's to decide too
             await store.carry_misses(run)
             plan = await store.removal_plan(
@@ -209,10 +218,13 @@ class Reconciler:
                     minimum=self.limits.max_remove_min,
                     listing=self.guards.listed() is not None,
                 )
+            # removals an earlier hold kept wait for a person, whatever this run sees
+            waiting = outcome.waiting_removals(plan)
             changes = await self.guards.change_holds(run, self.verdicts().moved_in)
             if self.dry_run or rt.lease_lost:
-                changes, removal = {}, None
-            hold = {**changes, **({HOLD_MASS_REMOVAL: removal} if removal else {})}
+                changes, removal, waiting = {}, None, None
+            held_removals = "; ".join(why for why in (removal, waiting) if why)
+            hold = {**changes, **({HOLD_MASS_REMOVAL: held_removals} if held_removals else {})}
             if changes:
                 # the whole run waits: its removals with it
                 action = SETTLE_KEEP
@@ -236,7 +248,7 @@ class Reconciler:
             for why in skipped:
                 c.inc(f"recrawler/reconcile/skipped/{why}")
             self.guards.log_outage(skipped, result)
-            run_report = self._report(run, reason, result, skipped, hold)
+            run_report = self._report(run, reason, result, skipped, hold, deploy)
             run_report["noise"] = noise
             run_report["index"] = index
             # how current the published knowledge base is now: what `recrawler due` and the HTML report show
@@ -258,7 +270,7 @@ class Reconciler:
         except StateStoreError as exc:
             c.inc(f"recrawler/state/error/{type(exc).__name__}")
             logger.error("reconciliation failed, nothing quarantined or gone: %(exc)s", {"exc": exc})
-            run_report = self._report(run, reason, None, ["state_error"], {})
+            run_report = self._report(run, reason, None, ["state_error"], {}, self._deploy_counts())
             self._finish_outcome(run_report, ["state_error"], {})
         if self.report_file:
             Path(self.report_file).write_text(json.dumps(run_report, indent=2) + "\n", encoding="utf-8")
@@ -393,11 +405,39 @@ class Reconciler:
             self.runtime.store.freshness, run.site, bound_secs=bound, now=self.runtime.schedule.now
         )
         view = freshness_view(fresh)
-        keys = ("live", "verified", "stale", "share", "bound", "oldest", "oldest_url", "delisted", "current")
-        return {k: view[k] for k in keys} | {"bound_secs": bound}
+        # what the run's HTML report shows later, as it was now
+        return {k: view[k] for k in STORED} | {"bound_secs": bound}
+
+    def _deploy_counts(self) -> dict[str, Any]:
+        """The report's ``deploy`` as the run's counters say it (the reason is the store's)."""
+        c = self.runtime.counters
+        detected = bool(c["recrawler/deploy/detected"])
+        return {
+            "detected": detected,
+            "signals": [s for s in SIGNALS if c[f"recrawler/deploy/detected/{s}"]],
+            "reason": None,
+            "checking": c["recrawler/deploy/pages"] if detected else 0,
+        }
+
+    async def _deploy(self, run: Run) -> dict[str, Any]:
+        """The report's ``deploy``: whether this run detected one, by which signals, why, and how
+        many pages it checks for it."""
+        deploy = self._deploy_counts()
+        if deploy["detected"] and run.site is not None:
+            build = await self.runtime.store.site_build(run.site)
+            if build is not None and build.deploy_run == run.id:
+                deploy["reason"] = build.deploy_reason
+            deploy["line"] = summary.deploy_line(deploy)
+        return deploy
 
     def _report(
-        self, run: Run, reason: str, result: ReconcileResult | None, skipped: list[str], hold: dict[str, str]
+        self,
+        run: Run,
+        reason: str,
+        result: ReconcileResult | None,
+        skipped: list[str],
+        hold: dict[str, str],
+        deploy: dict[str, Any],
     ) -> dict[str, Any]:
         rt = self.runtime
         c = rt.counters
@@ -409,9 +449,9 @@ class Reconciler:
         )
         for host in no_304:
             logger.warning(
-                "host %(host)s answered no 304 to %(n)d conditional requests: it ignores validators, "
-                "so the content hash decides",
-                {"host": host, "n": c[f"recrawler/conditional/sent/{host}"]},
+                "host %(host)s: %(n)d conditional requests answered in full with the validators sent "
+                "and none with a 304: it ignores validators, so the content hash decides",
+                {"host": host, "n": c[f"recrawler/conditional/ignored/{host}"]},
             )
         policy = rt.schedule
         return summary.build(
@@ -430,6 +470,7 @@ class Reconciler:
                 "due": c.family("recrawler/schedule/due"),
             },
             audit=rt.auditor.report(),
+            deploy=deploy,
         )
 
     @staticmethod

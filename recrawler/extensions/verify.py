@@ -39,6 +39,7 @@ class UnseenVerifier:
         batch: int,
         due_at: datetime | None,
         delisted: bool = False,
+        deployed: datetime | None = None,
     ) -> None:
         self.crawler = crawler
         self.runtime = runtime
@@ -46,6 +47,8 @@ class UnseenVerifier:
         self.due_at = due_at
         #: the listing is whole: pages it no longer names are checked now, due or not
         self.delisted = delisted
+        #: the site's last detected deploy: pages no request checked since are checked now
+        self.deployed = deployed
         self.done = False
         self._reading: asyncio.Task[None] | None = None
 
@@ -73,7 +76,7 @@ class UnseenVerifier:
         while True:
             try:
                 batch = await self.runtime.store.unseen(
-                    run, self.batch, due_at=self.due_at, delisted=self.delisted
+                    run, self.batch, due_at=self.due_at, delisted=self.delisted, deployed=self.deployed
                 )
             except StateStoreError as exc:
                 c.inc(f"recrawler/state/error/{type(exc).__name__}")

@@ -35,6 +35,8 @@ def hit_to_document(hit: Hit) -> Document:
             "title": hit.title,
             "key": hit.chunk.key,
             "chunk_index": hit.chunk.chunk_index,
+            "version": hit.chunk.version,
+            "lang": hit.chunk.lang,
             "last_checked": hit.last_checked.isoformat() if hit.last_checked else None,
             "last_changed": hit.last_changed.isoformat() if hit.last_changed else None,
             "score": round(hit.score, 6),
@@ -49,11 +51,13 @@ class RecrawlerRetriever(BaseRetriever):
         retriever = RecrawlerRetriever(k=5)  # or uri="sqlite:///docs.db"
         docs = retriever.invoke("how do I retry failed uploads?")
         docs = retriever.invoke("retry_limit", k=1)  # k per call
+        RecrawlerRetriever(version="2.0", lang="en")  # one version and language only
 
     ``page_content`` is the chunk's text. ``metadata`` holds ``url`` (the page URL with the
     nearest heading's anchor), ``heading`` (the heading path), ``title``, ``key``,
-    ``chunk_index``, ``last_checked`` and ``last_changed`` (ISO 8601, UTC), ``score`` (what ranks
-    the hits: see ``mode``) and ``similarity`` (the cosine, when the vector search found it).
+    ``chunk_index``, ``version`` and ``lang`` (the page's), ``last_checked`` and ``last_changed``
+    (ISO 8601, UTC), ``score`` (what ranks the hits: see ``mode``) and ``similarity`` (the cosine,
+    when the vector search found it).
     Only the last published run is read (never a held or half-written one); a run published later
     is seen by the next query. The database is opened read-only on first use. A password in the
     URI never shows in the retriever's ``repr``, ``str`` or ``model_dump()`` (``uri`` holds it
@@ -73,6 +77,13 @@ class RecrawlerRetriever(BaseRetriever):
     score_threshold: float | None = None
     #: the embedder spec (None: the one the last published run indexed with)
     embedder: str | None = None
+    #: only chunks of this version (None: ``default_version``; ``"*"``: every version) and language
+    #: (None: any; ``en`` finds ``en-us`` too); pages with no version or language are in every one
+    version: str | None = None
+    lang: str | None = None
+    #: the version shown when ``version`` is None (None: ``RECRAWLER_SEARCH_DEFAULT_VERSION``, the
+    #: project's when ``uri`` is None, else every version)
+    default_version: str | None = None
     #: embedder options (``base_url``, ``api_key``, ...); kept out of the repr and of model_dump
     embedder_options: dict[str, Any] = Field(default_factory=dict, repr=False, exclude=True)
 
@@ -93,8 +104,15 @@ class RecrawlerRetriever(BaseRetriever):
     ) -> list[Document]:
         with self._lock:
             if self._kb is None:
-                self._kb = open_kb(self._uri or None, embedder=self.embedder, **self.embedder_options)
-            hits = self._kb.search(query, k=self.k if k is None else k, mode=self.mode)
+                self._kb = open_kb(
+                    self._uri or None,
+                    embedder=self.embedder,
+                    default_version=self.default_version,
+                    **self.embedder_options,
+                )
+            hits = self._kb.search(
+                query, k=self.k if k is None else k, mode=self.mode, version=self.version, lang=self.lang
+            )
         return [
             hit_to_document(hit)
             for hit in hits

@@ -19,7 +19,7 @@ import zlib
 from typing import TYPE_CHECKING, Any
 
 from recrawler.exceptions import ConfigurationError
-from recrawler.kb.records import ChangeBatch, ChunkRow, PageChange
+from recrawler.kb.records import ChangeBatch, ChunkRow, PageChange, Slice
 from recrawler.state.sql.visibility import published_pages, visible_from, visible_where
 
 if TYPE_CHECKING:
@@ -59,8 +59,10 @@ def read_changes(
     cursor: str | None = None,
     limit: int = 100,
     key: str | None = None,
+    scope: Slice | None = None,
 ) -> ChangeBatch:
-    """The pages that published runs after *since* changed, by page key, *limit* at a time.
+    """The pages that published runs after *since* changed, by page key, *limit* at a time (only
+    pages of *scope*'s version and language when it names them).
 
     What it reads: ``runs`` (``state = 'published'``: which runs count, and per site which one
     made a chunk row visible), ``chunks`` (rows the bot sees, by :mod:`recrawler.state.sql.visibility`,
@@ -79,14 +81,19 @@ def read_changes(
     if upto is None:
         upto = int(query("SELECT COALESCE(MAX(id), 0) AS p FROM runs WHERE state = 'published'", {})[0]["p"])
     params: dict[str, Any] = {"since": since, "after": after, "limit": limit + 1, "key": key}
+    scope = scope or Slice()
+    chunk_slice, slice_params = scope.where_named("c")
+    page_slice, _ = scope.where_named("p")
+    params.update(slice_params)
     one_key = " AND c.key = :key" if key is not None else ""
     changed = query(
         f"""SELECT c.key, MAX({_MADE_VISIBLE}) AS run_id FROM chunks c {visible_from("c")}
-            WHERE {visible_where("c")} AND c.key > :after{one_key} AND {_MADE_VISIBLE} > :since
+            WHERE {visible_where("c")} AND c.key > :after{one_key}{chunk_slice} AND {_MADE_VISIBLE} > :since
             GROUP BY c.key ORDER BY c.key LIMIT :limit""",
         params,
     )
     one_page = " AND p.key = :key" if key is not None else ""
+    one_page += page_slice
     removed = query(
         f"""SELECT p.key, p.status, p.moved_to, r.id AS seen
             FROM {published_pages()} p JOIN runs r ON r.id = p.last_seen_run
@@ -156,9 +163,12 @@ def _page_change(
             heading=r["heading"],
             text=r["text"],
             chunk_hash=r["chunk_hash"],
+            version=r["version"],
+            lang=r["lang"],
         )
         for r in query(
-            f"""SELECT c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash, c.added_run
+            f"""SELECT c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash, c.version, c.lang,
+                  c.added_run
                 FROM chunks c {visible_from("c")} WHERE c.key = :key AND {visible_where("c")}
                 ORDER BY c.chunk_index""",
             {"key": key},

@@ -20,7 +20,7 @@ from recrawler.kb.ranking import (
     similarity_order,
     term_limit,
 )
-from recrawler.kb.records import ChunkRow, Hit
+from recrawler.kb.records import ChunkRow, Hit, Slice
 from recrawler.redact import redact_text, redact_url
 from recrawler.state.sql.visibility import published_pages, visible_from, visible_where
 from recrawler.words import keyword_terms
@@ -37,7 +37,7 @@ _PUBLISHED = "SELECT COALESCE(MAX(id), 0) FROM runs WHERE state = 'published'"
 EF_SEARCH = 1000
 #: nearest vectors a search takes before the filters (at least, and per hit asked for)
 NEAREST_MIN, NEAREST_PER_HIT = 200, 20
-_CHUNK = "c.id, c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash"
+_CHUNK = "c.id, c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash, c.version, c.lang"
 # a chunk's words, filed by the full-text index (migration 013; see recrawler.words.chunk_words)
 _WORDS = "c.words"
 
@@ -56,9 +56,18 @@ class PostgreSQLKnowledgeBase:
     ``1 - cosine distance``, as the SQLite reader's.
     """
 
-    def __init__(self, uri: str, *, embedder: Embedder | str | None = None, **embedder_options: Any) -> None:
+    def __init__(
+        self,
+        uri: str,
+        *,
+        embedder: Embedder | str | None = None,
+        default_version: str | None = None,
+        **embedder_options: Any,
+    ) -> None:
         import psycopg
 
+        #: the version :meth:`search` shows when none is asked for (None: every version)
+        self.default_version = default_version
         from recrawler.kb.sqlite import embedder_spec
         from recrawler.state.postgres.cursors import pg_row
         from recrawler.state.postgres.versions import check_schema
@@ -115,13 +124,24 @@ class PostgreSQLKnowledgeBase:
         row = self._conn.execute(_PUBLISHED).fetchone()
         return int(row[0]) if row is not None else 0
 
-    def search(self, query: str, k: int = 5, *, site: str | None = None, mode: str = "hybrid") -> list[Hit]:
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        site: str | None = None,
+        mode: str = "hybrid",
+        version: str | None = None,
+        lang: str | None = None,
+    ) -> list[Hit]:
         """Return at most *k* published chunks that match *query*, best first; only chunks of
-        *site*'s pages when given. *mode*: ``hybrid`` (keyword and vector lists fused),
-        ``vector`` (cosine) or ``keyword`` (PostgreSQL full text). No chunk is a hit that neither
-        list has, as on SQLite."""
+        *site*'s pages when given, of *version* (None: ``default_version``; ``"*"``: any) and of
+        *lang*, as on SQLite. *mode*: ``hybrid`` (keyword and vector lists fused), ``vector``
+        (cosine) or ``keyword`` (PostgreSQL full text). No chunk is a hit that neither list has,
+        as on SQLite."""
         if mode not in MODES:
             raise ValueError(f"search mode {mode!r}: expected one of {', '.join(MODES)}")
+        scope = Slice.of(site, version, lang, self.default_version)
         if k <= 0 or not query.strip():
             return []
         # the vector list alone needs k chunks; fused lists need more of each
@@ -130,13 +150,13 @@ class PostgreSQLKnowledgeBase:
             # one snapshot: the lists and the rows come from the same published state
             with self._conn.transaction():
                 self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                vector = self._vector(query, n, site) if mode != "keyword" else []
-                keyword = self._keyword(query, n, site) if mode != "vector" else []
+                vector = self._vector(query, n, scope) if mode != "keyword" else []
+                keyword = self._keyword(query, n, scope) if mode != "vector" else []
                 return self._hits(fuse(vector, keyword, mode, k))
         except self._psycopg_error as exc:
             raise StateStoreError(f"knowledge base {self.label!r}: {redact_text(str(exc))}") from exc
 
-    def _vector(self, query: str, n: int, site: str | None) -> list[Ranked]:
+    def _vector(self, query: str, n: int, scope: Slice) -> list[Ranked]:
         """The *n* visible chunks nearest to *query* whose cosine is above 0, best first."""
         k = n
         q = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
@@ -144,7 +164,7 @@ class PostgreSQLKnowledgeBase:
         # on SQLite (page key and position), not by the last digits of PostgreSQL's sums
         fetch = 2 * k
         while True:
-            found = self._nearest(q, fetch, site)
+            found = self._nearest(q, fetch, scope)
             ranked = [
                 Ranked(r["id"], r["key"], r["chunk_index"], 1.0 - float(r["distance"]))
                 for r in found
@@ -162,7 +182,7 @@ class PostgreSQLKnowledgeBase:
                 return ranked[:k]
             fetch *= 4
 
-    def _keyword(self, query: str, n: int, site: str | None) -> list[Ranked]:
+    def _keyword(self, query: str, n: int, scope: Slice) -> list[Ranked]:
         """The *n* visible chunks that best match *query*'s words (``ts_rank_cd``, a heading
         counting more), best first; words in too many chunks are left out, as on SQLite."""
         terms = keyword_terms(query)
@@ -184,9 +204,12 @@ class PostgreSQLKnowledgeBase:
             return []
         params: dict[str, Any] = {"q": " | ".join(f"'{t}'" for t in df), "n": 4 * n}
         where = f"{_WORDS} @@ to_tsquery('simple', %(q)s) AND {visible_where('c')}"
-        if site is not None:
+        if scope.site is not None:
             where += " AND p.site = %(site)s"
-            params["site"] = site
+            params["site"] = scope.site
+        sliced, slice_params = scope.where_named("c", "%({})s")
+        where += sliced
+        params.update(slice_params)
         rank = (
             "ts_rank_cd(setweight(to_tsvector('simple', "
             "regexp_replace(c.heading, '[^[:alnum:]]+', ' ', 'g')), 'A') "
@@ -227,7 +250,7 @@ class PostgreSQLKnowledgeBase:
             for r, score in ranked
         ]
 
-    def _nearest(self, q: np.ndarray, k: int, site: str | None) -> list[Any]:
+    def _nearest(self, q: np.ndarray, k: int, scope: Slice) -> list[Any]:
         """The *k* visible chunk rows (of *site*) nearest to *q*, with their distance.
 
         The embedder's nearest vectors come first, then the visibility and site filters keep the
@@ -242,7 +265,8 @@ class PostgreSQLKnowledgeBase:
         else:
             # the expression of the embedder's HNSW index (recrawler.state.postgres.vector_index)
             distance = f"CAST(e.embedding AS vector({dims})) <=> CAST(%(q)s AS vector({dims}))"
-        where = visible_where("c") + (" AND p.site = %(site)s" if site is not None else "")
+        sliced, slice_params = scope.where_named("c", "%({})s")
+        where = visible_where("c") + (" AND p.site = %(site)s" if scope.site is not None else "") + sliced
         sql = f"""WITH nearest AS MATERIALIZED (
                     SELECT e.text_hash, {distance} AS distance FROM embeddings e
                     WHERE e.embedder = %(emb)s AND vector_dims(e.embedding) = {dims}
@@ -255,7 +279,8 @@ class PostgreSQLKnowledgeBase:
             "emb": self.embedder.id,
             "q": "[" + ",".join(repr(float(x)) for x in q) + "]",
             "k": k,
-            "site": site,
+            "site": scope.site,
+            **slice_params,
         }
         n = max(NEAREST_MIN, NEAREST_PER_HIT * k)
         while True:
@@ -274,18 +299,27 @@ class PostgreSQLKnowledgeBase:
         return int(row[0]) if row is not None else 0
 
     def changes(
-        self, since: int | None = None, *, cursor: str | None = None, limit: int = 100, key: str | None = None
+        self,
+        since: int | None = None,
+        *,
+        cursor: str | None = None,
+        limit: int = 100,
+        key: str | None = None,
+        version: str | None = None,
+        lang: str | None = None,
     ) -> ChangeBatch:
-        """The pages the published runs after run *since* changed (:mod:`recrawler.kb.changes`)."""
+        """The pages the published runs after run *since* changed (:mod:`recrawler.kb.changes`),
+        of *version* and *lang* when given."""
         from recrawler.state.sql.dialect import POSTGRES
 
         def query(sql: str, params: dict[str, Any]) -> list[Any]:
             return self._conn.execute(POSTGRES.sql(sql), params).fetchall()
 
+        scope = Slice.of(None, version or "*", lang)
         try:
             with self._conn.transaction():
                 self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                return read_changes(query, since=since, cursor=cursor, limit=limit, key=key)
+                return read_changes(query, since=since, cursor=cursor, limit=limit, key=key, scope=scope)
         except self._psycopg_error as exc:
             raise StateStoreError(f"knowledge base {self.label!r}: {redact_text(str(exc))}") from exc
 
@@ -308,6 +342,8 @@ def _chunk(r: Any) -> ChunkRow:
         heading=r["heading"],
         text=r["text"],
         chunk_hash=r["chunk_hash"],
+        version=r["version"],
+        lang=r["lang"],
     )
 
 

@@ -5,6 +5,7 @@
     with open_kb() as kb:  # the database a crawl from here writes (or open_kb("sqlite:///docs.db"))
         for hit in kb.search("how do I retry failed uploads?", k=5):
             print(f"{hit.score:.3f} {hit.url} {hit.heading}")
+        kb.search("retry uploads", version="2.0", lang="fr")  # one version and language only
 
 Search reads only each site's last published run: never half of one run and half of another.
 ``postgresql://`` URIs search with pgvector, SQLite files in memory with numpy.
@@ -27,6 +28,7 @@ def open_kb(
     *,
     embedder: Embedder | str | None = None,
     cache_mb: float | None = None,
+    default_version: str | None = None,
     **embedder_options: Any,
 ) -> KnowledgeBase:
     """Open the knowledge base in the database at *uri* for reading.
@@ -41,6 +43,10 @@ def open_kb(
     *cache_mb* bounds the vector columns a SQLite knowledge base keeps for the next searches
     (None: ``RECRAWLER_SEARCH_CACHE_MB``, the project's when *uri* is None too); PostgreSQL keeps
     what it reads in its own buffers and takes no cache here.
+
+    *default_version* is the version ``search()`` shows when none is asked for (``"*"``: every
+    version; None: ``RECRAWLER_SEARCH_DEFAULT_VERSION``, the project's when *uri* is None, else
+    every version).
     """
     if uri is None:
         from recrawler.project import project_database, project_settings
@@ -49,11 +55,21 @@ def open_kb(
         uri = project_database(settings)
         if cache_mb is None:
             cache_mb = settings.getfloat("RECRAWLER_SEARCH_CACHE_MB")
+        if default_version is None:
+            default_version = settings.get("RECRAWLER_SEARCH_DEFAULT_VERSION") or None
     if uri.split("://", 1)[0].lower() in ("postgresql", "postgres"):
         from recrawler.kb.postgres import PostgreSQLKnowledgeBase
 
-        return PostgreSQLKnowledgeBase(uri, embedder=embedder, **embedder_options)
+        return PostgreSQLKnowledgeBase(
+            uri, embedder=embedder, default_version=default_version, **embedder_options
+        )
     from recrawler.kb.sqlite import SQLiteKnowledgeBase
     from recrawler.state.sqlite.versions import path_from_uri
 
-    return SQLiteKnowledgeBase(path_from_uri(uri), embedder=embedder, cache_mb=cache_mb, **embedder_options)
+    return SQLiteKnowledgeBase(
+        path_from_uri(uri),
+        embedder=embedder,
+        cache_mb=cache_mb,
+        default_version=default_version,
+        **embedder_options,
+    )

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from recrawler.facets import ANY, lang_filter, normal_version
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from datetime import datetime
@@ -12,12 +14,62 @@ if TYPE_CHECKING:
 
     from recrawler.kb.embedders import Embedder
 
-__all__ = ["ChangeBatch", "ChunkRow", "Hit", "KnowledgeBase", "PageChange"]
+__all__ = ["ChangeBatch", "ChunkRow", "Hit", "KnowledgeBase", "PageChange", "Slice"]
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    """The chunks a search or a changes listing may return: of a site, of a version and of a
+    language (None: any). A page with no version (or language) is in every one; a language finds
+    its regional tags too (``en``: ``en-us``)."""
+
+    site: str | None = None
+    version: str | None = None
+    lang: str | None = None
+
+    @classmethod
+    def of(
+        cls, site: str | None, version: str | None, lang: str | None, default_version: str | None = None
+    ) -> Slice:
+        """The slice a reader's arguments name: *version* None is *default_version*, ``"*"`` any
+        (and so is *lang* None or ``"*"``); a *lang* that is no language tag is a
+        ConfigurationError."""
+        chosen = default_version if version is None else version
+        return cls(
+            site=site,
+            version=None if chosen in (None, ANY) else normal_version(chosen),
+            lang=None if lang in (None, ANY) else lang_filter(str(lang)),
+        )
+
+    def where(self, c: str) -> tuple[str, list[Any]]:
+        """``AND ...`` conditions over the chunk rows aliased *c* (``?`` parameters, in order)."""
+        sql, params = "", []
+        if self.version is not None:
+            sql += f" AND ({c}.version IS NULL OR {c}.version = ?)"
+            params.append(self.version)
+        if self.lang is not None:
+            sql += f" AND ({c}.lang IS NULL OR {c}.lang = ? OR {c}.lang LIKE ?)"
+            params += [self.lang, f"{self.lang}-%"]
+        return sql, params
+
+    def where_named(self, c: str, mark: str = ":{}") -> tuple[str, dict[str, Any]]:
+        """:meth:`where` with named parameters, each written as *mark* makes it (``:{}``, or
+        psycopg's ``%({})s``)."""
+        sql, params = "", {}
+        v, lang, region = (mark.format(n) for n in ("slice_version", "slice_lang", "slice_lang_region"))
+        if self.version is not None:
+            sql += f" AND ({c}.version IS NULL OR {c}.version = {v})"
+            params["slice_version"] = self.version
+        if self.lang is not None:
+            sql += f" AND ({c}.lang IS NULL OR {c}.lang = {lang} OR {c}.lang LIKE {region})"
+            params.update(slice_lang=self.lang, slice_lang_region=f"{self.lang}-%")
+        return sql, params
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChunkRow:
-    """A published chunk: ``key, url, chunk_index, heading, text, chunk_hash``."""
+    """A published chunk: ``key, url, chunk_index, heading, text, chunk_hash``, and its page's
+    ``version`` and ``lang`` (None: none known)."""
 
     key: str
     url: str
@@ -25,6 +77,8 @@ class ChunkRow:
     heading: str
     text: str
     chunk_hash: str
+    version: str | None = None
+    lang: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of ``recrawler chunks --json``."""
@@ -35,6 +89,8 @@ class ChunkRow:
             "heading": self.heading,
             "text": self.text,
             "chunk_hash": self.chunk_hash,
+            "version": self.version,
+            "lang": self.lang,
         }
 
 
@@ -133,19 +189,39 @@ class KnowledgeBase(Protocol):
     """Read side of the knowledge base (thread-safe per instance is not promised: one per thread)."""
 
     embedder: Embedder
+    #: the version :meth:`search` shows when none is asked for (None: every version)
+    default_version: str | None
 
-    def search(self, query: str, k: int = 5, *, site: str | None = None, mode: str = "hybrid") -> list[Hit]:
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        site: str | None = None,
+        mode: str = "hybrid",
+        version: str | None = None,
+        lang: str | None = None,
+    ) -> list[Hit]:
         """Return at most *k* published chunks that match *query*, best first (of *site* only, if
-        given): *mode* ``hybrid`` (words and vectors), ``vector`` or ``keyword``."""
+        given; of *version*, None: ``default_version``, ``"*"``: any; of *lang*): *mode*
+        ``hybrid`` (words and vectors), ``vector`` or ``keyword``."""
 
     def chunks(self) -> Iterator[ChunkRow]:
         """Yield every published chunk, by page key and position."""
 
     def changes(
-        self, since: int | None = None, *, cursor: str | None = None, limit: int = 100, key: str | None = None
+        self,
+        since: int | None = None,
+        *,
+        cursor: str | None = None,
+        limit: int = 100,
+        key: str | None = None,
+        version: str | None = None,
+        lang: str | None = None,
     ) -> ChangeBatch:
         """The pages the published runs after run *since* changed, *limit* at a time, by page key
-        (resume with the batch's ``cursor``); only page *key* when given."""
+        (resume with the batch's ``cursor``); only page *key* when given, only pages of *version*
+        and *lang* when given (``"*"`` or None: any; no default version applies)."""
 
     def published_run(self) -> int:
         """Return the id of the last published run (0: none yet)."""

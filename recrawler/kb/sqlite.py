@@ -27,7 +27,7 @@ from recrawler.kb.ranking import (
     similarity_order,
     term_limit,
 )
-from recrawler.kb.records import ChunkRow, Hit
+from recrawler.kb.records import ChunkRow, Hit, Slice
 from recrawler.kb.vectors import VectorScan
 from recrawler.state.sql.search import BLOCK
 from recrawler.state.sql.visibility import published_pages, visible_from, visible_where
@@ -78,8 +78,11 @@ class SQLiteKnowledgeBase:
         *,
         embedder: Embedder | str | None = None,
         cache_mb: float | None = None,
+        default_version: str | None = None,
         **embedder_options: Any,
     ) -> None:
+        #: the version :meth:`search` shows when none is asked for (None: every version)
+        self.default_version = default_version
         # imported here: the store's package imports this module (recrawler check reads VISIBLE)
         from recrawler.state.sqlite.versions import check_schema
 
@@ -140,13 +143,25 @@ class SQLiteKnowledgeBase:
         """The last published run's id (0: nothing published yet)."""
         return int(self._conn.execute(_PUBLISHED).fetchone()[0])
 
-    def search(self, query: str, k: int = 5, *, site: str | None = None, mode: str = "hybrid") -> list[Hit]:
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        site: str | None = None,
+        mode: str = "hybrid",
+        version: str | None = None,
+        lang: str | None = None,
+    ) -> list[Hit]:
         """Return at most *k* published chunks that match *query*, best first; only chunks of
-        *site*'s pages when given. *mode*: ``hybrid`` (keyword and vector lists fused),
-        ``vector`` (cosine, exact) or ``keyword`` (FTS5's BM25). No chunk is a hit that neither
-        list has: a query with no word and no vector in common with the pages finds nothing."""
+        *site*'s pages when given, of *version* (None: ``default_version``; ``"*"``: any) and of
+        *lang* (``en`` finds ``en-us`` too); pages with no version or language are in every one.
+        *mode*: ``hybrid`` (keyword and vector lists fused), ``vector`` (cosine, exact) or
+        ``keyword`` (FTS5's BM25). No chunk is a hit that neither list has: a query with no word
+        and no vector in common with the pages finds nothing."""
         if mode not in MODES:
             raise ValueError(f"search mode {mode!r}: expected one of {', '.join(MODES)}")
+        scope = Slice.of(site, version, lang, self.default_version)
         if k <= 0 or not query.strip():
             return []
         # the vector list alone needs k chunks; fused lists need more of each
@@ -158,8 +173,8 @@ class SQLiteKnowledgeBase:
             # one snapshot: the lists and the rows come from the same published state
             self._conn.execute("BEGIN")
             try:
-                vector = self._vector(q, n, site) if q is not None else []
-                keyword = self._keyword(query, n, site) if mode != "vector" else []
+                vector = self._vector(q, n, scope) if q is not None else []
+                keyword = self._keyword(query, n, scope) if mode != "vector" else []
                 ranked = fuse(vector, keyword, mode, k)
                 return self._hits(ranked)
             finally:
@@ -167,15 +182,18 @@ class SQLiteKnowledgeBase:
         except sqlite3.Error as exc:
             raise StateStoreError(f"knowledge base {self.path!r}: {exc}") from exc
 
-    def _visible(self, where: str, params: list[Any], site: str | None, source: str = "chunks c") -> str:
-        site_join = "JOIN pages sp ON sp.key = c.key" if site is not None else ""
-        if site is not None:
-            params.append(site)
+    def _visible(self, where: str, params: list[Any], scope: Slice, source: str = "chunks c") -> str:
+        site_join = "JOIN pages sp ON sp.key = c.key" if scope.site is not None else ""
+        if scope.site is not None:
+            params.append(scope.site)
+        sliced, values = scope.where("c")
+        params.extend(values)
+        of_site = "AND sp.site = ?" if scope.site is not None else ""
         return f"""FROM {source} {visible_from("c")} {site_join}
-                   WHERE {where} AND {visible_where("c")} {"AND sp.site = ?" if site is not None else ""}"""
+                   WHERE {where} AND {visible_where("c")} {of_site} {sliced}"""
 
-    def _resolve(self, rowids: list[int], site: str | None) -> dict[int, list[Ranked]]:
-        """The visible chunks (of *site*) whose text is each of the cached vectors *rowids*."""
+    def _resolve(self, rowids: list[int], scope: Slice) -> dict[int, list[Ranked]]:
+        """The visible chunks (of *scope*) whose text is each of the cached vectors *rowids*."""
         found: dict[int, list[Ranked]] = {}
         for start in range(0, len(rowids), 500):
             part = rowids[start : start + 500]
@@ -183,25 +201,25 @@ class SQLiteKnowledgeBase:
             sql = "SELECT e.rowid AS rid, c.id, c.key, c.chunk_index " + self._visible(
                 f"e.rowid IN ({','.join('?' * len(part))})",
                 params,
-                site,
+                scope,
                 "embeddings e CROSS JOIN chunks c ON c.chunk_hash = e.text_hash",
             )
             for r in self._conn.execute(sql, params):
                 found.setdefault(r["rid"], []).append(Ranked(r["id"], r["key"], r["chunk_index"]))
         return found
 
-    def _allowed(self, site: str | None) -> set[int]:
-        """Every cached vector (rowid) of a visible chunk of *site* (for filters few chunks pass)."""
+    def _allowed(self, scope: Slice) -> set[int]:
+        """Every cached vector (rowid) of a visible chunk in *scope* (for filters few chunks pass)."""
         params: list[Any] = [self.embedder.id]
         sql = "SELECT DISTINCT e.rowid " + self._visible(
             "1 = 1",
             params,
-            site,
+            scope,
             "chunks c JOIN embeddings e ON e.embedder = ? AND e.text_hash = c.chunk_hash",
         )
         return {r[0] for r in self._conn.execute(sql, params)}
 
-    def _vector(self, q: np.ndarray[Any, np.dtype[np.float32]], n: int, site: str | None) -> list[Ranked]:
+    def _vector(self, q: np.ndarray[Any, np.dtype[np.float32]], n: int, scope: Slice) -> list[Ranked]:
         """The *n* visible chunks of highest cosine above 0, exact, best first."""
         scores, errors = self._scan.scores(q)
         total = len(scores)
@@ -237,7 +255,7 @@ class SQLiteKnowledgeBase:
                 exact = self._scan.exact(list(dict.fromkeys(rowids.tolist())), q)
                 pending.extend((r, s) for r, s in exact.items() if s > 0.0)
                 pending.sort(key=lambda t: -t[1])
-            floor = self._take(hits, pending, n, site)
+            floor = self._take(hits, pending, n, scope)
             # every vector not looked at yet scores at most this
             frontier = float(upper[top[-1]]) if wanted < total and len(top) else -np.inf
             # rounded as the ranking rounds (6 decimals): a vector below it cannot tie with the n-th
@@ -245,7 +263,7 @@ class SQLiteKnowledgeBase:
                 break
             if wanted >= 16 * 4096 and not masked:
                 # few cached vectors pass the filter (a small site, an old cache): score only those
-                allowed = self._allowed(site)
+                allowed = self._allowed(scope)
                 all_rows = self._scan.rowids(np.arange(total, dtype=np.int64))
                 keep = np.isin(all_rows, np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
                 upper = np.where(keep, upper, -np.inf)
@@ -253,7 +271,7 @@ class SQLiteKnowledgeBase:
             wanted = min(total, wanted * 4)
         return hits[:n]
 
-    def _take(self, hits: list[Ranked], pending: list[tuple[int, float]], n: int, site: str | None) -> float:
+    def _take(self, hits: list[Ranked], pending: list[tuple[int, float]], n: int, scope: Slice) -> float:
         """Resolve the best *pending* cosines to visible chunks into *hits* (kept in ranking
         order) while they may rank among the first *n*; the n-th hit's cosine (0: fewer hits)."""
         floor = 0.0
@@ -266,12 +284,12 @@ class SQLiteKnowledgeBase:
             size = max(n - len(hits), 8)
             part, pending[:size] = pending[:size], []
             cosine = dict(part)
-            for rowid, found in self._resolve(list(cosine), site).items():
+            for rowid, found in self._resolve(list(cosine), scope).items():
                 hits.extend(Ranked(r.id, r.key, r.chunk_index, cosine[rowid]) for r in found)
             hits.sort(key=similarity_order)
         return float(hits[n - 1].similarity or 0.0) if len(hits) >= n else 0.0
 
-    def _keyword(self, query: str, n: int, site: str | None) -> list[Ranked]:
+    def _keyword(self, query: str, n: int, scope: Slice) -> list[Ranked]:
         """The *n* visible chunks that best match *query*'s words, best first: FTS5 finds the
         best few times *n* matches, :func:`~recrawler.kb.ranking.bm25` ranks them (as on
         PostgreSQL)."""
@@ -309,7 +327,7 @@ class SQLiteKnowledgeBase:
                 break
             params: list[Any] = list(ids)
             sql = "SELECT c.id, c.key, c.chunk_index, c.heading, c.text " + self._visible(
-                f"c.id IN ({','.join('?' * len(ids))})", params, site
+                f"c.id IN ({','.join('?' * len(ids))})", params, scope
             )
             pool.extend(
                 (Ranked(r["id"], r["key"], r["chunk_index"]), r["heading"], r["text"])
@@ -328,7 +346,7 @@ class SQLiteKnowledgeBase:
             rows = {
                 r["id"]: r
                 for r in self._conn.execute(
-                    f"""SELECT id, key, url, chunk_index, heading, text, chunk_hash FROM chunks
+                    f"""SELECT id, key, url, chunk_index, heading, text, chunk_hash, version, lang FROM chunks
                         WHERE id IN ({marks})""",
                     ids,
                 )
@@ -362,17 +380,26 @@ class SQLiteKnowledgeBase:
         return hits
 
     def changes(
-        self, since: int | None = None, *, cursor: str | None = None, limit: int = 100, key: str | None = None
+        self,
+        since: int | None = None,
+        *,
+        cursor: str | None = None,
+        limit: int = 100,
+        key: str | None = None,
+        version: str | None = None,
+        lang: str | None = None,
     ) -> ChangeBatch:
-        """The pages the published runs after run *since* changed (:mod:`recrawler.kb.changes`)."""
+        """The pages the published runs after run *since* changed (:mod:`recrawler.kb.changes`),
+        of *version* and *lang* when given."""
 
         def query(sql: str, params: dict[str, Any]) -> list[sqlite3.Row]:
             return self._conn.execute(sql, params).fetchall()
 
+        scope = Slice.of(None, version or "*", lang)
         try:
             self._conn.execute("BEGIN")
             try:
-                return read_changes(query, since=since, cursor=cursor, limit=limit, key=key)
+                return read_changes(query, since=since, cursor=cursor, limit=limit, key=key, scope=scope)
             finally:
                 self._conn.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -382,7 +409,8 @@ class SQLiteKnowledgeBase:
         """Yield every published chunk by page key and position, streaming."""
         try:
             cur = self._conn.execute(
-                f"""SELECT c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash FROM chunks c
+                f"""SELECT c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash, c.version, c.lang
+                    FROM chunks c
                     {visible_from("c")} WHERE {visible_where("c")} ORDER BY c.key, c.chunk_index"""
             )
             for r in cur:
@@ -429,4 +457,6 @@ def _chunk(r: sqlite3.Row) -> ChunkRow:
         heading=r["heading"],
         text=r["text"],
         chunk_hash=r["chunk_hash"],
+        version=r["version"],
+        lang=r["lang"],
     )

@@ -129,6 +129,9 @@ def next_record(
             last_checked=now,
             found_depth=page.found_depth,
             moved_to=None,
+            # no body: what the URL pattern names, else what the page said when last read
+            version=page.version or rec.version,
+            lang=page.lang or rec.lang,
         )
     changed = verdict.status in (PageStatus.NEW, PageStatus.CHANGED)
     keep_old = rec is not None and not verdict.advance
@@ -155,6 +158,8 @@ def next_record(
         moved_to=None,
         changed_run=run_id if changed else (rec.changed_run if rec else None),
         pending=pending,
+        version=page.version,
+        lang=page.lang,
     )
 
 
@@ -251,12 +256,12 @@ def page_update(
         restored=restored,
         fields=fields,
         change=changed,
-        # stored before the knowledge base existed, or removed and back: index it now that
-        # its text is here (the same texts cost no embedding)
+        # stored before the knowledge base existed, removed and back, or re-baselined to a new
+        # text format: index it now that its text is here (the same texts cost no embedding)
         backfill=status == PageStatus.UNCHANGED
         and bool(page.text)
         and rec is not None
-        and (rec.chunks == 0 or verdict.how == RESTORED),
+        and (rec.chunks == 0 or verdict.how == RESTORED or verdict.reindex),
     )
 
 

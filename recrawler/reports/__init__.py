@@ -18,16 +18,19 @@ from recrawler.exceptions import ConfigurationError, RecrawlerError
 from recrawler.redact import redact_url
 from recrawler.reports.charts import Chart, bar_chart
 from recrawler.reports.diffs import diff_lines
-from recrawler.reports.freshness import freshness_view
+from recrawler.reports.freshness import freshness_as_stored, freshness_view
 from recrawler.state import RUN_HELD, RUN_PUBLISHED, utcnow
+from recrawler.state.records import RUN_SUPERSEDED
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from jinja2 import Environment
     from scrapy.settings import BaseSettings
 
     from recrawler.state import Readers
 
-__all__ = ["collect", "render", "write_after_run", "write_report"]
+__all__ = ["collect", "render", "totals_line", "write_after_run", "write_report"]
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +150,9 @@ def collect(
     counts: dict[str, int] = report.get("counts") or run["counts"] or {}
     changes: list[dict[str, Any]] = []
     judged: list[dict[str, Any]] = []
-    for row in store.iter_changes(run_id=rid):
+    # a held run's report shows what it holds (history readers see it once it is published)
+    waits = run["state"] in (RUN_HELD, RUN_SUPERSEDED)
+    for row in store.iter_changes(run_id=rid, held=waits):
         entry = {**row, "lines": diff_lines(row["diff"] or "", row["critical"])}
         (changes if row["verdict"] == "changed" else judged).append(entry)
     changes.sort(key=lambda c: c["url"])
@@ -164,9 +169,17 @@ def collect(
     history = _history(store, run, runs)
     index: dict[str, Any] = report.get("index") or {}
     now = utcnow()
-    published = next(
-        (r for r in store.iter_runs() if r["state"] == RUN_PUBLISHED and r["site"] == run["site"]), None
-    )
+    site_runs = [r for r in store.iter_runs() if r["site"] == run["site"]]
+    published = next((r for r in site_runs if r["state"] == RUN_PUBLISHED), None)
+    kb_updated = run["state"] == RUN_PUBLISHED or index.get("state") == "disabled"
+    # the knowledge base as the run left it (its report keeps it); a run still running: now
+    stored = report.get("freshness")
+    if stored and run["finished_at"]:
+        fresh, fresh_as_of = freshness_as_stored(stored, _when(run["finished_at"])), run["finished_at"]
+    else:
+        fresh = freshness_view(store.freshness(run["site"], bound_secs=bound_secs, now=now))
+        fresh_as_of = None
+    first = not any(r["id"] < rid and r["state"] == RUN_PUBLISHED for r in site_runs)
     return {
         "run": run,
         "report": report,
@@ -185,18 +198,43 @@ def collect(
         "skipped": (report.get("reconcile") or {}).get("skipped") or [],
         "outcome": report.get("outcome") or {},
         "index": index,
+        "totals": totals_line(counts, first=first),
         # the knowledge base took the run in (or there is none): else the report says it did not
-        "kb_updated": run["state"] == RUN_PUBLISHED or index.get("state") == "disabled",
+        "kb_updated": kb_updated,
         "not_published_why": index.get("reason") or _ended_with(run["finish_reason"]),
         "published": published,
         "recorded": run.get("pages_recorded") is not None,
-        "fresh": freshness_view(store.freshness(run["site"], bound_secs=bound_secs, now=now)),
+        "fresh": fresh,
+        "fresh_as_of": fresh_as_of,
         "bound_setting": "RECRAWLER_MAX_INTERVAL_SECS",
         "history": history,
         "charts": _charts(history),
         "generated_at": now.isoformat(timespec="seconds"),
         "version": __version__,
     }
+
+
+def totals_line(counts: dict[str, int], *, first: bool = False) -> str:
+    """The run in one line of totals, as a person reads it: ``412 pages checked: 3 new, 6 changed,
+    399 unchanged, 1 gone, 3 errors`` (and the missing and moved pages, when there are)."""
+    c = {k: int(counts.get(k, 0)) for k in (*HEAD, "crawled")}
+    pages, errors = ("page" if c["crawled"] == 1 else "pages"), ("error" if c["errors"] == 1 else "errors")
+    line = (
+        f"{c['crawled']} {pages} checked: {c['new']} new, {c['changed']} changed,"
+        f" {c['unchanged']} unchanged, {c['gone']} gone, {c['errors']} {errors}"
+    )
+    if c["quarantined"]:
+        line += f", {c['quarantined']} missing (out of search until they answer again)"
+    if c["moved"]:
+        line += f", {c['moved']} moved"
+    return f"First crawl: {line}" if first else line[0].upper() + line[1:]
+
+
+def _when(value: str) -> datetime:
+    from datetime import UTC, datetime
+
+    at = datetime.fromisoformat(value)
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def _ended_with(reason: str | None) -> str:

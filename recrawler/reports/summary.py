@@ -94,12 +94,14 @@ def mirror(c: RunCounters, v: Verdicts, result: ReconcileResult | None, crawled:
 
 
 def hosts_without_304(c: RunCounters, threshold: int) -> list[str]:
-    """Hosts that answered no 304 to at least *threshold* conditional requests."""
+    """Hosts that ignore validators: at least *threshold* conditional requests answered in full
+    with the very validators they sent (a 304 was due), and no 304 at all. A redeploy's new
+    validators and an outage's errors are no such evidence."""
     not_modified = c.family("recrawler/conditional/not_modified")
     return sorted(
         host
-        for host, sent in c.family("recrawler/conditional/sent").items()
-        if "/" not in host and sent >= threshold and not not_modified.get(host)
+        for host, ignored in c.family("recrawler/conditional/ignored").items()
+        if "/" not in host and ignored >= threshold and not not_modified.get(host)
     )
 
 
@@ -115,12 +117,15 @@ def build(
     db_uri: str,
     schedule: dict[str, Any],
     audit: dict[str, Any],
+    deploy: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The run report (JSON): what docs/reference.md's "Run report" section documents."""
+    """The run report (JSON): what docs/reference.md's "Run report" section documents. A run
+    that detected a deploy leads with it."""
     return {
         "run_id": run.id,
         "spider": run.spider,
         "site": run.site,
+        "deploy": deploy or {"detected": False, "signals": [], "reason": None, "checking": 0},
         "started_at": run.started_at.isoformat(),
         "finished_at": utcnow().isoformat(),
         "finish_reason": reason,
@@ -135,8 +140,15 @@ def build(
     }
 
 
+def deploy_line(deploy: dict[str, Any]) -> str:
+    """``deploy detected: <why>; checking all N pages``."""
+    why = deploy.get("reason") or ", ".join(deploy.get("signals") or ()) or "a deploy"
+    return f"deploy detected: {why}; checking all {deploy.get('checking', 0)} pages"
+
+
 def summary_line(report: dict[str, Any]) -> str:
-    """``crawled: N new: N changed: N unchanged: N gone: N errors: N | <per layer>``."""
+    """``crawled: N new: N changed: N unchanged: N gone: N errors: N | <per layer>``, and a run
+    that detected a deploy says so (``| deploy: <signals>``)."""
     c = report["counts"]
     line = " ".join(f"{k}: {c[k]}" for k in _SUMMARY_HEAD)
     line += " | " + " ".join(f"{k}: {c.get(k, 0)}" for k in _SUMMARY_TAIL)
@@ -146,6 +158,9 @@ def summary_line(report: dict[str, Any]) -> str:
             f" | index: {index['state']} chunks_added: {index.get('chunks_added', 0)}"
             f" texts_embedded: {index.get('texts_embedded', 0)}"
         )
+    deploy = report.get("deploy") or {}
+    if deploy.get("detected"):
+        line += f" | deploy: {', '.join(deploy.get('signals') or ()) or 'detected'}"
     if report["reconcile"]["skipped"]:
         line += f" | reconcile skipped: {', '.join(report['reconcile']['skipped'])}"
     if report.get("held"):
@@ -156,4 +171,4 @@ def summary_line(report: dict[str, Any]) -> str:
     return line
 
 
-__all__ = ["build", "counts", "hosts_without_304", "mirror", "summary_line"]
+__all__ = ["build", "counts", "deploy_line", "hosts_without_304", "mirror", "summary_line"]

@@ -43,7 +43,10 @@ class ListingMiddleware:
 
     What each sitemap file lists is stored as it is read, in batches, with the file's validators
     once it is read to the end; a file that answers 304 (see ConditionalRequestMiddleware) is not
-    parsed again: its stored entries are listed instead, in batches, through the same bounds.
+    parsed again: its stored entries are listed instead, in batches, through the same bounds. A
+    file read again is compared with what it listed last time: entries added, removed, or whose
+    lastmod moved are counted (``recrawler/sitemap/moved/...``: a deploy sign ScheduleMiddleware
+    reads once the file's output is through).
 
     Further sitemap files wait here, not in Scrapy's scheduler: at most
     ``RECRAWLER_SITEMAP_CONCURRENCY`` of them are requested and not yet read to their end at
@@ -54,7 +57,8 @@ class ListingMiddleware:
     Settings: ``RECRAWLER_SITEMAP_CONCURRENCY``, ``RECRAWLER_SITEMAP_MAX_DEPTH``,
     ``RECRAWLER_SITEMAP_MAX_FILES``, ``RECRAWLER_LISTING_MAX_URLS``, ``RECRAWLER_FRONTIER_BATCH_SIZE``.
     Stats: ``recrawler/sitemap/refused``, ``recrawler/sitemap/refused/{depth,files,urls}``,
-    ``recrawler/sitemap/parsed`` (for an unchanged file), ``recrawler/state/error/<Exception>``.
+    ``recrawler/sitemap/parsed`` (for an unchanged file), ``recrawler/sitemap/moved``,
+    ``recrawler/sitemap/moved/{added,removed,lastmod}``, ``recrawler/state/error/<Exception>``.
     Meta: sets ``recrawler_role`` on what a sitemap yields, and ``_recrawler_listed`` on its pages
     (the frontier counts them in ``recrawler/sitemap/pages``, each key once).
     """
@@ -293,9 +297,17 @@ class _Listing:
         if self.failed or not entries:
             return
         try:
-            await self.runtime.store.add_listing(self.run, self.url, entries)
+            added, lastmod = await self.runtime.store.add_listing(self.run, self.url, entries)
         except StateStoreError as exc:
             self._failed(exc)
+            return
+        self._moved("added", added)
+        self._moved("lastmod", lastmod)
+
+    def _moved(self, how: str, n: int) -> None:
+        if n:
+            self.runtime.counters.inc("recrawler/sitemap/moved", n)
+            self.runtime.counters.inc(f"recrawler/sitemap/moved/{how}", n)
 
     def _failed(self, exc: StateStoreError) -> None:
         # the file is read again next run (its validators are not stored): nothing is lost
@@ -312,13 +324,15 @@ class _Listing:
             return
         etag, last_modified = self.validators
         try:
-            await self.runtime.store.listing_read(
+            removed = await self.runtime.store.listing_read(
                 self.run,
                 SitemapFile(url=self.url, etag=etag, last_modified=last_modified, urls=self.urls),
                 utcnow(),
             )
         except StateStoreError as exc:
             self._failed(exc)
+            return
+        self._moved("removed", removed)
 
     async def stored(self) -> AsyncIterator[Request]:
         """The requests the file's stored entries make (an unchanged file's listing)."""

@@ -3,16 +3,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from recrawler import meta
 from recrawler.documents import HTML
 from recrawler.exceptions import ConfigurationError
 from recrawler.runtime import find_runtime
 from recrawler.spiders.page_builder import PageBuilder
-from recrawler.urls import UrlPolicy
+from recrawler.urls import UrlPolicy, spider_url_policy, url_host, url_origin
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from scrapy.http import Response
 
     from recrawler.items import Page
@@ -24,22 +26,48 @@ class RecrawlerSpiderMixin:
 
     Every request of the spider is a page request unless its meta says otherwise
     (``recrawler_enabled=False``, ``recrawler_role``). ``recrawler_url_policy`` says which URLs
-    may be fetched and stored: http(s) only, no credentials, and the hosts of ``allowed_domains``
-    when the spider sets them.
+    may be fetched and stored: http(s) only, no credentials, on the site's own hosts: those of
+    ``recrawler_site``, ``allowed_domains`` and ``start_urls``, or, for a spider that names none
+    of them, those of the requests it starts from. Whatever yields a request (a callback following
+    a link, a redirect), a URL on another host is never fetched, stored or indexed.
     """
 
     #: the spider attribute recrawler's add-on and components look for (any spider may set it)
     recrawler_enabled = True
+    #: the docs were just deployed: the run checks every listed page (``-a deployed=1``)
+    recrawler_deployed = False
     _recrawler_builder: PageBuilder | None = None
     _recrawler_policy: UrlPolicy | None = None
+    _recrawler_site: str | None = None
+
+    @property
+    def recrawler_site(self) -> str | None:
+        """The host whose stored pages a run of this spider reconciles and publishes (set it, as a
+        class attribute or in ``__init__``): by default the first of ``allowed_domains``, else of
+        ``start_urls``."""
+        if self._recrawler_site is not None:
+            return self._recrawler_site
+        domains = [d.strip() for d in getattr(self, "allowed_domains", None) or () if isinstance(d, str)]
+        starts = [u for u in getattr(self, "start_urls", None) or () if isinstance(u, str)]
+        named = [f"http://{d}" for d in domains if d] + [u for u in starts if url_origin(u) is not None]
+        return url_host(named[0]) if named else None
+
+    @recrawler_site.setter
+    def recrawler_site(self, value: str | None) -> None:
+        self._recrawler_site = value
+        self._recrawler_policy = None
 
     @property
     def recrawler_url_policy(self) -> UrlPolicy:
         """Which URLs this spider may fetch and store."""
         if self._recrawler_policy is None:
-            domains = list(getattr(self, "allowed_domains", None) or ())
-            self._recrawler_policy = UrlPolicy.for_urls((), domains, any_host=not domains)
+            self._recrawler_policy = spider_url_policy(self)
         return self._recrawler_policy
+
+    def recrawler_checked_again(self, response: Response, **kwargs: Any) -> Iterable[Any]:
+        """Callback of a deploy probe's second conditional request (do its new validators hold?):
+        ScheduleMiddleware reads the answer on its way; there is nothing to parse."""
+        return ()
 
     @property
     def recrawler_home_paths(self) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ CPU worker (the same Page either way)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Self
+from urllib.parse import urlsplit
 
 from scrapy.http import TextResponse
 
@@ -14,6 +15,7 @@ from recrawler.detect.regions import volatile_regions
 from recrawler.documents import HTML, Documents, pdf_limits
 from recrawler.encoding import response_encoding
 from recrawler.extract import Content, ContentExtractor, looks_binary
+from recrawler.facets import FacetPattern
 from recrawler.items import Page, Unread
 from recrawler.kb.chunking import Chunker
 from recrawler.state.records import LIVE, PageRecord
@@ -47,8 +49,11 @@ class PageBuilder:
         noise: NoiseRegistry | None = None,
         pdf: PdfLimits | None = None,
         chunker: Chunker | None = None,
+        facets: FacetPattern | None = None,
     ) -> None:
         self.extractor = extractor
+        #: the version and language URLs give (``RECRAWLER_VERSION_PATTERN``; None: not set)
+        self.facets = facets
         self.key_maker = key_maker
         self.noise = noise
         self.documents = Documents(extractor, pdf)
@@ -57,8 +62,9 @@ class PageBuilder:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
-        """Build from ``RECRAWLER_CONTENT_*``, ``RECRAWLER_URL_*``, ``RECRAWLER_PDF_*`` and (with
-        ``RECRAWLER_INDEX_ENABLED``) ``RECRAWLER_CHUNK_*`` settings."""
+        """Build from ``RECRAWLER_CONTENT_*``, ``RECRAWLER_URL_*``, ``RECRAWLER_PDF_*``,
+        ``RECRAWLER_VERSION_PATTERN`` and (with ``RECRAWLER_INDEX_ENABLED``) ``RECRAWLER_CHUNK_*``
+        settings."""
         chunking = chunk_settings(settings)
         return cls(
             ContentExtractor(
@@ -71,6 +77,7 @@ class PageBuilder:
             ),
             pdf=pdf_limits(settings),
             chunker=Chunker(*chunking) if chunking is not None else None,
+            facets=FacetPattern.from_setting(settings.get("RECRAWLER_VERSION_PATTERN")),
         )
 
     def page(self, response: Response, lastmod: str | None = None) -> Page:
@@ -179,9 +186,11 @@ class PageBuilder:
             (response.meta.get("redirect_urls") or [response.url])[0]
         )
         page = Page(
-            # a temporary redirect serves the page from elsewhere: it is still cited at its own URL,
-            # without the tracking parameters its key drops
-            url=self.key_maker.clean_url(response.meta.get(meta.CANONICAL_URL) or response.url),
+            # a temporary redirect serves the page from elsewhere: it is still cited at its own URL
+            # (a markdown twin, at its page's), without the tracking parameters its key drops
+            url=self.key_maker.clean_url(
+                response.meta.get(meta.PAGE_URL) or response.meta.get(meta.CANONICAL_URL) or response.url
+            ),
             key=key,
             http_status=response.status,
             etag=_header(response, b"ETag"),
@@ -195,10 +204,14 @@ class PageBuilder:
             # what the request side read of the page's stored state, for the pipelines
             record=response.meta.get(meta.RECORD, Unread.UNREAD),
         )
+        if self.facets is not None:
+            page.version, page.lang = self.facets.of(page.url)
         if response.status == 304:
             return page, False
         ctype = (response.headers.get(b"Content-Type") or b"").split(b";")[0].strip().lower()
-        kind = self.documents.kind(ctype, response.body, text=isinstance(response, TextResponse))
+        kind = self.documents.kind(
+            ctype, response.body, text=isinstance(response, TextResponse), path=urlsplit(response.url).path
+        )
         if kind is None or (
             kind == HTML
             and isinstance(response, TextResponse)
@@ -217,6 +230,9 @@ class PageBuilder:
         """Complete *page* with its extracted *content* (*text_hash*: its text's hash, if known)."""
         page.title = content.title
         page.region_hits = content.region_hits
+        # what the URL pattern names wins; the rest is what the page says of itself
+        page.version = page.version or content.version
+        page.lang = page.lang or content.lang
         if not content.text.strip():
             # Empty content is never "unchanged": it is an error and stored state stays as it was.
             page.error = "empty_content"

@@ -22,9 +22,19 @@ from scrapy.utils.sitemap import Sitemap, sitemap_urls_from_robots
 
 from recrawler import meta
 from recrawler.exceptions import ConfigurationError
+from recrawler.markdown import is_llms_txt, llms_links, twin_page
 from recrawler.redact import redact_url
 from recrawler.runtime import find_runtime
 from recrawler.sitemaps import gunzip_into, stopped_early
+from recrawler.spiders.discovery import (
+    FOUND,
+    MISSING,
+    folder,
+    index_variants,
+    probe_answer,
+    probe_request,
+    probe_urls,
+)
 from recrawler.spiders.mixin import RecrawlerSpiderMixin
 from recrawler.urls import KeyMaker, UrlPolicy, key_host, resolve_dots
 
@@ -66,6 +76,21 @@ def _flag(value: Any) -> bool:
     return str(value).strip().lower() in {"1", "true", "yes", "on"}
 
 
+#: the meta of a page whose links are the listing: listed, and read every run (an immutable page
+#: too, conditionally: skipped, it would hide the pages below it)
+_LISTING_PAGE = {meta.LISTED: True, meta.LINKS: True, "deltafetch_enabled": False}
+
+
+def _strict_flag(value: Any, argument: str) -> bool:
+    """A yes/no spider argument: ``1``, ``true``, ``yes``, ``on`` or ``0``, ``false``, ``no``, ``off``."""
+    text = str(value).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off", ""}:
+        return False
+    raise ConfigurationError(f"{argument}: not a yes or no (1, true, yes, on / 0, false, no, off): {value!r}")
+
+
 def _http_urls(value: str | None, argument: str) -> tuple[str, ...]:
     urls = tuple(u.strip() for u in (value or "").split(",") if u.strip())
     for url in urls:
@@ -84,14 +109,33 @@ def _has_bytes(file: IO[bytes]) -> bool:
 class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
     """A SitemapSpider that yields a Page per listed URL and keeps each URL's ``lastmod``.
 
-    Arguments (``-a``): ``sitemap_url`` (a sitemap, sitemap index, ``.xml.gz`` or robots.txt; may be
-    given several times comma-separated), ``allowed_hosts`` (comma-separated extra hosts, or
-    ``*`` for any), ``site`` (the host whose stored pages this run reconciles), ``feed_url`` (RSS
-    or Atom feeds, comma-separated: their entries are listed pages too, and an entry updated
-    after a page's last check makes it due at once), ``follow_links`` (``1``: also follow links
-    found on fetched pages, same host, under ``follow_prefix``, by default the first sitemap's
-    folder, at most ``RECRAWLER_FOLLOW_DEPTH_LIMIT`` links away from a listed page, across runs,
-    and at most ``RECRAWLER_FOLLOW_MAX_LINKS`` pages found through links per run).
+    Arguments (``-a``): ``sitemap_url`` (a sitemap, sitemap index, ``.xml.gz``, robots.txt or
+    llms.txt; may be given several times comma-separated), ``start_url`` (pages to crawl from,
+    comma-separated: with no sitemap, the links they lead to are the listing), ``discover``
+    (``0``: with a ``start_url`` and no ``sitemap_url``, do not look for a listing first),
+    ``allowed_hosts`` (comma-separated extra hosts, or ``*`` for any), ``site`` (the host whose
+    stored pages this run reconciles), ``feed_url`` (RSS or Atom feeds, comma-separated: their
+    entries are listed pages too, and an entry updated after a page's last check makes it due at
+    once), ``follow_links`` (``1``: also
+    follow links found on fetched pages, same host, under ``follow_prefix``, by default the first
+    start URL's or sitemap's folder, at most ``RECRAWLER_FOLLOW_DEPTH_LIMIT`` links away from a
+    listed page, across runs, and at most ``RECRAWLER_FOLLOW_MAX_LINKS`` pages no run stored
+    before found through links per run; on by default with a ``start_url``), ``deployed`` (``1``:
+    the docs were just deployed; the run checks every listed page of the site, as it does when it
+    detects a deploy itself).
+
+    Crawled from start URLs with no sitemap, the site's links are its listing: every page the link
+    crawl reaches is listed (``recrawler/sitemap/pages`` counts them, for the outage guard) and
+    read every run, conditionally (a 304 lists the links the page had when last read: see
+    LinkListingMiddleware); a page the links no longer reach is checked directly and leaves only
+    on proof, as a page a sitemap stopped listing. Before that, unless ``discover=0``, the spider
+    looks for a listing of the site: the sitemaps robots.txt names, then ``sitemap.xml`` and
+    ``llms.txt`` in the start URL's folder and at the root; one found is the listing (its pages
+    outside the folder left out), and with an llms.txt no links are followed.
+
+    An llms.txt lists the pages its list items link to; an entry that is a page's markdown twin
+    (``x.html.md``, ``dir/index.html.md``, ``x.md``: see ``recrawler.markdown.twin_page``) is
+    fetched as the twin (cleaner text than the HTML) and stored, keyed and cited as the page.
 
     Only ``http``/``https`` URLs on the sitemap's host (or ``allowed_hosts``) without credentials
     are ever requested or stored: any other entry, feed item or link is refused and counted by
@@ -106,41 +150,66 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         self,
         *args: Any,
         sitemap_url: str | None = None,
+        start_url: str | None = None,
+        discover: str | bool | None = None,
         allowed_hosts: str | None = None,
         site: str | None = None,
         feed_url: str | None = None,
         follow_links: str | bool | None = None,
         follow_prefix: str | None = None,
+        deployed: str | bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         if sitemap_url:
             self.sitemap_urls = tuple(u.strip() for u in sitemap_url.split(",") if u.strip())
-        if not self.sitemap_urls:
+        #: pages to crawl from (``-a start_url=``): with no sitemap, their links are the listing
+        self.recrawler_start_urls = _http_urls(start_url, "start_url")
+        if not self.sitemap_urls and not self.recrawler_start_urls:
             raise ConfigurationError(
-                f"spider {self.name!r} needs a sitemap: -a sitemap_url=https://docs.example.com/sitemap.xml"
+                f"spider {self.name!r} needs a sitemap or a start URL: "
+                "-a sitemap_url=https://docs.example.com/sitemap.xml or -a start_url=https://docs.example.com/"
             )
         _http_urls(",".join(self.sitemap_urls), "sitemap_url")
+        seeds = (*self.sitemap_urls, *self.recrawler_start_urls)
         km = KeyMaker()
-        first_host = key_host(km(self.sitemap_urls[0]))
+        first_host = key_host(km(seeds[0]))
         self.recrawler_site: str | None = site or first_host
         extra = [h for h in (allowed_hosts or "").split(",") if h.strip() and h.strip() != "*"]
         self._recrawler_policy = UrlPolicy.for_urls(
-            self.sitemap_urls, extra, any_host=(allowed_hosts or "").strip() == "*"
+            seeds, extra, any_host=(allowed_hosts or "").strip() == "*"
         )
         self.feed_urls = _http_urls(feed_url, "feed_url")
-        self.follow_links = _flag(follow_links) if follow_links is not None else False
+        default_follow = bool(self.recrawler_start_urls)
+        self.follow_links = _flag(follow_links) if follow_links is not None else default_follow
+        self.recrawler_deployed = _strict_flag(deployed, "deployed") if deployed is not None else False
         if follow_prefix:
             self.follow_prefixes = tuple(p.strip() for p in follow_prefix.split(",") if p.strip())
         else:
-            # by default, the folder of the first sitemap: /docs/sitemap.xml -> /docs/
-            self.follow_prefixes = (urlsplit(self.sitemap_urls[0]).path.rsplit("/", 1)[0] + "/",)
+            # by default the folder of each start URL (/docs/index.html -> /docs/), else of the
+            # first sitemap (/docs/sitemap.xml -> /docs/)
+            self.follow_prefixes = tuple(
+                dict.fromkeys(folder(u) for u in self.recrawler_start_urls or self.sitemap_urls[:1])
+            )
+        #: what this run's listing is: ``sitemap`` (sitemaps, robots.txt) or ``links`` (the pages
+        #: a crawl from the start URLs reaches, for a site with no sitemap)
+        self.recrawler_listing = "sitemap" if self.sitemap_urls else "links"
+        #: look for a sitemap or an llms.txt before crawling from the start URLs
+        self.recrawler_discover = not self.sitemap_urls and (
+            _flag(discover) if discover is not None else True
+        )
+        #: the listing was found by looking (its pages outside the folder are left out)
+        self._discovered = False
+        #: an llms.txt is among the listings: a ``.md`` entry is a page's markdown twin
+        self._llms = any(is_llms_txt(u) for u in self.sitemap_urls)
+        self._start_keys: frozenset[str] = frozenset()
+        self._keys: KeyMaker | None = None
         self._link_extractor: LinkExtractor | None = None
         self._rules: list[tuple[re.Pattern[str], Any]] | None = None
         self._follow_patterns: list[re.Pattern[str]] | None = None
 
     async def start(self) -> AsyncIterator[Any]:
-        """Start from the sitemaps (SitemapSpider's own start), then the feeds."""
+        """Start from the sitemaps (SitemapSpider's own start), then the feeds, then the start URLs."""
         async for request in super().start():
             if isinstance(request, Request):
                 request.meta[meta.ROLE] = meta.ROLE_SITEMAP
@@ -156,11 +225,100 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                 dont_filter=True,
                 meta={meta.ROLE: meta.ROLE_FEED},
             )
+        if self.recrawler_discover:
+            prefix = self.follow_prefixes[0] if self.follow_prefixes else "/"
+            yield probe_request(
+                probe_urls(self.recrawler_start_urls[0], prefix), self._probed, self._probe_failed
+            )
+            return
+        for request in self._start_pages():
+            yield request
+
+    def _probed(self, response: Response) -> Iterable[Request]:
+        """A listing found ends the look (its requests, then the start pages'), a missing one asks
+        the next place; any other answer leaves the listing unknown (a failed listing this run)."""
+        answer, found = probe_answer(response, self.recrawler_url_policy)
+        rest = list(response.meta.get(meta.PROBES) or [])
+        if answer == FOUND:
+            yield from self._found(found)
+        elif answer == MISSING and rest:
+            yield probe_request(rest, self._probed, self._probe_failed)
+        elif answer == MISSING:
+            logger.info(
+                "no sitemap or llms.txt found: the links from %(start)s are the listing",
+                {"start": redact_url(self.recrawler_start_urls[0])},
+            )
+            yield from self._start_pages()
+        else:
+            yield from self._probe_error(response.url, f"HTTP {response.status}")
+
+    def _probe_failed(self, failure: Failure) -> Iterable[Request]:
+        request = getattr(failure, "request", None)
+        yield from self._probe_error(getattr(request, "url", "?"), repr(failure.value))
+
+    def _probe_error(self, url: str, why: str) -> Iterable[Request]:
+        # whether the site has a sitemap is unknown: this run's listing is no evidence of absence
+        self._inc("recrawler/sitemap/error")
+        logger.error(
+            "could not tell whether %(url)s exists (%(why)s): the links are this run's listing, and "
+            "nothing is removed this run",
+            {"url": redact_url(url), "why": why},
+        )
+        yield from self._start_pages()
+
+    def _found(self, urls: list[str]) -> Iterable[Request]:
+        """A listing was found: it is the run's listing (an llms.txt's alone, no links followed)."""
+        self.sitemap_urls = tuple(urls)
+        self.recrawler_listing = "sitemap"
+        self._discovered = True
+        self._llms = any(is_llms_txt(u) for u in urls)
+        if self._llms:
+            self.follow_links = False
+        logger.info(
+            "listing found: %(urls)s%(links)s",
+            {
+                "urls": ", ".join(redact_url(u) for u in urls),
+                "links": "" if self._llms else " (links followed too)",
+            },
+        )
+        for url in urls:
+            yield Request(
+                url,
+                callback=self.recrawler_parse_listing,
+                meta={meta.ROLE: meta.ROLE_SITEMAP, meta.SITEMAP_DEPTH: 0},
+            )
+        if not self._llms:
+            yield from self._start_pages()
+
+    def _start_pages(self) -> Iterable[Request]:
+        """The start URLs' page requests: read every run; with no sitemap, the listing's roots."""
+        links = self.recrawler_listing == "links"
+        km = self._key_maker()
+        # a link back to a start page is not followed: the start request reads it every run (and
+        # /docs/ and /docs/index.html are one start page: a logo's link "." is the home page)
+        self._start_keys = frozenset(km(v) for u in self.recrawler_start_urls for v in index_variants(u))
+        for url in self.recrawler_start_urls:
+            request_meta: dict[str, Any] = {meta.FOUND_VIA: "start", meta.DEPTH: 0}
+            if links:
+                request_meta.update(_LISTING_PAGE)
+            yield Request(url, callback=self.parse, meta=request_meta)
+
+    def _key_maker(self) -> KeyMaker:
+        """The crawl's page keys (``RECRAWLER_URL_*_PARAMS``)."""
+        if self._keys is None:
+            settings = getattr(self, "settings", None)
+            if settings is None:
+                return KeyMaker()
+            self._keys = KeyMaker(
+                settings.getlist("RECRAWLER_URL_DROP_PARAMS"), settings.getlist("RECRAWLER_URL_KEEP_PARAMS")
+            )
+        return self._keys
 
     @property
     def recrawler_home_paths(self) -> tuple[str, ...]:
-        """The site's root and the folder of each sitemap (``/docs/sitemap.xml``: ``/docs/``)."""
-        return ("/", *(urlsplit(u).path.rsplit("/", 1)[0] + "/" for u in self.sitemap_urls))
+        """The site's root, the folder of each sitemap (``/docs/sitemap.xml``: ``/docs/``) and of
+        each start URL."""
+        return ("/", *(folder(u) for u in (*self.sitemap_urls, *self.recrawler_start_urls)))
 
     def recrawler_role_of(self, request: Request) -> str:
         """What a request yielded while reading a sitemap fetches: a listed page or another sitemap."""
@@ -177,6 +335,9 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         ``sitemap_filter`` as SitemapSpider does; a page request carries its entry's lastmod.
         """
         if response.status == 304:
+            return
+        if is_llms_txt(response.url):
+            yield from self._parse_llms(response)
             return
         if response.url.endswith("/robots.txt"):
             for url in sitemap_urls_from_robots(response.body, base_url=response.url):
@@ -207,6 +368,25 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                 if request is not None:
                     yield request
                 lastmod = None
+
+    def _parse_llms(self, response: Response) -> Iterable[Request]:
+        """The pages an llms.txt lists (a page's markdown twin is fetched for it)."""
+        self._llms = True
+        self._inc("recrawler/sitemap/parsed")
+        for url in llms_links(response.body, response.url):
+            if not self._allowed(url, "sitemap") or not self._in_folder(url):
+                continue
+            request = self._page_request(url, None)
+            if request is not None:
+                self._inc("recrawler/sitemap/urls")
+                yield request
+
+    def _in_folder(self, url: str) -> bool:
+        """A page of a listing found by looking must be under the start URLs' folders."""
+        if not self._discovered or urlsplit(twin_page(url) or url).path.startswith(self.follow_prefixes):
+            return True
+        self._inc("recrawler/follow/offsite")
+        return False
 
     def _check_parsed(self, response: Response, sitemap: Sitemap) -> None:
         """A sitemap the parser stopped reading early is a failed listing: counted, logged."""
@@ -280,6 +460,11 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                 request = Request(url, callback=callback)
                 if lastmod:
                     request.meta[meta.LASTMOD] = lastmod
+                page = twin_page(url) if self._llms else None
+                if page is not None:
+                    # the twin's text, the page's key and URL
+                    request.meta[meta.PAGE_URL] = page
+                    request.meta[meta.KEY] = self._key_maker()(page)
                 return request
         return None
 
@@ -294,6 +479,14 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         if request is not None:
             self._inc("recrawler/sitemap/urls")
         return request
+
+    def recrawler_page_request(self, url: str, lastmod: str | None = None) -> Request | None:
+        """The request of a stored page the run asks again without its listing naming it now (a
+        deploy probe, a page a deploy takes back from the skipped): its ``sitemap_rules`` callback
+        and its lastmod; None when no rule takes its URL."""
+        if not self.recrawler_url_policy.allows(url):
+            return None
+        return self._page_request(url, lastmod)
 
     def recrawler_refused(self, url: str, reason: str, source: str) -> None:
         """Count a URL the policy refused (the run's Runtime logs the first of each reason)."""
@@ -357,29 +550,49 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         The depth counts across runs: a stored link-found page checked again keeps its depth, so a
         link trap (a calendar, a session id) never grows past the limit.
         """
-        depth = int(response.meta.get(meta.DEPTH) or 0) + 1
         if self._link_extractor is None:
-            self._link_extractor = LinkExtractor(unique=True)
-        limit = self.settings.getint("RECRAWLER_FOLLOW_DEPTH_LIMIT")
-        for link in self._link_extractor.extract_links(response):
-            # the page a server answers for /docs/../private/x is /private/x: the prefix test
-            # (and the request) take the path with its dot segments resolved
-            url = resolve_dots(link.url)
-            if not self._allowed(url, "link"):
-                continue
-            if not urlsplit(url).path.startswith(self.follow_prefixes):
-                self._inc("recrawler/follow/offsite")
-                continue
-            if depth > limit:
-                self._inc("recrawler/follow/depth_limit")
-                continue
-            # the per-run budget counts pages found, not links: ScheduleMiddleware, which knows
-            # which pages are stored, spends it
-            yield Request(
-                url,
-                callback=self.parse,
-                meta={meta.FOUND_VIA: "link", meta.FOUND_FROM: response.url, meta.DEPTH: depth},
+            # a frame is a page of the site too (hotdoc's navigation tree is one)
+            self._link_extractor = LinkExtractor(
+                tags=("a", "area", "frame", "iframe"), attrs=("href", "src"), unique=True
             )
+        for link in self._link_extractor.extract_links(response):
+            request = self.recrawler_link_request(link.url, response)
+            if request is not None:
+                yield request
+
+    def recrawler_link_request(self, url: str, response: Response) -> Request | None:
+        """The request for a link *url* on the page of *response* (found on it now, or stored
+        from its last read), or None: on the site, under the prefix, within the depth limit.
+
+        When the links are the listing (``recrawler_listing`` is ``links``), the request is listed
+        and read every run, and shallower pages go first: a page is reached by its shortest path.
+        """
+        # the page a server answers for /docs/../private/x is /private/x: the prefix test (and
+        # the request) take the path with its dot segments resolved
+        url = resolve_dots(url)
+        if not self._allowed(url, "link"):
+            return None
+        if not urlsplit(url).path.startswith(self.follow_prefixes):
+            self._inc("recrawler/follow/offsite")
+            return None
+        depth = int(response.meta.get(meta.DEPTH) or 0) + 1
+        if depth > self.settings.getint("RECRAWLER_FOLLOW_DEPTH_LIMIT"):
+            self._inc("recrawler/follow/depth_limit")
+            return None
+        request_meta: dict[str, Any] = {
+            meta.FOUND_VIA: "link",
+            meta.FOUND_FROM: response.url,
+            meta.DEPTH: depth,
+        }
+        priority = 0
+        if response.meta.get(meta.LINKS):
+            if self._key_maker()(url) in self._start_keys:
+                return None
+            request_meta.update({meta.FOUND_VIA: "crawl", **_LISTING_PAGE})
+            priority = -depth
+        # the per-run budget counts pages found, not links: ScheduleMiddleware, which knows
+        # which pages are stored, spends it
+        return Request(url, callback=self.parse, meta=request_meta, priority=priority)
 
     def _inc(self, name: str, count: int = 1) -> None:
         runtime = find_runtime(getattr(self, "crawler", None))
@@ -399,6 +612,8 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             if not loc:
                 continue
             if not self._allowed(loc, "sitemap"):
+                continue
+            if kind == "urlset" and not self._in_folder(loc):
                 continue
             if kind == "urlset":
                 self._inc("recrawler/sitemap/urls")
@@ -436,5 +651,13 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         # a direct check of an unlisted stored page says nothing about how it was found
         page.found_via = page.found_via or (None if response.meta.get(meta.VERIFY) else "sitemap")
         yield page
-        if self.follow_links and isinstance(response, TextResponse) and response.status == 200 and page.text:
+        # with the links as the listing, a page they no longer reach (checked directly) lists nothing
+        outside = self.recrawler_listing == "links" and not response.meta.get(meta.LINKS)
+        if (
+            self.follow_links
+            and not outside
+            and isinstance(response, TextResponse)
+            and response.status == 200
+            and page.text
+        ):
             yield from self._links(response)

@@ -9,11 +9,13 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from recrawler.intervals import Revisit
 
 __all__ = [
+    "DECISION_APPROVED",
+    "DECISION_DISCARDED",
     "GONE",
     "LIVE",
     "MOVED",
@@ -44,6 +46,7 @@ __all__ = [
     "RevisitUpdate",
     "Run",
     "ScheduledPage",
+    "SiteBuild",
     "TrustRecord",
     "utcnow",
 ]
@@ -63,6 +66,8 @@ RUN_RUNNING, RUN_FINISHED, RUN_HELD, RUN_PUBLISHED, RUN_DISCARDED, RUN_ABORTED =
 )
 #: a held run whose decision a later run of its site carries (published or held with it)
 RUN_SUPERSEDED = "superseded"
+#: the decision an operator took on a run that waited for one (``runs.decision``)
+DECISION_APPROVED, DECISION_DISCARDED = "approved", "discarded"
 #: what a run's end does with its staged misses (``settle_misses``): apply them when it publishes,
 #: keep them for a decision (all, or those of pages its listing still names), or drop its own
 #: (the outage guard: its moves still apply, and misses kept before wait on)
@@ -128,6 +133,9 @@ class PageRecord:
     #: not published yet: :data:`PENDING_NEW` (not in the knowledge base at all) or
     #: :data:`PENDING_CHANGED` (the knowledge base shows its state before); None: published
     pending: str | None = None
+    #: the page's version and language (schema 13; None: none known), copied onto its chunks
+    version: str | None = None
+    lang: str | None = None
     #: with ``pending`` changed: the content hash the knowledge base shows (read, never written)
     published_hash: str | None = field(default=None, compare=False)
 
@@ -196,6 +204,11 @@ class ScheduledPage:
     audit_run: int | None = None
     #: a change or removal of the page waits for a decision (a check brings new evidence)
     waiting: bool = False
+    #: the page's changes come on their own: no sample of a deploy
+    solo: bool = False
+    #: when the page was last verified (run clock) and by what (``request``, ``lastmod``, ``feed``)
+    verified_at: datetime | None = None
+    verified_by: str | None = None
 
 
 #: the signals a host's trust is kept for: sitemap lastmod, ETag (If-None-Match), Last-Modified
@@ -321,6 +334,21 @@ class ListedEntry:
     pos: int = 0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SiteBuild:
+    """A site's build as the deploy detection knows it: its fingerprint (slot -> marker), the slots
+    learned to vary per request, whether its sitemap lastmods move on every read, and its last
+    detected deploy (pages not checked since are due; None: none detected)."""
+
+    site: str
+    fingerprint: Mapping[str, str] = field(default_factory=dict)
+    noise: tuple[str, ...] = ()
+    lastmod_noise: bool = False
+    deploy_at: datetime | None = None
+    deploy_run: int | None = None
+    deploy_reason: str | None = None
+
+
 #: run reasons that say a run's listing is no evidence of what the site lists: it failed, a bound
 #: cut it short, it shrank, the run did not finish reading it, or its listing marks may be unwritten
 LISTING_FAILURES = ("sitemap_failed", "sitemap_incomplete", "listing_shrunk", "not_finished", "state_error")
@@ -330,9 +358,11 @@ LISTING_FAILURES = ("sitemap_failed", "sitemap_incomplete", "listing_shrunk", "n
 class Freshness:
     """How current the knowledge base is: are the live pages verified, and still listed?
 
-    A page is *verified* when a run last checked it (``pages.last_checked``: a 200 or a 304, or a
-    404/410 that decided it); *within the bound* when that was at most ``bound_secs`` before
-    ``now``. A live page is *delisted* when it was listed once (``pages.listed_run``) but not by
+    A page is *verified* when a run last checked it (``pages.verified_at``, run clock: a 200 or a
+    304), or when the listing's lastmod or feed entry vouched for it (a host whose lastmods the
+    self-audit trusts, not newer than the page's last check); *within the bound* when that was at
+    most ``bound_secs`` before ``now`` and, after a detected deploy, a request checked it since.
+    A live page is *delisted* when it was listed once (``pages.listed_run``) but not by
     ``listing_run``, the site's last finished run whose listing was complete.
     """
 
@@ -351,6 +381,15 @@ class Freshness:
     delisted_urls: tuple[str, ...] = ()
     #: the run whose listing is the reference (None: no complete listing finished yet)
     listing_run: int | None = None
+    #: the verified live pages by what verified them last: a request, a trusted lastmod or feed entry
+    by_request: int = 0
+    by_lastmod: int = 0
+    by_feed: int = 0
+    #: the site's last detected deploy (None: none), why, and the live pages not checked since it
+    #: (a deploy's check that did not finish: they are due, and not verified)
+    deploy_at: datetime | None = None
+    deploy_reason: str | None = None
+    deploy_unchecked: int = 0
 
     @property
     def share(self) -> float | None:

@@ -40,6 +40,7 @@ runs = Table(
     Column("listed", Integer),
     Column("exit_code", Integer),
     Column("pages_recorded", Integer),
+    Column("decision", Text),
 )
 
 pages = Table(
@@ -80,6 +81,14 @@ pages = Table(
     Column("changed_run", Integer),
     # not published yet: 'new' (not in the knowledge base) or 'changed'; see page_before (schema 10)
     Column("pending", Text),
+    # the page's version and language, copied onto its chunks (schema 13)
+    Column("version", Text),
+    Column("lang", Text),
+    # when the page was last verified (run clock), and by what: 'request', 'lastmod', 'feed' (schema 18)
+    Column("verified_at", Text),
+    Column("verified_by", Text),
+    # its changes come on their own: no sample of a deploy (schema 18)
+    Column("solo", Integer, nullable=False, server_default=text("0")),
     CheckConstraint("status IN ('live', 'quarantined', 'gone', 'moved')"),
     Index("pages_site_seen", "site", "last_seen_run"),
     Index("pages_site_due", "site", "next_check_at"),
@@ -136,6 +145,9 @@ chunks = Table(
     Column("retired_run", Integer),
     # why it was retired: 0 replaced by a newer version, 1 quarantined (kept to restore), 2 gone
     Column("retired_why", Integer, nullable=False, server_default=text("0")),
+    # the page's version and language when the row was written or relabelled (schema 13)
+    Column("version", Text),
+    Column("lang", Text),
     Index("chunks_key", "key", "retired_run"),
     Index("chunks_added", "added_run"),
     Index("chunks_retired", "retired_run"),
@@ -395,6 +407,21 @@ run_pages = Table(
     Column("event", Text, nullable=False),
     Column("moved_to", Text),
     Column("at", Text, nullable=False),
+    sqlite_with_rowid=False,
+)
+
+# each site's build fingerprint, the slots that vary per request, its last detected deploy (schema 18)
+site_builds = Table(
+    "site_builds",
+    metadata,
+    Column("site", Text, primary_key=True),
+    Column("fingerprint", Text, nullable=False, server_default=text("'{}'")),
+    Column("noise", Text, nullable=False, server_default=text("'[]'")),
+    Column("lastmod_noise", Integer, nullable=False, server_default=text("0")),
+    Column("deploy_at", Text),
+    Column("deploy_run", Integer),
+    Column("deploy_reason", Text),
+    Column("updated_at", Text, nullable=False),
     sqlite_with_rowid=False,
 )
 

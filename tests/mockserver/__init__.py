@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 # _meta.json: {"<path>": {option: value}}, keyed by the served file's path within the site.
 OPTIONS = {
-    "validators": '"strong" (default), "weak", "lm" (Last-Modified only) or "none"',
+    "validators": '"strong" (default), "weak", "lm" (Last-Modified only), "mtime" (nginx\'s: an ETag of '
+    'mtime and size, so a redeploy with new mtimes gives every file new validators) or "none"',
     "status": "force this status with a small body and no validators",
     "gone": "true answers 410 Gone",
     "noise": "true substitutes {{NOW}}, {{TOKEN}} and {{WIDGET}} on every request",
@@ -57,6 +58,10 @@ OPTIONS = {
     "header must hold the value among its cookies), else 401, or a 302 to the login page",
     "login": 'on "*": the path a request without the required credentials is redirected to (302)',
     "public": "true: this path answers without the site's required credentials",
+    "not_found": 'on "*": the file a missing path answers with (nginx\'s error_page): its body, with '
+    '"{path}" replaced by the path asked for, and the status not_found_status (default 404)',
+    "not_found_status": 'on "*": the status of the not_found page (200: the site answers soft 404s)',
+    "*": "options every path of the site takes unless its own say otherwise (validators, noise, status)",
 }
 #: request headers that carry credentials: logged when a request has them
 CREDENTIAL_HEADERS = ("Authorization", "Cookie", "X-Api-Key")
@@ -71,8 +76,9 @@ CONTENT_TYPES = {
     ".json": "application/json",
     ".pdf": "application/pdf",
     ".js": "text/javascript",
+    ".md": "text/markdown; charset=utf-8",
 }
-VALIDATORS = ("strong", "weak", "lm", "none")
+VALIDATORS = ("strong", "weak", "lm", "mtime", "none")
 WIDGETS = tuple(
     f'<div class="related"><h3>Related articles</h3><ul>{items}</ul></div>'
     for items in (
@@ -248,7 +254,13 @@ class SiteTree(Resource):
         if any(part in ("", ".", "..") or part.startswith("_") for part in parts):
             return error(404)
         all_options = self.options(site)
-        options: dict[str, Any] = all_options.get(key, {})
+        # "*": the site's defaults (its "require", "login" and "not_found" rules are read apart)
+        defaults = {
+            k: v
+            for k, v in all_options.get("*", {}).items()
+            if k not in ("require", "login", "not_found", "not_found_status")
+        }
+        options: dict[str, Any] = {**defaults, **all_options.get(key, {})}
         reply = self._reply(request, site, key, parts, options, all_options)
         if reply is not None:
             reply.headers.update(options.get("headers") or {})
@@ -283,7 +295,7 @@ class SiteTree(Resource):
             return trap_page(trap, key)
         file = self.root.joinpath(site, *parts)
         if not file.is_file():
-            return error(404)
+            return self.not_found(request, site, all_options.get("*", {}))
         body, mtime = file.read_bytes(), file.stat().st_mtime
         if options.get("noise"):
             body = add_noise(body)
@@ -297,6 +309,9 @@ class SiteTree(Resource):
         if validators in ("strong", "weak"):
             etag = f'"{hashlib.sha256(body).hexdigest()[:16]}"'
             etag = headers["ETag"] = etag if validators == "strong" else f"W/{etag}"
+        elif validators == "mtime":
+            # nginx's own: the file's mtime and size, whatever its bytes say
+            etag = headers["ETag"] = f'"{int(mtime):x}-{len(body):x}"'
         if validators != "none":
             headers["Last-Modified"] = formatdate(mtime, usegmt=True)
         if options.get("lie304") and (
@@ -314,6 +329,15 @@ class SiteTree(Resource):
         if options.get("content_encoding"):
             headers["Content-Encoding"] = str(options["content_encoding"])
         return Reply(200, body, headers)
+
+    def not_found(self, request: Request, site: str, rules: dict[str, Any]) -> Reply:
+        """A missing path's answer: the site's own not-found page (``not_found``), else a bare 404."""
+        page = self.root / site / str(rules.get("not_found") or "_none_")
+        if not rules.get("not_found") or not page.is_file():
+            return error(404)
+        asked = unquote(request.path.decode("ascii", "replace"))
+        body = page.read_bytes().replace(b"{path}", asked.encode("utf-8", "replace"))
+        return Reply(int(rules.get("not_found_status", 404)), body, {"Content-Type": CONTENT_TYPES[".html"]})
 
     def refused(self, request: Request, site: str, rest: str) -> Reply | None:
         """The reply to a request without the credentials the site requires (None: it may pass)."""
@@ -349,6 +373,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.mockserver", description=__doc__)
     parser.add_argument("root", type=Path, help="directory holding one folder per site")
     parser.add_argument("--stop-on-eof", action="store_true", help="also stop when stdin closes")
+    parser.add_argument(
+        "--interface", default="127.0.0.1", help="loopback address to listen on (127.0.0.2: another host)"
+    )
     args = parser.parse_args(argv)
 
     # Imported here so that importing this module never installs a reactor.
@@ -357,7 +384,7 @@ def main(argv: list[str] | None = None) -> None:
     from twisted.logger import globalLogBeginner, textFileLogObserver
 
     globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)
-    port = reactor.listenTCP(0, QuietSite(SiteTree(args.root.resolve())), interface="127.0.0.1")
+    port = reactor.listenTCP(0, QuietSite(SiteTree(args.root.resolve())), interface=args.interface)
     address = port.getHost()
     print(f"http://{address.host}:{address.port}", flush=True)
 

@@ -100,18 +100,35 @@ class Pages(Protocol):
         """Stage a permanent redirect of stored pages *keys* to page *target* (applied when the
         run reconciles, if *target* is live by then)."""
 
+    async def miss_moves(self, run: Run, target: str, *, http_status: int) -> int:
+        """The run's staged moves to page *target* become misses of their pages, as a 404 of
+        theirs would be (the target answered that it is not there); returns how many."""
+
     async def unseen(
-        self, run: Run, limit: int, *, due_at: datetime | None = None, delisted: bool = False
+        self,
+        run: Run,
+        limit: int,
+        *,
+        due_at: datetime | None = None,
+        delisted: bool = False,
+        deployed: datetime | None = None,
     ) -> list[tuple[str, str, int]]:
         """Return up to *limit* (key, url, link depth) of the run's site not reached yet, marking them.
 
         Pages this run's listing decided are not unseen; with *due_at*, only pages due by then
-        (and quarantined or audited ones, pages whose change or removal waits for a decision, and
-        with *delisted* pages an earlier listing named) are.
+        (and quarantined or audited ones, pages whose change or removal waits for a decision,
+        with *delisted* pages an earlier listing named, and with *deployed* pages no request
+        checked since then) are.
         """
 
     def unseen_sync(
-        self, run: Run, limit: int, *, due_at: datetime | None = None, delisted: bool = False
+        self,
+        run: Run,
+        limit: int,
+        *,
+        due_at: datetime | None = None,
+        delisted: bool = False,
+        deployed: datetime | None = None,
     ) -> list[tuple[str, str, int]]:
         """Blocking :meth:`unseen`, for the CLI and tests: never on the reactor (it would wait for
         locks the store's own open transaction holds)."""
@@ -181,14 +198,15 @@ class Decisions(Protocol):
     """
 
     async def carry_misses(self, run: Run) -> int:
-        """Misses earlier runs kept for a decision join this run's (its own answers settle them)."""
+        """Misses earlier runs kept for a decision join this run's, still kept (its own answers
+        settle them; a page it staged again keeps the decision)."""
 
     async def removal_plan(self, run: Run, *, gone_after: int, gone_statuses: Sequence[int]) -> RemovalPlan:
         """What applying the run's staged misses and moves would do; nothing is changed."""
 
     async def settle_misses(self, run: Run, action: str) -> ReconcileResult:
         """``apply`` (with the run's publication), ``keep`` (for a decision) or ``drop`` the run's
-        own misses (its moves, and misses kept before, stay)."""
+        own misses (its moves stay); misses kept before stay kept whatever the action."""
 
     async def publish_run(
         self,
@@ -213,11 +231,25 @@ class Decisions(Protocol):
         """The run a decision names (held, or published with removals waiting); StateStoreError
         otherwise, naming the run that carries it."""
 
+    async def approve(
+        self,
+        run: Run,
+        *,
+        at: datetime,
+        gone_after: int,
+        gone_statuses: Sequence[int],
+        exit_code: int | None = None,
+    ) -> tuple[ReconcileResult, dict[str, int]]:
+        """``runs approve``: take the decision, let the kept misses apply and publish the run, in
+        one transaction. The decision is one conditional update of the run's row: of two
+        processes deciding at once one wins, the other gets StateStoreError naming what won."""
+
     async def release_kept(self, run: Run) -> int:
         """The misses kept for the run's decision apply with its publication (``runs approve``)."""
 
     async def discard(self, run_id: int) -> dict[str, int]:
-        """Drop what waits for the run's decision (see the class docstring)."""
+        """Drop what waits for the run's decision (see the class docstring), taking the decision
+        as :meth:`approve` does: of the two started together, one wins."""
 
     async def pending_changes(self, site: str | None) -> dict[str, int]:
         """The site's pending ``new`` and ``changed`` pages and its ``published`` ones."""

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         PageRecord,
         Run,
         ScheduledPage,
+        SiteBuild,
         TrustRecord,
     )
     from recrawler.state.sql.check import Finding
@@ -114,17 +115,23 @@ class Readers(Protocol):
         site: str | None = None,
         run_id: int | None = None,
         limit: int | None = None,
+        held: bool = False,
     ) -> Iterator[dict[str, Any]]:
-        """History rows, newest first, of one page, site or run (synchronous; for the CLI)."""
+        """History rows of published runs, newest first, of one page, site or run (synchronous;
+        for the CLI). *held*: the rows of held runs (and those they supersede) instead: what
+        waits for a decision."""
 
     def iter_pages(self, status: str | None = None) -> Iterator[PageRecord]:
         """Yield stored pages ordered by key (synchronous; for the CLI)."""
 
     def page_state(self, key: str) -> dict[str, Any] | None:
-        """A page's stored state, for the CLI (None: no page *key*): ``record`` (its
-        :class:`PageRecord`), ``text`` (the text last stored for it; None when none is kept, as for
-        a gone page), ``first_run`` (the run whose window holds its ``first_seen``) and
-        ``removed_run`` (the last run whose end recorded it quarantined, gone or moved)."""
+        """A page's stored state as the knowledge base shows it, for the CLI (None: no page *key*):
+        ``record`` (its :class:`PageRecord`; a pending page's published state), ``text`` (the text
+        it was published with, or last stored with; None when none is kept, as for a gone page),
+        ``first_run`` (the run whose window holds its ``first_seen``), ``removed_run`` (the last
+        run whose end recorded it quarantined, gone or moved) and ``pending`` (the page waits on
+        an unpublished run: ``new`` (no publication holds it yet) or ``changed``; None: it does
+        not)."""
 
     def iter_runs(self) -> Iterator[dict[str, Any]]:
         """Yield runs, newest first (synchronous; for the CLI)."""
@@ -153,14 +160,20 @@ class Readers(Protocol):
     def freshness(self, site: str | None, *, bound_secs: float, now: datetime) -> Freshness:
         """How current the live pages of *site* (None: every site) are at *now*.
 
-        ``live``: live pages; ``verified``: those whose ``last_checked`` is at least
-        ``now - bound_secs``; ``oldest_checked`` / ``oldest_url``: the smallest ``last_checked`` of
-        a live page, and that page (the first by key of a tie); ``delisted``: live pages listed
+        ``live``: live pages; ``verified``: those whose ``verified_at`` (a request, or a trusted
+        lastmod or feed entry; ``by_request``, ``by_lastmod``, ``by_feed`` count which) is at least
+        ``now - bound_secs`` and, after the site's last detected deploy (``deploy_at``,
+        ``deploy_reason``), that a request checked since (``deploy_unchecked``: live pages none did);
+        ``oldest_checked`` / ``oldest_url``: the oldest verification of a live page, and that page
+        (the first by key of a tie); ``delisted``: live pages listed
         once but not by the site's last complete listing (``listing_run``: the last run that
         finished, was not aborted, read a listing and stored none of ``LISTING_FAILURES`` in its
         reasons), with the first few of their URLs. Pages found only by links or feeds are never
         delisted; a site without a complete listing has none.
         """
+
+    def iter_site_builds(self) -> Iterator[SiteBuild]:
+        """Yield each site's build: its fingerprint, noise and last detected deploy (CLI)."""
 
     def iter_held_runs(self, site: str | None = None) -> Iterator[HeldRun]:
         """Runs waiting for a decision of *site* (None: all), oldest first: held runs (``state``

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
         PageRecord,
         Run,
         ScheduledPage,
+        SiteBuild,
         SitemapFile,
         TrustRecord,
     )
@@ -23,17 +24,51 @@ __all__ = ["Frontier", "Schedule", "Trust"]
 
 
 class Schedule(Protocol):
-    """When each page is due, what a run's listing decided, and its audit sample.
+    """When each page is due, what a run's listing decided, its audit sample and probes, and
+    each site's build (deploy detection).
 
-    Guarantees: revisit state is written after the page's own write, never before; a run's
-    audit sample is drawn once among the site's live, non-immutable pages.
+    Guarantees: revisit state is written after the page's own write, never before, and stamps the
+    page verified by a request; a run's audit sample is drawn once among the site's live,
+    non-immutable pages; a page the listing skipped is taken for a deploy's check once.
     """
 
     async def scheduled(self, keys: Sequence[str]) -> dict[str, ScheduledPage]:
         """The schedule's view of the stored pages among *keys*, in one round trip."""
 
-    async def mark_listed(self, run: Run, decided: Sequence[tuple[str, str | None]]) -> None:
-        """Note that this run's listing decided (key, skipping layer or None) pairs (not unseen)."""
+    async def mark_listed(
+        self,
+        run: Run,
+        decided: Sequence[tuple[str, str | None]],
+        *,
+        vouched: Sequence[tuple[str, str]] = (),
+        at: datetime | None = None,
+    ) -> None:
+        """Note that this run's listing decided (key, skipping layer or None) pairs (not unseen),
+        and that a trusted signal verified the *vouched* (key, ``lastmod`` or ``feed``) pages *at*."""
+
+    async def take_skipped(
+        self, run: Run, *, before: datetime, limit: int
+    ) -> list[tuple[str, str, str | None, str]]:
+        """Up to *limit* pages of the run's site its listing skipped and no request checked since
+        *before*: (key, url, lastmod, skipping layer), each taken once (its skip undone)."""
+
+    async def probe_sample(
+        self, run: Run, n: int, homes: Sequence[str] = ()
+    ) -> list[tuple[str, str, str | None]]:
+        """The run's *n* probes among the site's live pages (neither immutable nor audited this
+        run): the first of the *homes* keys it keeps, then pages drawn at random: (key, url, lastmod)."""
+
+    async def mark_solo(self, keys: Sequence[str], *, solo: bool) -> None:
+        """Note whether these pages' changes come on their own (no sample of a deploy)."""
+
+    async def site_build(self, site: str) -> SiteBuild | None:
+        """The site's build as last stored (fingerprint, noise, last deploy), or None."""
+
+    async def record_site_build(self, build: SiteBuild, at: datetime) -> None:
+        """Store the site's build."""
+
+    async def live_pages(self, site: str) -> int:
+        """How many pages of *site* are live or quarantined."""
 
     async def revisit(self, key: str) -> Revisit | None:
         """A page's revisit state, or None."""
@@ -53,8 +88,11 @@ class Schedule(Protocol):
     ) -> tuple[Revisit | None, Revisit]:
         """Replace a page's revisit state by ``update(state)`` in one round trip; (before, after)."""
 
-    async def audit_sample(self, run: Run, sample: float) -> list[str]:
-        """Draw the run's random self-audit sample (a share below 1, else a count); return keys."""
+    async def audit_sample(
+        self, run: Run, sample: float, *, now: datetime | None = None, bound_secs: float | None = None
+    ) -> list[str]:
+        """Draw the run's random self-audit sample (a share, else a count; with *now* and
+        *bound_secs* a share below 1 is per bound since the site's last verification); return keys."""
 
 
 class Frontier(Protocol):
@@ -68,11 +106,14 @@ class Frontier(Protocol):
     async def sitemap_file(self, url: str) -> SitemapFile | None:
         """The sitemap file as last read (validators, page count), or None."""
 
-    async def add_listing(self, run: Run, sitemap: str, entries: Sequence[ListedEntry]) -> None:
-        """Store entries of *sitemap* read this run (a batch; the file's read goes on)."""
+    async def add_listing(self, run: Run, sitemap: str, entries: Sequence[ListedEntry]) -> tuple[int, int]:
+        """Store entries of *sitemap* read this run (a batch; the file's read goes on); (entries
+        the file did not list when last read, entries whose lastmod moved): (0, 0) for a file
+        never read to its end before."""
 
-    async def listing_read(self, run: Run, file: SitemapFile, at: datetime) -> None:
-        """The read of *file* is complete: store its validators, drop entries it no longer lists."""
+    async def listing_read(self, run: Run, file: SitemapFile, at: datetime) -> int:
+        """The read of *file* is complete: store its validators, drop entries it no longer lists
+        (returns how many)."""
 
     async def listing(self, sitemap: str, *, after: int, limit: int) -> list[ListedEntry]:
         """Up to *limit* stored entries of *sitemap* in the file's order, after position *after*."""

@@ -49,6 +49,7 @@ class RoleMethods:
         self.record_error = self.pages.record_error
         self.record_miss = self.pages.record_miss
         self.record_moves = self.pages.record_moves
+        self.miss_moves = self.pages.miss_moves
         self.unseen = self.pages.unseen
         self.unseen_sync = self.pages.unseen_sync
         self.begin_run = self.runs.begin_run
@@ -63,6 +64,7 @@ class RoleMethods:
         self.hold_run = self.decisions.hold_run
         self.decision = self.decisions.decision
         self.release_kept = self.decisions.release_kept
+        self.approve = self.decisions.approve
         self.discard = self.decisions.discard
         self.pending_changes = self.decisions.pending_changes
         self.largest_same_content = self.decisions.largest_same_content
@@ -87,6 +89,12 @@ class RoleMethods:
         self.record_revisit = self.schedule.record_revisit
         self.update_revisit = self.schedule.update_revisit
         self.audit_sample = self.schedule.audit_sample
+        self.take_skipped = self.schedule.take_skipped
+        self.probe_sample = self.schedule.probe_sample
+        self.mark_solo = self.schedule.mark_solo
+        self.site_build = self.schedule.site_build
+        self.record_site_build = self.schedule.record_site_build
+        self.live_pages = self.schedule.live_pages
         self.sitemap_file = self.frontier.sitemap_file
         self.add_listing = self.frontier.add_listing
         self.listing_read = self.frontier.listing_read
@@ -109,6 +117,7 @@ class RoleMethods:
         self.iter_run_pages = self.readers.iter_run_pages
         self.iter_schedule = self.readers.iter_schedule
         self.freshness = self.readers.freshness
+        self.iter_site_builds = self.readers.iter_site_builds
         self.iter_events = self.readers.iter_events
         self.page_state = self.readers.page_state
         self.iter_held_runs = self.readers.iter_held_runs

@@ -38,6 +38,9 @@ CHECKS = {
     "visible_mixed": "the bot sees chunks of two versions of one page (repair: the older retired, "
     "the page fetched and indexed again next run)",
     "refused_url": "a stored page whose URL is not http(s) without credentials (repair: marked gone)",
+    "offsite_page": "a stored page on another host than the site of the run that stored it, which no "
+    "listing or redirect of the site led to: a page a spider followed off the site; no run of the site "
+    "publishes or reconciles it, yet the bot may see its chunks (repair: marked gone, its chunks retired)",
     "duplicate_key": "two stored pages are one page under the current URL rules (repair: the one "
     "stored under the other key is marked gone)",
     "duplicate_content": "one text is the live content of several page keys of a site, so search "
@@ -158,6 +161,17 @@ def check(
         if (reason := policy.refusal(url)) is not None
     )
     add("refused_url", refused)
+    add(
+        "offsite_page",
+        _rows(
+            conn,
+            """SELECT p.key, 'on ' || p.site || ', stored by run ' || r.id || ' of ' || r.site
+               FROM pages p JOIN runs r ON r.id = p.last_seen_run
+               WHERE p.status != 'gone' AND r.site IS NOT NULL AND p.site != r.site
+                 AND COALESCE(p.found_via, '') NOT IN ('sitemap', 'feed', 'redirect')
+               ORDER BY p.key""",
+        ),
+    )
     add("duplicate_key", _duplicate_keys(conn, key_maker))
     add(
         "duplicate_content",
@@ -301,7 +315,7 @@ def repair(findings: list[Finding], *, at: str) -> Work[dict[str, int]]:
             for k in sorted({*keys.get("visible_duplicates", ()), *keys.get("visible_mixed", ())})
         ],
     )
-    for name in ("refused_url", "duplicate_key"):
+    for name in ("refused_url", "offsite_page", "duplicate_key"):
         done[name] = yield many(
             "UPDATE pages SET status = 'gone', last_checked = ? WHERE key = ?",
             [(at, k) for k in keys.get(name, ())],

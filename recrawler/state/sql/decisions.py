@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 from recrawler.detect.hashing import fuzzy_distance
 from recrawler.exceptions import StateStoreError
 from recrawler.state.records import (
+    DECISION_APPROVED,
+    DECISION_DISCARDED,
     GONE,
     LIVE,
     QUARANTINED,
@@ -65,11 +67,18 @@ class SQLDecisions:
     # -- what the run's end would remove ---------------------------------------------------------
 
     async def carry_misses(self, run: Run) -> int:
-        """Misses earlier runs of the site kept for a decision join this run's: those of pages this
-        run answered for are gone already (an answer settles them), those it staged again give
-        way to its own; the rest are this run's to decide. Returns how many were carried."""
+        """Misses earlier runs of the site kept for a decision join this run's, still kept: a
+        held removal waits for a person (``runs approve`` / ``discard``), whatever later runs
+        see. Those of pages this run answered for are gone already (an answer settles them);
+        those it staged again give way to its own, which keeps the decision. Returns how many
+        were carried."""
 
         def work() -> Work[int]:
+            yield count(
+                """UPDATE run_misses SET kept = 1 WHERE run_id = :run AND kept = 0 AND key IN (
+                     SELECT o.key FROM run_misses o WHERE o.kept = 1 AND o.run_id < :run)""",
+                {"run": run.id},
+            )
             yield count(
                 """DELETE FROM run_misses WHERE kept = 1 AND run_id < :run AND key IN (
                      SELECT key FROM run_misses WHERE run_id = :run)""",
@@ -132,10 +141,11 @@ class SQLDecisions:
         return await self.db.run(work(), flush=True)
 
     async def settle_misses(self, run: Run, action: str) -> ReconcileResult:
-        """Decide the run's staged misses: :data:`APPLY` (they apply when the run publishes),
+        """Decide the run's own staged misses: :data:`APPLY` (they apply when the run publishes),
         :data:`KEEP` (kept for a decision, carried to later runs), :data:`KEEP_LISTED` (those of
-        pages this run's listing still names are kept, the rest apply) or :data:`DROP` (the run's
-        own misses go; its moves, and misses kept earlier, stay)."""
+        pages this run's listing still names are kept, the rest apply) or :data:`DROP` (they go;
+        its moves stay). Misses kept earlier stay kept whatever the action: only a decision
+        (or the page's own answer) settles them."""
 
         def work() -> Work[ReconcileResult]:
             if action == DROP:
@@ -143,7 +153,6 @@ class SQLDecisions:
                     "DELETE FROM run_misses WHERE run_id = ? AND kept = 0 AND moved_to IS NULL", (run.id,)
                 )
                 return ReconcileResult(applied=False, skipped_misses=n)
-            yield count("UPDATE run_misses SET kept = 0 WHERE run_id = ? AND kept = 1", (run.id,))
             if action in (KEEP, KEEP_LISTED):
                 listed = (
                     " AND key IN (SELECT key FROM pages WHERE listed_run = :run)"
@@ -173,26 +182,33 @@ class SQLDecisions:
         run and every unpublished run of its site before it visible, take their pending pages as
         published, and drop the chunk rows no one can see any more. Returns what the misses did
         and ``{"chunks_deleted": n}``."""
+        return await self.db.transaction(self._publish(run, at, gone_after, gone_statuses, exit_code))
+
+    def _publish(
+        self,
+        run: Run,
+        at: datetime,
+        gone_after: int,
+        gone_statuses: Sequence[int],
+        exit_code: int | None,
+    ) -> Work[tuple[ReconcileResult, dict[str, int]]]:
         from recrawler.state.sql.kb import gc_chunks
 
-        def work() -> Work[tuple[ReconcileResult, dict[str, int]]]:
-            result = yield from apply_misses(self.db, run, gone_after, list(gone_statuses), at)
-            # held runs before it are covered by this publication (their pages were judged again)
-            yield from _supersede(run)
-            yield count(
-                "UPDATE runs SET state = ?, published_at = COALESCE(published_at, ?) WHERE id = ?",
-                (RUN_PUBLISHED, _ts(at), run.id),
-            )
-            yield from publish_pending(run.site)
-            if exit_code is not None:
-                # an approved held run: the exit code it would have had unheld
-                yield count("UPDATE runs SET exit_code = ? WHERE id = ?", (exit_code, run.id))
-            # what it took out, as the run's report shows it (the run's end records the rest)
-            yield from record_run_pages(run.id, run.site, _ts(at) or "", _ts(at) or "")
-            gc = yield from gc_chunks()
-            return result, gc
-
-        return await self.db.transaction(work())
+        result = yield from apply_misses(self.db, run, gone_after, list(gone_statuses), at)
+        # held runs before it are covered by this publication (their pages were judged again)
+        yield from _supersede(run)
+        yield count(
+            "UPDATE runs SET state = ?, published_at = COALESCE(published_at, ?) WHERE id = ?",
+            (RUN_PUBLISHED, _ts(at), run.id),
+        )
+        yield from publish_pending(run.site)
+        if exit_code is not None:
+            # an approved held run: the exit code it would have had unheld
+            yield count("UPDATE runs SET exit_code = ? WHERE id = ?", (exit_code, run.id))
+        # what it took out, as the run's report shows it (the run's end records the rest)
+        yield from record_run_pages(run.id, run.site, _ts(at) or "", _ts(at) or "")
+        gc = yield from gc_chunks()
+        return result, gc
 
     async def supersede(self, run: Run) -> None:
         """Held runs of the site before *run* hand their decision to it (before it embeds: their
@@ -212,12 +228,17 @@ class SQLDecisions:
 
     async def decision(self, run_id: int) -> Run:
         """The run whose decision *run_id* names: a held run, or a published one whose removals
-        wait; refused (StateStoreError) otherwise, naming the run that carries it now."""
+        wait; refused (StateStoreError) otherwise, naming the run that carries it now, or the
+        decision already taken on it."""
 
         def work() -> Work[Run]:
-            row = yield one("SELECT id, spider, site, state, started_at FROM runs WHERE id = ?", (run_id,))
+            row = yield one(
+                "SELECT id, spider, site, state, started_at, decision FROM runs WHERE id = ?", (run_id,)
+            )
             if row is None:
                 raise StateStoreError(f"no run {run_id} in {self.db.label!r}")
+            if row["decision"] is not None:
+                raise StateStoreError(f"run {run_id} was {row['decision']} already: nothing of it waits")
             kept = yield one("SELECT COUNT(*) FROM run_misses WHERE run_id = ? AND kept = 1", (run_id,))
             if row["state"] != RUN_HELD and not int(kept[0]):
                 later = yield one(
@@ -251,6 +272,27 @@ class SQLDecisions:
 
         return await self.db.run(work(), flush=True)
 
+    async def approve(
+        self,
+        run: Run,
+        *,
+        at: datetime,
+        gone_after: int,
+        gone_statuses: Sequence[int],
+        exit_code: int | None = None,
+    ) -> tuple[ReconcileResult, dict[str, int]]:
+        """``runs approve``, in one transaction: take the decision (refused with StateStoreError
+        when another process took one first, see :func:`_take`), let the misses kept for it
+        apply, and publish the run as :meth:`publish_run` does (its texts are embedded before)."""
+
+        def work() -> Work[tuple[ReconcileResult, dict[str, int]]]:
+            yield from _take(run.id, DECISION_APPROVED)
+            yield count("UPDATE run_misses SET kept = 0 WHERE run_id = ? AND kept = 1", (run.id,))
+            yield from _supersede(run)
+            return (yield from self._publish(run, at, gone_after, gone_statuses, exit_code))
+
+        return await self.db.transaction(work())
+
     async def release_kept(self, run: Run) -> int:
         """``runs approve``: the misses kept for the run's decision apply with its publication."""
 
@@ -269,6 +311,7 @@ class SQLDecisions:
         run = await self.decision(run_id)
 
         def work() -> Work[dict[str, int]]:
+            yield from _take(run_id, DECISION_DISCARDED)
             state = yield one("SELECT state FROM runs WHERE id = ?", (run_id,))
             dropped_misses = yield count(
                 """DELETE FROM run_misses WHERE kept = 1 AND key IN (
@@ -345,6 +388,31 @@ class SQLDecisions:
             return best
 
         return await self.db.run(work(), flush=True)
+
+
+def _take(run_id: int, decision: str) -> Work[None]:
+    """Take the decision on run *run_id*: one conditional update of its row, which succeeds only
+    while no decision is taken, the run waits for one (held, or removals kept) and no later run of
+    its site carries it. Two processes deciding at once: the database lets one update the row, the
+    other finds the condition false (PostgreSQL re-checks it on the row's newest version) and is
+    refused with one line saying what the first decided."""
+    taken = yield count(
+        """UPDATE runs SET decision = :decision
+           WHERE id = :run AND decision IS NULL
+             AND (state = :held OR EXISTS (
+               SELECT 1 FROM run_misses m WHERE m.run_id = :run AND m.kept = 1))
+             AND NOT EXISTS (
+               SELECT 1 FROM runs l WHERE l.site IS NOT DISTINCT FROM runs.site AND l.id > :run
+                 AND l.state != :discarded)""",
+        {"decision": decision, "run": run_id, "held": RUN_HELD, "discarded": RUN_DISCARDED},
+    )
+    if taken:
+        return
+    row = yield one("SELECT state, decision FROM runs WHERE id = ?", (run_id,))
+    if row is not None and row["decision"] is not None:
+        raise StateStoreError(f"run {run_id} was {row['decision']} already: nothing of it waits")
+    state = row["state"] if row is not None else "gone"
+    raise StateStoreError(f"run {run_id} is {state}: nothing of it waits for a decision now")
 
 
 def _supersede(run: Run) -> Work[None]:

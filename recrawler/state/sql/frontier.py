@@ -38,13 +38,32 @@ class SQLFrontier:
 
         return await self.db.run(work())
 
-    async def add_listing(self, run: Run, sitemap: str, entries: Sequence[ListedEntry]) -> None:
-        """Store entries of *sitemap* read this run (a batch; the file's read goes on)."""
+    async def add_listing(self, run: Run, sitemap: str, entries: Sequence[ListedEntry]) -> tuple[int, int]:
+        """Store entries of *sitemap* read this run (a batch; the file's read goes on). Returns how
+        many of them the file did not list when last read, and how many moved their lastmod (0, 0
+        for a file never read to its end before)."""
 
-        def work() -> Work[None]:
+        d = self.db.dialect
+
+        def work() -> Work[tuple[int, int]]:
             # a URL the file lists twice is stored as its last listing says (one statement may
             # hold the whole batch, and a row is updated once a statement)
             listed = {e.url: (sitemap, e.url, e.kind, e.lastmod, run.id, e.pos) for e in entries}
+            known = yield one("SELECT 1 FROM sitemap_files WHERE url = ?", (sitemap,))
+            added = moved = 0
+            if known is not None:
+                before = yield rows(
+                    f"""SELECT url, lastmod, run_id FROM sitemap_entries
+                        WHERE sitemap = ? AND url {d.in_list("?")}""",
+                    (sitemap, d.list_param(list(listed))),
+                )
+                stored = {r["url"]: (r["lastmod"], r["run_id"]) for r in before}
+                for url, row in listed.items():
+                    old = stored.get(url)
+                    if old is None:
+                        added += 1
+                    elif old[1] != run.id and (old[0] or None) != (row[3] or None):
+                        moved += 1
             yield from values(
                 "INSERT INTO sitemap_entries (sitemap, url, kind, lastmod, run_id, pos)",
                 list(listed.values()),
@@ -52,15 +71,20 @@ class SQLFrontier:
                      lastmod = excluded.lastmod, run_id = excluded.run_id, pos = excluded.pos""",
                 types=("text", "text", "text", "text", "int8", "int8"),
             )
+            return added, moved
 
-        if entries:
-            await self.db.page_write(work())
+        if not entries:
+            return 0, 0
+        return await self.db.page_write(work())
 
-    async def listing_read(self, run: Run, file: SitemapFile, at: datetime) -> None:
-        """The read of *file* is complete: store its validators, drop entries it no longer lists."""
+    async def listing_read(self, run: Run, file: SitemapFile, at: datetime) -> int:
+        """The read of *file* is complete: store its validators, drop entries it no longer lists;
+        returns how many it dropped."""
 
-        def work() -> Work[None]:
-            yield count("DELETE FROM sitemap_entries WHERE sitemap = ? AND run_id != ?", (file.url, run.id))
+        def work() -> Work[int]:
+            removed = yield count(
+                "DELETE FROM sitemap_entries WHERE sitemap = ? AND run_id != ?", (file.url, run.id)
+            )
             yield count(
                 """INSERT INTO sitemap_files (url, etag, last_modified, urls, parsed_run, fetched_at)
                    VALUES (?, ?, ?, ?, ?, ?)
@@ -69,8 +93,9 @@ class SQLFrontier:
                      parsed_run = excluded.parsed_run, fetched_at = excluded.fetched_at""",
                 (file.url, file.etag, file.last_modified, file.urls, run.id, _ts(at)),
             )
+            return int(removed)
 
-        await self.db.page_write(work())
+        return await self.db.page_write(work())
 
     async def listing(self, sitemap: str, *, after: int, limit: int) -> list[ListedEntry]:
         """Up to *limit* stored entries of *sitemap* in the file's order, after position *after*."""

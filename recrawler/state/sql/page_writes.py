@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from recrawler.detect.hashing import unpack_blocks
 from recrawler.state.records import packed_text, samples_json
-from recrawler.state.sql.dialect import count, rows, values
+from recrawler.state.sql.dialect import count, many, rows, values
 from recrawler.state.sql.pending import keep_published, revert_page
 from recrawler.state.sql.rows import _PAGE_COLUMNS, _RETIRED_QUARANTINED, _RETIRED_REPLACED, _ts
 from recrawler.state.sql.schedule import revisit_updates
@@ -35,7 +35,7 @@ def _page_upsert_sql(replaced: bool) -> str:
       last_checked = excluded.last_checked, last_changed = excluded.last_changed,
       last_seen_run = excluded.last_seen_run, found_depth = excluded.found_depth,
       moved_to = excluded.moved_to, changed_run = excluded.changed_run,
-      pending = excluded.pending{chunks}"""
+      pending = excluded.pending, version = excluded.version, lang = excluded.lang{chunks}"""
 
 
 def _page_params(run: Run, rec: PageRecord) -> tuple[Any, ...]:
@@ -61,6 +61,8 @@ def _page_params(run: Run, rec: PageRecord) -> tuple[Any, ...]:
         rec.moved_to,
         rec.changed_run,
         rec.pending,
+        rec.version,
+        rec.lang,
     )
 
 
@@ -144,7 +146,9 @@ def write_pages(db: Database, batch: list[_PageWrite]) -> Work[list[Revisit | No
                 f"WHERE key {d.in_list('?')} AND retired_run IS NULL",
                 (run_id, _RETIRED_REPLACED, d.list_param(replacing)),
             )
-    columns = f"key, chunk_index, chunk_hash, url, heading, text, added_run{d.chunk_extra_columns}"
+    columns = (
+        f"key, chunk_index, chunk_hash, url, heading, text, added_run, version, lang{d.chunk_extra_columns}"
+    )
     yield from values(
         f"INSERT INTO chunks ({columns})",
         [
@@ -156,18 +160,29 @@ def write_pages(db: Database, batch: list[_PageWrite]) -> Work[list[Revisit | No
                 c.heading,
                 c.text,
                 w.run.id,
+                w.rec.version,
+                w.rec.lang,
                 *d.chunk_extra(c.heading, c.text),
             )
             for w in batch
             if w.chunks is not None
             for c in w.chunks
         ],
-        row=f"(?, ?, ?, ?, ?, ?, ?{d.chunk_extra_values})",
-        types=("text", "int8", "text", "text", "text", "text", "int8", *d.chunk_extra_types),
+        row=f"(?, ?, ?, ?, ?, ?, ?, ?, ?{d.chunk_extra_values})",
+        types=("text", "int8", "text", "text", "text", "text", "int8", "text", "text", *d.chunk_extra_types),
     )
     for w in batch:
         if w.chunks is None and w.restore:
             yield from _restore_chunks(d, w.run, w.rec.key)
+    # a page's chunks carry its version and language: a page whose labels changed while its text
+    # did not (a 304 a new RECRAWLER_VERSION_PATTERN names) relabels the rows it has
+    relabel = [(w.rec.version, w.rec.lang, w.rec.key) for w in batch if w.chunks is None]
+    if relabel:
+        yield many(
+            "UPDATE chunks SET version = ?, lang = ? WHERE key = ? "
+            "AND (version IS DISTINCT FROM ? OR lang IS DISTINCT FROM ?)",
+            [(v, lang, key, v, lang) for v, lang, key in relabel],
+        )
     embeddings = [e for w in batch for e in w.embeddings]
     if embeddings:
         yield from db.embeddings_work(embeddings)
@@ -230,8 +245,9 @@ def _restore_chunks(d: Dialect, run: Run, key: str) -> Work[None]:
     # same embeddings. The kept rows stay as they are (collected when the run publishes).
     extra = d.chunk_extra_columns
     n = yield count(
-        f"""INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run{extra})
-           SELECT key, chunk_index, chunk_hash, url, heading, text, :run{extra} FROM chunks
+        f"""INSERT INTO chunks (key, chunk_index, chunk_hash, url, heading, text, added_run, version,
+             lang{extra})
+           SELECT key, chunk_index, chunk_hash, url, heading, text, :run, version, lang{extra} FROM chunks
            WHERE key = :key AND retired_why = :why AND retired_run = (
              SELECT MAX(retired_run) FROM chunks WHERE key = :key AND retired_why = :why)
            ORDER BY chunk_index""",

@@ -265,13 +265,36 @@ class SQLPages:
 
         return await self.db.page_write(work())
 
+    async def miss_moves(self, run: Run, target: str, *, http_status: int) -> int:
+        """The run's staged moves to page *target* become misses of their pages (the target
+        answered that it is not there, so the old addresses are missing too); returns how many.
+        It lands after the writes queued before it, as :meth:`record_miss` does."""
+        queued = [w.done for w in (*self._writing, *self._queue) if w.rec.key == target]
+        if queued:
+            await asyncio.wait(queued)
+
+        def work() -> Work[int]:
+            n: int = yield count(
+                "UPDATE run_misses SET moved_to = NULL, http_status = ? WHERE run_id = ? AND moved_to = ?",
+                (http_status, run.id, target),
+            )
+            return n
+
+        return await self.db.page_write(work())
+
     def _unseen(
-        self, run: Run, limit: int, due_at: datetime | None, delisted: bool = False
+        self,
+        run: Run,
+        limit: int,
+        due_at: datetime | None,
+        delisted: bool = False,
+        deployed: datetime | None = None,
     ) -> Work[list[tuple[str, str, int]]]:
         # Pages the run's listing decided (requested, or skipped by the schedule, lastmod or
         # deltafetch) are not unseen; with *due_at*, neither are pages not due by then, but for
-        # quarantined and audited pages, pages whose change or removal waits for a decision, and
-        # (*delisted*: the listing is whole) pages a listing found that this one no longer names.
+        # quarantined and audited pages, pages whose change or removal waits for a decision,
+        # (*delisted*: the listing is whole) pages a listing found that this one no longer names,
+        # and (*deployed*) pages no request checked since the site's last detected deploy.
         found = yield rows(
             """UPDATE pages SET verify_run = :run
                WHERE key IN (
@@ -283,7 +306,8 @@ class SQLPages:
                    AND (CAST(:due AS TEXT) IS NULL OR status = :quarantined OR audit_run = :run
                         OR next_check_at IS NULL OR next_check_at <= :due OR pending = 'changed'
                         OR key IN (SELECT m.key FROM run_misses m WHERE m.kept = 1)
-                        OR (:delisted = 1 AND (found_via IS NULL OR found_via != 'link')))
+                        OR (:delisted = 1 AND (found_via IS NULL OR found_via != 'link'))
+                        OR COALESCE(last_check_at, last_checked, '') < COALESCE(CAST(:deployed AS TEXT), ''))
                  ORDER BY key LIMIT :limit)
                RETURNING key, url, found_depth""",
             {
@@ -295,6 +319,7 @@ class SQLPages:
                 "limit": limit,
                 "after": self._unseen_after.get(run.id, ""),
                 "delisted": int(delisted),
+                "deployed": _at(deployed),
             },
         )
         if found:
@@ -304,7 +329,13 @@ class SQLPages:
         return sorted((r["key"], r["url"], r["found_depth"] or 0) for r in found)
 
     def unseen_sync(
-        self, run: Run, limit: int, *, due_at: datetime | None = None, delisted: bool = False
+        self,
+        run: Run,
+        limit: int,
+        *,
+        due_at: datetime | None = None,
+        delisted: bool = False,
+        deployed: datetime | None = None,
     ) -> list[tuple[str, str, int]]:
         """Return up to *limit* pages of the run's site not reached this run, marking them.
 
@@ -314,15 +345,21 @@ class SQLPages:
         """
         if run.site is None:
             return []
-        return self.db.transaction_sync(self._unseen(run, limit, due_at, delisted))
+        return self.db.transaction_sync(self._unseen(run, limit, due_at, delisted, deployed))
 
     async def unseen(
-        self, run: Run, limit: int, *, due_at: datetime | None = None, delisted: bool = False
+        self,
+        run: Run,
+        limit: int,
+        *,
+        due_at: datetime | None = None,
+        delisted: bool = False,
+        deployed: datetime | None = None,
     ) -> list[tuple[str, str, int]]:
         """Async form of :meth:`unseen_sync`."""
         if run.site is None:
             return []
-        return await self.db.transaction(self._unseen(run, limit, due_at, delisted))
+        return await self.db.transaction(self._unseen(run, limit, due_at, delisted, deployed))
 
     async def record_moves(self, run: Run, keys: Sequence[str], target: str, *, http_status: int) -> int:
         """Stage a permanent redirect of stored pages *keys* to page *target*; returns how many.

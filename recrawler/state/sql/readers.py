@@ -17,21 +17,26 @@ from recrawler.state.records import (
     RUN_ABORTED,
     RUN_DISCARDED,
     RUN_HELD,
+    RUN_SUPERSEDED,
     Freshness,
     HeldRun,
     PageRecord,
     ScheduledPage,
+    SiteBuild,
     TrustRecord,
 )
 from recrawler.state.sql.check import Finding, check, repair
 from recrawler.state.sql.rows import (
     _PAGE_COLUMNS,
+    _SCHEDULE_BEFORE_18,
     _SCHEDULE_COLUMNS,
+    _SITE_BUILD_COLUMNS,
     _TRUST_COLUMNS,
     _at,
     _dt,
     _row_to_record,
     _row_to_scheduled,
+    _row_to_site_build,
     _row_to_trust,
     _ts,
 )
@@ -55,9 +60,10 @@ _LISTING_RUNS = f"""SELECT r.site, MAX(r.id) AS run FROM runs r
       {"".join(f" AND COALESCE(r.reasons, '') NOT LIKE :failure{i}" for i in range(len(LISTING_FAILURES)))}
     GROUP BY r.site"""
 # the run that last listed a live page: its listing mark (``pages.listed_run``, set for every
-# stored page a listing names), else, for a page first stored from a sitemap in a run that had no
-# row for it yet to mark, the run that stored it; pages found by links or feeds alone have none
-_LISTED_IN = "COALESCE(p.listed_run, CASE WHEN p.found_via = 'sitemap' THEN p.changed_run END)"
+# stored page a listing names), else, for a page first stored from a sitemap (or from the link
+# crawl that lists a site with none) in a run that had no row for it yet to mark, the run that
+# stored it; pages found by links beyond a sitemap or by feeds alone have none
+_LISTED_IN = "COALESCE(p.listed_run, CASE WHEN p.found_via IN ('sitemap', 'crawl') THEN p.changed_run END)"
 
 
 class SQLReaders:
@@ -93,8 +99,10 @@ class SQLReaders:
         site: str | None = None,
         run_id: int | None = None,
         limit: int | None = None,
+        held: bool = False,
     ) -> Iterator[dict[str, Any]]:
-        """History rows, newest first, for one page, site or run (for the CLI and reports)."""
+        """History rows, newest first, for one page, site or run (for the CLI and reports): of
+        published runs, or (*held*) of held runs and those they supersede."""
         with self.db.reader() as conn:
             where: list[str] = []
             params: list[Any] = []
@@ -107,8 +115,15 @@ class SQLReaders:
             if site is not None:
                 where.append("(key = ? OR key LIKE ? || '/%' OR key LIKE ? || '?%')")
                 params.extend([site, site, site])
-            # history of published runs only: a held run's changes are not history yet
-            where.append(visible_run("run_id"))
+            if held:
+                # what waits for a decision: the operator's to see, no one else's
+                where.append(
+                    f"run_id IN (SELECT id FROM runs WHERE state IN ('{RUN_HELD}', '{RUN_SUPERSEDED}')) "
+                    f"AND NOT {visible_run('run_id')}"
+                )
+            else:
+                # history of published runs only: a held run's changes are not history yet
+                where.append(visible_run("run_id"))
             sql = "SELECT * FROM page_changes WHERE " + " AND ".join(where)
             sql += " ORDER BY id DESC"
             if limit:
@@ -138,18 +153,29 @@ class SQLReaders:
         it was last stored with, None if not kept), ``first_run`` (the run that first stored it)
         and ``removed_run`` (the last run whose end recorded it quarantined, gone or moved)."""
         with self.db.reader() as conn:
-            rows = list(conn.iter(f"SELECT {_PAGE_COLUMNS} FROM pages WHERE key = :key", {"key": key}))
-            if not rows:
-                return None
-            record = _row_to_record(rows[0])
-            text = next(
-                (
-                    zlib.decompress(r[0]).decode("utf-8")
-                    for r in conn.iter("SELECT text FROM page_fields WHERE key = :key", {"key": key})
-                    if r[0]
-                ),
-                None,
+            # as the knowledge base shows it: a pending page's published state and text
+            rows = list(
+                conn.iter(
+                    f"SELECT {_PAGE_COLUMNS} FROM {published_pages()} pp WHERE key = :key", {"key": key}
+                )
             )
+            current = list(conn.iter(f"SELECT {_PAGE_COLUMNS} FROM pages WHERE key = :key", {"key": key}))
+            if not current:
+                return None
+            pending = current[0]["pending"]
+            record = _row_to_record(rows[0] if rows else current[0])
+            before = list(
+                conn.iter(
+                    "SELECT f_present, f_text FROM page_before WHERE key = :key AND kind = 'changed'",
+                    {"key": key},
+                )
+            )
+            blobs = (
+                [before[0]["f_text"]]
+                if before and before[0]["f_present"]
+                else [r[0] for r in conn.iter("SELECT text FROM page_fields WHERE key = :key", {"key": key})]
+            )
+            text = next((zlib.decompress(b).decode("utf-8") for b in blobs if b), None)
             first_run = next(
                 (
                     int(r[0])
@@ -173,7 +199,13 @@ class SQLReaders:
                     ),
                     None,
                 )
-        return {"record": record, "text": text, "first_run": first_run, "removed_run": removed_run}
+        return {
+            "record": record,
+            "text": text,
+            "first_run": first_run,
+            "removed_run": removed_run,
+            "pending": pending,
+        }
 
     def iter_runs(self) -> Iterator[dict[str, Any]]:
         """Yield runs newest first."""
@@ -293,7 +325,9 @@ class SQLReaders:
 
     def freshness(self, site: str | None, *, bound_secs: float, now: datetime) -> Freshness:
         """How current the live pages of *site* (None: every site) are at *now*: verified within
-        *bound_secs*, the oldest verification, and those missing from the last complete listing."""
+        *bound_secs* (by a request or a trusted signal; after a detected deploy, by a request since),
+        by what, the oldest verification, the pages a deploy left unchecked, and those missing from
+        the last complete listing."""
         params = {
             "site": site,
             "live": LIVE,
@@ -301,20 +335,50 @@ class SQLReaders:
             "cutoff": _at(now - timedelta(seconds=bound_secs)),
             **{f"failure{i}": f'%"{why}"%' for i, why in enumerate(LISTING_FAILURES)},
         }
-        pages = "FROM pages p WHERE p.status = :live AND (CAST(:site AS TEXT) IS NULL OR p.site = :site)"
         delisted = f"""FROM pages p JOIN ({_LISTING_RUNS}) ref ON ref.site = p.site
             WHERE p.status = :live AND {_LISTED_IN} < ref.run"""
         with self.db.reader() as conn:
-            (live, verified, oldest), *_ = conn.iter(
-                f"""SELECT COUNT(*), COUNT(*) FILTER (WHERE p.last_checked >= :cutoff),
-                      MIN(p.last_checked) {pages}""",
-                params,
-            )
+            deploys = self._has_table(conn, "site_builds")
+            if deploys:
+                # verified: within the bound, and after the site's last deploy by a request
+                checked = "COALESCE(p.last_check_at, p.last_checked)"
+                late = f"(b.deploy_at IS NOT NULL AND ({checked} IS NULL OR {checked} < b.deploy_at))"
+                at = "COALESCE(p.verified_at, p.last_checked)"
+                pages = (
+                    "FROM pages p LEFT JOIN site_builds b ON b.site = p.site "
+                    "WHERE p.status = :live AND (CAST(:site AS TEXT) IS NULL OR p.site = :site)"
+                )
+                ok = f"{at} >= :cutoff AND NOT {late}"
+                (live, verified, oldest, by_lastmod, by_feed, unchecked), *_ = conn.iter(
+                    f"""SELECT COUNT(*), COUNT(*) FILTER (WHERE {ok}), MIN({at}),
+                          COUNT(*) FILTER (WHERE {ok} AND p.verified_by = 'lastmod'),
+                          COUNT(*) FILTER (WHERE {ok} AND p.verified_by = 'feed'),
+                          COUNT(*) FILTER (WHERE {late}) {pages}""",
+                    params,
+                )
+                deploy = next(
+                    iter(
+                        conn.iter(
+                            "SELECT deploy_at, deploy_reason FROM site_builds WHERE site = :site", params
+                        )
+                    ),
+                    None,
+                )
+            else:
+                at = "p.last_checked"
+                pages = (
+                    "FROM pages p WHERE p.status = :live AND (CAST(:site AS TEXT) IS NULL OR p.site = :site)"
+                )
+                (live, verified, oldest), *_ = conn.iter(
+                    f"""SELECT COUNT(*), COUNT(*) FILTER (WHERE {at} >= :cutoff), MIN({at}) {pages}""", params
+                )
+                by_lastmod = by_feed = unchecked = 0
+                deploy = None
             oldest_url = next(
                 (
                     str(r[0])
                     for r in conn.iter(
-                        f"SELECT p.url {pages} AND p.last_checked = :oldest ORDER BY p.key LIMIT 1",
+                        f"SELECT p.url {pages} AND {at} = :oldest ORDER BY p.key LIMIT 1",
                         {**params, "oldest": oldest},
                     )
                 ),
@@ -337,7 +401,21 @@ class SQLReaders:
             delisted=int(count),
             delisted_urls=tuple(urls),
             listing_run=int(listing_run) if site is not None and listing_run is not None else None,
+            by_request=int(verified) - int(by_lastmod) - int(by_feed),
+            by_lastmod=int(by_lastmod),
+            by_feed=int(by_feed),
+            deploy_at=_dt(deploy[0]) if deploy is not None else None,
+            deploy_reason=deploy[1] if deploy is not None else None,
+            deploy_unchecked=int(unchecked),
         )
+
+    def iter_site_builds(self) -> Iterator[SiteBuild]:
+        """Yield each site's build as the deploy detection stored it (none before schema 18)."""
+        with self.db.reader() as conn:
+            if not self._has_table(conn, "site_builds"):
+                return
+            for row in conn.iter(f"SELECT {_SITE_BUILD_COLUMNS} FROM site_builds ORDER BY site"):
+                yield _row_to_site_build(row)
 
     def iter_held_runs(self, site: str | None = None) -> Iterator[HeldRun]:
         """Runs waiting for ``runs approve`` / ``runs discard`` (of *site*; None: every site),
@@ -380,8 +458,11 @@ class SQLReaders:
                     "run a crawl with this recrawler first"
                 )
                 raise StateStoreError(msg)
+            columns = _SCHEDULE_COLUMNS
+            if not self._has_table(conn, "site_builds"):
+                columns = columns.replace(*_SCHEDULE_BEFORE_18)
             for row in conn.iter(
-                f"""SELECT {_SCHEDULE_COLUMNS} FROM pages
+                f"""SELECT {columns} FROM pages
                     WHERE status != ? AND (CAST(? AS TEXT) IS NULL OR site = ?)
                     ORDER BY next_check_at IS NOT NULL, next_check_at, key""",
                 (GONE, site, site),

@@ -13,6 +13,7 @@ from recrawler.intervals import Revisit
 from recrawler.state.records import (
     PageRecord,
     ScheduledPage,
+    SiteBuild,
     TrustRecord,
 )
 from recrawler.state.sql.dialect import count, many, rows, values
@@ -32,13 +33,21 @@ _SCHEDULE_COLUMNS = (
     "COALESCE(last_check_at, last_checked) AS last_check_at, "
     "next_check_at, check_interval, check_count, change_count, checked_secs, change_rate, "
     # a change or a removal of the page waits for a decision: check it again (later evidence)
-    "(pending = 'changed' OR key IN (SELECT m.key FROM run_misses m WHERE m.kept = 1)) AS waiting"
+    "(pending = 'changed' OR key IN (SELECT m.key FROM run_misses m WHERE m.kept = 1)) AS waiting, "
+    # what verified it last, and whether its changes come on their own (schema 18)
+    "solo, verified_at, verified_by"
 )
+#: the columns of schema 18 the schedule reads, as a reader of an older database finds them
+_SCHEDULE_BEFORE_18 = (
+    "solo, verified_at, verified_by",
+    "0 AS solo, NULL AS verified_at, NULL AS verified_by",
+)
+_SITE_BUILD_COLUMNS = "site, fingerprint, noise, lastmod_noise, deploy_at, deploy_run, deploy_reason"
 _TRUST_COLUMNS = "host, signal, checks, lies, trusted, last_lie_at, last_lie_url"
 _PAGE_COLUMNS = (
     "key, site, url, etag, last_modified, lastmod, content_hash, fuzzy_hash, title, status, "
     "misses, first_seen, last_checked, last_changed, last_seen_run, chunks, noise_key, "
-    "found_depth, moved_to, changed_run, pending"
+    "found_depth, moved_to, changed_run, pending, version, lang"
 )
 #: a page row as read: with, for a pending page the knowledge base shows live, the content hash it shows
 _PAGE_SELECT = (
@@ -94,6 +103,21 @@ def _row_to_scheduled(row: Any) -> ScheduledPage:
         listed_skip=row["listed_skip"],
         audit_run=row["audit_run"],
         waiting=bool(row["waiting"]),
+        solo=bool(row["solo"]),
+        verified_at=_dt(row["verified_at"]),
+        verified_by=row["verified_by"],
+    )
+
+
+def _row_to_site_build(row: Any) -> SiteBuild:
+    return SiteBuild(
+        site=row["site"],
+        fingerprint=dict(json.loads(row["fingerprint"] or "{}")),
+        noise=tuple(json.loads(row["noise"] or "[]")),
+        lastmod_noise=bool(row["lastmod_noise"]),
+        deploy_at=_dt(row["deploy_at"]),
+        deploy_run=row["deploy_run"],
+        deploy_reason=row["deploy_reason"],
     )
 
 
@@ -134,6 +158,8 @@ def _row_to_record(row: Any) -> PageRecord:
         moved_to=row["moved_to"],
         changed_run=row["changed_run"],
         pending=row["pending"],
+        version=row["version"],
+        lang=row["lang"],
         published_hash=row["published_hash"] if "published_hash" in row.keys() else None,  # noqa: SIM118 (rows are not dicts)
     )
 

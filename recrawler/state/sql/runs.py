@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from recrawler.exceptions import RunRefused
 from recrawler.state.records import (
+    LISTING_FAILURES,
     LIVE,
     PENDING_NEW,
     QUARANTINED,
@@ -173,10 +174,20 @@ class SQLRuns:
                     "carries it (`recrawler runs approve` / `discard` the run that holds it at the end)",
                     {"held": held["id"], "site": site, "why": why, "run": run_id},
                 )
+            # the last accepted listing: a rejected one (it shrank, failed, was cut short) is
+            # never a baseline, or a listing broken for two runs would be proof on the second
+            rejected = "".join(
+                f" AND COALESCE(reasons, '') NOT LIKE :failure{i}" for i in range(len(LISTING_FAILURES))
+            )
             row = yield one(
-                "SELECT listed FROM runs WHERE site = ? AND id < ? AND listed IS NOT NULL "
-                "AND state != ? ORDER BY id DESC LIMIT 1",
-                (site, run_id, RUN_ABORTED),
+                "SELECT listed FROM runs WHERE site = :site AND id < :run AND listed IS NOT NULL "
+                f"AND finished_at IS NOT NULL AND state != :aborted{rejected} ORDER BY id DESC LIMIT 1",
+                {
+                    "site": site,
+                    "run": run_id,
+                    "aborted": RUN_ABORTED,
+                    **{f"failure{i}": f'%"{why}"%' for i, why in enumerate(LISTING_FAILURES)},
+                },
             )
             last_listed = row["listed"] if row is not None else None
             row = yield one(

@@ -87,6 +87,8 @@ PAGE_COLUMNS = (
     "moved_to",
     "changed_run",
     "pending",
+    "version",
+    "lang",
 )
 BEFORE_COLUMNS = (
     "url",
