@@ -22,6 +22,7 @@ from recrawler.downloadermiddlewares.audit import AuditMiddleware
 from recrawler.downloadermiddlewares.compression import BoundedHttpCompressionMiddleware
 from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddleware
 from recrawler.downloadermiddlewares.credentials import CredentialsMiddleware
+from recrawler.downloadermiddlewares.listing import ListingBodyMiddleware
 from recrawler.downloadermiddlewares.redirect import PageRedirectMiddleware
 from recrawler.downloadermiddlewares.render import GUARDED_SETTINGS, RenderMiddleware, render_settings
 from recrawler.downloadermiddlewares.retry import PoliteRetryMiddleware
@@ -331,6 +332,10 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", ConditionalRequestMiddleware, 540
         )
+        # 530: below every middleware that reads a response's body (decompression at 590, retries,
+        # credentials, rendering, redirects, validators, the audit: 535 to 550), so a large sitemap
+        # file's body goes to disk last, just before the scraper would count it
+        settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", ListingBodyMiddleware, 530)
         # 40: first, so a URL outside the spider's policy is never downloaded (nor its host's
         # robots.txt: RobotsTxtMiddleware is at 100)
         settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", UrlPolicyMiddleware, 40)

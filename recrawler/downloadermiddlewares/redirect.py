@@ -77,8 +77,9 @@ class PageRedirectMiddleware(RedirectMiddleware):
         )
         self.soft_404 = settings.getbool("RECRAWLER_SOFT404_ENABLED")
         self.runtime: Runtime | None = None
-        #: this run's redirect targets and the pages sent to each (bounded); the targets found
-        #: shared by too many pages are the Runtime's (the commit step drops their answers too)
+        #: this run's redirect targets and the pages sent to each until it is shared (bounded: at
+        #: most _LOANS_MAX targets, SHARED_TARGET_MIN pages each); the targets found shared by
+        #: too many pages are the Runtime's (the commit step drops their answers too)
         self._loans: dict[str, set[str]] = {}
 
     @classmethod
@@ -258,6 +259,10 @@ class PageRedirectMiddleware(RedirectMiddleware):
             # judged as a page of its own (a not-found page there makes the sources misses), and
             # the moves leave through the bounded-removal path
             return None
+        if target_key in self.runtime.shared_targets:
+            # known to be everybody's: the pages sent there need not be remembered (a site that
+            # sends every page to its login page would cost a key a page for the whole run)
+            return notfound.SHARED_REDIRECT
         if len(self._loans) >= _LOANS_MAX and target_key not in self._loans:
             self._loans.clear()
             self.runtime.shared_targets.clear()
