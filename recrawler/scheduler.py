@@ -311,8 +311,12 @@ class FrontierScheduler(Scheduler):
     ) -> None:
         rt = self.runtime
         assert rt is not None
+        named = 0
         try:
-            added = await rt.store.frontier_add(run, rows)
+            if listed:
+                added, named = await rt.store.frontier_add_listed(run, rows)
+            else:
+                added = await rt.store.frontier_add(run, rows)
         except StateStoreError as exc:
             # never lose a page: the batch waits in Scrapy's queues instead
             self._state_error(exc, "could not queue requests in the frontier: %(exc)s")
@@ -323,8 +327,8 @@ class FrontierScheduler(Scheduler):
             self._queued += added
             self._added += bool(added)
             rt.counters.inc("recrawler/frontier/queued", added)
-            if listed:
-                rt.counters.inc("recrawler/sitemap/pages", added)
+            if named:
+                rt.counters.inc("recrawler/sitemap/pages", named)
         finally:
             task = asyncio.current_task()
             if task is not None:

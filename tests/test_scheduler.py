@@ -112,6 +112,7 @@ class UnwritableFrontierStore(SQLiteStateStore):
         super().__init__(*args, **kwargs)
         # the roles' methods are bound on the instance
         self.frontier_add = self._fail  # type: ignore[method-assign]
+        self.frontier_add_listed = self._fail  # type: ignore[method-assign]
 
     async def _fail(self, *args: Any, **kwargs: Any) -> Any:
         raise StateStoreError("injected: the frontier cannot be written")

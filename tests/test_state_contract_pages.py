@@ -236,6 +236,30 @@ class PagesContract(BackendMixin):
             assert fed == [f"p{i}".encode() for i in range(1, 31)]
 
     @deferred_f_from_coro_f
+    async def test_a_page_a_link_queued_first_counts_once_as_listed(
+        self, uri: str, settings: Settings
+    ) -> None:
+        """A listing's batch says how many pages no listing had named this run: those new to the
+        frontier and those a link (or a redirect) queued first, each page once however many
+        listings name it; the pages the links queued are fed once, at their first place."""
+        async with self.opened(uri, settings) as store:
+            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            linked = [(f"{SITE}/p{i}", 0, f"link{i}".encode()) for i in range(0, 300, 3)]
+            assert await store.frontier_add(run, linked) == 100
+            assert await store.frontier_claim(run, f"{SITE}/moved")
+            listed = [(f"{SITE}/p{i}", 0, f"p{i}".encode()) for i in range(300)]
+            assert await store.frontier_add_listed(run, listed[:150]) == (100, 150)
+            assert await store.frontier_add_listed(run, [*listed[100:], (f"{SITE}/moved", 0, b"m")]) == (
+                100,
+                151,
+            )
+            assert await store.frontier_add_listed(run, listed) == (0, 0)
+            fed = [blob for blob, _ in await store.frontier_next(run, 1000)]
+            assert len(fed) == len(set(fed)) == 300
+            assert fed[:100] == [blob for _, _, blob in linked]
+            assert fed[100:102] == [b"p1", b"p2"]
+
+    @deferred_f_from_coro_f
     async def test_a_sitemap_read_again_says_what_moved(self, uri: str, settings: Settings) -> None:
         """A file read to its end again: entries it did not list, entries whose lastmod moved,
         entries it no longer lists; a file never read to its end moves nothing."""

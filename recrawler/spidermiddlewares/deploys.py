@@ -15,6 +15,7 @@ from recrawler.detect import fingerprint
 from recrawler.detect.build import BuildFingerprint, build_markers
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import Page, Unread
+from recrawler.misses import state_error
 from recrawler.state import LIVE, SiteBuild, utcnow
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ class DeployChecks:
             self.build = await self.runtime.store.site_build(run.site)
             self.pages = await self.runtime.store.live_pages(run.site)
         except StateStoreError as exc:
-            self._state_error(exc, "could not read the site's build: %(exc)s")
+            self._state_error(exc, "reading the site's build")
         build = self.build
         if build is not None:
             self.watch.stored = BuildFingerprint(dict(build.fingerprint), frozenset(build.noise))
@@ -151,7 +152,7 @@ class DeployChecks:
         try:
             drawn = await self.runtime.store.probe_sample(run, self.probes, homes)
         except StateStoreError as exc:
-            self._state_error(exc, "could not draw the run's probes: %(exc)s")
+            self._state_error(exc, "drawing the run's deploy probes")
             return []
         requests = []
         for key, url, lastmod in drawn:
@@ -229,7 +230,7 @@ class DeployChecks:
             )
             await store.record_site_build(self.build, utcnow())
         except StateStoreError as exc:
-            self._state_error(exc, "could not store the deploy: %(exc)s")
+            self._state_error(exc, "storing the deploy")
             pages = 0
         c.set("recrawler/deploy/pages", pages)
         logger.info(
@@ -381,7 +382,7 @@ class DeployChecks:
             try:
                 batch = await self.runtime.store.take_skipped(run, before=self.policy.now, limit=_TAKE)
             except StateStoreError as exc:
-                self._state_error(exc, "could not take back the pages the listing skipped: %(exc)s")
+                self._state_error(exc, "taking back the pages the listing skipped")
                 return
             if not batch:
                 return
@@ -437,7 +438,7 @@ class DeployChecks:
             if build != self.build:
                 await store.record_site_build(build, utcnow())
         except StateStoreError as exc:
-            self._state_error(exc, "could not store the site's build: %(exc)s")
+            self._state_error(exc, "storing the site's build")
             return
         if false_alarm:
             c.set("recrawler/deploy/false_alarm", 1)
@@ -447,9 +448,10 @@ class DeployChecks:
                 extra={"spider": self.crawler.spider},
             )
 
-    def _state_error(self, exc: StateStoreError, message: str) -> None:
-        self.runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
-        logger.error(message, {"exc": exc}, extra={"spider": self.crawler.spider})
+    def _state_error(self, exc: StateStoreError, doing: str) -> None:
+        # counted; the first failure of a kind is one line (a database lost mid-run: none, the
+        # store said it when it noticed)
+        state_error(self.runtime, exc, doing)
 
 
 def _record(rec: Any) -> bool:

@@ -100,6 +100,7 @@ class RoleMethods:
         self.listing_read = self.frontier.listing_read
         self.listing = self.frontier.listing
         self.frontier_add = self.frontier.frontier_add
+        self.frontier_add_listed = self.frontier.frontier_add_listed
         self.frontier_has = self.frontier.frontier_has
         self.frontier_next = self.frontier.frontier_next
         self.frontier_claim = self.frontier.frontier_claim
