@@ -127,7 +127,7 @@ async def measure(
     store = SQLiteStateStore(f"sqlite:///{path}")
     await timed("open_migrate_s", figures, store.open)
     run = await timed(
-        "begin_run_s", figures, lambda: store.begin_run("docs", SITE, datetime.now(UTC), holder="bench")
+        "begin_run_s", figures, lambda: store.runs.begin_run("docs", SITE, datetime.now(UTC), holder="bench")
     )
     await store.close()
     staged = stage_run(path, run.id, pages, miss_share, unseen_share)
@@ -135,12 +135,12 @@ async def measure(
     await store.open()
     figures.update(staged)
     # first, as the Reconciler does: the block statistics of the run's page writes
-    figures["deltas_folded"] = await timed("fold_block_stats_s", figures, store.fold_block_stats)
+    figures["deltas_folded"] = await timed("fold_block_stats_s", figures, store.history.fold_block_stats)
 
     async def drain() -> int:
         n = batches = 0
         while True:
-            got = await store.unseen(run, batch)
+            got = await store.pages.unseen(run, batch)
             batches += 1
             if not got:
                 break
@@ -152,15 +152,15 @@ async def measure(
     plan = await timed(
         "removal_plan_s",
         figures,
-        lambda: store.removal_plan(run, gone_after=2, gone_statuses=[410]),
+        lambda: store.decisions.removal_plan(run, gone_after=2, gone_statuses=[410]),
     )
     figures["removals_planned"] = plan.removals
-    await store.settle_misses(run, SETTLE_APPLY)
+    await store.decisions.settle_misses(run, SETTLE_APPLY)
     # the run's misses are applied in the transaction that publishes it
     result, _ = await timed(
         "reconcile_publish_s",
         figures,
-        lambda: store.publish_run(run, at=datetime.now(UTC), gone_after=2, gone_statuses=[410]),
+        lambda: store.decisions.publish_run(run, at=datetime.now(UTC), gone_after=2, gone_statuses=[410]),
     )
     figures["quarantined"] = result.quarantined
     await store.close()

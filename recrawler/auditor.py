@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from recrawler.counters import RunCounters
-    from recrawler.state import PageRecord, Run, StateStore
+    from recrawler.state import PageRecord, Run, Schedule, Trust
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,8 @@ class Auditor:
 
     def __init__(
         self,
-        store: StateStore,
+        host_trust: Trust,
+        schedule: Schedule,
         counters: RunCounters,
         *,
         sample: float,
@@ -53,7 +54,8 @@ class Auditor:
         #: the run clock and the staleness bound: a share is audited per bound, not per run
         self.clock = clock
         self.bound_secs = bound_secs
-        self.store = store
+        self.host_trust = host_trust
+        self.schedule = schedule
         self.counters = counters
         self.sample = sample
         self.distrust_after = distrust_after
@@ -78,7 +80,7 @@ class Auditor:
 
     async def _load(self, run: Run) -> None:
         try:
-            records = await self.store.trust()
+            records = await self.host_trust.trust()
             self.off = {(r.host, r.signal) for r in records if not r.trusted}
             self.found_honest = {
                 (r.host, r.signal)
@@ -86,7 +88,7 @@ class Auditor:
                 if r.trusted and not r.lies and r.checks >= self.trust_after
             }
             self.sample_keys = set(
-                await self.store.audit_sample(run, self.sample, now=self.clock, bound_secs=self.bound_secs)
+                await self.schedule.audit_sample(run, self.sample, now=self.clock, bound_secs=self.bound_secs)
             )
         except StateStoreError as exc:
             # no sample and full trust: the run goes on as it would without the audit
@@ -132,7 +134,7 @@ class Auditor:
         if not self.trusted(host, signal):
             return
         try:
-            rec = await self.store.record_trust(
+            rec = await self.host_trust.record_trust(
                 host, signal, lied=lied, url=url, at=utcnow(), distrust_after=self.distrust_after
             )
         except StateStoreError as exc:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from recrawler.auditor import Auditor
     from recrawler.counters import RunCounters
     from recrawler.shared_run import SharedRun
-    from recrawler.state import Run, StateStore
+    from recrawler.state import Lifecycle, Run
 
 logger = logging.getLogger(__name__)
 
@@ -26,12 +26,15 @@ class Member(Protocol):
     """What a process's part in a shared run reads and sets of the run's owner (the Runtime)."""
 
     crawler: Crawler
-    store: StateStore
     counters: RunCounters
     auditor: Auditor
     run: Run | None
     workers: SharedRun | None
     exit_code: int | None
+
+    @property
+    def store(self) -> Lifecycle:
+        """The run's store: what its page writes came to."""
 
     def stop_heartbeat(self) -> None:
         """Stop renewing the site's lease."""

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from scrapy.http import Request, Response
 
     from recrawler.runtime import Runtime
-    from recrawler.state import StateStore
+    from recrawler.state import Frontier, Pages
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,8 @@ class ConditionalRequestMiddleware:
 
     def __init__(
         self,
-        store: StateStore,
+        pages: Pages,
+        frontier: Frontier,
         *,
         key_maker: KeyMaker | None = None,
         conditional: bool = True,
@@ -85,7 +86,8 @@ class ConditionalRequestMiddleware:
         crawler: Crawler | None = None,
         runtime: Runtime | None = None,
     ) -> None:
-        self.store = store
+        self.pages = pages
+        self.frontier = frontier
         self.runtime = runtime
         self.key_maker = key_maker or KeyMaker()
         self.conditional = conditional
@@ -114,7 +116,8 @@ class ConditionalRequestMiddleware:
             raise ConfigurationError(msg)
         runtime = runtime_of(crawler)
         return cls(
-            runtime.store,
+            runtime.store.pages,
+            runtime.store.frontier,
             key_maker=KeyMaker(
                 s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS")
             ),
@@ -157,7 +160,7 @@ class ConditionalRequestMiddleware:
             rec = request.meta[meta.RECORD]
         else:
             try:
-                rec = await self.store.get(key)
+                rec = await self.pages.get(key)
             except StateStoreError as exc:
                 # A read failure is treated as "no record" (as httpcache does): the page is fetched.
                 self._state_error(exc)
@@ -197,7 +200,7 @@ class ConditionalRequestMiddleware:
         if request.url.endswith("/robots.txt"):
             return
         try:
-            file = await self.store.sitemap_file(request.url)
+            file = await self.frontier.sitemap_file(request.url)
         except StateStoreError as exc:
             # without them the file is simply read again
             self._state_error(exc)

@@ -286,7 +286,7 @@ class PageRedirectMiddleware(RedirectMiddleware):
         if runtime is None or runtime.run is None or not frontier_enabled(self.crawler):
             return True
         try:
-            return await runtime.store.frontier_claim(runtime.run, key)
+            return await runtime.store.frontier.frontier_claim(runtime.run, key)
         except StateStoreError as exc:
             state_error(runtime, exc)
             return True
@@ -298,7 +298,7 @@ class PageRedirectMiddleware(RedirectMiddleware):
         if not sources or runtime is None or runtime.run is None:
             return
         try:
-            await runtime.store.record_moves(runtime.run, sources, target, http_status=301)
+            await runtime.store.pages.record_moves(runtime.run, sources, target, http_status=301)
         except StateStoreError as exc:
             state_error(runtime, exc)
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from recrawler.detect import Fingerprint, SiteNoise
     from recrawler.learning import NoiseRegistry
     from recrawler.runtime import Runtime
-    from recrawler.state import PageRecord, Run, StateStore
+    from recrawler.state import History, PageRecord, Pages, Run
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,8 @@ class ClassifyPipeline:
 
     def __init__(
         self,
-        store: StateStore,
+        pages: Pages,
+        history: History,
         crawler: Crawler | None = None,
         *,
         noise: NoiseRegistry | None = None,
@@ -95,7 +96,8 @@ class ClassifyPipeline:
         indexing: bool = False,
         runtime: Runtime | None = None,
     ) -> None:
-        self.store = store
+        self.pages = pages
+        self.history = history
         self.crawler = crawler
         self.runtime = runtime
         self.noise = noise
@@ -117,7 +119,8 @@ class ClassifyPipeline:
         }
         runtime = runtime_of(crawler)
         return cls(
-            runtime.store,
+            runtime.store.pages,
+            runtime.store.history,
             crawler,
             noise=runtime.noise,
             threshold=_threshold(s.get("RECRAWLER_FUZZY_THRESHOLD"), "RECRAWLER_FUZZY_THRESHOLD"),
@@ -170,7 +173,7 @@ class ClassifyPipeline:
             )
             if moved and not revert:
                 try:
-                    old = await self.store.get_fields(item.key)
+                    old = await self.history.get_fields(item.key)
                 except StateStoreError as exc:
                     self._inc(f"recrawler/state/error/{type(exc).__name__}")
                 if recheck is not None:
@@ -207,7 +210,7 @@ class ClassifyPipeline:
         if rec is not Unread.UNREAD:
             return rec
         try:
-            return await self.store.get(item.key)
+            return await self.pages.get(item.key)
         except StateStoreError as exc:
             # A read failure is treated as "no record" (the page is then new; nothing is lost).
             state_error(self.runtime, exc, "state read", item.url)
@@ -218,9 +221,9 @@ class ClassifyPipeline:
         or noise is off)."""
         if item.http_status == 304 or self.noise is None:
             return None
-        noise = await self.noise.ensure(site, self.store)
+        noise = await self.noise.ensure(site, self.history)
         if item.learned_regions:
-            new = await self.store.add_regions(
+            new = await self.history.add_regions(
                 site, item.learned_regions, source="recheck", learned_from=item.url, at=now
             )
             self._inc("recrawler/volatile/learned", new)
@@ -282,7 +285,7 @@ class ClassifyPipeline:
             http_status=item.http_status,
         )
         try:
-            await self.store.record_error(run, item.key, [event])
+            await self.pages.record_error(run, item.key, [event])
         except StateStoreError as exc:
             state_error(self.runtime, exc, "state write", item.url)
         item.status = PageStatus.ERROR

@@ -309,7 +309,7 @@ async def commit(
     revisits = runtime.revisits
     revisit = revisits.revisit_update(page, status) if revisits is not None else None
     try:
-        before = await store.record(
+        before = await store.pages.record(
             run,
             update.record,
             update.events,

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from recrawler.state import StateStore
+    from recrawler.state import Schedule, Trust
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,8 @@ class DeltaFetchMiddleware:
 
     def __init__(
         self,
-        store: StateStore,
+        host_trust: Trust,
+        schedule: Schedule,
         *,
         crawler: Crawler,
         patterns: Iterable[str] = (),
@@ -60,7 +61,8 @@ class DeltaFetchMiddleware:
         reset: bool = False,
         key_maker: KeyMaker | None = None,
     ) -> None:
-        self.store = store
+        self.host_trust = host_trust
+        self.schedule = schedule
         self.reset = reset
         self.crawler = crawler
         self.all_requests = all_requests
@@ -84,7 +86,8 @@ class DeltaFetchMiddleware:
             # off unless asked for: without a message, Scrapy drops it quietly
             raise NotConfigured
         mw = cls(
-            runtime_of(crawler).store,
+            runtime_of(crawler).store.host_trust,
+            runtime_of(crawler).store.schedule,
             crawler=crawler,
             patterns=patterns,
             all_requests=s.getbool("DELTAFETCH_ENABLED"),
@@ -108,7 +111,7 @@ class DeltaFetchMiddleware:
         if await runtime_of(self.crawler).started() is None:
             return
         if self.reset or getattr(self.crawler.spider, "deltafetch_reset", False):
-            n = await self.store.immutable_reset(self._spider_name)
+            n = await self.host_trust.immutable_reset(self._spider_name)
             logger.info("deltafetch: reset, %(n)d stored keys forgotten", {"n": n})
 
     def _is_enabled_for_request(self, request: Request) -> bool:
@@ -147,7 +150,7 @@ class DeltaFetchMiddleware:
     async def _filter(self, batch: list[Request], listing: bool = False) -> AsyncIterator[Request]:
         keys = [self._get_key(r).decode() for r in batch]
         try:
-            seen = await self.store.immutable_seen(self._spider_name, sorted(set(keys)))
+            seen = await self.host_trust.immutable_seen(self._spider_name, sorted(set(keys)))
         except StateStoreError as exc:
             self._inc(f"recrawler/state/error/{type(exc).__name__}")
             logger.error("deltafetch lookup failed, requesting the batch: %(exc)s", {"exc": exc})
@@ -170,7 +173,7 @@ class DeltaFetchMiddleware:
                 # skipped on purpose: not "unseen", never quarantined for it
                 run = runtime_of(self.crawler).run
                 if run is not None:
-                    await self.store.mark_listed(run, skipped_pages)
+                    await self.schedule.mark_listed(run, skipped_pages)
             except StateStoreError as exc:
                 self._inc(f"recrawler/state/error/{type(exc).__name__}")
                 logger.error("could not mark skipped pages: %(exc)s", {"exc": exc})
@@ -184,7 +187,7 @@ class DeltaFetchMiddleware:
             return
         page_key = request_key(request, self.key_maker) if is_page_request(request) else None
         try:
-            await self.store.immutable_add(
+            await self.host_trust.immutable_add(
                 self._spider_name,
                 self._get_key(request).decode(),
                 url=request.url,

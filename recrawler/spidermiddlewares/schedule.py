@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from recrawler.auditor import Auditor
     from recrawler.counters import RunCounters
     from recrawler.intervals import Revisit, SchedulePolicy
-    from recrawler.state import Run, ScheduledPage, StateStore
+    from recrawler.state import Frontier, Run, Schedule, ScheduledPage
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,8 @@ class ScheduleMiddleware:
 
     def __init__(
         self,
-        store: StateStore,
+        schedule: Schedule,
+        frontier: Frontier,
         policy: SchedulePolicy,
         auditor: Auditor,
         *,
@@ -106,7 +107,8 @@ class ScheduleMiddleware:
         self.max_links = max_links
         #: the pages links found this run that no one stored before (at most max_links of them)
         self._discovered: set[str] = set()
-        self.store = store
+        self.schedule = schedule
+        self.frontier = frontier
         self.policy = policy
         self.auditor = auditor
         self.crawler = crawler
@@ -127,7 +129,8 @@ class ScheduleMiddleware:
         runtime = runtime_of(crawler)
         key_maker = KeyMaker(s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS"))
         mw = cls(
-            runtime.store,
+            runtime.store.schedule,
+            runtime.store.frontier,
             runtime.schedule,
             runtime.auditor,
             crawler=crawler,
@@ -255,7 +258,7 @@ class ScheduleMiddleware:
         probed = self.deploys.probed if self.deploys is not None else set()
         keys = [request_key(r, self.key_maker) for r in batch]
         try:
-            known = await self.store.scheduled(sorted(set(keys)))
+            known = await self.schedule.scheduled(sorted(set(keys)))
         except StateStoreError as exc:
             # without the schedule, every page is due: a read failure never hides a page
             state_error(find_runtime(self.crawler), exc, "schedule read (the batch is requested)")
@@ -348,7 +351,7 @@ class ScheduleMiddleware:
         vouched = [(k, d.verified) for k, d in decided.items() if k in known and d.verified]
         try:
             # before the requests go out: the idle-time check of unseen pages must not take them
-            await self.store.mark_listed(run, listed, vouched=vouched, at=self.policy.now)
+            await self.schedule.mark_listed(run, listed, vouched=vouched, at=self.policy.now)
         except StateStoreError as exc:
             self._inc(f"recrawler/state/error/{type(exc).__name__}")
             logger.error("could not mark listed pages: %(exc)s", {"exc": exc})
@@ -369,7 +372,7 @@ class ScheduleMiddleware:
         if not unknown:
             return set()
         try:
-            return await self.store.frontier_has(run, unknown)
+            return await self.frontier.frontier_has(run, unknown)
         except StateStoreError as exc:
             self._inc(f"recrawler/state/error/{type(exc).__name__}")
             return set()

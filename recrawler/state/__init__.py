@@ -38,6 +38,7 @@ from recrawler.state.records import (
     utcnow,
 )
 from recrawler.state.roles import (
+    Decisions,
     Frontier,
     History,
     KnowledgeBase,
@@ -46,6 +47,7 @@ from recrawler.state.roles import (
     Readers,
     Runs,
     Schedule,
+    SearchIndex,
     StateStore,
     Trust,
 )
@@ -68,6 +70,7 @@ __all__ = [
     "RUN_RUNNING",
     "TRUST_SIGNALS",
     "ChangeRow",
+    "Decisions",
     "Event",
     "FieldsRow",
     "Freshness",
@@ -87,6 +90,7 @@ __all__ = [
     "Runs",
     "Schedule",
     "ScheduledPage",
+    "SearchIndex",
     "SiteBuild",
     "SitemapFile",
     "StateStore",

@@ -58,10 +58,6 @@ class KnowledgeBase(Protocol):
     async def run_info(self, run_id: int) -> dict[str, Any] | None:
         """A run's row, or None."""
 
-    async def index_vectors(self, embedder: str) -> int:
-        """Write the search index's blocks of cached vectors that are full and not written yet
-        (committed; SQLite only, 0 elsewhere); return how many blocks were written."""
-
 
 class History(Protocol):
     """Change detection's memory: field records, learned regions and boilerplate block pairs.

@@ -20,8 +20,8 @@ class SQLiteStateStore(SQLiteDatabase, RoleMethods):
     and a kill loses at most the uncommitted tail, which the next run simply checks again.
 
     The roles are attributes (``pages``, ``runs``, ``kb``, ``history``, ``schedule``, ``host_trust``
-    for trust, ``readers``); the store's methods are theirs, bound once, so callers may type a
-    store by :class:`~recrawler.state.roles.StateStore` or by the one role they use.
+    for trust, ``readers``, ...): a component is handed the one role it uses and calls it
+    (``store.pages.record(...)``).
     """
 
     def __init__(
