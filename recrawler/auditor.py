@@ -7,6 +7,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
+from recrawler.counters import Counting, state_error_key
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.redact import redact_url
 from recrawler.state import TRUST_SIGNALS, utcnow
@@ -24,7 +25,7 @@ logger = logging.getLogger(__name__)
 _REPORT_LIMIT = 100
 
 
-class Auditor:
+class Auditor(Counting):
     """One per crawl (the Runtime owns it): draws the audit sample, holds hosts' trust, records lies.
 
     Settings: ``RECRAWLER_AUDIT_SAMPLE``, ``RECRAWLER_AUDIT_DISTRUST_AFTER``,
@@ -56,7 +57,7 @@ class Auditor:
         self.bound_secs = bound_secs
         self.host_trust = host_trust
         self.schedule = schedule
-        self.counters = counters
+        self.counters: RunCounters = counters
         self.sample = sample
         self.distrust_after = distrust_after
         self.sample_keys: set[str] = set()
@@ -68,9 +69,6 @@ class Auditor:
         self.lies: list[dict[str, Any]] = []
         self.distrusted: list[dict[str, str]] = []
         self._ready: asyncio.Future[None] | None = None
-
-    def _inc(self, name: str, count: int = 1) -> None:
-        self.counters.inc(name, count)
 
     async def ready(self, run: Run) -> None:
         """Load trust and draw the sample, once per run (every caller awaits the same work)."""
@@ -92,7 +90,7 @@ class Auditor:
             )
         except StateStoreError as exc:
             # no sample and full trust: the run goes on as it would without the audit
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            self._inc(state_error_key(exc))
             logger.error("could not load trust or draw the audit sample: %(exc)s", {"exc": exc})
             return
         if self.sample_keys:
@@ -138,7 +136,7 @@ class Auditor:
                 host, signal, lied=lied, url=url, at=utcnow(), distrust_after=self.distrust_after
             )
         except StateStoreError as exc:
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            self._inc(state_error_key(exc))
             logger.error("could not record trust for %(host)s: %(exc)s", {"host": host, "exc": exc})
             return
         if lied:

@@ -68,7 +68,7 @@ class WorkerActivity:
             # the leader's unseen checks must see every page this worker fetched
             await rt.store.flush()
         except StateStoreError as exc:
-            rt.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+            rt.counters.state_error(exc)
         engine = rt.crawler.engine
         # a request that reached this worker meanwhile makes it busy: never report idle over it
         if gen == self._busy_gen and (engine is None or engine.spider_is_idle()):
@@ -112,7 +112,7 @@ async def leave(rt: Member) -> None:
     try:
         await rt.store.flush()
     except StateStoreError as exc:
-        rt.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+        rt.counters.state_error(exc)
     await asyncio.to_thread(rt.workers.leave, worker_counts(rt))
     run_id = rt.run.id if rt.run else 0
     if not await asyncio.to_thread(rt.workers.leader_alive):

@@ -91,7 +91,7 @@ def state_error(
     if runtime is None:
         logger.error("%(doing)s failed%(about)s: %(exc)s", {"doing": doing, "about": about, "exc": exc})
         return
-    runtime.counters.inc(f"recrawler/state/error/{name}")
+    runtime.counters.state_error(exc)
     # a database lost mid-run was said once, by the store, when it noticed
     if not isinstance(exc, StateStoreLost) and runtime.first(f"state/error/{name}"):
         logger.error(

@@ -294,7 +294,7 @@ class Runtime:
         self.failure = exc
         self.exit_code = _exit_code_for(exc)
         if isinstance(exc, StateStoreError):
-            self.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+            self.counters.state_error(exc)
         logger.error(
             "recrawler: %(exc)s", {"exc": redact_text(str(exc))}, extra={"spider": self.crawler.spider}
         )

@@ -10,6 +10,7 @@ from scrapy.extensions.httpcache import RFC2616Policy
 from scrapy.utils.misc import load_object
 
 from recrawler import meta
+from recrawler.counters import Counting
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
 from recrawler.misses import miss_moves, record_page_error, stage_miss, state_error
@@ -46,7 +47,7 @@ def _same_validator(response: Response, rec: PageRecord) -> bool:
     return bool(last_modified and rec.last_modified and last_modified.decode("latin-1") == rec.last_modified)
 
 
-class ConditionalRequestMiddleware:
+class ConditionalRequestMiddleware(Counting):
     """Sends stored validators back and accounts for every page request's final outcome.
 
     Sends the stored ``ETag`` byte for byte as ``If-None-Match`` and the stored ``Last-Modified`` as
@@ -89,6 +90,7 @@ class ConditionalRequestMiddleware:
         self.pages = pages
         self.frontier = frontier
         self.runtime = runtime
+        self.counters = runtime.counters if runtime is not None else None
         self.key_maker = key_maker or KeyMaker()
         self.conditional = conditional
         self.miss_statuses = frozenset(missing_statuses) | frozenset(gone_statuses)
@@ -128,10 +130,6 @@ class ConditionalRequestMiddleware:
             crawler=crawler,
             runtime=runtime,
         )
-
-    def _inc(self, name: str, count: int = 1) -> None:
-        if self.runtime is not None:
-            self.runtime.counters.inc(name, count)
 
     def _state_error(self, exc: StateStoreError) -> None:
         if self.runtime is not None:

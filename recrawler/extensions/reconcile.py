@@ -345,7 +345,7 @@ class Reconciler:
                 exit_code=rt.exit_code,
             )
         except StateStoreError as exc:
-            c.inc(f"recrawler/state/error/{type(exc).__name__}")
+            c.state_error(exc)
             # a database lost mid-run was said at ERROR when the store noticed: this is its consequence
             level = logging.WARNING if isinstance(exc, StateStoreLost) else logging.ERROR
             logger.log(level, "reconciliation failed, nothing quarantined or gone: %(exc)s", {"exc": exc})

@@ -9,6 +9,7 @@ from scrapy import Request
 from scrapy.exceptions import DropItem
 
 from recrawler import meta
+from recrawler.counters import Counting, state_error_key
 from recrawler.detect import decide, fingerprint
 from recrawler.detect.verdict import BY_HASH, Verdict
 from recrawler.exceptions import ConfigurationError, StateStoreError
@@ -58,7 +59,7 @@ def _threshold(value: Any, setting: str) -> int | None:
     return number
 
 
-class ClassifyPipeline:
+class ClassifyPipeline(Counting):
     """Classifies each Page against its stored state, with site noise taken out first: volatile
     tokens normalised, learned volatile regions dropped, the site's furniture (blocks chained to a
     page edge by boilerplate block pairs) left out of the hash; optionally a TLSH match (with the
@@ -100,6 +101,7 @@ class ClassifyPipeline:
         self.history = history
         self.crawler = crawler
         self.runtime = runtime
+        self.counters = runtime.counters if runtime is not None else None
         self.noise = noise
         self.threshold = threshold
         self.thresholds = dict(thresholds or {})
@@ -130,10 +132,6 @@ class ClassifyPipeline:
             indexing=meta.indexes_pages(s),
             runtime=runtime,
         )
-
-    def _inc(self, name: str, count: int = 1) -> None:
-        if self.runtime is not None:
-            self.runtime.counters.inc(name, count)
 
     async def process_item(self, item: Any) -> Any:
         """Classify a Page; other items pass through untouched.
@@ -175,7 +173,7 @@ class ClassifyPipeline:
                 try:
                     old = await self.history.get_fields(item.key)
                 except StateStoreError as exc:
-                    self._inc(f"recrawler/state/error/{type(exc).__name__}")
+                    self._inc(state_error_key(exc))
                 if recheck is not None:
                     assert self.crawler is not None
                     assert self.crawler.engine is not None

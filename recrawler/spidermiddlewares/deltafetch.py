@@ -10,6 +10,7 @@ from scrapy import Request, signals
 from scrapy.exceptions import NotConfigured
 
 from recrawler import meta
+from recrawler.counters import Counting, state_error_key
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import Page
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class DeltaFetchMiddleware:
+class DeltaFetchMiddleware(Counting):
     """scrapy-deltafetch's spider middleware, written for the state database instead of a ``dbm``
     file: its settings, meta keys, spider attribute and stats mean what they mean there, and its
     keys are looked up a batch of requests at a time without blocking the reactor.
@@ -65,6 +66,7 @@ class DeltaFetchMiddleware:
         self.schedule = schedule
         self.reset = reset
         self.crawler = crawler
+        self.counters = runtime_of(crawler).counters
         self.all_requests = all_requests
         self.key_maker = key_maker or KeyMaker()
         self.fingerprint = crawler.request_fingerprinter.fingerprint
@@ -98,9 +100,6 @@ class DeltaFetchMiddleware:
         )
         crawler.signals.connect(mw.spider_opened, signal=signals.spider_opened)
         return mw
-
-    def _inc(self, name: str, count: int = 1) -> None:
-        runtime_of(self.crawler).counters.inc(name, count)
 
     @property
     def _spider_name(self) -> str:
@@ -152,7 +151,7 @@ class DeltaFetchMiddleware:
         try:
             seen = await self.host_trust.immutable_seen(self._spider_name, sorted(set(keys)))
         except StateStoreError as exc:
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            self._inc(state_error_key(exc))
             logger.error("deltafetch lookup failed, requesting the batch: %(exc)s", {"exc": exc})
             seen = set()
         skipped_pages: list[tuple[str, str | None]] = []
@@ -175,7 +174,7 @@ class DeltaFetchMiddleware:
                 if run is not None:
                     await self.schedule.mark_listed(run, skipped_pages)
             except StateStoreError as exc:
-                self._inc(f"recrawler/state/error/{type(exc).__name__}")
+                self._inc(state_error_key(exc))
                 logger.error("could not mark skipped pages: %(exc)s", {"exc": exc})
 
     async def _store(self, response: Response, item: Any) -> None:
@@ -195,7 +194,7 @@ class DeltaFetchMiddleware:
                 at=utcnow(),
             )
         except StateStoreError as exc:
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            self._inc(state_error_key(exc))
             logger.error(
                 "deltafetch could not store %(url)s: %(exc)s", {"url": redact_url(request.url), "exc": exc}
             )

@@ -450,7 +450,7 @@ class DeployChecks:
             )
 
     def _state_error(self, exc: StateStoreError, message: str) -> None:
-        self.runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+        self.runtime.counters.state_error(exc)
         logger.error(message, {"exc": exc}, extra={"spider": self.crawler.spider})
 
 

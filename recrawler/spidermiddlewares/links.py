@@ -160,7 +160,7 @@ class LinkListingMiddleware:
             after = stored[-1].pos
 
     def _failed(self, runtime: Runtime, key: str, exc: StateStoreError) -> None:
-        runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+        runtime.counters.state_error(exc)
         logger.error("could not keep the links of %(key)s: %(exc)s", {"key": key, "exc": exc})
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Self
 from scrapy import Request, signals
 
 from recrawler import meta
+from recrawler.counters import Counting, state_error_key
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.intervals import SKIP_LASTMOD, Decision, parse_now
 from recrawler.items import Page, PageStatus
@@ -40,7 +41,7 @@ _BY_LINK = frozenset({"link", "crawl"})
 _CHECKED = frozenset({PageStatus.NEW, PageStatus.CHANGED, PageStatus.UNCHANGED})
 
 
-class ScheduleMiddleware:
+class ScheduleMiddleware(Counting):
     """Lets through only the page requests that are due; skipped pages keep their state. Sees
     deploys: the run after a deploy checks every listed page of the site.
 
@@ -151,10 +152,6 @@ class ScheduleMiddleware:
         crawler.signals.connect(mw.spider_closed, signal=signals.spider_closed)
         runtime.revisits = mw
         return mw
-
-    def _inc(self, name: str, count: int = 1) -> None:
-        if self.counters is not None:
-            self.counters.inc(name, count)
 
     async def spider_opened(self) -> None:
         """Log the run clock and modes once."""
@@ -353,7 +350,7 @@ class ScheduleMiddleware:
             # before the requests go out: the idle-time check of unseen pages must not take them
             await self.schedule.mark_listed(run, listed, vouched=vouched, at=self.policy.now)
         except StateStoreError as exc:
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            self._inc(state_error_key(exc))
             logger.error("could not mark listed pages: %(exc)s", {"exc": exc})
         return passed
 
@@ -374,7 +371,7 @@ class ScheduleMiddleware:
         try:
             return await self.frontier.frontier_has(run, unknown)
         except StateStoreError as exc:
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            self._inc(state_error_key(exc))
             return set()
 
     def _discover(self, key: str) -> bool:
