@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from recrawler.cli.output import json_line
 from recrawler.cli.settings import key_maker, open_store, write
 from recrawler.state.sql.check import UNREPAIRED
+from recrawler.urls import UrlPolicy
 
 if TYPE_CHECKING:
     import argparse
@@ -26,7 +27,9 @@ def cmd_check(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         # not refused beforehand, as every other command's is (SQLite only)
         store.integrity_check = False
     findings = store.readers.check_sync(
-        key_maker(settings), lease_secs=settings.getfloat("RECRAWLER_LEASE_SECS")
+        key_maker(settings),
+        lease_secs=settings.getfloat("RECRAWLER_LEASE_SECS"),
+        refusal=UrlPolicy(any_host=True).refusal,
     )
     for f in findings:
         if args.json:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from collections import Counter
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from datetime import datetime
 
     from recrawler.intervals import Revisit
@@ -256,5 +256,8 @@ class Decisions(Protocol):
     async def pending_changes(self, site: str | None) -> dict[str, int]:
         """The site's pending ``new`` and ``changed`` pages and its ``published`` ones."""
 
-    async def largest_same_content(self, run: Run) -> tuple[int, str] | None:
-        """The largest group of the site's pending pages that now say the same thing."""
+    async def largest_same_content(
+        self, run: Run, *, distance: Callable[[str, str], int]
+    ) -> tuple[int, str] | None:
+        """The largest group of the site's pending pages that now say the same thing: the same
+        content hash, or fuzzy hashes close by *distance* (the caller's measure)."""

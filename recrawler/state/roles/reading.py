@@ -182,10 +182,18 @@ class Readers(Protocol):
     def iter_immutable(self) -> Iterator[dict[str, Any]]:
         """Yield stored deltafetch keys (CLI)."""
 
-    def check_sync(self, key_maker: Callable[[str], str], *, lease_secs: float) -> list[Finding]:
+    def check_sync(
+        self,
+        key_maker: Callable[[str], str],
+        *,
+        lease_secs: float,
+        refusal: Callable[[str], str | None] | None = None,
+    ) -> list[Finding]:
         """Every broken invariant of the database, read-only (``recrawler check``); a run left
         running whose lease has no heartbeat for *lease_secs*, or whose holder process on this
-        host is gone, is stale."""
+        host is gone, is stale. Keys are checked against *key_maker*'s, URLs against *refusal*
+        (why recrawler would never fetch one; None: not checked): the caller's URL rules, which
+        the store only applies."""
 
     async def repair(self, findings: Sequence[Finding]) -> dict[str, int]:
         """Mend what :meth:`check_sync` found, in one transaction; rows touched per check."""
