@@ -27,6 +27,7 @@ if not __package__:  # run as a script: python benchmarks/bench_reconcile.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.lib.results import add_json_option, write_json
+from recrawler.detect.boilerplate import PAGE_BLOCKS
 from recrawler.detect.hashing import pack_blocks
 from recrawler.state.records import SETTLE_APPLY
 from recrawler.state.sqlite import SQLiteStateStore
@@ -124,14 +125,14 @@ async def measure(
 ) -> dict[str, Any]:
     """Open the store on a filled database and time each closing step of a run."""
     figures: dict[str, Any] = {}
-    store = SQLiteStateStore(f"sqlite:///{path}")
+    store = SQLiteStateStore(f"sqlite:///{path}", blocks=PAGE_BLOCKS)
     await timed("open_migrate_s", figures, store.open)
     run = await timed(
         "begin_run_s", figures, lambda: store.runs.begin_run("docs", SITE, datetime.now(UTC), holder="bench")
     )
     await store.close()
     staged = stage_run(path, run.id, pages, miss_share, unseen_share)
-    store = SQLiteStateStore(f"sqlite:///{path}")
+    store = SQLiteStateStore(f"sqlite:///{path}", blocks=PAGE_BLOCKS)
     await store.open()
     figures.update(staged)
     # first, as the Reconciler does: the block statistics of the run's page writes
@@ -186,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-reconcile-"))
     path = workdir / "state.db"
     try:
-        store = SQLiteStateStore(f"sqlite:///{path}")
+        store = SQLiteStateStore(f"sqlite:///{path}", blocks=PAGE_BLOCKS)
         asyncio.run(store.open())
         asyncio.run(store.close())
         t0 = time.monotonic()

@@ -34,7 +34,7 @@ from sqlalchemy import bindparam, create_engine, event, func, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from benchmarks.lib.results import add_json_option, write_json
-from recrawler.detect.boilerplate import block_pairs
+from recrawler.detect.boilerplate import PAGE_BLOCKS, block_pairs
 from recrawler.detect.hashing import pack_blocks, unpack_blocks
 from recrawler.kb.chunking import Chunk
 from recrawler.state import Event, FieldsRow, PageRecord, Run
@@ -326,7 +326,9 @@ def _ts(value: datetime | None) -> str | None:
 
 async def _phases(side: str, path: str, data: list[Any], batch: int) -> dict[str, float]:
     """Seconds per phase for one side on a fresh database at *path*."""
-    raw = SQLiteStateStore(f"sqlite:///{path}", batch_size=batch, commit_secs=3600, deliver_on_commit=False)
+    raw = SQLiteStateStore(
+        f"sqlite:///{path}", batch_size=batch, commit_secs=3600, deliver_on_commit=False, blocks=PAGE_BLOCKS
+    )
     raw.sink = _NullSink()
     await raw.open()
     run = await raw.runs.begin_run("docs", "docs.example.com", T0)

@@ -16,6 +16,7 @@ from recrawler import membership, meta
 from recrawler.auditor import Auditor
 from recrawler.counters import RunCounters
 from recrawler.cpu import CpuPool
+from recrawler.detect.boilerplate import PAGE_BLOCKS
 from recrawler.exceptions import (
     ConfigurationError,
     RunRefused,
@@ -171,7 +172,7 @@ class Runtime:
             )
         runtime = cls(
             crawler,
-            store_from_uri(str(uri), s),
+            store_from_uri(str(uri), s, blocks=PAGE_BLOCKS),
             schedule=SchedulePolicy.from_settings(s),
             noise=NoiseRegistry.from_settings(s),
             audit_sample=parse_audit_sample(s.get("RECRAWLER_AUDIT_SAMPLE")),

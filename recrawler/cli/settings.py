@@ -71,9 +71,10 @@ def setting_pair(text: str) -> tuple[str, str]:
 
 def open_store(settings: Settings) -> StateStore:
     """Build (not open) the store ``RECRAWLER_DB_URI`` names, through ``RECRAWLER_STATE_BACKENDS``."""
+    from recrawler.detect.boilerplate import PAGE_BLOCKS
     from recrawler.state import store_from_uri
 
-    return store_from_uri(db_uri(settings), settings)
+    return store_from_uri(db_uri(settings), settings, blocks=PAGE_BLOCKS)
 
 
 def db_uri(settings: Settings | dict[str, Any]) -> str:

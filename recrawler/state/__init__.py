@@ -38,6 +38,7 @@ from recrawler.state.records import (
     utcnow,
 )
 from recrawler.state.roles import (
+    BlockModel,
     Decisions,
     Frontier,
     History,
@@ -55,6 +56,7 @@ from recrawler.state.roles import (
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
+
 __all__ = [
     "GONE",
     "LIVE",
@@ -69,6 +71,7 @@ __all__ = [
     "RUN_PUBLISHED",
     "RUN_RUNNING",
     "TRUST_SIGNALS",
+    "BlockModel",
     "ChangeRow",
     "Decisions",
     "Event",
@@ -101,8 +104,9 @@ __all__ = [
 ]
 
 
-def store_from_uri(uri: str, settings: BaseSettings) -> StateStore:
-    """Build (not open) the backend for *uri*, chosen by its scheme."""
+def store_from_uri(uri: str, settings: BaseSettings, *, blocks: BlockModel | None = None) -> StateStore:
+    """Build (not open) the backend for *uri*, chosen by its scheme; *blocks*: the block
+    arithmetic its history role applies (change detection's, passed by who opens the store)."""
     scheme = uri.split("://", 1)[0].lower() if "://" in uri else "sqlite"
     backends = settings.getdict("RECRAWLER_STATE_BACKENDS")
     if scheme not in backends:
@@ -120,4 +124,5 @@ def store_from_uri(uri: str, settings: BaseSettings) -> StateStore:
             raise
         raise missing from exc
     store: StateStore = cls.from_settings(uri, settings)
+    store.blocks = blocks
     return store

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from recrawler.state.roles.blocks import BlockModel
 from recrawler.state.roles.crawl import Decisions, Lifecycle, Pages, Runs
 from recrawler.state.roles.reading import History, KnowledgeBase, Readers
 from recrawler.state.roles.revisits import Frontier, Schedule, Trust
 from recrawler.state.roles.search import SearchIndex
 
 __all__ = [
+    "BlockModel",
     "Decisions",
     "Frontier",
     "History",

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         RevisitUpdate,
         Run,
     )
+    from recrawler.state.roles.blocks import BlockModel
 
 __all__ = ["Decisions", "Lifecycle", "Pages", "Runs"]
 
@@ -36,6 +37,9 @@ class Lifecycle(Protocol):
     """
 
     uri: str
+    #: the caller's block arithmetic (change detection's) the history role applies to stored
+    #: blocks; None: block statistics wait for a store opened with it
+    blocks: BlockModel | None
     #: outcome labels of page writes that committed this session, and of those a failed commit lost
     outcomes: Counter[str]
     lost: Counter[str]

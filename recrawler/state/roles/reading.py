@@ -64,6 +64,8 @@ class History(Protocol):
 
     Guarantees: block statistics follow each page's field record in the page's transaction;
     re-deciding boilerplate re-hashes the pages it moves, so the next run compares like with like.
+    Folding and re-deciding apply the store's
+    :class:`~recrawler.state.roles.blocks.BlockModel` (StateStoreError without one).
     """
 
     async def get_fields(self, key: str) -> FieldsRow | None:

@@ -9,6 +9,7 @@ from recrawler.state.sqlite.database import SQLiteDatabase
 
 if TYPE_CHECKING:
     from recrawler.events import EventSink
+    from recrawler.state.roles.blocks import BlockModel
 
 
 class SQLiteStateStore(SQLiteDatabase, RoleMethods):
@@ -34,6 +35,7 @@ class SQLiteStateStore(SQLiteDatabase, RoleMethods):
         sink: EventSink | None = None,
         dry_run: bool = False,
         deliver_on_commit: bool = True,
+        blocks: BlockModel | None = None,
     ) -> None:
         super().__init__(
             uri,
@@ -44,6 +46,8 @@ class SQLiteStateStore(SQLiteDatabase, RoleMethods):
             dry_run=dry_run,
             deliver_on_commit=deliver_on_commit,
         )
+        #: the caller's block arithmetic the history role applies (None: block statistics wait)
+        self.blocks = blocks
         self._bind_roles(self)
 
 
