@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from recrawler.exceptions import ConfigurationError
 from recrawler.extras import missing_extra
+from recrawler.state.errors import DAMAGED, UNREACHABLE, UNREADABLE, database_errors
 from recrawler.state.records import (
     GONE,
     LIVE,
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "DAMAGED",
     "GONE",
     "LIVE",
     "MOVED",
@@ -71,6 +73,8 @@ __all__ = [
     "RUN_PUBLISHED",
     "RUN_RUNNING",
     "TRUST_SIGNALS",
+    "UNREACHABLE",
+    "UNREADABLE",
     "BlockModel",
     "ChangeRow",
     "Decisions",
@@ -99,6 +103,7 @@ __all__ = [
     "StateStore",
     "Trust",
     "TrustRecord",
+    "database_errors",
     "store_from_uri",
     "utcnow",
 ]
