@@ -314,9 +314,9 @@ class FrontierScheduler(Scheduler):
         named = 0
         try:
             if listed:
-                added, named = await rt.store.frontier_add_listed(run, rows)
+                added, named = await rt.store.frontier.frontier_add_listed(run, rows)
             else:
-                added = await rt.store.frontier_add(run, rows)
+                added = await rt.store.frontier.frontier_add(run, rows)
         except StateStoreError as exc:
             # never lose a page: the batch waits in Scrapy's queues instead
             self._state_error(exc, "could not queue requests in the frontier: %(exc)s")
@@ -362,7 +362,7 @@ class FrontierScheduler(Scheduler):
         try:
             # each request comes with its page's stored record, for its meta: the conditional
             # middleware and the pipelines need not read each page on its own
-            taken = await rt.store.frontier_next(run, self.batch_size)
+            taken = await rt.store.frontier.frontier_next(run, self.batch_size)
         except StateStoreError as exc:
             self._state_error(exc, "could not read the frontier: %(exc)s")
             # the rest of the run goes on without it (the next write reads again)

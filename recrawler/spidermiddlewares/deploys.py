@@ -122,8 +122,8 @@ class DeployChecks:
             # (a worker that joined a shared run: the leader lists and sees deploys)
             return
         try:
-            self.build = await self.runtime.store.site_build(run.site)
-            self.pages = await self.runtime.store.live_pages(run.site)
+            self.build = await self.runtime.store.schedule.site_build(run.site)
+            self.pages = await self.runtime.store.schedule.live_pages(run.site)
         except StateStoreError as exc:
             self._state_error(exc, "reading the site's build")
         build = self.build
@@ -150,7 +150,7 @@ class DeployChecks:
         if not self.probes:
             return []
         try:
-            drawn = await self.runtime.store.probe_sample(run, self.probes, homes)
+            drawn = await self.runtime.store.schedule.probe_sample(run, self.probes, homes)
         except StateStoreError as exc:
             self._state_error(exc, "drawing the run's deploy probes")
             return []
@@ -217,7 +217,7 @@ class DeployChecks:
         self._take = True
         store = self.runtime.store
         try:
-            pages = await store.live_pages(run.site)
+            pages = await store.schedule.live_pages(run.site)
             base = self.build or SiteBuild(site=run.site)
             self.build = SiteBuild(
                 site=run.site,
@@ -228,7 +228,7 @@ class DeployChecks:
                 deploy_run=run.id,
                 deploy_reason=why,
             )
-            await store.record_site_build(self.build, utcnow())
+            await store.schedule.record_site_build(self.build, utcnow())
         except StateStoreError as exc:
             self._state_error(exc, "storing the deploy")
             pages = 0
@@ -350,7 +350,7 @@ class DeployChecks:
             rec = page.record
         if rec is Unread.UNREAD:
             try:
-                rec = await self.runtime.store.get(page.key)
+                rec = await self.runtime.store.pages.get(page.key)
             except StateStoreError:
                 return False
         if not _record(rec) or rec is None or rec.status != LIVE or not rec.content_hash:
@@ -380,7 +380,9 @@ class DeployChecks:
         c = self.runtime.counters
         while True:
             try:
-                batch = await self.runtime.store.take_skipped(run, before=self.policy.now, limit=_TAKE)
+                batch = await self.runtime.store.schedule.take_skipped(
+                    run, before=self.policy.now, limit=_TAKE
+                )
             except StateStoreError as exc:
                 self._state_error(exc, "taking back the pages the listing skipped")
                 return
@@ -434,9 +436,9 @@ class DeployChecks:
         )
         try:
             if false_alarm and "sample" in watch.fired:
-                await store.mark_solo(watch.sample_keys, solo=True)
+                await store.schedule.mark_solo(watch.sample_keys, solo=True)
             if build != self.build:
-                await store.record_site_build(build, utcnow())
+                await store.schedule.record_site_build(build, utcnow())
         except StateStoreError as exc:
             self._state_error(exc, "storing the site's build")
             return
