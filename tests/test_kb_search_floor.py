@@ -115,6 +115,8 @@ def db_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("postgres_uri"))
 
 
+# a real model (or corpus) over hundreds of chunks: a minute alone, longer on a busy machine
+@pytest.mark.timeout(360)
 @needs_corpus
 @deferred_f_from_coro_f
 async def test_questions_about_something_else_find_nothing_with_the_hashing_embedder(
@@ -157,6 +159,8 @@ async def test_questions_about_something_else_find_nothing_with_the_hashing_embe
     assert out.startswith("SCORE")
 
 
+# a real model (or corpus) over hundreds of chunks: a minute alone, longer on a busy machine
+@pytest.mark.timeout(360)
 @needs_corpus
 @deferred_f_from_coro_f
 async def test_questions_about_something_else_find_nothing_with_the_offline_model(

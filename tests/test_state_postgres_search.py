@@ -248,6 +248,8 @@ def test_search_finds_the_exact_top_10_with_the_visibility_and_site_filters(post
     assert [(r["filter"], r["recall"]) for r in rows] == [(f, 1.0) for f in masks]
 
 
+# a real model (or corpus) over hundreds of chunks: a minute alone, longer on a busy machine
+@pytest.mark.timeout(360)
 def test_a_model_embedders_hnsw_search_finds_the_exact_top_10_with_the_filters(postgres_uri: str) -> None:
     """A model embedder is searched through its HNSW index (iterative scans, ``hnsw.ef_search``
     200): over a real model's vectors, with a held run, retired chunks and ``--site`` (a fifth of
