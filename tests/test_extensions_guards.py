@@ -7,6 +7,8 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from scrapy import signals
+from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from recrawler import default_settings
@@ -28,10 +30,17 @@ from recrawler.extensions.guards import (
 from recrawler.extensions.reconcile import Reconciler
 from recrawler.spiders.docs import DocsSpider
 from recrawler.state import RemovalPlan
+from tests import docsite, statedb
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from scrapy.crawler import Crawler
+
+    from tests.conftest import Crawls
+    from tests.conftest_mockserver import Site
+
+T0 = 1_760_000_000.0
 DEFAULTS = {k: getattr(default_settings, k) for k in dir(default_settings) if k.startswith("RECRAWLER_")}
 
 
@@ -186,3 +195,35 @@ def test_only_the_reconciler_decides_the_exit_code_from_the_causes_it_is_told(tm
     # a milder cause never lowers it
     assert ext.exit_code == 7
     assert [f.reason for f in ext.failures] == ["leader_lost", "held"]
+
+
+class ReportsACause:
+    """A component that finds a cause the run fails for, mid-crawl, and reports it as any does."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        crawler.signals.connect(self.item_scraped, signal=signals.item_scraped)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> ReportsACause:
+        return cls(crawler)
+
+    def item_scraped(self) -> None:
+        self.crawler.signals.send_catch_log(recrawler_signals.run_failed, cause="worker_lost", exit_code=7)
+
+
+@deferred_f_from_coro_f
+async def test_a_cause_reported_mid_crawl_decides_the_runs_exit_code(site: Site, crawls: Crawls) -> None:
+    names = [f"p{i}.html" for i in range(120)]
+    for i, name in enumerate(names):
+        site.write(
+            name, docsite.page(f"P{i}", [("Intro", [f"Page {i} says one thing."])]), mtime=1_760_000_000
+        )
+    r = await crawls.crawl(site.write_sitemap(names), EXTENSIONS={f"{__name__}.ReportsACause": 0})
+    # the run itself went well: only the reported cause fails it
+    assert r.counts["new"] == 120
+    assert r.report["reconcile"]["skipped"] == []
+    assert r.exit_code == 7
+    assert r.report["outcome"]["exit_code"] == 7
+    assert r.report["outcome"]["reasons"] == ["worker_lost"]
+    assert statedb.value(crawls.db_path, "SELECT exit_code FROM runs") == 7

@@ -461,9 +461,11 @@ class Reconciler:
         code = self._decide(
             [*findings, *late, *([Finding("unpublished", EXIT_GUARD)] if unpublished else [])]
         )
+        reasons = [*skipped, *hold, *(["unpublished"] if unpublished else [])]
         self.outcome = {
             "state": RUN_HELD if hold and whole else (index_state or RUN_FINISHED),
-            "reasons": [*skipped, *hold, *(["unpublished"] if unpublished else [])],
+            # and the causes other components reported, each once
+            "reasons": list(dict.fromkeys([*reasons, *(f.reason for f in self.failures)])),
             "exit_code": code,
         }
         run_report["outcome"] = self.outcome
