@@ -261,7 +261,8 @@ class Reconciler:
         or published, its summary line logged, exit 4. Bounded: the process does stop."""
         self._shutdown_trigger = None
         rt = find_runtime(self.crawler)
-        if rt is None or rt.run is None or self.exit_code is not None:
+        # (a cause reported mid-run decided an exit code already: the run has not ended for it)
+        if rt is None or rt.run is None or self.outcome:
             return None
         return deferred_from_coro(self._abort(rt, rt.run))
 
