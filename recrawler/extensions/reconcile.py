@@ -18,6 +18,7 @@ from scrapy.utils.reactor import is_reactor_installed
 
 from recrawler import membership, meta, reports
 from recrawler import signals as recrawler_signals
+from recrawler.detect.hashing import fuzzy_distance
 from recrawler.exceptions import ConfigurationError, StateStoreError, StateStoreLost
 from recrawler.extensions import runreport
 from recrawler.extensions.alerts import say_held, say_kept, say_outage
@@ -294,7 +295,7 @@ class Reconciler:
     async def _record_abort(self, rt: Runtime, run: Run, run_report: dict[str, Any]) -> None:
         # the pages already written are kept (committed); the run itself ends aborted
         await rt.store.flush()
-        await rt.store.finish_run(
+        await rt.store.runs.finish_run(
             run,
             reason=CLOSE_FORCED,
             at=utcnow(),
@@ -333,14 +334,14 @@ class Reconciler:
         try:
             await store.flush()
             # the block-set changes this run's page writes left (and any a killed run left)
-            folded = await store.fold_block_stats()
+            folded = await store.history.fold_block_stats()
             noise = await self._learn_boilerplate(run)
             outage = evaluate(OUTAGE_GUARDS, self.facts(reason, run))
             skipped = [f.reason for f in outage]
             say_outage(outage, self.crawler.spider)
             deploy = await runreport.deploy(rt, run)
             # misses earlier runs kept for a decision are this run's to decide too
-            await store.carry_misses(run)
+            await store.decisions.carry_misses(run)
             facts = await self._hold_facts(reason, run, outage)
             # a dry run and a run that lost its lease hold nothing (they remove and publish nothing)
             judged = not (self.dry_run or rt.lease_lost)
@@ -358,7 +359,7 @@ class Reconciler:
                 action = SETTLE_KEEP_LISTED if facts.listing is not None else SETTLE_KEEP
             else:
                 action = SETTLE_DROP if skipped else SETTLE_APPLY
-            settled = await store.settle_misses(run, action)
+            settled = await store.decisions.settle_misses(run, action)
             index, result = await self._publish(run, reason, holds(changes))
             if result is None:
                 result = settled
@@ -368,7 +369,7 @@ class Reconciler:
                     result, applied=False, skipped_misses=settled.skipped_misses, kept=settled.kept
                 )
             # and those of the pages this reconciliation removed
-            folded += await store.fold_block_stats()
+            folded += await store.history.fold_block_stats()
             c.set("recrawler/reconcile/block_deltas", folded)
             for why in skipped:
                 c.inc(f"recrawler/reconcile/skipped/{why}")
@@ -383,7 +384,7 @@ class Reconciler:
             await store.deliver()
             c.set("recrawler/reconcile/elapsed_seconds", round(time.monotonic() - started, 3))
             self._finish_outcome(run_report, skipped, hold, findings, whole=bool(changes))
-            await store.finish_run(
+            await store.runs.finish_run(
                 run,
                 reason=reason,
                 at=utcnow(),
@@ -393,7 +394,7 @@ class Reconciler:
                 exit_code=self.exit_code,
             )
         except StateStoreError as exc:
-            c.inc(f"recrawler/state/error/{type(exc).__name__}")
+            c.state_error(exc)
             # a database lost mid-run was said at ERROR when the store noticed: this is its consequence
             level = logging.WARNING if isinstance(exc, StateStoreLost) else logging.ERROR
             logger.log(level, "reconciliation failed, nothing quarantined or gone: %(exc)s", {"exc": exc})
@@ -403,7 +404,7 @@ class Reconciler:
             Path(self.report_file).write_text(json.dumps(run_report, indent=2) + "\n", encoding="utf-8")
         self.report = run_report
         # the HTML report reads what finish_run stored, through the store's readers
-        await reports.write_after_run(self.crawler.settings, store, run.id, store.uri)
+        await reports.write_after_run(self.crawler.settings, store.readers, run.id, store.uri)
         # WARNING when the run did not end well, so a quiet cron run (--loglevel WARNING) still says so
         level = logging.INFO if self.exit_code == EXIT_OK else logging.WARNING
         # logged when the engine stops: the last line, below Scrapy's stats dump
@@ -418,11 +419,15 @@ class Reconciler:
         """The facts the hold guards judge: the removal plan, and what the site has not published
         (whichever run stored it: a killed run's pages too)."""
         store = self.runtime.store
-        plan = await store.removal_plan(
+        plan = await store.decisions.removal_plan(
             run, gone_after=self.limits.gone_after, gone_statuses=self.limits.gone_statuses
         )
-        pending = await store.pending_changes(run.site)
-        same = await store.largest_same_content(run) if pending["published"] else None
+        pending = await store.decisions.pending_changes(run.site)
+        same = (
+            await store.decisions.largest_same_content(run, distance=fuzzy_distance)
+            if pending["published"]
+            else None
+        )
         return self.facts(
             reason,
             run,
@@ -477,7 +482,7 @@ class Reconciler:
         if run.site is None or not s.getbool("RECRAWLER_BOILERPLATE_ENABLED"):
             return {}
         store = self.runtime.store
-        result = await store.update_boilerplate(
+        result = await store.history.update_boilerplate(
             run.site,
             enter_share=s.getfloat("RECRAWLER_BOILERPLATE_SHARE"),
             exit_share=s.getfloat("RECRAWLER_BOILERPLATE_EXIT_SHARE"),
@@ -486,7 +491,7 @@ class Reconciler:
         taken: list[str] = []
         if result["boilerplate_on"]:
             # site-wide furniture that changed on many pages this run is noise, not a docs sprint
-            taken = await store.take_back_boilerplate_changes(run, run.site)
+            taken = await store.history.take_back_boilerplate_changes(run, run.site)
             self._taken_back += len(taken)
             if taken:
                 self.runtime.counters.inc(f"recrawler/page/{PageStatus.UNCHANGED}/boilerplate", len(taken))
@@ -511,16 +516,18 @@ class Reconciler:
         rt = self.runtime
         if not self.index_enabled:
             if hold:
-                await rt.store.hold_run(run)
+                await rt.store.decisions.hold_run(run)
                 return {"state": "disabled"}, None
             if reason != "finished" or self.facts().state_errors:
                 return {"state": "disabled"}, None
-            result, _ = await rt.store.publish_run(
+            result, _ = await rt.store.decisions.publish_run(
                 run, at=utcnow(), gone_after=self.limits.gone_after, gone_statuses=self.limits.gone_statuses
             )
             return {"state": "disabled"}, result
         publisher = Publisher(
-            rt.store,
+            rt.store.decisions,
+            rt.store.kb,
+            rt.store.search_index,
             rt.embedder,
             rt.counters,
             dry_run=self.dry_run,

@@ -24,7 +24,9 @@ logger = logging.getLogger(__name__)
 async def freshness(rt: Runtime, run: Run, settings: BaseSettings) -> dict[str, Any]:
     """How current the published knowledge base is now (what the HTML report shows later)."""
     bound = settings.getfloat("RECRAWLER_MAX_INTERVAL_SECS")
-    fresh = await asyncio.to_thread(rt.store.freshness, run.site, bound_secs=bound, now=rt.schedule.now)
+    fresh = await asyncio.to_thread(
+        rt.store.readers.freshness, run.site, bound_secs=bound, now=rt.schedule.now
+    )
     view = freshness_view(fresh)
     return {k: view[k] for k in STORED} | {"bound_secs": bound}
 
@@ -45,7 +47,7 @@ async def deploy(rt: Runtime, run: Run) -> dict[str, Any]:
     many pages it checks for it."""
     found = deploy_counts(rt.counters)
     if found["detected"] and run.site is not None:
-        build = await rt.store.site_build(run.site)
+        build = await rt.store.schedule.site_build(run.site)
         if build is not None and build.deploy_run == run.id:
             found["reason"] = build.deploy_reason
         found["line"] = summary.deploy_line(found)
