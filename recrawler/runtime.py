@@ -13,6 +13,7 @@ from scrapy import signals
 from scrapy.exceptions import CloseSpider
 
 from recrawler import membership, meta
+from recrawler import signals as recrawler_signals
 from recrawler.auditor import Auditor
 from recrawler.counters import RunCounters
 from recrawler.cpu import CpuPool
@@ -146,7 +147,8 @@ class Runtime:
         #: why the run could not begin (the spider was closed before its first request)
         self.failure: BaseException | None = None
         self.lease_lost = False
-        #: how the run ended, for ``scrapy crawl``'s exit code; set by the Reconciler or on refusal
+        #: a worker's lost leader, until membership reports it with ``run_failed`` (the Reconciler
+        #: decides the exit code: ``Reconciler.exit_code``)
         self.exit_code: int | None = None
         #: the summary line and the level it was logged at; set by the Reconciler
         self.summary: tuple[int, str] | None = None
@@ -293,7 +295,10 @@ class Runtime:
 
     async def _refuse(self, exc: BaseException) -> None:
         self.failure = exc
-        self.exit_code = _exit_code_for(exc)
+        # the Reconciler decides the run's exit code: the refusal is a cause it is told of
+        await self.crawler.signals.send_catch_log_async(
+            recrawler_signals.run_failed, cause=self._close_reason(exc), exit_code=_exit_code_for(exc)
+        )
         if isinstance(exc, StateStoreError):
             self.counters.state_error(exc)
         logger.error(
@@ -314,7 +319,7 @@ class Runtime:
         refusal = {
             "run_id": None,
             "finish_reason": reason,
-            "outcome": {"state": "refused", "reasons": [reason], "exit_code": self.exit_code},
+            "outcome": {"state": "refused", "reasons": [reason], "exit_code": _exit_code_for(exc)},
             "error": redact_text(str(exc)),
         }
         try:

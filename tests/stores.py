@@ -5,7 +5,7 @@ process (files under $RECRAWLER_TEST_STORE_DIR), PGVector on $RECRAWLER_TEST_STO
 from __future__ import annotations
 
 import os
-import time
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,14 +53,19 @@ def pgvector() -> VectorStore:
 
 
 class Slow:
-    """A store whose adds take a while: a sync of it can be killed half way."""
+    """A store that hangs in its first add, before adding, until its process is killed: a sync of
+    it is half way (the stale chunks deleted, a batch of new ones pending) when it is killed."""
+
+    #: at most this long (the test kills the process first)
+    HANG_SECS = 120.0
 
     def __init__(self, store: VectorStore) -> None:
         self.store = store
+        self.never = threading.Event()
 
     def add_documents(self, documents: Any, **kwargs: Any) -> Any:
-        time.sleep(0.3)
-        return self.store.add_documents(documents, **kwargs)
+        self.never.wait(self.HANG_SECS)
+        raise RuntimeError("the slow store was not killed while it hung")
 
     def delete(self, ids: Any = None, **kwargs: Any) -> Any:
         return self.store.delete(ids, **kwargs)

@@ -7,7 +7,6 @@ import hashlib
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -290,13 +289,11 @@ def test_sigkill_during_embedding_keeps_the_published_run(
         "cfg.html", docsite.page("Config", [("Retries", ["Set retry_limit for uploads."])]), mtime=T0 + 5
     )
     embed_server.requests.clear()
+    embed_server.requested.clear()
     embed_server.script(Reply(delay_secs=60))
     proc = subprocess.Popen(base, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while not embed_server.requests and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert embed_server.requests, "the crawl never reached the embedding step"
+        assert embed_server.requested.wait(60), "the crawl never reached the embedding step"
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=30)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sqlite3
-import time
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -16,6 +15,7 @@ from recrawler.events import JsonLinesSink
 from recrawler.exceptions import StateStoreError
 from recrawler.state.sqlite import SQLiteStateStore
 from tests.state_sqlite import EVENT_KEYS, SITE, T0, event, lines, opened, pages, query, rec
+from tests.waiting import until
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -99,9 +99,8 @@ async def test_commit_secs_bounds_the_wait_of_a_lone_write(db: Path) -> None:
     async with opened(db, batch_size=100, commit_secs=0.05) as store:
         run = await store.runs.begin_run("docs", SITE, T0, lease_secs=0)
         await store.pages.record(run, rec("a"), [])
-        deadline = time.monotonic() + 1.0
-        while not pages(db) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        # committed by the timer alone (nothing else is written or flushed)
+        await asyncio.to_thread(until, lambda: pages(db), "the lone write committed", timeout=1.0)
         assert pages(db) == {f"{SITE}/a": ("live", 0)}
 
 

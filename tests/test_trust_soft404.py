@@ -305,13 +305,44 @@ async def test_pages_lent_one_target_are_misses(site: Site, crawls: Crawls) -> N
     await lend_one_target(site, crawls)
 
 
+#: sent by ``SaidRedirects`` once it dealt with a redirect answer: ``url`` (the redirected page)
+redirect_dealt_with = object()
+
+
+class SaidRedirects(PageRedirectMiddleware):
+    """recrawler's redirect middleware, saying when it has dealt with a page's redirect answer
+    (followed it, lent the address, or found the address shared and the page a miss)."""
+
+    async def process_response(self, request: Any, response: Any) -> Any:  # type: ignore[override]
+        try:
+            return await super().process_response(request, response)
+        finally:
+            if 300 <= response.status < 400:
+                self.crawler.signals.send_catch_log(redirect_dealt_with, url=request.url)
+
+
 class SlowLentAnswers:
     """An item pipeline ahead of recrawler's: a page a temporary redirect lent another address is
-    held a while, so that its write comes after later redirects found that address shared."""
+    held until the redirect middleware dealt with all five redirects (the slower ones too), so
+    that its write comes after later redirects found that address shared."""
+
+    def __init__(self, crawler: Any) -> None:
+        self.redirected: set[str] = set()
+        self.all_dealt_with = asyncio.Event()
+        crawler.signals.connect(self.dealt_with, signal=redirect_dealt_with)
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> Self:
+        return cls(crawler)
+
+    def dealt_with(self, url: str) -> None:
+        self.redirected.add(url)
+        if len(self.redirected) == 5:
+            self.all_dealt_with.set()
 
     async def process_item(self, item: Any) -> Any:
         if getattr(item, "served_from", None):
-            await asyncio.sleep(2.0)
+            await asyncio.wait_for(self.all_dealt_with.wait(), timeout=60)
         return item
 
 
@@ -319,7 +350,17 @@ class SlowLentAnswers:
 async def test_a_lent_answer_written_after_its_target_is_shared_is_a_miss(site: Site, crawls: Crawls) -> None:
     """Pages 0 and 1 are sent to the search page and its answer passes the redirects before page
     2's redirect (slower) makes the search page everybody's: their answers are still misses."""
-    await lend_one_target(site, crawls, slow_from=2, ITEM_PIPELINES={f"{__name__}.SlowLentAnswers": 100})
+    await lend_one_target(
+        site,
+        crawls,
+        slow_from=2,
+        ITEM_PIPELINES={f"{__name__}.SlowLentAnswers": 100},
+        # (the project's own redirect middleware stands: the add-on leaves it in place)
+        DOWNLOADER_MIDDLEWARES={
+            "scrapy.downloadermiddlewares.redirect.RedirectMiddleware": None,
+            f"{__name__}.SaidRedirects": 541,
+        },
+    )
 
 
 class LoanProbe:
