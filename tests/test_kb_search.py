@@ -1,5 +1,5 @@
 """The bot's search: exact vectors without loading them, keywords fused in, no padding, both
-backends alike (recrawler.kb.ranking, recrawler.kb.vectors, the readers in recrawler.kb.reader)."""
+backends alike (recrawler.kb.ranking, recrawler.state.sqlite.vectors, the readers in recrawler.kb.reader)."""
 
 from __future__ import annotations
 
@@ -421,10 +421,10 @@ def test_a_warm_search_does_not_work_through_every_page(tmp_path: Path) -> None:
                 counter[0] += 1
                 return 0
 
-            kb._conn.set_progress_handler(tick, 100)
+            kb.reads.conn.set_progress_handler(tick, 100)
             assert len(kb.search("deploy upload retry", k=10, mode="vector")) == 10
             assert len(kb.search("deploy upload retry", k=10, site="b.example")) == 10
-            kb._conn.set_progress_handler(None, 100)
+            kb.reads.conn.set_progress_handler(None, 100)
             steps[n] = counter[0] * 100
     assert steps[30_000] < 2 * steps[3_000], steps
 

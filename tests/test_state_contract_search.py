@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from recrawler.kb import sqlite as kb_sqlite
-from recrawler.kb import vectors
 from recrawler.kb.embedders import embedder_from_spec, vector_to_blob
 from recrawler.kb.reader import open_kb
 from recrawler.state.sql import search
+from recrawler.state.sqlite import vectors
 from tests.state_contract import HOLDER, SITE, T0, BackendMixin, chunks, rec
 
 if TYPE_CHECKING:
@@ -31,7 +30,7 @@ SMALL_BLOCK = 64
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     # each module that reads the blocks binds the size on import
-    for module in (search, vectors, kb_sqlite):
+    for module in (search, vectors):
         monkeypatch.setattr(module, "BLOCK", SMALL_BLOCK)
 
 

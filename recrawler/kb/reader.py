@@ -76,10 +76,10 @@ def open_kb(
             **embedder_options,
         )
     from recrawler.kb.sqlite import SQLiteKnowledgeBase
-    from recrawler.state.sqlite.versions import path_from_uri
 
+    # a sqlite:// or file: URI, or a path (the read role reads either)
     return SQLiteKnowledgeBase(
-        path_from_uri(uri),
+        uri,
         embedder=embedder,
         cache_mb=cache_mb,
         default_version=default_version,

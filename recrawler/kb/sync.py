@@ -32,6 +32,7 @@ from langchain_core.embeddings import Embeddings
 from recrawler.exceptions import ConfigurationError, RecrawlerError
 from recrawler.kb.reader import open_kb
 from recrawler.redact import redact_text, redact_url
+from recrawler.state import open_sink_ledger
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -111,7 +112,7 @@ class VectorStoreSync:
         with open_kb(self.uri, embedder="hashing") as kb:
             for chunk in kb.chunks():
                 wanted[chunk_id(chunk)] = chunk
-        ledger = _Ledger(self.uri, self.name)
+        ledger = open_sink_ledger(self.uri, self.name)
         try:
             held = ledger.read()
             stale = [i for i in held if i not in wanted]
@@ -123,7 +124,7 @@ class VectorStoreSync:
             todo = [i for i in wanted if held.get(i) != 1]
             for start in range(0, len(todo), self.batch_size):
                 part = todo[start : start + self.batch_size]
-                ledger.adding([(i, wanted[i]) for i in part])
+                ledger.adding([(i, wanted[i].key, wanted[i].chunk_hash) for i in part])
                 with self._store_call("add"):
                     self.store.add_documents([chunk_document(wanted[i]) for i in part], ids=part)
                 ledger.added(part)
@@ -189,60 +190,3 @@ def build_store(path: str, sink: str, *, name: str = "--store") -> VectorStore:
 
 class SinkError(RecrawlerError):
     """A vector store (or the factory that builds it) failed: down, refused, misconfigured."""
-
-
-class _Ledger:
-    """What this sink put into its store, in the knowledge base's own database (``sink_chunks``)."""
-
-    def __init__(self, uri: str, name: str) -> None:
-        self.name = name
-        if uri.split("://", 1)[0].lower() in ("postgresql", "postgres"):
-            import psycopg
-
-            self.conn: Any = psycopg.connect(uri, autocommit=True)
-            self.param = "%s"
-        else:
-            import sqlite3
-
-            from recrawler.state.sqlite.versions import sqlite_target
-
-            path, readonly = sqlite_target(uri)
-            if readonly:
-                msg = f"RECRAWLER_DB_URI: {uri!r} is read-only (?mode=ro): a sync writes its ledger there"
-                raise ConfigurationError(msg)
-            self.conn = sqlite3.connect(path, isolation_level=None, timeout=30)
-            self.param = "?"
-
-    def _run(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        sql = sql.replace("?", self.param)
-        if self.param == "?":
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                self.conn.executemany(sql, rows)
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
-            self.conn.execute("COMMIT")
-        else:
-            with self.conn.transaction(), self.conn.cursor() as cur:
-                cur.executemany(sql, rows)
-
-    def read(self) -> dict[str, int]:
-        sql = "SELECT id, state FROM sink_chunks WHERE sink = ?".replace("?", self.param)
-        return {r[0]: int(r[1]) for r in self.conn.execute(sql, (self.name,)).fetchall()}
-
-    def adding(self, chunks: list[tuple[str, ChunkRow]]) -> None:
-        self._run(
-            "INSERT INTO sink_chunks (sink, id, key, chunk_hash, state) VALUES (?, ?, ?, ?, 0) "
-            "ON CONFLICT (sink, id) DO NOTHING",
-            [(self.name, i, c.key, c.chunk_hash) for i, c in chunks],
-        )
-
-    def added(self, ids: list[str]) -> None:
-        self._run("UPDATE sink_chunks SET state = 1 WHERE sink = ? AND id = ?", [(self.name, i) for i in ids])
-
-    def forget(self, ids: list[str]) -> None:
-        self._run("DELETE FROM sink_chunks WHERE sink = ? AND id = ?", [(self.name, i) for i in ids])
-
-    def close(self) -> None:
-        self.conn.close()

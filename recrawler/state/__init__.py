@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from recrawler.exceptions import ConfigurationError
 from recrawler.extras import missing_extra
 from recrawler.state.errors import DAMAGED, UNREACHABLE, UNREADABLE, database_errors
+from recrawler.state.ledger import SinkLedger
 from recrawler.state.records import (
     GONE,
     LIVE,
@@ -53,9 +54,14 @@ from recrawler.state.roles import (
     StateStore,
     Trust,
 )
+from recrawler.state.slices import Slice
+from recrawler.state.sql.changes import ChangeReads
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
+
+    from recrawler.state.postgres.search import PostgreSQLSearchReads
+    from recrawler.state.sqlite.search import SQLiteSearchReads
 
 
 __all__ = [
@@ -76,6 +82,7 @@ __all__ = [
     "UNREACHABLE",
     "UNREADABLE",
     "BlockModel",
+    "ChangeReads",
     "ChangeRow",
     "Decisions",
     "Event",
@@ -98,12 +105,17 @@ __all__ = [
     "Schedule",
     "ScheduledPage",
     "SearchIndex",
+    "SinkLedger",
     "SiteBuild",
     "SitemapFile",
+    "Slice",
     "StateStore",
     "Trust",
     "TrustRecord",
     "database_errors",
+    "open_postgres_search",
+    "open_sink_ledger",
+    "open_sqlite_search",
     "store_from_uri",
     "utcnow",
 ]
@@ -131,3 +143,25 @@ def store_from_uri(uri: str, settings: BaseSettings, *, blocks: BlockModel | Non
     store: StateStore = cls.from_settings(uri, settings)
     store.blocks = blocks
     return store
+
+
+def open_sqlite_search(target: str) -> SQLiteSearchReads:
+    """Search's read role over the SQLite database at *target* (a path or a ``sqlite://`` URI),
+    read-only, its schema and integrity checked: the rows a search, the changes feed and a dump
+    read (``recrawler.kb`` ranks them)."""
+    # imported here: a crawl never loads the readers
+    from recrawler.state.sqlite.search import SQLiteSearchReads
+
+    return SQLiteSearchReads(target)
+
+
+def open_postgres_search(uri: str) -> PostgreSQLSearchReads:
+    """Search's read role over the PostgreSQL database at *uri*, its schema checked."""
+    from recrawler.state.postgres.search import PostgreSQLSearchReads
+
+    return PostgreSQLSearchReads(uri)
+
+
+def open_sink_ledger(uri: str, name: str) -> SinkLedger:
+    """The ledger of the vector-store sink *name* in the knowledge base's database at *uri*."""
+    return SinkLedger(uri, name)

@@ -1,5 +1,5 @@
 """The search index's write side: the vector blocks SQLite's exact search reads
-(:mod:`recrawler.kb.vectors` reads them)."""
+(:mod:`recrawler.state.sqlite.vectors` reads them)."""
 
 from __future__ import annotations
 
