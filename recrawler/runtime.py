@@ -52,14 +52,6 @@ _P = ParamSpec("_P")
 CLOSE_BUSY, CLOSE_HELD, CLOSE_STATE = "recrawler_busy", "recrawler_held", "recrawler_state_error"
 
 
-class Listing(Protocol):
-    """The sitemap files not requested yet, as the closing work sees them (ListingMiddleware
-    registers itself)."""
-
-    def idle(self) -> bool:
-        """On ``spider_idle``: send the next requests; False when none wait."""
-
-
 class Revisits(Protocol):
     """The schedule's part in a page's write (ScheduleMiddleware registers itself)."""
 
@@ -120,8 +112,6 @@ class Runtime:
         self.store = store
         self.counters = RunCounters(crawler.stats)
         self.cpu_pool.counters = self.counters
-        #: the sitemap files waiting to be requested (set by ListingMiddleware)
-        self.listing: Listing | None = None
         #: each checked page's next revisit, written with the page (set by ScheduleMiddleware)
         self.revisits: Revisits | None = None
         #: the keys of this run's redirect targets that many pages were lent (soft 404s: an answer
@@ -457,7 +447,6 @@ __all__ = [
     "CLOSE_BUSY",
     "CLOSE_HELD",
     "CLOSE_STATE",
-    "Listing",
     "Revisits",
     "Runtime",
     "find_runtime",

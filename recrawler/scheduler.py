@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import pickle
+import weakref
+from collections import deque
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import Request
@@ -108,6 +110,11 @@ def frontier_enabled(crawler: Crawler | None) -> bool:
     return isinstance(cls, type) and issubclass(cls, FrontierScheduler)
 
 
+def _a_further_file(request: Request) -> bool:
+    """A sitemap file a listing named (not a start request): let out a few at once."""
+    return meta.is_sitemap_request(request) and meta.SITEMAP_DEPTH in request.meta
+
+
 def _takes(request: Request) -> bool:
     """A page request the run names (a sitemap's listing, a feed, a link): the frontier holds its
     key once. Start requests keep Scrapy's order; a ``dont_filter`` request (a retry, a re-fetch, a
@@ -138,13 +145,21 @@ class FrontierScheduler(Scheduler):
     is under way, so the spider does not go idle before the frontier is drained. A batch that
     cannot be written waits in memory instead: no page is lost.
 
+    The further sitemap files a listing names wait here too, ahead of every other request, and
+    at most ``RECRAWLER_SITEMAP_CONCURRENCY`` of them are out and not yet read to their end
+    (``_recrawler_listing_read``, set by ListingMiddleware, or Scrapy letting go of a failed one):
+    each file read holds its body and its requests in flight, so memory stays flat however many
+    files an index names.
+
     Settings: ``RECRAWLER_FRONTIER_ENABLED``, ``RECRAWLER_FRONTIER_BATCH_SIZE``,
-    ``RECRAWLER_WORKERS_ENABLED``, ``RECRAWLER_URL_DROP_PARAMS``, ``RECRAWLER_URL_KEEP_PARAMS``,
+    ``RECRAWLER_SITEMAP_CONCURRENCY``, ``RECRAWLER_WORKERS_ENABLED``, ``RECRAWLER_URL_DROP_PARAMS``,
+    ``RECRAWLER_URL_KEEP_PARAMS``,
     and Scrapy's ``SCHEDULER_*``, ``DUPEFILTER_CLASS`` and ``JOBDIR``.
     Stats: ``recrawler/frontier/{queued,fed}``, ``recrawler/frontier/waiting_max``,
     ``recrawler/sitemap/pages`` (the due pages a sitemap named, once per key),
     ``recrawler/state/error/<Exception>``; Scrapy's ``scheduler/*`` for what reaches its queues.
-    Meta: reads ``_recrawler_listed`` (set by ListingMiddleware), sets ``_recrawler_fed``.
+    Meta: reads ``_recrawler_listed`` and ``_recrawler_listing_read`` (set by ListingMiddleware),
+    sets ``_recrawler_fed``.
     """
 
     def __init__(
@@ -154,10 +169,15 @@ class FrontierScheduler(Scheduler):
         runtime: Runtime | None = None,
         batch_size: int = 500,
         key_maker: KeyMaker | None = None,
+        sitemap_concurrency: int = 2,
         **kwargs: Any,
     ) -> None:
         if batch_size < 1:
             raise ConfigurationError(f"RECRAWLER_FRONTIER_BATCH_SIZE: bad value {batch_size!r}")
+        if sitemap_concurrency < 1:
+            raise ConfigurationError(
+                f"RECRAWLER_SITEMAP_CONCURRENCY: must be at least 1, got {sitemap_concurrency!r}"
+            )
         super().__init__(dupefilter, *args, **kwargs)
         #: the run's owner; None: Scrapy's scheduler, nothing more
         self.runtime = runtime
@@ -179,6 +199,11 @@ class FrontierScheduler(Scheduler):
         self._writes: set[asyncio.Task[None]] = set()
         self._reading: asyncio.Task[None] | None = None
         self._closed = False
+        self.sitemap_concurrency = sitemap_concurrency
+        #: further sitemap files not let out yet (at most RECRAWLER_SITEMAP_MAX_FILES)
+        self._files: deque[Request] = deque()
+        #: let out and not read to their end; a failed one leaves once Scrapy lets go of it
+        self._open: weakref.WeakSet[Request] = weakref.WeakSet()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -195,6 +220,7 @@ class FrontierScheduler(Scheduler):
             crawler=crawler,
             runtime=runtime_of(crawler) if _switched_on(crawler) else None,
             batch_size=s.getint("RECRAWLER_FRONTIER_BATCH_SIZE"),
+            sitemap_concurrency=s.getint("RECRAWLER_SITEMAP_CONCURRENCY"),
             key_maker=KeyMaker(
                 s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS")
             ),
@@ -213,6 +239,7 @@ class FrontierScheduler(Scheduler):
             self._quiet.cancel()
             self._quiet = None
         self._unwritten = {True: [], False: []}
+        self._files.clear()
         tasks = [t for t in (*self._writes, self._reading) if t is not None and not t.done()]
         if not tasks:
             return super().close(reason)
@@ -229,6 +256,10 @@ class FrontierScheduler(Scheduler):
         read or write is under way."""
         if super().has_pending_requests():
             return True
+        if self._files:
+            # asked when nothing is in flight: a file still open failed unread
+            self._open = weakref.WeakSet()
+            return True
         rt = self.runtime
         if rt is None or rt.run is None or self._closed:
             return False
@@ -242,7 +273,14 @@ class FrontierScheduler(Scheduler):
 
     def enqueue_request(self, request: Request) -> bool:
         """A page request the run names waits to be written to the frontier; every other request
-        goes to Scrapy's queues (through its duplicate filter)."""
+        goes to Scrapy's queues (through its duplicate filter); a further sitemap file waits for
+        its turn."""
+        if _a_further_file(request) and not self._closed:
+            if not request.dont_filter and self.df.request_seen(request):
+                self.df.log(request, self.spider)
+                return False
+            self._files.append(request)
+            return True
         rt = self.runtime
         if rt is None or rt.run is None or self._closed or not _takes(request):
             return super().enqueue_request(request)
@@ -260,12 +298,24 @@ class FrontierScheduler(Scheduler):
 
     def next_request(self) -> Request | None:
         """The next request of Scrapy's queues; below half a batch of fed requests there, the
-        frontier's next batch is read (off the reactor)."""
-        request = super().next_request()
+        frontier's next batch is read (off the reactor). A waiting sitemap file comes first, if
+        fewer than ``RECRAWLER_SITEMAP_CONCURRENCY`` are out and not read."""
+        request = self._next_file() or super().next_request()
         if self.runtime is not None:
             if request is not None and request.meta.pop(meta.FED, False):
                 self.waiting -= 1
             self._top_up()
+        return request
+
+    def _next_file(self) -> Request | None:
+        if not self._files:
+            return None
+        for done in [r for r in self._open if r.meta.get(meta.LISTING_READ)]:
+            self._open.discard(done)
+        if len(self._open) >= self.sitemap_concurrency:
+            return None
+        request = self._files.popleft()
+        self._open.add(request)
         return request
 
     # -- writing ---------------------------------------------------------------------------------

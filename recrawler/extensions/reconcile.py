@@ -153,13 +153,10 @@ class Reconciler:
     # -- verifying unseen pages ------------------------------------------------------------------
 
     def spider_idle(self) -> None:
-        """Request the sitemap files still waiting; once none wait, request stored pages this run
-        has not reached yet (read off the reactor, in batches). The frontier is the scheduler's:
-        the spider goes idle only once it is drained."""
+        """Request stored pages this run has not reached yet (read off the reactor, in batches).
+        The frontier and the sitemap files are the scheduler's: the spider goes idle only once
+        the whole listing was read and its pages fetched."""
         rt = self.runtime
-        if rt.listing is not None and not rt.lease_lost and rt.listing.idle():
-            # the rest of the listing first: a page it names is not unseen
-            raise DontCloseSpider
         if not rt.leads or not self.verify_unseen or rt.lease_lost or rt.run is None or rt.run.site is None:
             return
         workers = rt.workers
