@@ -304,9 +304,10 @@ class RecrawlerAddon:
             # its scheduler's own deprecated calls warn on every run: not the user's to fix
             quiet_library_deprecations("scrapy_redis")
             self._shared_frontier(settings)
-        elif self.crawler is not None and settings.getbool("RECRAWLER_FRONTIER_ENABLED"):
-            # the run's page requests wait in the database; a project's own SCHEDULER still wins.
-            # A crawl's only, and only a spider that opted in gets here (a SCHEDULER is the crawler's)
+        elif self.crawler is not None:
+            # the run's page requests wait in the database (RECRAWLER_FRONTIER_ENABLED), and the
+            # sitemap files and the unseen pages' checks in its queues; a project's own SCHEDULER
+            # still wins. A crawl's only, and only a spider that opted in gets here
             settings.set("SCHEDULER", FRONTIER_SCHEDULER, priority="addon")
         if (settings.getpriority("LOG_FORMATTER") or 0) <= SETTINGS_PRIORITIES["default"]:
             # Scrapy's per-request lines without the credentials a URL carries (?token=, ?api_key=)
@@ -384,7 +385,7 @@ class RecrawlerAddon:
         site = getattr(self.crawler.spider, "recrawler_site", None) if self.crawler else None
         prefix = f"recrawler:%(spider)s:{site}" if site else "recrawler:%(spider)s"
         for name, value in (
-            ("SCHEDULER", "scrapy_redis.scheduler.Scheduler"),
+            ("SCHEDULER", "recrawler.scheduler.SharedScheduler"),
             ("DUPEFILTER_CLASS", "recrawler.shared_run.PageKeyDupeFilter"),
             ("SCHEDULER_DUPEFILTER_CLASS", "recrawler.shared_run.PageKeyDupeFilter"),
             # a worker that closes must not flush the frontier the others still work on

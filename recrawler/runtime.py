@@ -220,15 +220,6 @@ class Runtime:
             self._embedder = embedder_from_settings(self.crawler.settings)
         return self._embedder
 
-    def wake(self) -> None:
-        """Have the engine look for work (and go idle again) now: a read or a write it waited
-        for (the frontier's, the unseen pages') is in. Scrapy offers nothing public for it;
-        without it the engine would look again at its next heartbeat, 5 seconds later."""
-        slot = getattr(self.crawler.engine, "_slot", None)
-        nextcall = getattr(slot, "nextcall", None)
-        if nextcall is not None:
-            nextcall.schedule()
-
     async def offload(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Run pure per-page CPU work on the CPU threads (``RECRAWLER_CPU_THREADS``), or inline.
 

@@ -17,6 +17,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.request import request_from_dict
 
 from recrawler import meta
+from recrawler import signals as recrawler_signals
 from recrawler.exceptions import ConfigurationError, StateStoreError, StateStoreLost
 from recrawler.meta import is_page_request, request_key, spider_opted_in
 from recrawler.redact import redact_url
@@ -110,6 +111,18 @@ def frontier_enabled(crawler: Crawler | None) -> bool:
     return isinstance(cls, type) and issubclass(cls, FrontierScheduler)
 
 
+def wake(crawler: Crawler | None) -> None:
+    """Have the engine look for requests (and go idle again) now: a read or a write it waited for
+    (the frontier's, the unseen pages') is in. Scrapy offers nothing public for it (a scheduler's
+    work is synchronous there); without it the engine would look again at its next heartbeat,
+    5 seconds later."""
+    engine = crawler.engine if crawler is not None else None
+    slot = getattr(engine, "_slot", None)
+    nextcall = getattr(slot, "nextcall", None)
+    if nextcall is not None:
+        nextcall.schedule()
+
+
 def _a_further_file(request: Request) -> bool:
     """A sitemap file a listing named (not a start request): let out a few at once."""
     return meta.is_sitemap_request(request) and meta.SITEMAP_DEPTH in request.meta
@@ -158,6 +171,9 @@ class FrontierScheduler(Scheduler):
     Stats: ``recrawler/frontier/{queued,fed}``, ``recrawler/frontier/waiting_max``,
     ``recrawler/sitemap/pages`` (the due pages a sitemap named, once per key),
     ``recrawler/state/error/<Exception>``; Scrapy's ``scheduler/*`` for what reaches its queues.
+    The checks of stored pages the run did not reach (``recrawler.signals.pages_to_check``, from
+    the Reconciler once the spider is idle) are queued here too, in Scrapy's queues.
+
     Meta: reads ``_recrawler_listed`` and ``_recrawler_listing_read`` (set by ListingMiddleware),
     sets ``_recrawler_fed``.
     """
@@ -209,7 +225,7 @@ class FrontierScheduler(Scheduler):
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Scrapy's scheduler as ``Scheduler.from_crawler`` builds it, and the frontier's settings."""
         s = crawler.settings
-        return cls(
+        scheduler = cls(
             dupefilter=build_from_crawler(load_object(s["DUPEFILTER_CLASS"]), crawler),
             jobdir=job_dir(s),
             dqclass=load_object(s["SCHEDULER_DISK_QUEUE"]),
@@ -225,6 +241,15 @@ class FrontierScheduler(Scheduler):
                 s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS")
             ),
         )
+        crawler.signals.connect(scheduler.pages_to_check, signal=recrawler_signals.pages_to_check)
+        return scheduler
+
+    def pages_to_check(self, requests: list[Request]) -> None:
+        """Queue the checks of stored pages the run did not reach (an empty batch: none left);
+        the engine looks again now."""
+        if not self._closed:
+            self._to_memory(requests)
+        wake(self.crawler)
 
     def open(self, spider: Spider) -> Deferred[None] | None:
         """Scrapy's queues and duplicate filter; the frontier's rows are read once the run began."""
@@ -381,7 +406,7 @@ class FrontierScheduler(Scheduler):
                 self._writes.discard(task)
         self._top_up()
         # nothing may be left to do: the engine looks again now, not at its next heartbeat
-        rt.wake()
+        wake(self.crawler)
 
     def _to_memory(self, requests: list[Request]) -> None:
         for request in requests:
@@ -413,7 +438,7 @@ class FrontierScheduler(Scheduler):
             self._state_error(exc, "could not read the frontier: %(exc)s")
             # the rest of the run goes on without it (the next write reads again)
             self._queued = 0
-            rt.wake()
+            wake(self.crawler)
             return
         if self._closed:
             return
@@ -423,7 +448,7 @@ class FrontierScheduler(Scheduler):
                 self._queued = 0
             # an engine that waited for this read looks again now (and may go idle, or read
             # what a write added meanwhile)
-            rt.wake()
+            wake(self.crawler)
             return
         self._queued = max(self._queued - len(taken), 0) or 1
         requests = self._decode([blob for blob, _ in taken])
@@ -438,7 +463,7 @@ class FrontierScheduler(Scheduler):
             super().enqueue_request(request)
         rt.counters.inc("recrawler/frontier/fed", len(requests))
         rt.counters.max("recrawler/frontier/waiting_max", self.waiting)
-        rt.wake()
+        wake(self.crawler)
 
     def _attach_record(self, request: Request, record: PageRecord | None) -> None:
         """The page's stored record (None: none) rides on the fed request's meta."""
@@ -458,4 +483,34 @@ class FrontierScheduler(Scheduler):
             logger.error(message, {"exc": exc}, extra={"spider": self.spider})
 
 
-__all__ = ["FrontierScheduler", "frontier_enabled", "request_dict"]
+def _redis_scheduler() -> type:
+    try:
+        from scrapy_redis.scheduler import Scheduler as RedisScheduler
+    except ImportError:  # the workers extra is not installed: RECRAWLER_WORKERS_ENABLED says so
+        return object
+    return RedisScheduler  # type: ignore[no-any-return]
+
+
+class SharedScheduler(_redis_scheduler()):  # type: ignore[misc]  # scrapy-redis ships no type hints
+    """scrapy-redis's scheduler (the frontier the workers of a run share, with
+    ``RECRAWLER_WORKERS_ENABLED``), which queues the checks of stored pages the run did not reach
+    (``recrawler.signals.pages_to_check``) as FrontierScheduler does."""
+
+    crawler: Crawler | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """scrapy-redis's scheduler, listening for the checks."""
+        scheduler: Self = super().from_crawler(crawler)
+        scheduler.crawler = crawler
+        crawler.signals.connect(scheduler.pages_to_check, signal=recrawler_signals.pages_to_check)
+        return scheduler
+
+    def pages_to_check(self, requests: list[Request]) -> None:
+        """Queue the checks (an empty batch: none left); the engine looks again now."""
+        for request in requests:
+            self.enqueue_request(request)
+        wake(self.crawler)
+
+
+__all__ = ["FrontierScheduler", "SharedScheduler", "frontier_enabled", "request_dict", "wake"]
