@@ -184,7 +184,9 @@ class Runtime:
 
             runtime.workers = SharedRun.from_crawler(crawler)
             # held here: the signals keep a weak reference to a handler's object
-            runtime.activity = activity = WorkerActivity(runtime, runtime.workers)
+            runtime.activity = activity = WorkerActivity(
+                crawler, runtime.workers, runtime.store, runtime.counters
+            )
             crawler.signals.connect(activity.spider_idle, signal=signals.spider_idle)
             crawler.signals.connect(
                 activity.request_reached_downloader, signal=signals.request_reached_downloader
@@ -242,7 +244,7 @@ class Runtime:
         try:
             await self.store.open()
             if self.workers is not None and not await asyncio.to_thread(self.workers.elect):
-                self.run = await membership.join(self)
+                self.run = await membership.join(self.workers, self.auditor, self.crawler)
             else:
                 spider, site, kwargs = self._run_args()
                 self.run = await self.store.begin_run(spider, site, utcnow(), **kwargs)
@@ -250,6 +252,8 @@ class Runtime:
                     await asyncio.to_thread(self.workers.publish_run, self.run)
             if self.workers is not None:
                 await asyncio.to_thread(self.workers.beat)
+            if self.activity is not None:
+                self.activity.joined = True
             await self.noise.load(self.store)
             if self.run.site is not None:
                 # the site's noise model before its first page: a CPU worker fingerprints (and
@@ -354,7 +358,9 @@ class Runtime:
                 await asyncio.to_thread(self.workers.beat)
                 if not self.workers.leader:
                     # this worker's work so far, counted by the leader should this process die
-                    await asyncio.to_thread(self.workers.report, membership.worker_counts(self))
+                    await asyncio.to_thread(
+                        self.workers.report, membership.worker_counts(self.counters, self.store)
+                    )
                     continue
             try:
                 held = await self.store.heartbeat(run)

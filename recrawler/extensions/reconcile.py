@@ -131,6 +131,7 @@ class Reconciler:
             dry_run=s.getbool("RECRAWLER_DRY_RUN"),
         )
         crawler.signals.connect(ext.spider_idle, signal=signals.spider_idle)
+        crawler.signals.connect(ext.run_failed, signal=recrawler_signals.run_failed)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(ext.engine_stopped, signal=signals.engine_stopped)
         if is_reactor_installed():
@@ -144,6 +145,13 @@ class Reconciler:
     def runtime(self) -> Runtime:
         """The crawl's Runtime (extensions are all built by the time a handler runs)."""
         return runtime_of(self.crawler)
+
+    def run_failed(self, cause: str, exit_code: int) -> None:
+        """A component found a *cause* the run fails for (a worker's lost leader): the run's
+        exit code, unless one was decided already."""
+        rt = self.runtime
+        if rt.exit_code is None:
+            rt.exit_code = exit_code
 
     @property
     def exit_code(self) -> int | None:
@@ -257,9 +265,10 @@ class Reconciler:
         rt = self.runtime
         if rt.workers is not None and rt.run is not None:
             if not rt.leads:
-                await membership.leave(rt)
+                rt.stop_heartbeat()
+                await membership.leave(self.crawler, rt.workers, rt.store, rt.counters, rt.run)
                 return
-            await membership.gather(rt)
+            await membership.gather(rt.workers, rt.store, rt.counters, rt.run)
         rt.stop_heartbeat()
         run = rt.run
         if run is None:
