@@ -7,7 +7,7 @@ import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
 
 from scrapy import signals
 from scrapy.exceptions import CloseSpider
@@ -35,13 +35,10 @@ if TYPE_CHECKING:
 
     from scrapy.crawler import Crawler
 
-    from recrawler.intervals import Revisit
-    from recrawler.items import Page, PageStatus
     from recrawler.kb.embedders import Embedder
     from recrawler.membership import WorkerActivity
     from recrawler.shared_run import SharedRun
     from recrawler.state import Run, StateStore
-    from recrawler.state.records import RevisitUpdate
 
 logger = logging.getLogger(__name__)
 
@@ -50,16 +47,6 @@ _P = ParamSpec("_P")
 
 #: close reasons of a run refused when the spider opens
 CLOSE_BUSY, CLOSE_HELD, CLOSE_STATE = "recrawler_busy", "recrawler_held", "recrawler_state_error"
-
-
-class Revisits(Protocol):
-    """The schedule's part in a page's write (ScheduleMiddleware registers itself)."""
-
-    def revisit_update(self, page: Page, status: PageStatus) -> RevisitUpdate | None:
-        """The page's next revisit state, to write with the page; None: nothing to store."""
-
-    async def checked(self, page: Page, status: PageStatus, before: Revisit | None) -> None:
-        """After the write: what the page's previous revisit state tells (the lastmod audit)."""
 
 
 class Runtime:
@@ -112,8 +99,6 @@ class Runtime:
         self.store = store
         self.counters = RunCounters(crawler.stats)
         self.cpu_pool.counters = self.counters
-        #: each checked page's next revisit, written with the page (set by ScheduleMiddleware)
-        self.revisits: Revisits | None = None
         #: the keys of this run's redirect targets that many pages were lent (soft 404s: an answer
         #: served from one is never a page's content; kept by PageRedirectMiddleware)
         self.shared_targets: set[str] = set()
@@ -444,7 +429,6 @@ __all__ = [
     "CLOSE_BUSY",
     "CLOSE_HELD",
     "CLOSE_STATE",
-    "Revisits",
     "Runtime",
     "find_runtime",
     "runtime_of",

@@ -15,6 +15,7 @@ from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import Page, PageStatus, Unread
 from recrawler.misses import state_error
 from recrawler.pipelines.commit import hand_over, page_update
+from recrawler.revisits import Revisits
 from recrawler.runtime import runtime_of
 from recrawler.state import (
     GONE,
@@ -94,8 +95,11 @@ class ClassifyPipeline:
         learn: bool = True,
         indexing: bool = False,
         runtime: Runtime | None = None,
+        revisits: Revisits | None = None,
     ) -> None:
         self.store = store
+        #: each checked page's next revisit, written with it (None: the schedule is off)
+        self.revisits = revisits
         self.crawler = crawler
         self.runtime = runtime
         self.noise = noise
@@ -126,6 +130,7 @@ class ClassifyPipeline:
             learn=s.getbool("RECRAWLER_VOLATILE_ENABLED") and s.getbool("RECRAWLER_VOLATILE_LEARN"),
             indexing=meta.indexes_pages(s),
             runtime=runtime,
+            revisits=Revisits.of(crawler, runtime.schedule, runtime.auditor),
         )
 
     def _inc(self, name: str, count: int = 1) -> None:
@@ -199,7 +204,9 @@ class ClassifyPipeline:
             diff_limit=self.diff_limit,
             revert=revert,
         )
-        return await hand_over(self.runtime, run, item, update, indexing=self.indexing)
+        return await hand_over(
+            self.runtime, run, item, update, indexing=self.indexing, revisits=self.revisits
+        )
 
     async def _record(self, item: Page) -> PageRecord | None:
         """The page's stored state: from its request's way, else read now."""
