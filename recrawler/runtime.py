@@ -99,9 +99,6 @@ class Runtime:
         self.store = store
         self.counters = RunCounters(crawler.stats)
         self.cpu_pool.counters = self.counters
-        #: the keys of this run's redirect targets that many pages were lent (soft 404s: an answer
-        #: served from one is never a page's content; kept by PageRedirectMiddleware)
-        self.shared_targets: set[str] = set()
         self.schedule = schedule
         self.noise = noise
         self.auditor = Auditor(

@@ -312,7 +312,7 @@ async def commit(
         outcome.append(f"{status}/moved_in")
     if update.restored:
         outcome.append(str(PageStatus.RESTORED))
-    if page.served_from is not None and page.served_from in runtime.shared_targets:
+    if page.loan is not None and page.loan.shared:
         # lent an address many pages were sent to since its answer passed the redirects: a soft
         # 404, whose miss PageRedirectMiddleware staged (checked here, where the write is queued)
         raise DropItem("a soft 404 (redirect_shared)", log_level="DEBUG")
