@@ -20,6 +20,7 @@ from recrawler import meta
 from recrawler import signals as recrawler_signals
 from recrawler.exceptions import ConfigurationError, StateStoreError, StateStoreLost
 from recrawler.meta import is_page_request, request_key, spider_opted_in
+from recrawler.queues import queue_of
 from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
 from recrawler.urls import KeyMaker
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from scrapy.spiders import Spider
     from twisted.internet.defer import Deferred
 
+    from recrawler.queues import FrontierQueue
     from recrawler.runtime import Runtime
     from recrawler.state import PageRecord, Run
 
@@ -164,8 +166,11 @@ class FrontierScheduler(Scheduler):
     each file read holds its body and its requests in flight, so memory stays flat however many
     files an index names.
 
+    The frontier is a queue class (``RECRAWLER_QUEUE_CLASS``, ``recrawler.queues``): the run's
+    database by default, or Redis.
+
     Settings: ``RECRAWLER_FRONTIER_ENABLED``, ``RECRAWLER_FRONTIER_BATCH_SIZE``,
-    ``RECRAWLER_SITEMAP_CONCURRENCY``, ``RECRAWLER_WORKERS_ENABLED``, ``RECRAWLER_URL_DROP_PARAMS``,
+    ``RECRAWLER_QUEUE_CLASS``, ``RECRAWLER_SITEMAP_CONCURRENCY``, ``RECRAWLER_WORKERS_ENABLED``, ``RECRAWLER_URL_DROP_PARAMS``,
     ``RECRAWLER_URL_KEEP_PARAMS``,
     and Scrapy's ``SCHEDULER_*``, ``DUPEFILTER_CLASS`` and ``JOBDIR``.
     Stats: ``recrawler/frontier/{queued,fed}``, ``recrawler/frontier/waiting_max``,
@@ -183,6 +188,7 @@ class FrontierScheduler(Scheduler):
         dupefilter: BaseDupeFilter,
         *args: Any,
         runtime: Runtime | None = None,
+        queue: FrontierQueue | None = None,
         batch_size: int = 500,
         key_maker: KeyMaker | None = None,
         sitemap_concurrency: int = 2,
@@ -197,6 +203,8 @@ class FrontierScheduler(Scheduler):
         super().__init__(dupefilter, *args, **kwargs)
         #: the run's owner; None: Scrapy's scheduler, nothing more
         self.runtime = runtime
+        #: where the run's page requests wait (``RECRAWLER_QUEUE_CLASS``); None with the runtime
+        self.queue = queue
         self.batch_size = batch_size
         self.key_maker = key_maker or KeyMaker()
         #: fed requests still in Scrapy's queues
@@ -235,6 +243,7 @@ class FrontierScheduler(Scheduler):
             pqclass=load_object(s["SCHEDULER_PRIORITY_QUEUE"]),
             crawler=crawler,
             runtime=runtime_of(crawler) if _switched_on(crawler) else None,
+            queue=queue_of(crawler) if _switched_on(crawler) else None,
             batch_size=s.getint("RECRAWLER_FRONTIER_BATCH_SIZE"),
             sitemap_concurrency=s.getint("RECRAWLER_SITEMAP_CONCURRENCY"),
             key_maker=KeyMaker(
@@ -384,10 +393,11 @@ class FrontierScheduler(Scheduler):
     async def _add(
         self, run: Run, rows: list[tuple[str, int, bytes]], batch: list[Request], listed: bool
     ) -> None:
-        rt = self.runtime
+        rt, queue = self.runtime, self.queue
         assert rt is not None
+        assert queue is not None
         try:
-            added = await rt.store.frontier_add(run, rows)
+            added = await queue.push(run, rows)
         except StateStoreError as exc:
             # never lose a page: the batch waits in Scrapy's queues instead
             self._state_error(exc, "could not queue requests in the frontier: %(exc)s")
@@ -427,13 +437,14 @@ class FrontierScheduler(Scheduler):
             self._reading = asyncio.ensure_future(self._feed(run))
 
     async def _feed(self, run: Run) -> None:
-        rt = self.runtime
+        rt, queue = self.runtime, self.queue
         assert rt is not None
+        assert queue is not None
         added = self._added
         try:
-            # each request comes with its page's stored record, for its meta: the conditional
-            # middleware and the pipelines need not read each page on its own
-            taken = await rt.store.frontier_next(run, self.batch_size)
+            # each request comes with its page's stored record (if the queue reads it), for its
+            # meta: the conditional middleware and the pipelines need not read each page on its own
+            taken = await queue.pop(run, self.batch_size)
         except StateStoreError as exc:
             self._state_error(exc, "could not read the frontier: %(exc)s")
             # the rest of the run goes on without it (the next write reads again)
@@ -453,7 +464,7 @@ class FrontierScheduler(Scheduler):
         self._queued = max(self._queued - len(taken), 0) or 1
         requests = self._decode([blob for blob, _ in taken])
         for request, (_, record) in zip(requests, taken, strict=True):
-            if request.meta.get(meta.KEY):
+            if queue.records and request.meta.get(meta.KEY):
                 # (the frontier's key of a request is its meta's key)
                 self._attach_record(request, record)
             request.meta[meta.FED] = True

@@ -16,6 +16,7 @@ from recrawler.exceptions import StateStoreError
 from recrawler.items import Loan
 from recrawler.meta import is_page_request, request_key, spider_opted_in
 from recrawler.misses import record_page_error, stage_miss, stage_soft_miss, state_error
+from recrawler.queues import queue_of
 from recrawler.runtime import find_runtime
 from recrawler.scheduler import frontier_enabled
 from recrawler.urls import KeyMaker, UrlPolicy, resolve_dots
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from scrapy.http import Request, Response
     from scrapy.settings import BaseSettings
 
+    from recrawler.queues import FrontierQueue
     from recrawler.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -78,6 +80,8 @@ class PageRedirectMiddleware(RedirectMiddleware):
         )
         self.soft_404 = settings.getbool("RECRAWLER_SOFT404_ENABLED")
         self.runtime: Runtime | None = None
+        #: the run's frontier queue (None: the frontier is off), to claim a moved page's new address
+        self.queue: FrontierQueue | None = None
         #: this run's redirect targets, each with its loan (on each hop's meta and its page: the
         #: commit step drops an answer from a target found shared meanwhile) and the pages sent
         #: there until it is shared (bounded: at most _LOANS_MAX targets, SHARED_TARGET_MIN pages each)
@@ -88,6 +92,8 @@ class PageRedirectMiddleware(RedirectMiddleware):
         """Scrapy's, with the crawl's Runtime (None for a spider recrawler does not run for)."""
         mw = super().from_crawler(crawler)
         mw.runtime = find_runtime(crawler)
+        if mw.runtime is not None and frontier_enabled(crawler):
+            mw.queue = queue_of(crawler)
         return mw
 
     @property
@@ -291,10 +297,10 @@ class PageRedirectMiddleware(RedirectMiddleware):
         """Whether to follow a move to page *key*: not when the run's frontier holds it (Scrapy's
         duplicate filter never sees what the frontier feeds)."""
         runtime = self.runtime
-        if runtime is None or runtime.run is None or not frontier_enabled(self.crawler):
+        if runtime is None or runtime.run is None or self.queue is None:
             return True
         try:
-            return await runtime.store.frontier_claim(runtime.run, key)
+            return await self.queue.claim(runtime.run, key)
         except StateStoreError as exc:
             state_error(runtime, exc)
             return True

@@ -14,6 +14,7 @@ from recrawler.intervals import SKIP_LASTMOD, Decision, parse_now
 from recrawler.items import Page
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
 from recrawler.misses import state_error
+from recrawler.queues import queue_of
 from recrawler.runtime import find_runtime, runtime_of
 from recrawler.scheduler import frontier_enabled
 from recrawler.spidermiddlewares.deploys import SAMPLED, DeployChecks, parse_signals
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from recrawler.auditor import Auditor
     from recrawler.counters import RunCounters
     from recrawler.intervals import SchedulePolicy
+    from recrawler.queues import FrontierQueue
     from recrawler.state import Run, ScheduledPage, StateStore
 
 logger = logging.getLogger(__name__)
@@ -95,6 +97,7 @@ class ScheduleMiddleware:
         key_maker: KeyMaker | None = None,
         max_links: int = 0,
         deploys: DeployChecks | None = None,
+        queue: FrontierQueue | None = None,
     ) -> None:
         if batch_size < 1:
             raise ConfigurationError(f"RECRAWLER_SCHEDULE_BATCH_SIZE: bad value {batch_size!r}")
@@ -114,6 +117,8 @@ class ScheduleMiddleware:
         self._lock = asyncio.Lock()
         #: the due pages a sitemap named are counted by the frontier (each key once) when it is on
         self._frontier = frontier_enabled(crawler)
+        #: the run's frontier queue (None: the frontier is off), asked which linked pages it holds
+        self.queue = queue
         #: the run's deploy detection (None: switched off, in tests built without it)
         self.deploys = deploys
 
@@ -141,6 +146,7 @@ class ScheduleMiddleware:
                 signals=parse_signals(s.getlist("RECRAWLER_DEPLOY_SIGNALS")),
                 key_maker=key_maker,
             ),
+            queue=queue_of(crawler) if frontier_enabled(crawler) else None,
         )
         crawler.signals.connect(mw.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(mw.spider_closed, signal=signals.spider_closed)
@@ -363,10 +369,10 @@ class ScheduleMiddleware:
                 if k not in known and r.meta.get(meta.FOUND_VIA) in _BY_LINK
             }
         )
-        if not unknown:
+        if not unknown or self.queue is None:
             return set()
         try:
-            return await self.store.frontier_has(run, unknown)
+            return await self.queue.has(run, unknown)
         except StateStoreError as exc:
             self._inc(f"recrawler/state/error/{type(exc).__name__}")
             return set()
