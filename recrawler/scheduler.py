@@ -170,8 +170,8 @@ class FrontierScheduler(Scheduler):
     database by default, or Redis.
 
     Settings: ``RECRAWLER_FRONTIER_ENABLED``, ``RECRAWLER_FRONTIER_BATCH_SIZE``,
-    ``RECRAWLER_QUEUE_CLASS``, ``RECRAWLER_SITEMAP_CONCURRENCY``, ``RECRAWLER_WORKERS_ENABLED``, ``RECRAWLER_URL_DROP_PARAMS``,
-    ``RECRAWLER_URL_KEEP_PARAMS``,
+    ``RECRAWLER_QUEUE_CLASS``, ``RECRAWLER_SITEMAP_CONCURRENCY``, ``RECRAWLER_WORKERS_ENABLED``,
+    ``RECRAWLER_URL_DROP_PARAMS``, ``RECRAWLER_URL_KEEP_PARAMS``,
     and Scrapy's ``SCHEDULER_*``, ``DUPEFILTER_CLASS`` and ``JOBDIR``.
     Stats: ``recrawler/frontier/{queued,fed}``, ``recrawler/frontier/waiting_max``,
     ``recrawler/sitemap/pages`` (the due pages a sitemap named, once per key),
