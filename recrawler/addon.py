@@ -49,6 +49,7 @@ from recrawler.runtime import Runtime
 from recrawler.spidermiddlewares.deltafetch import DeltaFetchMiddleware
 from recrawler.spidermiddlewares.links import LinkListingMiddleware
 from recrawler.spidermiddlewares.listing import ListingMiddleware
+from recrawler.spidermiddlewares.recheck import RecheckMiddleware
 from recrawler.spidermiddlewares.schedule import ScheduleMiddleware
 from recrawler.spidermiddlewares.softnotfound import SoftNotFoundMiddleware
 from recrawler.spidermiddlewares.workers import WorkerStartMiddleware
@@ -378,6 +379,9 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", LinkListingMiddleware, 104)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", DeltaFetchMiddleware, 100)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ScheduleMiddleware, 90)
+        # 85: a page whose text moved under the same validator is fetched again, once the soft
+        # 404s (105) are out; the recheck is no listed page for the schedule (90) to decide
+        settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", RecheckMiddleware, 85)
 
     def _shared_frontier(self, settings: BaseSettings) -> None:
         """scrapy-redis as scheduler and frontier, its keys per spider and site; the seen-set is
