@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
 
@@ -15,17 +14,16 @@ from scrapy.exceptions import CloseSpider
 from recrawler import membership, meta
 from recrawler.auditor import Auditor
 from recrawler.counters import RunCounters
-from recrawler.cpu import CpuPool
+from recrawler.cpu.work import CpuWork
 from recrawler.exceptions import (
     ConfigurationError,
     RunRefused,
     SchemaVersionError,
     StateStoreError,
-    StateStoreLost,
 )
-from recrawler.gctuning import GcTuning
 from recrawler.intervals import SchedulePolicy, parse_audit_sample
 from recrawler.learning import NoiseRegistry
+from recrawler.lease import Lease
 from recrawler.outcome import EXIT_BUSY, EXIT_CONFIG, EXIT_HELD, EXIT_STATE
 from recrawler.redact import redact_text, redact_url
 from recrawler.state import store_from_uri, utcnow
@@ -35,6 +33,7 @@ if TYPE_CHECKING:
 
     from scrapy.crawler import Crawler
 
+    from recrawler.cpu import CpuPool
     from recrawler.kb.embedders import Embedder
     from recrawler.membership import WorkerActivity
     from recrawler.shared_run import SharedRun
@@ -80,25 +79,16 @@ class Runtime:
         distrust_after: int = 1,
         trust_after: int = 10,
         lease_secs: float = 60.0,
-        cpu_threads: int = 0,
-        cpu_pool: CpuPool | None = None,
-        gc_tuning: GcTuning | None = None,
+        cpu: CpuWork | None = None,
     ) -> None:
-        if lease_secs <= 0:
-            raise ConfigurationError(f"RECRAWLER_LEASE_SECS: bad value {lease_secs!r}")
-        if cpu_threads < 0:
-            raise ConfigurationError(f"RECRAWLER_CPU_THREADS: bad value {cpu_threads!r}")
-        #: threads for per-page CPU work (extraction, fingerprints, chunking); 0: on the reactor
-        self.cpu_threads = cpu_threads
-        self._cpu: ThreadPoolExecutor | None = None
-        #: worker processes for per-page CPU work (``RECRAWLER_CPU_PROCESSES``; 0: none)
-        self.cpu_pool = cpu_pool or CpuPool(0, selectors=[], noise_selectors=[], chunking=None)
-        #: the garbage collector's settings for the run (``RECRAWLER_GC_THRESHOLD``)
-        self.gc_tuning = gc_tuning or GcTuning(0)
+        #: the run's hold on its site (``RECRAWLER_LEASE_SECS``)
+        self.lease = Lease(lease_secs)
+        #: where per-page CPU work runs (``RECRAWLER_CPU_*``, ``RECRAWLER_GC_THRESHOLD``)
+        self.cpu = cpu or CpuWork()
         self.crawler = crawler
         self.store = store
         self.counters = RunCounters(crawler.stats)
-        self.cpu_pool.counters = self.counters
+        self.cpu.pool.counters = self.counters
         self.schedule = schedule
         self.noise = noise
         self.auditor = Auditor(
@@ -110,18 +100,15 @@ class Runtime:
             clock=schedule.now,
             bound_secs=schedule.default_bound,
         )
-        self.lease_secs = lease_secs
         self._embedder: Embedder | None = None
         self.run: Run | None = None
         #: why the run could not begin (the spider was closed before its first request)
         self.failure: BaseException | None = None
-        self.lease_lost = False
         #: how the run ended, for ``scrapy crawl``'s exit code; set by the Reconciler or on refusal
         self.exit_code: int | None = None
         #: the summary line and the level it was logged at; set by the Reconciler
         self.summary: tuple[int, str] | None = None
         self._opened = asyncio.Event()
-        self._heartbeat: asyncio.Task[None] | None = None
         self._closed = False
         #: refusal and failure reasons already logged this run (each logged once, then counted)
         self._refusals_logged: set[str] = set()
@@ -149,15 +136,13 @@ class Runtime:
             distrust_after=s.getint("RECRAWLER_AUDIT_DISTRUST_AFTER"),
             trust_after=s.getint("RECRAWLER_AUDIT_TRUST_AFTER"),
             lease_secs=s.getfloat("RECRAWLER_LEASE_SECS"),
-            cpu_threads=s.getint("RECRAWLER_CPU_THREADS"),
-            cpu_pool=CpuPool.from_settings(s),
-            gc_tuning=GcTuning(s.getint("RECRAWLER_GC_THRESHOLD")),
+            cpu=CpuWork.from_settings(s),
         )
         if s.getbool("RECRAWLER_INDEX_ENABLED"):
             # a bad RECRAWLER_EMBEDDER stops the crawl before it starts
             embedder = runtime.embedder
             if s.getbool("RECRAWLER_CPU_EMBED") and not s.getbool("RECRAWLER_DRY_RUN"):
-                runtime.cpu_pool.embed_with(embedder)
+                runtime.cpu.pool.embed_with(embedder)
         crawler.signals.connect(runtime.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(runtime.engine_stopped, signal=signals.engine_stopped)
         if s.getbool("RECRAWLER_WORKERS_ENABLED"):
@@ -205,24 +190,29 @@ class Runtime:
         return self._embedder
 
     async def offload(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        """Run pure per-page CPU work on the CPU threads (``RECRAWLER_CPU_THREADS``), or inline.
+        """Run pure per-page CPU work on the CPU threads (``RECRAWLER_CPU_THREADS``), or inline."""
+        return await self.cpu.offload(func, *args, **kwargs)
 
-        lxml's parser and hashlib release the GIL while they work, so the reactor keeps
-        downloading meanwhile; the functions given must not touch the reactor or the store.
-        """
-        if not self.cpu_threads:
-            return func(*args, **kwargs)
-        if self._cpu is None:
-            self._cpu = ThreadPoolExecutor(max_workers=self.cpu_threads, thread_name_prefix="recrawler-cpu")
-        return await asyncio.wrap_future(self._cpu.submit(func, *args, **kwargs))
+    @property
+    def cpu_pool(self) -> CpuPool:
+        """The run's worker processes for per-page CPU work (``RECRAWLER_CPU_PROCESSES``)."""
+        return self.cpu.pool
+
+    @property
+    def cpu_threads(self) -> int:
+        """The run's threads for per-page CPU work (0: on the reactor)."""
+        return self.cpu.threads
+
+    @property
+    def lease_lost(self) -> bool:
+        """A later run took the site's lease over."""
+        return self.lease.lost
 
     async def spider_opened(self) -> None:
         """Open the store, begin the run (taking the site's lease), load what the policies need."""
-        # frozen before the workers fork: they inherit the frozen generation, and their pages of
-        # memory stay shared with this process
-        self.gc_tuning.start()
-        # forked before the store's thread (or any other of the run's) starts
-        self.cpu_pool.start()
+        # forked before the store's thread (or any other of the run's) starts, with the
+        # collector's generation frozen first
+        self.cpu.start()
         try:
             await self.store.open()
             if self.workers is not None and not await asyncio.to_thread(self.workers.elect):
@@ -254,7 +244,7 @@ class Runtime:
             {"run": self.run.id, "uri": redact_url(self.store.uri), "site": self.run.site or "-"},
             extra={"spider": self.crawler.spider},
         )
-        self._heartbeat = asyncio.ensure_future(self._beat(self.run))
+        self.lease.start(self.crawler, self.store, self.run, counters=self.counters, workers=self.workers)
 
     async def _refuse(self, exc: BaseException) -> None:
         self.failure = exc
@@ -322,7 +312,7 @@ class Runtime:
                 and not settings.getbool("RECRAWLER_DRY_RUN")
             ),
             "holder": lease_holder(),
-            "lease_secs": self.lease_secs,
+            "lease_secs": self.lease.secs,
         }
         return getattr(spider, "name", "?"), getattr(spider, "recrawler_site", None), kwargs
 
@@ -331,45 +321,9 @@ class Runtime:
         await self._opened.wait()
         return self.run
 
-    async def _beat(self, run: Run) -> None:
-        """Renew the site's lease every quarter of ``RECRAWLER_LEASE_SECS``; close the spider if a
-        later run took it over (this process stalled longer than the lease)."""
-        while True:
-            await asyncio.sleep(min(self.lease_secs, self._workers_ttl()) / 4)
-            if self.workers is not None:
-                await asyncio.to_thread(self.workers.beat)
-                if not self.workers.leader:
-                    # this worker's work so far, counted by the leader should this process die
-                    await asyncio.to_thread(
-                        self.workers.report, membership.worker_counts(self.counters, self.store)
-                    )
-                    continue
-            try:
-                held = await self.store.heartbeat(run)
-            except StateStoreError as exc:
-                # a database lost mid-run was said once, by the store, when it noticed
-                level = logging.DEBUG if isinstance(exc, StateStoreLost) else logging.ERROR
-                logger.log(level, "lease heartbeat failed: %(exc)s", {"exc": exc})
-                continue
-            if not held:
-                self.lease_lost = True
-                logger.error(
-                    "run %(run)d lost the lease of %(site)s to another run: stopping",
-                    {"run": run.id, "site": run.site},
-                )
-                engine = self.crawler.engine
-                if engine is not None:
-                    await engine.close_spider_async(reason="recrawler_lease_lost")
-                return
-
-    def _workers_ttl(self) -> float:
-        return self.workers.ttl_secs if self.workers is not None else self.lease_secs
-
     def stop_heartbeat(self) -> None:
         """Stop renewing the lease (the closing work releases it with the run)."""
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            self._heartbeat = None
+        self.lease.stop()
 
     async def engine_stopped(self) -> None:
         """Close the store: every close handler has run by now."""
@@ -380,11 +334,7 @@ class Runtime:
     def _stop_cpu(self) -> None:
         # the workers and threads the run started, and the collector tuned for it: on every way
         # out (engine_stopped, and a refused run, which never reaches it)
-        if self._cpu is not None:
-            self._cpu.shutdown(wait=False)
-            self._cpu = None
-        self.cpu_pool.shutdown()
-        self.gc_tuning.stop()
+        self.cpu.stop()
 
     async def _close_store(self) -> None:
         if self._closed:
