@@ -291,8 +291,11 @@ class FrontierScheduler(Scheduler):
         if super().has_pending_requests():
             return True
         if self._files:
-            # asked when nothing is in flight: a file still open failed unread
-            self._open = weakref.WeakSet()
+            if self._open:
+                # asked when nothing is in flight: a file still open failed unread (its place is
+                # free); the engine looks again now, not at its next heartbeat
+                self._open = weakref.WeakSet()
+                wake(self.crawler)
             return True
         rt = self.runtime
         if rt is None or rt.run is None or self._closed:
