@@ -112,8 +112,6 @@ class Runtime:
         self._closed = False
         #: refusal and failure reasons already logged this run (each logged once, then counted)
         self._refusals_logged: set[str] = set()
-        #: with RECRAWLER_WORKERS_ENABLED: this process's part in a run shared with other workers
-        self.workers: SharedRun | None = None
         #: with RECRAWLER_WORKERS_ENABLED: this worker's idle and busy reports to the others
         self.activity: WorkerActivity | None = None
 
@@ -149,10 +147,10 @@ class Runtime:
             from recrawler.membership import WorkerActivity
             from recrawler.shared_run import SharedRun
 
-            runtime.workers = SharedRun.from_crawler(crawler)
+            shared = SharedRun.from_crawler(crawler)
             # held here: the signals keep a weak reference to a handler's object
             runtime.activity = activity = WorkerActivity(
-                crawler, runtime.workers, runtime.store, runtime.counters
+                crawler, shared, runtime.store, runtime.counters
             )
             crawler.signals.connect(activity.spider_idle, signal=signals.spider_idle)
             crawler.signals.connect(
@@ -192,6 +190,12 @@ class Runtime:
     async def offload(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Run pure per-page CPU work on the CPU threads (``RECRAWLER_CPU_THREADS``), or inline."""
         return await self.cpu.offload(func, *args, **kwargs)
+
+    @property
+    def workers(self) -> SharedRun | None:
+        """With ``RECRAWLER_WORKERS_ENABLED``: this process's part in a run shared with other
+        workers (its WorkerActivity's)."""
+        return self.activity.shared if self.activity is not None else None
 
     @property
     def cpu_pool(self) -> CpuPool:
