@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Self
 
+from scrapy import Request
+
 from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
 
 if TYPE_CHECKING:
@@ -166,6 +169,56 @@ class RedisQueue(FrontierQueue):
         return bool(await self._call(self.server.sadd, self._keys(run)[1], key))
 
 
+def _callback_name(spider: Any, func: Any) -> str | None:
+    """The name of *spider*'s method *func* is bound to, when it is bound under its own name
+    (then it is the name ``Request.to_dict`` finds); else None."""
+    if getattr(func, "__self__", None) is not spider or not hasattr(func, "__func__"):
+        return None
+    found = getattr(spider, func.__name__, None)
+    return func.__name__ if getattr(found, "__func__", None) is func.__func__ else None
+
+
+def request_dict(request: Request, spider: Any) -> dict[str, Any]:
+    """``request.to_dict(spider=spider)``, which for a callback bound to the spider searches
+    every member of the spider (``inspect.getmembers``), for every request: a callback (or
+    errback) that is the spider's method of its own name is named at once, and the rest of the
+    dict is made as ``to_dict`` makes it. Anything else goes to ``to_dict`` itself."""
+    names: list[str | None] = []
+    for func in (request.callback, request.errback):
+        if func is None or isinstance(func, str):
+            names.append(func)
+            continue
+        name = _callback_name(spider, func)
+        if name is None:
+            return _stored(request.to_dict(spider=spider))
+        names.append(name)
+    d: dict[str, Any] = {
+        "url": request.url,
+        "callback": names[0],
+        "errback": names[1],
+        "headers": dict(request.headers),
+    }
+    for attr in request.attributes:
+        d.setdefault(attr, getattr(request, attr))
+    if type(request) is not Request:
+        d["_class"] = request.__module__ + "." + request.__class__.__name__
+    return _stored(d)
+
+
+def _stored(d: dict[str, Any]) -> dict[str, Any]:
+    """*d* as the frontier stores it: a Referer's credentials (the ``?token=`` of the sitemap that
+    listed the page) are masked, never written to the database."""
+    headers = d.get("headers") or {}
+    for name in (b"Referer", "Referer"):
+        values = headers.get(name)
+        if values:
+            headers[name] = [
+                redact_url(v.decode("latin-1")).encode("latin-1") if isinstance(v, bytes) else redact_url(v)
+                for v in values
+            ]
+    return d
+
+
 def queue_of(crawler: Crawler) -> FrontierQueue:
     """The crawl's frontier queue, as ``RECRAWLER_QUEUE_CLASS`` names it."""
     from scrapy.utils.misc import load_object
@@ -180,4 +233,4 @@ def queue_of(crawler: Crawler) -> FrontierQueue:
     return cls.from_crawler(crawler)
 
 
-__all__ = ["DATABASE_QUEUE", "DatabaseQueue", "FrontierQueue", "RedisQueue", "queue_of"]
+__all__ = ["DATABASE_QUEUE", "DatabaseQueue", "FrontierQueue", "RedisQueue", "queue_of", "request_dict"]

@@ -149,9 +149,7 @@ class Runtime:
 
             shared = SharedRun.from_crawler(crawler)
             # held here: the signals keep a weak reference to a handler's object
-            runtime.activity = activity = WorkerActivity(
-                crawler, shared, runtime.store, runtime.counters
-            )
+            runtime.activity = activity = WorkerActivity(crawler, shared, runtime.store, runtime.counters)
             crawler.signals.connect(activity.spider_idle, signal=signals.spider_idle)
             crawler.signals.connect(
                 activity.request_reached_downloader, signal=signals.request_reached_downloader
