@@ -67,7 +67,7 @@ class Lease:
                     await asyncio.to_thread(workers.report, membership.worker_counts(counters, store))
                     continue
             try:
-                held = await store.heartbeat(run)
+                held = await store.runs.heartbeat(run)
             except StateStoreError as exc:
                 # a database lost mid-run was said once, by the store, when it noticed
                 level = logging.DEBUG if isinstance(exc, StateStoreLost) else logging.ERROR

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from recrawler.auditor import Auditor
     from recrawler.counters import RunCounters
     from recrawler.shared_run import SharedRun
-    from recrawler.state import Run, StateStore
+    from recrawler.state import Lifecycle, Run
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class WorkerActivity:
     writes are committed) or busy. The Runtime connects it to ``spider_idle`` and
     ``request_reached_downloader``, and tells it when the run has begun (``joined``)."""
 
-    def __init__(self, crawler: Crawler, shared: SharedRun, store: StateStore, counters: RunCounters) -> None:
+    def __init__(self, crawler: Crawler, shared: SharedRun, store: Lifecycle, counters: RunCounters) -> None:
         self.crawler = crawler
         self.shared = shared
         self.store = store
@@ -57,7 +57,7 @@ class WorkerActivity:
             # the leader's unseen checks must see every page this worker fetched
             await self.store.flush()
         except StateStoreError as exc:
-            self.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+            self.counters.state_error(exc)
         engine = self.crawler.engine
         # a request that reached this worker meanwhile makes it busy: never report idle over it
         if gen == self._busy_gen and (engine is None or engine.spider_is_idle()):
@@ -84,7 +84,7 @@ async def join(workers: SharedRun, auditor: Auditor, crawler: Crawler) -> Run:
     return run
 
 
-def worker_counts(counters: RunCounters, store: StateStore) -> dict[str, int | float]:
+def worker_counts(counters: RunCounters, store: Lifecycle) -> dict[str, int | float]:
     """A joining worker's counts for its leader: its counters, and the page writes its store
     committed (``outcome:``) and lost (``lost:``)."""
     counts: dict[str, int | float] = dict(counters.items())
@@ -94,7 +94,7 @@ def worker_counts(counters: RunCounters, store: StateStore) -> dict[str, int | f
 
 
 async def leave(
-    crawler: Crawler, workers: SharedRun, store: StateStore, counters: RunCounters, run: Run
+    crawler: Crawler, workers: SharedRun, store: Lifecycle, counters: RunCounters, run: Run
 ) -> None:
     """A joining worker: commit its writes and hand its counts to the leader. A leader gone is
     reported (``recrawler.signals.run_failed``, ``leader_lost``): the Reconciler decides the exit
@@ -102,7 +102,7 @@ async def leave(
     try:
         await store.flush()
     except StateStoreError as exc:
-        counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+        counters.state_error(exc)
     await asyncio.to_thread(workers.leave, worker_counts(counters, store))
     run_id = run.id
     if not await asyncio.to_thread(workers.leader_alive):
@@ -119,7 +119,7 @@ async def leave(
     logger.info("worker done: the leader closes run %(run)d", {"run": run_id})
 
 
-async def gather(workers: SharedRun, store: StateStore, counters: RunCounters, run: Run) -> None:
+async def gather(workers: SharedRun, store: Lifecycle, counters: RunCounters, run: Run) -> None:
     """The leader: wait for every worker to leave, then count their pages as its own."""
     await workers.wait_for_workers()
     lost = await asyncio.to_thread(workers.lost)

@@ -29,7 +29,7 @@ async def stage_soft_miss(
     counters.inc("recrawler/page/soft_404")
     counters.inc(f"recrawler/page/soft_404/{shape}")
     try:
-        staged = await runtime.store.record_miss(run, key, 404)
+        staged = await runtime.store.pages.record_miss(run, key, 404)
     except StateStoreError as exc:
         state_error(runtime, exc, "state store write")
         return "unknown"
@@ -52,7 +52,7 @@ async def stage_soft_miss(
             http_status=200,
         )
         try:
-            await runtime.store.record_error(run, key, [event])
+            await runtime.store.pages.record_error(run, key, [event])
         except StateStoreError as exc:
             state_error(runtime, exc, "state store write")
     logger.debug("soft 404 (%(shape)s): %(url)s", {"shape": shape, "url": url})
@@ -66,7 +66,7 @@ async def miss_moves(runtime: Runtime, target: str, status: int, *, soft: str | 
     if run is None:
         return 0
     try:
-        n = await runtime.store.miss_moves(run, target, http_status=status)
+        n = await runtime.store.pages.miss_moves(run, target, http_status=status)
     except StateStoreError as exc:
         state_error(runtime, exc)
         return 0
@@ -91,7 +91,7 @@ def state_error(
     if runtime is None:
         logger.error("%(doing)s failed%(about)s: %(exc)s", {"doing": doing, "about": about, "exc": exc})
         return
-    runtime.counters.inc(f"recrawler/state/error/{name}")
+    runtime.counters.state_error(exc)
     # a database lost mid-run was said once, by the store, when it noticed
     if not isinstance(exc, StateStoreLost) and runtime.first(f"state/error/{name}"):
         logger.error(
@@ -111,7 +111,7 @@ async def stage_miss(runtime: Runtime, key: str, url: str, status: int) -> None:
     if run is None:
         return
     try:
-        staged = await runtime.store.record_miss(run, key, status)
+        staged = await runtime.store.pages.record_miss(run, key, status)
     except StateStoreError as exc:
         state_error(runtime, exc)
         return
@@ -147,6 +147,6 @@ async def record_page_error(
         http_status=http_status,
     )
     try:
-        await runtime.store.record_error(run, key, [event])
+        await runtime.store.pages.record_error(run, key, [event])
     except StateStoreError as exc:
         state_error(runtime, exc)

@@ -43,8 +43,11 @@ class FrontierQueue:
         """The queue of the crawl's run."""
         raise NotImplementedError
 
-    async def push(self, run: Run, rows: Sequence[tuple[str, int, bytes]]) -> int:
-        """Queue *rows*; a key the run queued or claimed already is ignored. How many were new."""
+    async def push(
+        self, run: Run, rows: Sequence[tuple[str, int, bytes]], *, listed: bool = False
+    ) -> tuple[int, int]:
+        """Queue *rows* (*listed*: a listing named them); a key the run queued or claimed already
+        is ignored. How many were new, and how many pages no listing had named this run before."""
         raise NotImplementedError
 
     async def pop(self, run: Run, limit: int) -> list[tuple[bytes, PageRecord | None]]:
@@ -74,21 +77,25 @@ class DatabaseQueue(FrontierQueue):
         """Over the crawl's store."""
         return cls(runtime_of(crawler).store)
 
-    async def push(self, run: Run, rows: Sequence[tuple[str, int, bytes]]) -> int:
+    async def push(
+        self, run: Run, rows: Sequence[tuple[str, int, bytes]], *, listed: bool = False
+    ) -> tuple[int, int]:
         """Queue *rows* in the ``frontier`` table."""
-        return await self.store.frontier_add(run, rows)
+        if listed:
+            return await self.store.frontier.frontier_add_listed(run, rows)
+        return await self.store.frontier.frontier_add(run, rows), 0
 
     async def pop(self, run: Run, limit: int) -> list[tuple[bytes, PageRecord | None]]:
         """Take the next rows, with their pages' records (one wait for the store)."""
-        return await self.store.frontier_next(run, limit)
+        return await self.store.frontier.frontier_next(run, limit)
 
     async def has(self, run: Run, keys: Sequence[str]) -> set[str]:
         """Those of *keys* in the ``frontier`` table."""
-        return await self.store.frontier_has(run, keys)
+        return await self.store.frontier.frontier_has(run, keys)
 
     async def claim(self, run: Run, key: str) -> bool:
         """A fetched row for *key* (False: one was queued)."""
-        return await self.store.frontier_claim(run, key)
+        return await self.store.frontier.frontier_claim(run, key)
 
 
 class RedisQueue(FrontierQueue):
@@ -128,18 +135,28 @@ class RedisQueue(FrontierQueue):
         except redis.RedisError as exc:
             raise StateStoreError(f"redis frontier: {exc}") from exc
 
-    async def push(self, run: Run, rows: Sequence[tuple[str, int, bytes]]) -> int:
+    async def push(
+        self, run: Run, rows: Sequence[tuple[str, int, bytes]], *, listed: bool = False
+    ) -> tuple[int, int]:
         """Queue the rows whose keys are new to the run."""
-        return int(await self._call(self._push, run, list(rows)))
+        added, named = await self._call(self._push, run, list(rows), listed)
+        return int(added), int(named)
 
-    def _push(self, run: Run, rows: list[tuple[str, int, bytes]]) -> int:
+    def _push(self, run: Run, rows: list[tuple[str, int, bytes]], listed: bool) -> tuple[int, int]:
         queue, keys, seq = self._keys(run)
+        named = 0
+        if listed:
+            pipe = self.server.pipeline()
+            for key, _, _ in rows:
+                pipe.sadd(f"{self.prefix}:{run.id}:named", key)
+            named = sum(1 for added in pipe.execute() if added)
+            self.server.expire(f"{self.prefix}:{run.id}:named", self.ttl_secs)
         pipe = self.server.pipeline()
         for key, _, _ in rows:
             pipe.sadd(keys, key)
         fresh = [row for row, added in zip(rows, pipe.execute(), strict=True) if added]
         if not fresh:
-            return 0
+            return 0, named
         last = int(self.server.incrby(seq, len(fresh)))
         first = last - len(fresh) + 1
         pipe = self.server.pipeline()
@@ -150,7 +167,7 @@ class RedisQueue(FrontierQueue):
         for name in (queue, keys, seq):
             pipe.expire(name, self.ttl_secs)
         pipe.execute()
-        return len(fresh)
+        return len(fresh), named
 
     async def pop(self, run: Run, limit: int) -> list[tuple[bytes, PageRecord | None]]:
         """Take the lowest scores: the highest priority, then the oldest."""

@@ -15,6 +15,7 @@ from recrawler import membership, meta
 from recrawler.auditor import Auditor
 from recrawler.counters import RunCounters
 from recrawler.cpu.work import CpuWork
+from recrawler.detect.boilerplate import PAGE_BLOCKS
 from recrawler.exceptions import (
     ConfigurationError,
     RunRefused,
@@ -92,7 +93,8 @@ class Runtime:
         self.schedule = schedule
         self.noise = noise
         self.auditor = Auditor(
-            store,
+            store.host_trust,
+            store.schedule,
             self.counters,
             sample=audit_sample,
             distrust_after=distrust_after,
@@ -127,7 +129,7 @@ class Runtime:
             )
         runtime = cls(
             crawler,
-            store_from_uri(str(uri), s),
+            store_from_uri(str(uri), s, blocks=PAGE_BLOCKS),
             schedule=SchedulePolicy.from_settings(s),
             noise=NoiseRegistry.from_settings(s),
             audit_sample=parse_audit_sample(s.get("RECRAWLER_AUDIT_SAMPLE")),
@@ -221,18 +223,18 @@ class Runtime:
                 self.run = await membership.join(self.workers, self.auditor, self.crawler)
             else:
                 spider, site, kwargs = self._run_args()
-                self.run = await self.store.begin_run(spider, site, utcnow(), **kwargs)
+                self.run = await self.store.runs.begin_run(spider, site, utcnow(), **kwargs)
                 if self.workers is not None:
                     await asyncio.to_thread(self.workers.publish_run, self.run)
             if self.workers is not None:
                 await asyncio.to_thread(self.workers.beat)
             if self.activity is not None:
                 self.activity.joined = True
-            await self.noise.load(self.store)
+            await self.noise.load(self.store.history)
             if self.run.site is not None:
                 # the site's noise model before its first page: a CPU worker fingerprints (and
                 # chunks) the first pages too, not only those after the first was classified
-                await self.noise.ensure(self.run.site, self.store)
+                await self.noise.ensure(self.run.site, self.store.history)
             # trust and the audit sample, before the first request is decided
             await self.auditor.ready(self.run)
         except (RunRefused, StateStoreError, ConfigurationError) as exc:
@@ -252,7 +254,7 @@ class Runtime:
         self.failure = exc
         self.exit_code = _exit_code_for(exc)
         if isinstance(exc, StateStoreError):
-            self.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+            self.counters.state_error(exc)
         logger.error(
             "recrawler: %(exc)s", {"exc": redact_text(str(exc))}, extra={"spider": self.crawler.spider}
         )

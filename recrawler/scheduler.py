@@ -348,8 +348,9 @@ class FrontierScheduler(Scheduler):
         rt, queue = self.runtime, self.queue
         assert rt is not None
         assert queue is not None
+        named = 0
         try:
-            added = await queue.push(run, rows)
+            added, named = await queue.push(run, rows, listed=listed)
         except StateStoreError as exc:
             # never lose a page: the batch waits in Scrapy's queues instead
             self._state_error(exc, "could not queue requests in the frontier: %(exc)s")
@@ -360,8 +361,8 @@ class FrontierScheduler(Scheduler):
             self._queued += added
             self._added += bool(added)
             rt.counters.inc("recrawler/frontier/queued", added)
-            if listed:
-                rt.counters.inc("recrawler/sitemap/pages", added)
+            if named:
+                rt.counters.inc("recrawler/sitemap/pages", named)
         finally:
             task = asyncio.current_task()
             if task is not None:

@@ -233,7 +233,7 @@ def test_a_periods_events_are_read_without_walking_the_whole_outbox(tmp_path: Pa
         store = CountingStore(f"sqlite:///{db}")
         week = datetime.now(UTC) - timedelta(days=7)
         CountingStore.steps = 0
-        events = list(store.iter_events(since=week))
+        events = list(store.readers.iter_events(since=week))
         steps[size] = CountingStore.steps
         assert {e["action"] for e in events} == {"new"}
         assert len(events) == 30

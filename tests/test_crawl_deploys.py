@@ -185,14 +185,20 @@ async def test_per_request_noise_never_reads_as_a_deploy_and_a_real_build_does(
     names = write_built_site(site, 300, "3f2a91c0")
     sitemap = site.write_sitemap(names)
     await crawl(crawls, sitemap, 0)
-    # quiet hourly runs: every answer differs from the last (noise), yet nothing was deployed
+    # quiet hourly runs: every answer differs from the last (noise), yet nothing was deployed.
+    # Each page is due once a day at a phase hashed from its URL, so an hour's share of the 300
+    # is binomial (12.5 on average, more some hours): the quiet hours cost under a tenth of the
+    # site on average (probes and the audit sample included), and no hour much more.
+    asked: list[int] = []
     for hour in (1, 2, 3):
         site.clear_requests()
         quiet = await crawl(crawls, sitemap, 60 * hour)
         assert "recrawler/deploy/detected" not in quiet.stats, hour
         assert quiet.report["deploy"]["detected"] is False
-        assert len(html_requests(site)) <= 0.10 * 300, hour
+        asked.append(len(html_requests(site)))
+        assert asked[-1] <= 0.15 * 300, (hour, asked)
         assert quiet.counts["changed"] == 0
+    assert sum(asked) / len(asked) <= 0.10 * 300, asked
     # a new build: new asset hashes on every page, and 30 pages edited
     edited = dict.fromkeys(range(0, 300, 10), 1)
     write_built_site(site, 300, "b71d04e5", edited)

@@ -72,7 +72,7 @@ async def test_a_worker_whose_leader_is_gone_reports_the_cause(tmp_path: Path) -
     crawler.signals.connect(run_failed, signal=recrawler_signals.run_failed)
     await store.open()
     try:
-        run = await store.begin_run("docs", "docs.example.com", utcnow(), holder="test", lease_secs=60)
+        run = await store.runs.begin_run("docs", "docs.example.com", utcnow(), holder="test", lease_secs=60)
         counters = RunCounters(crawler.stats)
         counters.inc("recrawler/page/new", 3)
         workers = LeaderGone()

@@ -45,7 +45,7 @@ async def test_a_run_s_page_requests_wait_in_redis(site: Site, crawls: Crawls, r
     assert r.stats["recrawler/frontier/fed"] == 150
     # nothing of it in the database
     assert statedb.rows(crawls.db_path, "SELECT COUNT(*) FROM frontier") == [(0,)]
-    assert [k.rsplit(":", 1)[-1] for k in _redis_keys(redis_url)] == ["keys", "seq"]
+    assert [k.rsplit(":", 1)[-1] for k in _redis_keys(redis_url)] == ["keys", "named", "seq"]
     # a second run: the same pages, asked conditionally, each once
     r2 = await crawls.crawl(sitemap, **settings)
     assert r2.stats["recrawler/page/unchanged"] == 150

@@ -111,8 +111,9 @@ class UnwritableFrontierStore(SQLiteStateStore):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # the roles' methods are bound on the instance
-        self.frontier_add = self._fail  # type: ignore[method-assign]
+        # each role is an object of its own: its method is replaced on it
+        self.frontier.frontier_add = self._fail  # type: ignore[method-assign]
+        self.frontier.frontier_add_listed = self._fail  # type: ignore[method-assign]
 
     async def _fail(self, *args: Any, **kwargs: Any) -> Any:
         raise StateStoreError("injected: the frontier cannot be written")
@@ -123,7 +124,7 @@ class UnreadableFrontierStore(SQLiteStateStore):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.frontier_next = self._fail  # type: ignore[method-assign]
+        self.frontier.frontier_next = self._fail  # type: ignore[method-assign]
 
     async def _fail(self, *args: Any, **kwargs: Any) -> Any:
         raise StateStoreError("injected: the frontier cannot be read")
@@ -180,9 +181,9 @@ class CountingStore(SQLiteStateStore):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # the roles' methods are bound on the instance
-        self._get = self.get
-        self.get = self._counted  # type: ignore[method-assign]
+        # each role is an object of its own: its method is replaced on it
+        self._get = self.pages.get
+        self.pages.get = self._counted  # type: ignore[method-assign]
 
     async def _counted(self, key: str) -> Any:
         CountingStore.reads.append(key)

@@ -241,8 +241,8 @@ class FailingPublishStore(SQLiteStateStore):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # the roles' methods are bound on the instance
-        self.publish_run = self._fail  # type: ignore[method-assign]
+        # each role is an object of its own: its method is replaced on it
+        self.decisions.publish_run = self._fail  # type: ignore[method-assign]
 
     async def _fail(self, *args: Any, **kwargs: Any) -> Any:
         from recrawler.exceptions import StateStoreError

@@ -12,6 +12,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from w3lib.url import safe_url_string
 
 from recrawler import meta, notfound
+from recrawler.counters import Counting
 from recrawler.exceptions import StateStoreError
 from recrawler.items import Loan
 from recrawler.meta import is_page_request, request_key, spider_opted_in
@@ -43,7 +44,7 @@ _LOANS_MAX = 4096
 _VALIDATOR_HEADERS = (b"If-None-Match", b"If-Modified-Since")
 
 
-class PageRedirectMiddleware(RedirectMiddleware):
+class PageRedirectMiddleware(Counting, RedirectMiddleware):
     """Scrapy's :class:`~scrapy.downloadermiddlewares.redirect.RedirectMiddleware`, deciding what a
     page's redirect means. The add-on puts it in RedirectMiddleware's place, at 541: after
     CredentialsMiddleware (545) has seen a redirect to the login page, before
@@ -92,6 +93,7 @@ class PageRedirectMiddleware(RedirectMiddleware):
         """Scrapy's, with the crawl's Runtime (None for a spider recrawler does not run for)."""
         mw = super().from_crawler(crawler)
         mw.runtime = find_runtime(crawler)
+        mw.counters = mw.runtime.counters if mw.runtime is not None else None
         if mw.runtime is not None and frontier_enabled(crawler):
             mw.queue = queue_of(crawler)
         return mw
@@ -100,10 +102,6 @@ class PageRedirectMiddleware(RedirectMiddleware):
     def policy(self) -> UrlPolicy | None:
         """The spider's URL policy (None for a spider without one: nothing is refused)."""
         return getattr(self.crawler.spider, "recrawler_url_policy", None)
-
-    def _inc(self, name: str, count: int = 1) -> None:
-        if self.runtime is not None:
-            self.runtime.counters.inc(name, count)
 
     def process_request(self, request: Request) -> None:
         """Mark a page request as one whose redirects this middleware decides."""
@@ -312,7 +310,7 @@ class PageRedirectMiddleware(RedirectMiddleware):
         if not sources or runtime is None or runtime.run is None:
             return
         try:
-            await runtime.store.record_moves(runtime.run, sources, target, http_status=301)
+            await runtime.store.pages.record_moves(runtime.run, sources, target, http_status=301)
         except StateStoreError as exc:
             state_error(runtime, exc)
 

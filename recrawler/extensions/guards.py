@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Self
 from scrapy.spiders import SitemapSpider
 
 from recrawler import outcome
+from recrawler.detect.hashing import fuzzy_distance
 from recrawler.exceptions import ConfigurationError
 from recrawler.outcome import HOLD_SAME_CONTENT, HOLD_SPIKE
 from recrawler.runtime import runtime_of
@@ -172,7 +173,7 @@ class RunGuards:
         rt = self.runtime
         limits = self.limits
         holds: dict[str, str] = {}
-        pending = await rt.store.pending_changes(run.site)
+        pending = await rt.store.decisions.pending_changes(run.site)
         new = 0 if run.backfill else max(pending["new"] - moved_in, 0)
         new_changed = new + pending["changed"]
         judged = pending["published"] + pending["new"]
@@ -188,7 +189,7 @@ class RunGuards:
                 f"(> RECRAWLER_CHANGE_ALERT_RATIO={limits.alert_ratio}): a template change or a noisy hash?"
             )
         if pending["published"]:
-            group = await rt.store.largest_same_content(run)
+            group = await rt.store.decisions.largest_same_content(run, distance=fuzzy_distance)
             if group is not None and group[0] >= limits.alert_min:
                 size, sample = group
                 holds[HOLD_SAME_CONTENT] = (

@@ -249,7 +249,7 @@ class Reconciler:
     async def _record_abort(self, rt: Runtime, run: Run, run_report: dict[str, Any]) -> None:
         # the pages already written are kept (committed); the run itself ends aborted
         await rt.store.flush()
-        await rt.store.finish_run(
+        await rt.store.runs.finish_run(
             run,
             reason=CLOSE_FORCED,
             at=utcnow(),
@@ -284,13 +284,13 @@ class Reconciler:
         try:
             await store.flush()
             # the block-set changes this run's page writes left (and any a killed run left)
-            folded = await store.fold_block_stats()
+            folded = await store.history.fold_block_stats()
             noise = await self._learn_boilerplate(run)
             skipped = self.guards.outage(reason, run)
             deploy = await self._deploy(run)
             # misses earlier runs kept for a decision are this run's to decide too
-            await store.carry_misses(run)
-            plan = await store.removal_plan(
+            await store.decisions.carry_misses(run)
+            plan = await store.decisions.removal_plan(
                 run, gone_after=self.limits.gone_after, gone_statuses=self.limits.gone_statuses
             )
             removal = None
@@ -316,7 +316,7 @@ class Reconciler:
                 action = SETTLE_KEEP_LISTED if self.guards.listed() is not None else SETTLE_KEEP
             else:
                 action = SETTLE_DROP if skipped else SETTLE_APPLY
-            settled = await store.settle_misses(run, action)
+            settled = await store.decisions.settle_misses(run, action)
             index, result = await self._publish(run, reason, changes)
             if result is None:
                 result = settled
@@ -326,7 +326,7 @@ class Reconciler:
                     result, applied=False, skipped_misses=settled.skipped_misses, kept=settled.kept
                 )
             # and those of the pages this reconciliation removed
-            folded += await store.fold_block_stats()
+            folded += await store.history.fold_block_stats()
             c.set("recrawler/reconcile/block_deltas", folded)
             for why in skipped:
                 c.inc(f"recrawler/reconcile/skipped/{why}")
@@ -341,7 +341,7 @@ class Reconciler:
             await store.deliver()
             c.set("recrawler/reconcile/elapsed_seconds", round(time.monotonic() - started, 3))
             self._finish_outcome(run_report, skipped, hold, whole=bool(changes))
-            await store.finish_run(
+            await store.runs.finish_run(
                 run,
                 reason=reason,
                 at=utcnow(),
@@ -351,7 +351,7 @@ class Reconciler:
                 exit_code=rt.exit_code,
             )
         except StateStoreError as exc:
-            c.inc(f"recrawler/state/error/{type(exc).__name__}")
+            c.state_error(exc)
             # a database lost mid-run was said at ERROR when the store noticed: this is its consequence
             level = logging.WARNING if isinstance(exc, StateStoreLost) else logging.ERROR
             logger.log(level, "reconciliation failed, nothing quarantined or gone: %(exc)s", {"exc": exc})
@@ -361,7 +361,7 @@ class Reconciler:
             Path(self.report_file).write_text(json.dumps(run_report, indent=2) + "\n", encoding="utf-8")
         self.report = run_report
         # the HTML report reads what finish_run stored, through the store's readers
-        await reports.write_after_run(self.crawler.settings, store, run.id, store.uri)
+        await reports.write_after_run(self.crawler.settings, store.readers, run.id, store.uri)
         # WARNING when the run did not end well, so a quiet cron run (--loglevel WARNING) still says so
         level = logging.INFO if rt.exit_code == outcome.EXIT_OK else logging.WARNING
         # logged when the engine stops: the last line, below Scrapy's stats dump
@@ -428,7 +428,7 @@ class Reconciler:
         if run.site is None or not s.getbool("RECRAWLER_BOILERPLATE_ENABLED"):
             return {}
         store = self.runtime.store
-        result = await store.update_boilerplate(
+        result = await store.history.update_boilerplate(
             run.site,
             enter_share=s.getfloat("RECRAWLER_BOILERPLATE_SHARE"),
             exit_share=s.getfloat("RECRAWLER_BOILERPLATE_EXIT_SHARE"),
@@ -437,7 +437,7 @@ class Reconciler:
         taken: list[str] = []
         if result["boilerplate_on"]:
             # site-wide furniture that changed on many pages this run is noise, not a docs sprint
-            taken = await store.take_back_boilerplate_changes(run, run.site)
+            taken = await store.history.take_back_boilerplate_changes(run, run.site)
             self._taken_back += len(taken)
             if taken:
                 self.runtime.counters.inc(f"recrawler/page/{PageStatus.UNCHANGED}/boilerplate", len(taken))
@@ -462,16 +462,18 @@ class Reconciler:
         rt = self.runtime
         if not self.index_enabled:
             if hold:
-                await rt.store.hold_run(run)
+                await rt.store.decisions.hold_run(run)
                 return {"state": "disabled"}, None
             if reason != "finished" or self.guards.state_errors():
                 return {"state": "disabled"}, None
-            result, _ = await rt.store.publish_run(
+            result, _ = await rt.store.decisions.publish_run(
                 run, at=utcnow(), gone_after=self.limits.gone_after, gone_statuses=self.limits.gone_statuses
             )
             return {"state": "disabled"}, result
         publisher = Publisher(
-            rt.store,
+            rt.store.decisions,
+            rt.store.kb,
+            rt.store.search_index,
             rt.embedder,
             rt.counters,
             dry_run=self.dry_run,
@@ -487,7 +489,7 @@ class Reconciler:
     async def _freshness(self, run: Run) -> dict[str, Any]:
         bound = self.crawler.settings.getfloat("RECRAWLER_MAX_INTERVAL_SECS")
         fresh = await asyncio.to_thread(
-            self.runtime.store.freshness, run.site, bound_secs=bound, now=self.runtime.schedule.now
+            self.runtime.store.readers.freshness, run.site, bound_secs=bound, now=self.runtime.schedule.now
         )
         view = freshness_view(fresh)
         # what the run's HTML report shows later, as it was now
@@ -509,7 +511,7 @@ class Reconciler:
         many pages it checks for it."""
         deploy = self._deploy_counts()
         if deploy["detected"] and run.site is not None:
-            build = await self.runtime.store.site_build(run.site)
+            build = await self.runtime.store.schedule.site_build(run.site)
             if build is not None and build.deploy_run == run.id:
                 deploy["reason"] = build.deploy_reason
             deploy["line"] = summary.deploy_line(deploy)

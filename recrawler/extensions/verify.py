@@ -77,7 +77,7 @@ class UnseenVerifier:
         policy = getattr(spider, "recrawler_url_policy", None)
         while True:
             try:
-                batch = await self.runtime.store.unseen(
+                batch = await self.runtime.store.pages.unseen(
                     run, self.batch, due_at=self.due_at, delisted=self.delisted, deployed=self.deployed
                 )
             except StateStoreError as exc:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from recrawler.exceptions import StateStoreError, StateStoreUnavailable
+from recrawler.exceptions import StateStoreUnavailable
 from recrawler.kb.changes import ChangeBatch, read_changes
 from recrawler.kb.embedders import Embedder, embedder_from_spec
 from recrawler.kb.ranking import (
@@ -22,7 +22,8 @@ from recrawler.kb.ranking import (
     term_limit,
 )
 from recrawler.kb.records import ChunkRow, Hit, Slice
-from recrawler.redact import redact_text, redact_url
+from recrawler.redact import redact_url
+from recrawler.state import UNREACHABLE, database_errors
 from recrawler.state.sql.visibility import published_pages, visible_from, visible_where
 from recrawler.words import keyword_terms
 
@@ -71,21 +72,14 @@ class PostgreSQLKnowledgeBase:
         #: the version :meth:`search` shows when none is asked for (None: every version)
         self.default_version = default_version
         from recrawler.kb.sqlite import embedder_spec
-        from recrawler.state.postgres.cursors import pg_row
+        from recrawler.state.postgres.cursors import pg_row, run_sync
         from recrawler.state.postgres.versions import check_schema
-        from recrawler.state.sql.dialect import drive
 
         self.label = redact_url(uri)
-        try:
+        with database_errors(self.label, failing=UNREACHABLE):
             self._conn = psycopg.connect(uri, row_factory=pg_row, autocommit=True)
-        except psycopg.Error as exc:
-            msg = f"cannot reach knowledge base {self.label!r}: {redact_text(str(exc).strip())}"
-            raise StateStoreUnavailable(msg) from None
-        self._psycopg_error = psycopg.Error
         try:
-            from recrawler.state.postgres.cursors import _execute_sync
-
-            applied = drive(check_schema(self.label), lambda op: _execute_sync(self._conn, op))
+            applied = run_sync(self._conn, check_schema(self.label))
             if not applied:
                 raise StateStoreUnavailable(f"no knowledge base at {self.label!r} (run a crawl first)")
             # exact order among the index's candidates, more candidates when filters drop some,
@@ -150,15 +144,12 @@ class PostgreSQLKnowledgeBase:
             return []
         # the vector list alone needs k chunks; fused lists need more of each
         n = k if mode == "vector" else candidates(k)
-        try:
-            # one snapshot: the lists and the rows come from the same published state
-            with self._conn.transaction():
-                self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                vector = self._vector(query, n, scope) if mode != "keyword" else []
-                keyword = self._keyword(query, n, scope) if mode != "vector" else []
-                return self._hits(fuse(vector, keyword, mode, k))
-        except self._psycopg_error as exc:
-            raise StateStoreError(f"knowledge base {self.label!r}: {redact_text(str(exc))}") from exc
+        # one snapshot: the lists and the rows come from the same published state
+        with database_errors(self.label), self._conn.transaction():
+            self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            vector = self._vector(query, n, scope) if mode != "keyword" else []
+            keyword = self._keyword(query, n, scope) if mode != "vector" else []
+            return self._hits(fuse(vector, keyword, mode, k))
 
     def _vector(self, query: str, n: int, scope: Slice) -> list[Ranked]:
         """The *n* visible chunks nearest to *query* whose cosine is above the floor, best first."""
@@ -321,12 +312,9 @@ class PostgreSQLKnowledgeBase:
             return self._conn.execute(POSTGRES.sql(sql), params).fetchall()
 
         scope = Slice.of(None, version or "*", lang)
-        try:
-            with self._conn.transaction():
-                self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                return read_changes(query, since=since, cursor=cursor, limit=limit, key=key, scope=scope)
-        except self._psycopg_error as exc:
-            raise StateStoreError(f"knowledge base {self.label!r}: {redact_text(str(exc))}") from exc
+        with database_errors(self.label), self._conn.transaction():
+            self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            return read_changes(query, since=since, cursor=cursor, limit=limit, key=key, scope=scope)
 
     def chunks(self) -> Iterator[ChunkRow]:
         """Yield every published chunk by page key and position, streaming (a server-side cursor)."""

@@ -30,6 +30,7 @@ from recrawler.kb.ranking import (
 )
 from recrawler.kb.records import ChunkRow, Hit, Slice
 from recrawler.kb.vectors import VectorScan
+from recrawler.state import DAMAGED, UNREADABLE, database_errors
 from recrawler.state.sql.search import BLOCK
 from recrawler.state.sql.visibility import published_pages, visible_from, visible_where
 from recrawler.words import keyword_terms
@@ -97,20 +98,23 @@ class SQLiteKnowledgeBase:
         self.path = path
         if path != ":memory:" and not Path(path).exists():
             raise StateStoreUnavailable(f"no knowledge base at {path!r} (run a crawl first, or pass --db)")
+        conn = None
         try:
-            self._conn = sqlite3.connect(
-                Path(path).resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False
-            )
-            self._conn.row_factory = sqlite3.Row
-            tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            # the same checks the store makes: a newer, foreign or damaged database is refused,
-            # untouched (quick_check: every page and record, once when the knowledge base opens)
-            check_schema(self._conn, path)
-            check_integrity(self._conn, path, quick=True)
-        except sqlite3.DatabaseError as exc:
-            raise SchemaVersionError(f"{path!r} is not a readable recrawler database ({exc})") from exc
+            with database_errors(path, failing=UNREADABLE):
+                conn = self._conn = sqlite3.connect(
+                    Path(path).resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False
+                )
+                self._conn.row_factory = sqlite3.Row
+                tables = {
+                    r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+                }
+                # the same checks the store makes: a newer, foreign or damaged database is refused,
+                # untouched (quick_check: every page and record, once when the knowledge base opens)
+                check_schema(self._conn, path)
+                check_integrity(self._conn, path, quick=True)
         except SchemaVersionError:
-            self._conn.close()
+            if conn is not None:
+                conn.close()
             raise
         if "chunks" not in tables or "vector_blocks" not in tables:
             self._conn.close()
@@ -175,7 +179,7 @@ class SQLiteKnowledgeBase:
         q = None
         if mode != "keyword":
             q = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
-        try:
+        with database_errors(self.path):
             # one snapshot: the lists and the rows come from the same published state
             self._conn.execute("BEGIN")
             try:
@@ -185,8 +189,6 @@ class SQLiteKnowledgeBase:
                 return self._hits(ranked)
             finally:
                 self._conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise StateStoreError(f"knowledge base {self.path!r}: {exc}") from exc
 
     def _visible(self, where: str, params: list[Any], scope: Slice, source: str = "chunks c") -> str:
         site_join = "JOIN pages sp ON sp.key = c.key" if scope.site is not None else ""
@@ -349,7 +351,8 @@ class SQLiteKnowledgeBase:
             return []
         ids = [r.id for r, _ in ranked]
         marks = ",".join("?" * len(ids))
-        try:
+        # a damaged file (text that no longer decodes): one line, no traceback
+        with database_errors(self.path, failing=DAMAGED):
             rows = {
                 r["id"]: r
                 for r in self._conn.execute(
@@ -367,9 +370,6 @@ class SQLiteKnowledgeBase:
                     ids,
                 )
             }
-        except sqlite3.Error as exc:
-            # a damaged file (text that no longer decodes): one line, no traceback
-            raise _damaged(self.path, exc) from exc
         hits = []
         for r, score in ranked:
             row = rows[r.id]
@@ -403,18 +403,17 @@ class SQLiteKnowledgeBase:
             return self._conn.execute(sql, params).fetchall()
 
         scope = Slice.of(None, version or "*", lang)
-        try:
+        with database_errors(self.path):
             self._conn.execute("BEGIN")
             try:
                 return read_changes(query, since=since, cursor=cursor, limit=limit, key=key, scope=scope)
             finally:
                 self._conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise StateStoreError(f"knowledge base {self.path!r}: {exc}") from exc
 
     def chunks(self) -> Iterator[ChunkRow]:
         """Yield every published chunk by page key and position, streaming."""
-        try:
+        # a damaged file (text that no longer decodes, a malformed page): one line, no traceback
+        with database_errors(self.path, failing=DAMAGED):
             cur = self._conn.execute(
                 f"""SELECT c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash, c.version, c.lang
                     FROM chunks c
@@ -422,9 +421,6 @@ class SQLiteKnowledgeBase:
             )
             for r in cur:
                 yield _chunk(r)
-        except sqlite3.Error as exc:
-            # a damaged file (text that no longer decodes, a malformed page): one line, no traceback
-            raise _damaged(self.path, exc) from exc
 
 
 def _best(values: np.ndarray[Any, np.dtype[np.float32]], n: int) -> np.ndarray[Any, np.dtype[np.intp]]:
@@ -446,14 +442,6 @@ def _best(values: np.ndarray[Any, np.dtype[np.float32]], n: int) -> np.ndarray[A
         above = found[chosen > nth]
         found = np.sort(np.concatenate([above, found[chosen == nth][: n - len(above)]]))
     return found[np.argsort(-values[found], kind="stable")]
-
-
-def _damaged(path: str, exc: sqlite3.Error) -> StateStoreError:
-    # SQLite quotes what it could not decode, newlines and all: one line of it is enough
-    what = " ".join(str(exc).split())[:160]
-    return StateStoreError(
-        f"knowledge base {path!r}: {what} (the file may be damaged: run `recrawler check`)"
-    )
 
 
 def _chunk(r: sqlite3.Row) -> ChunkRow:

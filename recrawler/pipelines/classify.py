@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Self
 from scrapy.exceptions import DropItem
 
 from recrawler import meta
+from recrawler.counters import Counting, state_error_key
 from recrawler.detect import decide, fingerprint
 from recrawler.detect.verdict import BY_HASH, Verdict
 from recrawler.exceptions import ConfigurationError, StateStoreError
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from recrawler.detect import Fingerprint, SiteNoise
     from recrawler.learning import NoiseRegistry
     from recrawler.runtime import Runtime
-    from recrawler.state import PageRecord, Run, StateStore
+    from recrawler.state import History, PageRecord, Pages, Run
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def _threshold(value: Any, setting: str) -> int | None:
     return number
 
 
-class ClassifyPipeline:
+class ClassifyPipeline(Counting):
     """Classifies each Page against its stored state, with site noise taken out first: volatile
     tokens normalised, learned volatile regions dropped, the site's furniture (blocks chained to a
     page edge by boilerplate block pairs) left out of the hash; optionally a TLSH match (with the
@@ -85,7 +86,8 @@ class ClassifyPipeline:
 
     def __init__(
         self,
-        store: StateStore,
+        pages: Pages,
+        history: History,
         crawler: Crawler | None = None,
         *,
         noise: NoiseRegistry | None = None,
@@ -96,11 +98,13 @@ class ClassifyPipeline:
         runtime: Runtime | None = None,
         revisits: Revisits | None = None,
     ) -> None:
-        self.store = store
+        self.pages = pages
+        self.history = history
         #: each checked page's next revisit, written with it (None: the schedule is off)
         self.revisits = revisits
         self.crawler = crawler
         self.runtime = runtime
+        self.counters = runtime.counters if runtime is not None else None
         self.noise = noise
         self.threshold = threshold
         self.thresholds = dict(thresholds or {})
@@ -119,7 +123,8 @@ class ClassifyPipeline:
         }
         runtime = runtime_of(crawler)
         return cls(
-            runtime.store,
+            runtime.store.pages,
+            runtime.store.history,
             crawler,
             noise=runtime.noise,
             threshold=_threshold(s.get("RECRAWLER_FUZZY_THRESHOLD"), "RECRAWLER_FUZZY_THRESHOLD"),
@@ -129,10 +134,6 @@ class ClassifyPipeline:
             runtime=runtime,
             revisits=Revisits.of(crawler, runtime.schedule, runtime.auditor),
         )
-
-    def _inc(self, name: str, count: int = 1) -> None:
-        if self.runtime is not None:
-            self.runtime.counters.inc(name, count)
 
     async def process_item(self, item: Any) -> Any:
         """Classify a Page; other items pass through untouched.
@@ -171,9 +172,9 @@ class ClassifyPipeline:
             )
             if moved and not revert:
                 try:
-                    old = await self.store.get_fields(item.key)
+                    old = await self.history.get_fields(item.key)
                 except StateStoreError as exc:
-                    self._inc(f"recrawler/state/error/{type(exc).__name__}")
+                    self._inc(state_error_key(exc))
         if revert:
             verdict = Verdict(status=PageStatus.UNCHANGED, how=BY_HASH)
             self._inc("recrawler/page/reverted")
@@ -203,7 +204,7 @@ class ClassifyPipeline:
         if rec is not Unread.UNREAD:
             return rec
         try:
-            return await self.store.get(item.key)
+            return await self.pages.get(item.key)
         except StateStoreError as exc:
             # A read failure is treated as "no record" (the page is then new; nothing is lost).
             state_error(self.runtime, exc, "state read", item.url)
@@ -214,9 +215,9 @@ class ClassifyPipeline:
         or noise is off)."""
         if item.http_status == 304 or self.noise is None:
             return None
-        noise = await self.noise.ensure(site, self.store)
+        noise = await self.noise.ensure(site, self.history)
         if item.learned_regions:
-            new = await self.store.add_regions(
+            new = await self.history.add_regions(
                 site, item.learned_regions, source="recheck", learned_from=item.url, at=now
             )
             self._inc("recrawler/volatile/learned", new)
@@ -250,7 +251,7 @@ class ClassifyPipeline:
             http_status=item.http_status,
         )
         try:
-            await self.store.record_error(run, item.key, [event])
+            await self.pages.record_error(run, item.key, [event])
         except StateStoreError as exc:
             state_error(self.runtime, exc, "state write", item.url)
         item.status = PageStatus.ERROR

@@ -318,7 +318,7 @@ async def commit(
         raise DropItem("a soft 404 (redirect_shared)", log_level="DEBUG")
     revisit = revisits.revisit_update(page, status) if revisits is not None else None
     try:
-        before = await store.record(
+        before = await store.pages.record(
             run,
             update.record,
             update.events,
@@ -335,7 +335,7 @@ async def commit(
         # the store counts the page as lost (the summary's write_failed); each reason is logged
         # once a run, then only counted (a database gone mid-run fails every page after it)
         reason = type(exc).__name__
-        counters.inc(f"recrawler/state/error/{reason}")
+        counters.state_error(exc)
         # a database lost mid-run was said once, by the store, when it noticed
         if not isinstance(exc, StateStoreLost) and runtime.first(f"write_failed/{reason}"):
             logger.error(

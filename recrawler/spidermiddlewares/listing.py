@@ -273,7 +273,7 @@ class _Listing:
         if self.failed or not entries:
             return
         try:
-            added, lastmod = await self.runtime.store.add_listing(self.run, self.url, entries)
+            added, lastmod = await self.runtime.store.frontier.add_listing(self.run, self.url, entries)
         except StateStoreError as exc:
             self._failed(exc)
             return
@@ -297,7 +297,7 @@ class _Listing:
             return
         etag, last_modified = self.validators
         try:
-            removed = await self.runtime.store.listing_read(
+            removed = await self.runtime.store.frontier.listing_read(
                 self.run,
                 SitemapFile(url=self.url, etag=etag, last_modified=last_modified, urls=self.urls),
                 utcnow(),
@@ -313,7 +313,7 @@ class _Listing:
         after = 0
         while True:
             try:
-                entries = await self.runtime.store.listing(self.url, after=after, limit=self.batch)
+                entries = await self.runtime.store.frontier.listing(self.url, after=after, limit=self.batch)
             except StateStoreError as exc:
                 self._failed(exc)
                 self.runtime.counters.inc("recrawler/sitemap/error")

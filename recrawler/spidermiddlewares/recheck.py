@@ -91,7 +91,7 @@ class RecheckMiddleware:
         if not same_validator:
             return None
         store = self.runtime.store
-        noise = await self.runtime.noise.ensure(key_host(page.key), store)
+        noise = await self.runtime.noise.ensure(key_host(page.key), store.history)
         worked: Worked | None = page.worked
         if worked is not None and worked.noise is noise and worked.fingerprint is not None:
             fp = worked.fingerprint
@@ -123,7 +123,7 @@ class RecheckMiddleware:
             rec: PageRecord | None = page.record
             return rec
         try:
-            page.record = await self.runtime.store.get(page.key)
+            page.record = await self.runtime.store.pages.get(page.key)
         except StateStoreError as exc:
             state_error(self.runtime, exc, "state read", page.url)
             return None

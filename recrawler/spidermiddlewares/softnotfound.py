@@ -222,7 +222,7 @@ class SoftNotFoundMiddleware:
         try:
             if page.record is Unread.UNREAD:
                 # read here, kept on the item: ClassifyPipeline need not read it again
-                page.record = await self.runtime.store.get(page.key)
+                page.record = await self.runtime.store.pages.get(page.key)
         except StateStoreError as exc:
             state_error(self.runtime, exc, "state read", page.url)
             return True

@@ -21,6 +21,7 @@ from scrapy.spiders import SitemapSpider
 from scrapy.utils.sitemap import Sitemap, sitemap_urls_from_robots
 
 from recrawler import meta
+from recrawler.counters import Counting
 from recrawler.exceptions import ConfigurationError
 from recrawler.markdown import is_llms_txt, llms_links, twin_page
 from recrawler.redact import redact_url
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from scrapy.http import Response
     from twisted.python.failure import Failure
 
+    from recrawler.counters import RunCounters
     from recrawler.items import Page
 
 logger = logging.getLogger(__name__)
@@ -106,7 +108,7 @@ def _has_bytes(file: IO[bytes]) -> bool:
     return not empty
 
 
-class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
+class RecrawlSitemapSpider(Counting, RecrawlerSpiderMixin, SitemapSpider):
     """A SitemapSpider that yields a Page per listed URL and keeps each URL's ``lastmod``.
 
     Arguments (``-a``): ``sitemap_url`` (a sitemap, sitemap index, ``.xml.gz``, robots.txt or
@@ -594,10 +596,11 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         # which pages are stored, spends it
         return Request(url, callback=self.parse, meta=request_meta, priority=priority)
 
-    def _inc(self, name: str, count: int = 1) -> None:
+    @property
+    def counters(self) -> RunCounters | None:  # type: ignore[override]
+        """The run's counters once the crawl has a run (None before, and without a crawler)."""
         runtime = find_runtime(getattr(self, "crawler", None))
-        if runtime is not None:
-            runtime.counters.inc(name, count)
+        return runtime.counters if runtime is not None else None
 
     def sitemap_filter(self, entries: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
         """Keep the entries the URL policy allows.

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from recrawler.exceptions import ConfigurationError
 from recrawler.extras import missing_extra
+from recrawler.state.errors import DAMAGED, UNREACHABLE, UNREADABLE, database_errors
 from recrawler.state.records import (
     GONE,
     LIVE,
@@ -38,6 +39,8 @@ from recrawler.state.records import (
     utcnow,
 )
 from recrawler.state.roles import (
+    BlockModel,
+    Decisions,
     Frontier,
     History,
     KnowledgeBase,
@@ -46,6 +49,7 @@ from recrawler.state.roles import (
     Readers,
     Runs,
     Schedule,
+    SearchIndex,
     StateStore,
     Trust,
 )
@@ -53,7 +57,9 @@ from recrawler.state.roles import (
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
+
 __all__ = [
+    "DAMAGED",
     "GONE",
     "LIVE",
     "MOVED",
@@ -67,7 +73,11 @@ __all__ = [
     "RUN_PUBLISHED",
     "RUN_RUNNING",
     "TRUST_SIGNALS",
+    "UNREACHABLE",
+    "UNREADABLE",
+    "BlockModel",
     "ChangeRow",
+    "Decisions",
     "Event",
     "FieldsRow",
     "Freshness",
@@ -87,18 +97,21 @@ __all__ = [
     "Runs",
     "Schedule",
     "ScheduledPage",
+    "SearchIndex",
     "SiteBuild",
     "SitemapFile",
     "StateStore",
     "Trust",
     "TrustRecord",
+    "database_errors",
     "store_from_uri",
     "utcnow",
 ]
 
 
-def store_from_uri(uri: str, settings: BaseSettings) -> StateStore:
-    """Build (not open) the backend for *uri*, chosen by its scheme."""
+def store_from_uri(uri: str, settings: BaseSettings, *, blocks: BlockModel | None = None) -> StateStore:
+    """Build (not open) the backend for *uri*, chosen by its scheme; *blocks*: the block
+    arithmetic its history role applies (change detection's, passed by who opens the store)."""
     scheme = uri.split("://", 1)[0].lower() if "://" in uri else "sqlite"
     backends = settings.getdict("RECRAWLER_STATE_BACKENDS")
     if scheme not in backends:
@@ -116,4 +129,5 @@ def store_from_uri(uri: str, settings: BaseSettings) -> StateStore:
             raise
         raise missing from exc
     store: StateStore = cls.from_settings(uri, settings)
+    store.blocks = blocks
     return store

@@ -499,10 +499,16 @@ class SQLReaders:
     def _has_table(conn: Reader, name: str) -> bool:
         return any(r[0] == name for r in conn.iter(conn.dialect.tables_sql))
 
-    def check_sync(self, key_maker: Callable[[str], str], *, lease_secs: float) -> list[Finding]:
+    def check_sync(
+        self,
+        key_maker: Callable[[str], str],
+        *,
+        lease_secs: float,
+        refusal: Callable[[str], str | None] | None = None,
+    ) -> list[Finding]:
         """Every broken invariant of the database, read-only (see ``recrawler.state.sql.check``)."""
         with self.db.reader() as conn:
-            return check(conn, key_maker, lease_secs=lease_secs)
+            return check(conn, key_maker, lease_secs=lease_secs, refusal=refusal)
 
     async def repair(self, findings: Sequence[Finding]) -> dict[str, int]:
         """Mend what :meth:`check_sync` found, in one transaction (re-queue, retire, abort)."""

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
     from recrawler.events import EventSink
+    from recrawler.state.roles.blocks import BlockModel
 
 #: the write connection's page cache, in KiB (per connection, at most this much)
 _CACHE_KIB = 16384
@@ -53,6 +54,9 @@ class SQLiteDatabase(SQLiteTransactions):
     ``RECRAWLER_DB_BATCH_SIZE`` pages or ``RECRAWLER_DB_COMMIT_SECS`` seconds: each page is atomic,
     and a kill loses at most the uncommitted tail, which the next run simply checks again.
     """
+
+    #: the caller's block arithmetic the history role applies (None: block statistics wait)
+    blocks: BlockModel | None = None
 
     def __init__(
         self,
@@ -120,7 +124,7 @@ class SQLiteDatabase(SQLiteTransactions):
                     # a bounded page cache, larger than SQLite's 2 MiB: the block statistics'
                     # upserts land at random keys, and each cache miss is a read
                     conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
-                migrate(conn, self.path, self.dry_run)
+                migrate(conn, self.path, self.dry_run, self.blocks)
             except sqlite3.DatabaseError as exc:
                 conn.close()
                 raise open_error(self.path, exc) from exc
@@ -200,7 +204,7 @@ class SQLiteDatabase(SQLiteTransactions):
             conn.close()
             rw = connect(self.path, timeout_secs=self.timeout_secs)
             try:
-                migrate(rw, self.path, False)
+                migrate(rw, self.path, False, self.blocks)
             except sqlite3.DatabaseError as exc:
                 raise open_error(self.path, exc) from exc
             finally:

@@ -13,6 +13,7 @@ from recrawler.exceptions import ConfigurationError, SchemaVersionError
 from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, ROWS, SQLITE, drive, value_statements
 
 if TYPE_CHECKING:
+    from recrawler.state.roles.blocks import BlockModel
     from recrawler.state.sql.dialect import Op, Work
 
 _T = TypeVar("_T")
@@ -152,7 +153,7 @@ def check_integrity(conn: sqlite3.Connection, path: str, *, quick: bool = False)
         raise SchemaVersionError(msg)
 
 
-def migrate(conn: sqlite3.Connection, path: str, dry_run: bool) -> None:
+def migrate(conn: sqlite3.Connection, path: str, dry_run: bool, blocks: BlockModel | None = None) -> None:
     version = check_schema(conn, path)
     # each applied number is a row: a migration numbered below one already applied (written
     # on another branch) is still applied once
@@ -183,7 +184,8 @@ def migrate(conn: sqlite3.Connection, path: str, dry_run: bool) -> None:
     from recrawler.state.sql.database import log_migrations
 
     log_migrations(path, version, done)
-    fill_block_pairs(conn, path, dry_run)
+    if blocks is not None:
+        fill_block_pairs(conn, path, dry_run, blocks)
 
 
 def _applied_meanwhile(conn: sqlite3.Connection, number: int) -> bool:
@@ -194,19 +196,18 @@ def _applied_meanwhile(conn: sqlite3.Connection, number: int) -> bool:
     return conn.execute("SELECT 1 FROM schema_version WHERE version = ?", (number,)).fetchone() is not None
 
 
-def fill_block_pairs(conn: sqlite3.Connection, path: str, dry_run: bool) -> None:
+def fill_block_pairs(conn: sqlite3.Connection, path: str, dry_run: bool, blocks: BlockModel) -> None:
     """Count the block pairs of a database from before schema 6 from its stored blocks, once.
 
     Until the next run ends and re-decides them, a pair of two boilerplate blocks (a page edge
     counts as one) is a boilerplate pair; every page is re-hashed under those pairs, so the
-    next run compares like with like (no false "changed"). One transaction: a crash leaves
+    next run compares like with like (no false "changed"), with *blocks*' arithmetic (a store
+    opened without it leaves this to the next open that has it). One transaction: a crash leaves
     ``site_pairs`` empty and the next open counts again. Pages written since schema 8 count
     through ``block_deltas``: a database with deltas waiting (a run killed before its first
     reconciliation) has its pairs counted by their fold, not here.
     """
-    # imported here: a reader that only checks the schema (open_kb) loads no change detection
-    from recrawler.detect.boilerplate import EDGE, block_pairs
-    from recrawler.detect.hashing import unpack_blocks
+    from recrawler.state.records import unpack_blocks
     from recrawler.state.sql.rows import _count_pairs, _rehash
 
     if conn.execute(
@@ -222,7 +223,7 @@ def fill_block_pairs(conn: sqlite3.Connection, path: str, dry_run: bool) -> None
         for site, blob in conn.execute(
             "SELECT p.site, f.blocks FROM page_fields f JOIN pages p ON p.key = f.key"
         ):
-            _run(conn, _count_pairs(SQLITE, site, block_pairs(unpack_blocks(blob)), 1))
+            _run(conn, _count_pairs(SQLITE, site, blocks.pairs(unpack_blocks(blob)), 1))
             pages += 1
         sites = [r[0] for r in conn.execute("SELECT DISTINCT site FROM site_blocks WHERE boilerplate = 1")]
         for site in sites:
@@ -232,9 +233,9 @@ def fill_block_pairs(conn: sqlite3.Connection, path: str, dry_run: bool) -> None
                           (SELECT block FROM site_blocks WHERE site = :site AND boilerplate = 1))
                      AND (block = :edge OR block IN
                           (SELECT block FROM site_blocks WHERE site = :site AND boilerplate = 1))""",
-                {"site": site, "edge": EDGE},
+                {"site": site, "edge": blocks.edge},
             )
-            _run(conn, _rehash(SQLITE, site))
+            _run(conn, _rehash(SQLITE, site, blocks))
         conn.execute("RELEASE migrate" if dry_run else "COMMIT")
     except BaseException:
         conn.execute("ROLLBACK TO migrate" if dry_run else "ROLLBACK")
