@@ -49,6 +49,7 @@ from recrawler.runtime import Runtime
 from recrawler.spidermiddlewares.deltafetch import DeltaFetchMiddleware
 from recrawler.spidermiddlewares.links import LinkListingMiddleware
 from recrawler.spidermiddlewares.listing import ListingMiddleware
+from recrawler.spidermiddlewares.recheck import RecheckMiddleware
 from recrawler.spidermiddlewares.schedule import ScheduleMiddleware
 from recrawler.spidermiddlewares.softnotfound import SoftNotFoundMiddleware
 from recrawler.spidermiddlewares.workers import WorkerStartMiddleware
@@ -304,9 +305,10 @@ class RecrawlerAddon:
             # its scheduler's own deprecated calls warn on every run: not the user's to fix
             quiet_library_deprecations("scrapy_redis")
             self._shared_frontier(settings)
-        elif self.crawler is not None and settings.getbool("RECRAWLER_FRONTIER_ENABLED"):
-            # the run's page requests wait in the database; a project's own SCHEDULER still wins.
-            # A crawl's only, and only a spider that opted in gets here (a SCHEDULER is the crawler's)
+        elif self.crawler is not None:
+            # the run's page requests wait in the database (RECRAWLER_FRONTIER_ENABLED), and the
+            # sitemap files and the unseen pages' checks in its queues; a project's own SCHEDULER
+            # still wins. A crawl's only, and only a spider that opted in gets here
             settings.set("SCHEDULER", FRONTIER_SCHEDULER, priority="addon")
         if (settings.getpriority("LOG_FORMATTER") or 0) <= SETTINGS_PRIORITIES["default"]:
             # Scrapy's per-request lines without the credentials a URL carries (?token=, ?api_key=)
@@ -377,6 +379,9 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", LinkListingMiddleware, 104)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", DeltaFetchMiddleware, 100)
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", ScheduleMiddleware, 90)
+        # 85: a page whose text moved under the same validator is fetched again, once the soft
+        # 404s (105) are out; the recheck is no listed page for the schedule (90) to decide
+        settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", RecheckMiddleware, 85)
 
     def _shared_frontier(self, settings: BaseSettings) -> None:
         """scrapy-redis as scheduler and frontier, its keys per spider and site; the seen-set is
@@ -384,7 +389,7 @@ class RecrawlerAddon:
         site = getattr(self.crawler.spider, "recrawler_site", None) if self.crawler else None
         prefix = f"recrawler:%(spider)s:{site}" if site else "recrawler:%(spider)s"
         for name, value in (
-            ("SCHEDULER", "scrapy_redis.scheduler.Scheduler"),
+            ("SCHEDULER", "recrawler.scheduler.SharedScheduler"),
             ("DUPEFILTER_CLASS", "recrawler.shared_run.PageKeyDupeFilter"),
             ("SCHEDULER_DUPEFILTER_CLASS", "recrawler.shared_run.PageKeyDupeFilter"),
             # a worker that closes must not flush the frontier the others still work on

@@ -88,6 +88,10 @@ RECRAWLER_LISTING_MAX_URLS = 5_000_000
 RECRAWLER_FRONTIER_ENABLED = True
 # Requests per frontier batch, and entries per write of a sitemap file's stored listing.
 RECRAWLER_FRONTIER_BATCH_SIZE = 500
+# Where the run's page requests wait: the run's database, or Redis (recrawler.queues.RedisQueue).
+RECRAWLER_QUEUE_CLASS = "recrawler.queues.DatabaseQueue"
+# How long a Redis frontier's keys outlive the run's last push.
+RECRAWLER_QUEUE_TTL_SECS = 7 * 24 * 3600
 # A listing naming fewer pages than this share of the last run's is a failed listing, not proof.
 RECRAWLER_LISTING_MIN_RATIO = 0.5
 

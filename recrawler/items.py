@@ -27,6 +27,16 @@ class Unread(Enum):
     UNREAD = "unread"
 
 
+@dataclass(slots=True, eq=False)
+class Loan:
+    """An address this run's temporary redirects lent pages (PageRedirectMiddleware's): it rides
+    on each hop's meta (``_recrawler_loan``) and on the page the answer makes, and is ``shared``
+    once many pages were sent there (their answers from it are soft 404s, never content: the
+    commit step drops one that was on its way meanwhile)."""
+
+    shared: bool = False
+
+
 @dataclass(slots=True, kw_only=True)
 class Page:
     """One checked page: a 200 with its cleaned text, or a 304 with no body at all.
@@ -71,6 +81,8 @@ class Page:
     moved_from: tuple[str, ...] = ()
     #: the key of the address a temporary redirect lent the page (None: it answered itself)
     served_from: str | None = None
+    #: that address's loan, as the redirects know it (None: none lent)
+    loan: Loan | None = field(default=None, repr=False, compare=False)
     #: what the body was read as (``html``, ``pdf``: see ``recrawler.documents``); None without one
     document: str | None = None
     #: the page's version and language (``RECRAWLER_VERSION_PATTERN``, else what the page says);

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from scrapy.exceptions import DontCloseSpider
 
 from recrawler import outcome
+from recrawler import signals as recrawler_signals
 from recrawler.exceptions import RunRefused, StateStoreError
 
 if TYPE_CHECKING:
@@ -21,34 +22,23 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-
-class Member(Protocol):
-    """What a process's part in a shared run reads and sets of the run's owner (the Runtime)."""
-
-    crawler: Crawler
-    counters: RunCounters
-    auditor: Auditor
-    run: Run | None
-    workers: SharedRun | None
-    exit_code: int | None
-
-    @property
-    def store(self) -> Lifecycle:
-        """The run's store: what its page writes came to."""
-
-    def stop_heartbeat(self) -> None:
-        """Stop renewing the site's lease."""
+#: the cause a joining worker reports (``recrawler.signals.run_failed``) when its leader is gone
+LEADER_LOST = "leader_lost"
 
 
 class WorkerActivity:
     """A worker's idleness, as the others see it (``RECRAWLER_WORKERS_ENABLED``): a joining worker
     stays open while its leader lives and work may still come, and reports itself idle (once its
     writes are committed) or busy. The Runtime connects it to ``spider_idle`` and
-    ``request_reached_downloader``."""
+    ``request_reached_downloader``, and tells it when the run has begun (``joined``)."""
 
-    def __init__(self, runtime: Member, shared: SharedRun) -> None:
-        self.runtime = runtime
+    def __init__(self, crawler: Crawler, shared: SharedRun, store: Lifecycle, counters: RunCounters) -> None:
+        self.crawler = crawler
         self.shared = shared
+        self.store = store
+        self.counters = counters
+        #: the run this process works on has begun
+        self.joined = False
         self._idle_report: asyncio.Future[None] | None = None
         #: requests that reached this worker's downloader (an idle report older than one is stale)
         self._busy_gen = 0
@@ -56,20 +46,19 @@ class WorkerActivity:
     def spider_idle(self) -> None:
         """A joining worker stays open while its leader lives and work may still come."""
         workers = self.shared
-        if workers.leader or self.runtime.run is None:
+        if workers.leader or not self.joined:
             return
         self._idle_report = asyncio.ensure_future(self._report_idle(self._busy_gen))
         if workers.leader_alive() and not (workers.closing() and workers.frontier_empty()):
             raise DontCloseSpider
 
     async def _report_idle(self, gen: int) -> None:
-        rt = self.runtime
         try:
             # the leader's unseen checks must see every page this worker fetched
-            await rt.store.flush()
+            await self.store.flush()
         except StateStoreError as exc:
-            rt.counters.state_error(exc)
-        engine = rt.crawler.engine
+            self.counters.state_error(exc)
+        engine = self.crawler.engine
         # a request that reached this worker meanwhile makes it busy: never report idle over it
         if gen == self._busy_gen and (engine is None or engine.spider_is_idle()):
             await asyncio.to_thread(self.shared.set_state, self.shared.IDLE)
@@ -81,43 +70,46 @@ class WorkerActivity:
             self.shared.set_state(self.shared.BUSY)
 
 
-async def join(rt: Member) -> Run:
+async def join(workers: SharedRun, auditor: Auditor, crawler: Crawler) -> Run:
     """A joining worker: the leader's run (its audit sample is the leader's to check)."""
-    assert rt.workers is not None
-    run = await rt.workers.joined_run()
+    run = await workers.joined_run()
     if run is None:
         msg = (
-            f"no leader announced a run within RECRAWLER_WORKERS_WAIT_SECS={rt.workers.wait_secs} "
+            f"no leader announced a run within RECRAWLER_WORKERS_WAIT_SECS={workers.wait_secs} "
             "(is another run's leader alive but stuck?)"
         )
         raise RunRefused(msg)
-    rt.auditor.sample = 0.0
-    logger.info("joined run %(run)d as a worker", {"run": run.id}, extra={"spider": rt.crawler.spider})
+    auditor.sample = 0.0
+    logger.info("joined run %(run)d as a worker", {"run": run.id}, extra={"spider": crawler.spider})
     return run
 
 
-def worker_counts(rt: Member) -> dict[str, int | float]:
+def worker_counts(counters: RunCounters, store: Lifecycle) -> dict[str, int | float]:
     """A joining worker's counts for its leader: its counters, and the page writes its store
     committed (``outcome:``) and lost (``lost:``)."""
-    counts: dict[str, int | float] = dict(rt.counters.items())
-    counts.update({f"outcome:{k}": v for k, v in rt.store.outcomes.items()})
-    counts.update({f"lost:{k}": v for k, v in rt.store.lost.items()})
+    counts: dict[str, int | float] = dict(counters.items())
+    counts.update({f"outcome:{k}": v for k, v in store.outcomes.items()})
+    counts.update({f"lost:{k}": v for k, v in store.lost.items()})
     return counts
 
 
-async def leave(rt: Member) -> None:
-    """A joining worker: commit its writes and hand its counts to the leader."""
-    assert rt.workers is not None
-    rt.stop_heartbeat()
+async def leave(
+    crawler: Crawler, workers: SharedRun, store: Lifecycle, counters: RunCounters, run: Run
+) -> None:
+    """A joining worker: commit its writes and hand its counts to the leader. A leader gone is
+    reported (``recrawler.signals.run_failed``, ``leader_lost``): the Reconciler decides the exit
+    code."""
     try:
-        await rt.store.flush()
+        await store.flush()
     except StateStoreError as exc:
-        rt.counters.state_error(exc)
-    await asyncio.to_thread(rt.workers.leave, worker_counts(rt))
-    run_id = rt.run.id if rt.run else 0
-    if not await asyncio.to_thread(rt.workers.leader_alive):
+        counters.state_error(exc)
+    await asyncio.to_thread(workers.leave, worker_counts(counters, store))
+    run_id = run.id
+    if not await asyncio.to_thread(workers.leader_alive):
         # nobody closes this run: it stays unfinished until the next run takes the site over
-        rt.exit_code = outcome.EXIT_WORKER_LOST
+        crawler.signals.send_catch_log(
+            recrawler_signals.run_failed, cause=LEADER_LOST, exit_code=outcome.EXIT_WORKER_LOST
+        )
         logger.error(
             "the leader of run %(run)d is gone: the run is unfinished (nothing removed or published; "
             "the next run takes the site over and marks it aborted)",
@@ -127,27 +119,26 @@ async def leave(rt: Member) -> None:
     logger.info("worker done: the leader closes run %(run)d", {"run": run_id})
 
 
-async def gather(rt: Member) -> None:
+async def gather(workers: SharedRun, store: Lifecycle, counters: RunCounters, run: Run) -> None:
     """The leader: wait for every worker to leave, then count their pages as its own."""
-    assert rt.workers is not None
-    await rt.workers.wait_for_workers()
-    lost = await asyncio.to_thread(rt.workers.lost)
+    await workers.wait_for_workers()
+    lost = await asyncio.to_thread(workers.lost)
     if lost:
         # the pages it had taken are not checked this run: the run ends unfinished
-        rt.counters.set("recrawler/workers/lost", len(lost))
+        counters.set("recrawler/workers/lost", len(lost))
         logger.error(
             "%(n)d worker(s) of run %(run)d stopped without leaving it (%(names)s): the pages they "
             "had taken are not checked this run, their work is counted as of their last heartbeat",
-            {"n": len(lost), "run": rt.run.id if rt.run else 0, "names": ", ".join(lost)},
+            {"n": len(lost), "run": run.id, "names": ", ".join(lost)},
         )
-    for key, value in (await asyncio.to_thread(rt.workers.gathered)).items():
+    for key, value in (await asyncio.to_thread(workers.gathered)).items():
         kind, _, label = key.partition(":")
         if kind == "outcome":
-            rt.store.outcomes[label] += int(value)
+            store.outcomes[label] += int(value)
         elif kind == "lost":
-            rt.store.lost[label] += int(value)
+            store.lost[label] += int(value)
         elif not key.endswith("_seconds"):
-            rt.counters.inc(key, int(value))
+            counters.inc(key, int(value))
 
 
-__all__ = ["WorkerActivity", "gather", "join", "leave", "worker_counts"]
+__all__ = ["LEADER_LOST", "WorkerActivity", "gather", "join", "leave", "worker_counts"]

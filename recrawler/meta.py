@@ -69,6 +69,11 @@ CANONICAL_URL = "_recrawler_canonical_url"
 PROBES = "_recrawler_probes"
 #: how many sitemap files deep this sitemap request is (0: a start URL)
 SITEMAP_DEPTH = "_recrawler_sitemap_depth"
+#: set by PageRedirectMiddleware on a temporary hop: the target's ``recrawler.items.Loan``
+LOAN = "_recrawler_loan"
+#: set by ListingMiddleware once a further sitemap file was read to its end (or failed): its
+#: place among the files FrontierScheduler lets out at once is free
+LISTING_READ = "_recrawler_listing_read"
 #: set by recrawler: the request came out of the run's frontier (FrontierScheduler)
 FED = "_recrawler_fed"
 #: the page's stored record as read for this request (a ``PageRecord``; None: the store holds

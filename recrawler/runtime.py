@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
 
 from scrapy import signals
 from scrapy.exceptions import CloseSpider
@@ -16,18 +15,17 @@ from recrawler import membership, meta
 from recrawler import signals as recrawler_signals
 from recrawler.auditor import Auditor
 from recrawler.counters import RunCounters
-from recrawler.cpu import CpuPool
+from recrawler.cpu.work import CpuWork
 from recrawler.detect.boilerplate import PAGE_BLOCKS
 from recrawler.exceptions import (
     ConfigurationError,
     RunRefused,
     SchemaVersionError,
     StateStoreError,
-    StateStoreLost,
 )
-from recrawler.gctuning import GcTuning
 from recrawler.intervals import SchedulePolicy, parse_audit_sample
 from recrawler.learning import NoiseRegistry
+from recrawler.lease import Lease
 from recrawler.outcome import EXIT_BUSY, EXIT_CONFIG, EXIT_HELD, EXIT_STATE
 from recrawler.redact import redact_text, redact_url
 from recrawler.state import store_from_uri, utcnow
@@ -37,13 +35,11 @@ if TYPE_CHECKING:
 
     from scrapy.crawler import Crawler
 
-    from recrawler.intervals import Revisit
-    from recrawler.items import Page, PageStatus
+    from recrawler.cpu import CpuPool
     from recrawler.kb.embedders import Embedder
     from recrawler.membership import WorkerActivity
     from recrawler.shared_run import SharedRun
     from recrawler.state import Run, StateStore
-    from recrawler.state.records import RevisitUpdate
 
 logger = logging.getLogger(__name__)
 
@@ -52,24 +48,6 @@ _P = ParamSpec("_P")
 
 #: close reasons of a run refused when the spider opens
 CLOSE_BUSY, CLOSE_HELD, CLOSE_STATE = "recrawler_busy", "recrawler_held", "recrawler_state_error"
-
-
-class Listing(Protocol):
-    """The sitemap files not requested yet, as the closing work sees them (ListingMiddleware
-    registers itself)."""
-
-    def idle(self) -> bool:
-        """On ``spider_idle``: send the next requests; False when none wait."""
-
-
-class Revisits(Protocol):
-    """The schedule's part in a page's write (ScheduleMiddleware registers itself)."""
-
-    def revisit_update(self, page: Page, status: PageStatus) -> RevisitUpdate | None:
-        """The page's next revisit state, to write with the page; None: nothing to store."""
-
-    async def checked(self, page: Page, status: PageStatus, before: Revisit | None) -> None:
-        """After the write: what the page's previous revisit state tells (the lastmod audit)."""
 
 
 class Runtime:
@@ -103,32 +81,16 @@ class Runtime:
         distrust_after: int = 1,
         trust_after: int = 10,
         lease_secs: float = 60.0,
-        cpu_threads: int = 0,
-        cpu_pool: CpuPool | None = None,
-        gc_tuning: GcTuning | None = None,
+        cpu: CpuWork | None = None,
     ) -> None:
-        if lease_secs <= 0:
-            raise ConfigurationError(f"RECRAWLER_LEASE_SECS: bad value {lease_secs!r}")
-        if cpu_threads < 0:
-            raise ConfigurationError(f"RECRAWLER_CPU_THREADS: bad value {cpu_threads!r}")
-        #: threads for per-page CPU work (extraction, fingerprints, chunking); 0: on the reactor
-        self.cpu_threads = cpu_threads
-        self._cpu: ThreadPoolExecutor | None = None
-        #: worker processes for per-page CPU work (``RECRAWLER_CPU_PROCESSES``; 0: none)
-        self.cpu_pool = cpu_pool or CpuPool(0, selectors=[], noise_selectors=[], chunking=None)
-        #: the garbage collector's settings for the run (``RECRAWLER_GC_THRESHOLD``)
-        self.gc_tuning = gc_tuning or GcTuning(0)
+        #: the run's hold on its site (``RECRAWLER_LEASE_SECS``)
+        self.lease = Lease(lease_secs)
+        #: where per-page CPU work runs (``RECRAWLER_CPU_*``, ``RECRAWLER_GC_THRESHOLD``)
+        self.cpu = cpu or CpuWork()
         self.crawler = crawler
         self.store = store
         self.counters = RunCounters(crawler.stats)
-        self.cpu_pool.counters = self.counters
-        #: the sitemap files waiting to be requested (set by ListingMiddleware)
-        self.listing: Listing | None = None
-        #: each checked page's next revisit, written with the page (set by ScheduleMiddleware)
-        self.revisits: Revisits | None = None
-        #: the keys of this run's redirect targets that many pages were lent (soft 404s: an answer
-        #: served from one is never a page's content; kept by PageRedirectMiddleware)
-        self.shared_targets: set[str] = set()
+        self.cpu.pool.counters = self.counters
         self.schedule = schedule
         self.noise = noise
         self.auditor = Auditor(
@@ -141,24 +103,16 @@ class Runtime:
             clock=schedule.now,
             bound_secs=schedule.default_bound,
         )
-        self.lease_secs = lease_secs
         self._embedder: Embedder | None = None
         self.run: Run | None = None
         #: why the run could not begin (the spider was closed before its first request)
         self.failure: BaseException | None = None
-        self.lease_lost = False
-        #: a worker's lost leader, until membership reports it with ``run_failed`` (the Reconciler
-        #: decides the exit code: ``Reconciler.exit_code``)
-        self.exit_code: int | None = None
         #: the summary line and the level it was logged at; set by the Reconciler
         self.summary: tuple[int, str] | None = None
         self._opened = asyncio.Event()
-        self._heartbeat: asyncio.Task[None] | None = None
         self._closed = False
         #: refusal and failure reasons already logged this run (each logged once, then counted)
         self._refusals_logged: set[str] = set()
-        #: with RECRAWLER_WORKERS_ENABLED: this process's part in a run shared with other workers
-        self.workers: SharedRun | None = None
         #: with RECRAWLER_WORKERS_ENABLED: this worker's idle and busy reports to the others
         self.activity: WorkerActivity | None = None
 
@@ -181,24 +135,22 @@ class Runtime:
             distrust_after=s.getint("RECRAWLER_AUDIT_DISTRUST_AFTER"),
             trust_after=s.getint("RECRAWLER_AUDIT_TRUST_AFTER"),
             lease_secs=s.getfloat("RECRAWLER_LEASE_SECS"),
-            cpu_threads=s.getint("RECRAWLER_CPU_THREADS"),
-            cpu_pool=CpuPool.from_settings(s),
-            gc_tuning=GcTuning(s.getint("RECRAWLER_GC_THRESHOLD")),
+            cpu=CpuWork.from_settings(s),
         )
         if s.getbool("RECRAWLER_INDEX_ENABLED"):
             # a bad RECRAWLER_EMBEDDER stops the crawl before it starts
             embedder = runtime.embedder
             if s.getbool("RECRAWLER_CPU_EMBED") and not s.getbool("RECRAWLER_DRY_RUN"):
-                runtime.cpu_pool.embed_with(embedder)
+                runtime.cpu.pool.embed_with(embedder)
         crawler.signals.connect(runtime.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(runtime.engine_stopped, signal=signals.engine_stopped)
         if s.getbool("RECRAWLER_WORKERS_ENABLED"):
             from recrawler.membership import WorkerActivity
             from recrawler.shared_run import SharedRun
 
-            runtime.workers = SharedRun.from_crawler(crawler)
+            shared = SharedRun.from_crawler(crawler)
             # held here: the signals keep a weak reference to a handler's object
-            runtime.activity = activity = WorkerActivity(runtime, runtime.workers)
+            runtime.activity = activity = WorkerActivity(crawler, shared, runtime.store, runtime.counters)
             crawler.signals.connect(activity.spider_idle, signal=signals.spider_idle)
             crawler.signals.connect(
                 activity.request_reached_downloader, signal=signals.request_reached_downloader
@@ -234,38 +186,40 @@ class Runtime:
             self._embedder = embedder_from_settings(self.crawler.settings)
         return self._embedder
 
-    def wake(self) -> None:
-        """Have the engine look for work (and go idle again) now: a read or a write it waited
-        for (the frontier's, the unseen pages') is in. Scrapy offers nothing public for it;
-        without it the engine would look again at its next heartbeat, 5 seconds later."""
-        slot = getattr(self.crawler.engine, "_slot", None)
-        nextcall = getattr(slot, "nextcall", None)
-        if nextcall is not None:
-            nextcall.schedule()
-
     async def offload(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        """Run pure per-page CPU work on the CPU threads (``RECRAWLER_CPU_THREADS``), or inline.
+        """Run pure per-page CPU work on the CPU threads (``RECRAWLER_CPU_THREADS``), or inline."""
+        return await self.cpu.offload(func, *args, **kwargs)
 
-        lxml's parser and hashlib release the GIL while they work, so the reactor keeps
-        downloading meanwhile; the functions given must not touch the reactor or the store.
-        """
-        if not self.cpu_threads:
-            return func(*args, **kwargs)
-        if self._cpu is None:
-            self._cpu = ThreadPoolExecutor(max_workers=self.cpu_threads, thread_name_prefix="recrawler-cpu")
-        return await asyncio.wrap_future(self._cpu.submit(func, *args, **kwargs))
+    @property
+    def workers(self) -> SharedRun | None:
+        """With ``RECRAWLER_WORKERS_ENABLED``: this process's part in a run shared with other
+        workers (its WorkerActivity's)."""
+        return self.activity.shared if self.activity is not None else None
+
+    @property
+    def cpu_pool(self) -> CpuPool:
+        """The run's worker processes for per-page CPU work (``RECRAWLER_CPU_PROCESSES``)."""
+        return self.cpu.pool
+
+    @property
+    def cpu_threads(self) -> int:
+        """The run's threads for per-page CPU work (0: on the reactor)."""
+        return self.cpu.threads
+
+    @property
+    def lease_lost(self) -> bool:
+        """A later run took the site's lease over."""
+        return self.lease.lost
 
     async def spider_opened(self) -> None:
         """Open the store, begin the run (taking the site's lease), load what the policies need."""
-        # frozen before the workers fork: they inherit the frozen generation, and their pages of
-        # memory stay shared with this process
-        self.gc_tuning.start()
-        # forked before the store's thread (or any other of the run's) starts
-        self.cpu_pool.start()
+        # forked before the store's thread (or any other of the run's) starts, with the
+        # collector's generation frozen first
+        self.cpu.start()
         try:
             await self.store.open()
             if self.workers is not None and not await asyncio.to_thread(self.workers.elect):
-                self.run = await membership.join(self)
+                self.run = await membership.join(self.workers, self.auditor, self.crawler)
             else:
                 spider, site, kwargs = self._run_args()
                 self.run = await self.store.runs.begin_run(spider, site, utcnow(), **kwargs)
@@ -273,6 +227,8 @@ class Runtime:
                     await asyncio.to_thread(self.workers.publish_run, self.run)
             if self.workers is not None:
                 await asyncio.to_thread(self.workers.beat)
+            if self.activity is not None:
+                self.activity.joined = True
             await self.noise.load(self.store.history)
             if self.run.site is not None:
                 # the site's noise model before its first page: a CPU worker fingerprints (and
@@ -291,7 +247,7 @@ class Runtime:
             {"run": self.run.id, "uri": redact_url(self.store.uri), "site": self.run.site or "-"},
             extra={"spider": self.crawler.spider},
         )
-        self._heartbeat = asyncio.ensure_future(self._beat(self.run))
+        self.lease.start(self.crawler, self.store, self.run, counters=self.counters, workers=self.workers)
 
     async def _refuse(self, exc: BaseException) -> None:
         self.failure = exc
@@ -362,7 +318,7 @@ class Runtime:
                 and not settings.getbool("RECRAWLER_DRY_RUN")
             ),
             "holder": lease_holder(),
-            "lease_secs": self.lease_secs,
+            "lease_secs": self.lease.secs,
         }
         return getattr(spider, "name", "?"), getattr(spider, "recrawler_site", None), kwargs
 
@@ -371,43 +327,9 @@ class Runtime:
         await self._opened.wait()
         return self.run
 
-    async def _beat(self, run: Run) -> None:
-        """Renew the site's lease every quarter of ``RECRAWLER_LEASE_SECS``; close the spider if a
-        later run took it over (this process stalled longer than the lease)."""
-        while True:
-            await asyncio.sleep(min(self.lease_secs, self._workers_ttl()) / 4)
-            if self.workers is not None:
-                await asyncio.to_thread(self.workers.beat)
-                if not self.workers.leader:
-                    # this worker's work so far, counted by the leader should this process die
-                    await asyncio.to_thread(self.workers.report, membership.worker_counts(self))
-                    continue
-            try:
-                held = await self.store.runs.heartbeat(run)
-            except StateStoreError as exc:
-                # a database lost mid-run was said once, by the store, when it noticed
-                level = logging.DEBUG if isinstance(exc, StateStoreLost) else logging.ERROR
-                logger.log(level, "lease heartbeat failed: %(exc)s", {"exc": exc})
-                continue
-            if not held:
-                self.lease_lost = True
-                logger.error(
-                    "run %(run)d lost the lease of %(site)s to another run: stopping",
-                    {"run": run.id, "site": run.site},
-                )
-                engine = self.crawler.engine
-                if engine is not None:
-                    await engine.close_spider_async(reason="recrawler_lease_lost")
-                return
-
-    def _workers_ttl(self) -> float:
-        return self.workers.ttl_secs if self.workers is not None else self.lease_secs
-
     def stop_heartbeat(self) -> None:
         """Stop renewing the lease (the closing work releases it with the run)."""
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            self._heartbeat = None
+        self.lease.stop()
 
     async def engine_stopped(self) -> None:
         """Close the store: every close handler has run by now."""
@@ -418,11 +340,7 @@ class Runtime:
     def _stop_cpu(self) -> None:
         # the workers and threads the run started, and the collector tuned for it: on every way
         # out (engine_stopped, and a refused run, which never reaches it)
-        if self._cpu is not None:
-            self._cpu.shutdown(wait=False)
-            self._cpu = None
-        self.cpu_pool.shutdown()
-        self.gc_tuning.stop()
+        self.cpu.stop()
 
     async def _close_store(self) -> None:
         if self._closed:
@@ -464,8 +382,6 @@ __all__ = [
     "CLOSE_BUSY",
     "CLOSE_HELD",
     "CLOSE_STATE",
-    "Listing",
-    "Revisits",
     "Runtime",
     "find_runtime",
     "runtime_of",

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import pickle
+import weakref
+from collections import deque
 from typing import TYPE_CHECKING, Any, Self
 
-from scrapy import Request
 from scrapy.core.scheduler import Scheduler
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from scrapy.utils.job import job_dir
@@ -15,18 +16,21 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.request import request_from_dict
 
 from recrawler import meta
+from recrawler import signals as recrawler_signals
 from recrawler.exceptions import ConfigurationError, StateStoreError, StateStoreLost
 from recrawler.meta import is_page_request, request_key, spider_opted_in
-from recrawler.redact import redact_url
+from recrawler.queues import queue_of, request_dict
 from recrawler.runtime import runtime_of
 from recrawler.urls import KeyMaker
 
 if TYPE_CHECKING:
+    from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.dupefilters import BaseDupeFilter
     from scrapy.spiders import Spider
     from twisted.internet.defer import Deferred
 
+    from recrawler.queues import FrontierQueue
     from recrawler.runtime import Runtime
     from recrawler.state import PageRecord, Run
 
@@ -34,56 +38,6 @@ logger = logging.getLogger(__name__)
 
 #: a smaller batch than RECRAWLER_FRONTIER_BATCH_SIZE is written once no page request came this long
 _QUIET_SECS = 0.01
-
-
-def _callback_name(spider: Any, func: Any) -> str | None:
-    """The name of *spider*'s method *func* is bound to, when it is bound under its own name
-    (then it is the name ``Request.to_dict`` finds); else None."""
-    if getattr(func, "__self__", None) is not spider or not hasattr(func, "__func__"):
-        return None
-    found = getattr(spider, func.__name__, None)
-    return func.__name__ if getattr(found, "__func__", None) is func.__func__ else None
-
-
-def request_dict(request: Request, spider: Any) -> dict[str, Any]:
-    """``request.to_dict(spider=spider)``, which for a callback bound to the spider searches
-    every member of the spider (``inspect.getmembers``), for every request: a callback (or
-    errback) that is the spider's method of its own name is named at once, and the rest of the
-    dict is made as ``to_dict`` makes it. Anything else goes to ``to_dict`` itself."""
-    names: list[str | None] = []
-    for func in (request.callback, request.errback):
-        if func is None or isinstance(func, str):
-            names.append(func)
-            continue
-        name = _callback_name(spider, func)
-        if name is None:
-            return _stored(request.to_dict(spider=spider))
-        names.append(name)
-    d: dict[str, Any] = {
-        "url": request.url,
-        "callback": names[0],
-        "errback": names[1],
-        "headers": dict(request.headers),
-    }
-    for attr in request.attributes:
-        d.setdefault(attr, getattr(request, attr))
-    if type(request) is not Request:
-        d["_class"] = request.__module__ + "." + request.__class__.__name__
-    return _stored(d)
-
-
-def _stored(d: dict[str, Any]) -> dict[str, Any]:
-    """*d* as the frontier stores it: a Referer's credentials (the ``?token=`` of the sitemap that
-    listed the page) are masked, never written to the database."""
-    headers = d.get("headers") or {}
-    for name in (b"Referer", "Referer"):
-        values = headers.get(name)
-        if values:
-            headers[name] = [
-                redact_url(v.decode("latin-1")).encode("latin-1") if isinstance(v, bytes) else redact_url(v)
-                for v in values
-            ]
-    return d
 
 
 def _switched_on(crawler: Crawler) -> bool:
@@ -106,6 +60,23 @@ def frontier_enabled(crawler: Crawler | None) -> bool:
     except (ImportError, ValueError, NameError, AttributeError):
         return False
     return isinstance(cls, type) and issubclass(cls, FrontierScheduler)
+
+
+def wake(crawler: Crawler | None) -> None:
+    """Have the engine look for requests (and go idle again) now: a read or a write it waited for
+    (the frontier's, the unseen pages') is in. Scrapy offers nothing public for it (a scheduler's
+    work is synchronous there); without it the engine would look again at its next heartbeat,
+    5 seconds later."""
+    engine = crawler.engine if crawler is not None else None
+    slot = getattr(engine, "_slot", None)
+    nextcall = getattr(slot, "nextcall", None)
+    if nextcall is not None:
+        nextcall.schedule()
+
+
+def _a_further_file(request: Request) -> bool:
+    """A sitemap file a listing named (not a start request): let out a few at once."""
+    return meta.is_sitemap_request(request) and meta.SITEMAP_DEPTH in request.meta
 
 
 def _takes(request: Request) -> bool:
@@ -138,13 +109,27 @@ class FrontierScheduler(Scheduler):
     is under way, so the spider does not go idle before the frontier is drained. A batch that
     cannot be written waits in memory instead: no page is lost.
 
+    The further sitemap files a listing names wait here too, ahead of every other request, and
+    at most ``RECRAWLER_SITEMAP_CONCURRENCY`` of them are out and not yet read to their end
+    (``_recrawler_listing_read``, set by ListingMiddleware, or Scrapy letting go of a failed one):
+    each file read holds its body and its requests in flight, so memory stays flat however many
+    files an index names.
+
+    The frontier is a queue class (``RECRAWLER_QUEUE_CLASS``, ``recrawler.queues``): the run's
+    database by default, or Redis.
+
     Settings: ``RECRAWLER_FRONTIER_ENABLED``, ``RECRAWLER_FRONTIER_BATCH_SIZE``,
-    ``RECRAWLER_WORKERS_ENABLED``, ``RECRAWLER_URL_DROP_PARAMS``, ``RECRAWLER_URL_KEEP_PARAMS``,
+    ``RECRAWLER_QUEUE_CLASS``, ``RECRAWLER_SITEMAP_CONCURRENCY``, ``RECRAWLER_WORKERS_ENABLED``,
+    ``RECRAWLER_URL_DROP_PARAMS``, ``RECRAWLER_URL_KEEP_PARAMS``,
     and Scrapy's ``SCHEDULER_*``, ``DUPEFILTER_CLASS`` and ``JOBDIR``.
     Stats: ``recrawler/frontier/{queued,fed}``, ``recrawler/frontier/waiting_max``,
     ``recrawler/sitemap/pages`` (the due pages a sitemap named, once per key),
     ``recrawler/state/error/<Exception>``; Scrapy's ``scheduler/*`` for what reaches its queues.
-    Meta: reads ``_recrawler_listed`` (set by ListingMiddleware), sets ``_recrawler_fed``.
+    The checks of stored pages the run did not reach (``recrawler.signals.pages_to_check``, from
+    the Reconciler once the spider is idle) are queued here too, in Scrapy's queues.
+
+    Meta: reads ``_recrawler_listed`` and ``_recrawler_listing_read`` (set by ListingMiddleware),
+    sets ``_recrawler_fed``.
     """
 
     def __init__(
@@ -152,15 +137,23 @@ class FrontierScheduler(Scheduler):
         dupefilter: BaseDupeFilter,
         *args: Any,
         runtime: Runtime | None = None,
+        queue: FrontierQueue | None = None,
         batch_size: int = 500,
         key_maker: KeyMaker | None = None,
+        sitemap_concurrency: int = 2,
         **kwargs: Any,
     ) -> None:
         if batch_size < 1:
             raise ConfigurationError(f"RECRAWLER_FRONTIER_BATCH_SIZE: bad value {batch_size!r}")
+        if sitemap_concurrency < 1:
+            raise ConfigurationError(
+                f"RECRAWLER_SITEMAP_CONCURRENCY: must be at least 1, got {sitemap_concurrency!r}"
+            )
         super().__init__(dupefilter, *args, **kwargs)
         #: the run's owner; None: Scrapy's scheduler, nothing more
         self.runtime = runtime
+        #: where the run's page requests wait (``RECRAWLER_QUEUE_CLASS``); None with the runtime
+        self.queue = queue
         self.batch_size = batch_size
         self.key_maker = key_maker or KeyMaker()
         #: fed requests still in Scrapy's queues
@@ -179,12 +172,17 @@ class FrontierScheduler(Scheduler):
         self._writes: set[asyncio.Task[None]] = set()
         self._reading: asyncio.Task[None] | None = None
         self._closed = False
+        self.sitemap_concurrency = sitemap_concurrency
+        #: further sitemap files not let out yet (at most RECRAWLER_SITEMAP_MAX_FILES)
+        self._files: deque[Request] = deque()
+        #: let out and not read to their end; a failed one leaves once Scrapy lets go of it
+        self._open: weakref.WeakSet[Request] = weakref.WeakSet()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Scrapy's scheduler as ``Scheduler.from_crawler`` builds it, and the frontier's settings."""
         s = crawler.settings
-        return cls(
+        scheduler = cls(
             dupefilter=build_from_crawler(load_object(s["DUPEFILTER_CLASS"]), crawler),
             jobdir=job_dir(s),
             dqclass=load_object(s["SCHEDULER_DISK_QUEUE"]),
@@ -194,11 +192,22 @@ class FrontierScheduler(Scheduler):
             pqclass=load_object(s["SCHEDULER_PRIORITY_QUEUE"]),
             crawler=crawler,
             runtime=runtime_of(crawler) if _switched_on(crawler) else None,
+            queue=queue_of(crawler) if _switched_on(crawler) else None,
             batch_size=s.getint("RECRAWLER_FRONTIER_BATCH_SIZE"),
+            sitemap_concurrency=s.getint("RECRAWLER_SITEMAP_CONCURRENCY"),
             key_maker=KeyMaker(
                 s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS")
             ),
         )
+        crawler.signals.connect(scheduler.pages_to_check, signal=recrawler_signals.pages_to_check)
+        return scheduler
+
+    def pages_to_check(self, requests: list[Request]) -> None:
+        """Queue the checks of stored pages the run did not reach (an empty batch: none left);
+        the engine looks again now."""
+        if not self._closed:
+            self._to_memory(requests)
+        wake(self.crawler)
 
     def open(self, spider: Spider) -> Deferred[None] | None:
         """Scrapy's queues and duplicate filter; the frontier's rows are read once the run began."""
@@ -213,6 +222,7 @@ class FrontierScheduler(Scheduler):
             self._quiet.cancel()
             self._quiet = None
         self._unwritten = {True: [], False: []}
+        self._files.clear()
         tasks = [t for t in (*self._writes, self._reading) if t is not None and not t.done()]
         if not tasks:
             return super().close(reason)
@@ -229,6 +239,13 @@ class FrontierScheduler(Scheduler):
         read or write is under way."""
         if super().has_pending_requests():
             return True
+        if self._files:
+            if self._open:
+                # asked when nothing is in flight: a file still open failed unread (its place is
+                # free); the engine looks again now, not at its next heartbeat
+                self._open = weakref.WeakSet()
+                wake(self.crawler)
+            return True
         rt = self.runtime
         if rt is None or rt.run is None or self._closed:
             return False
@@ -242,7 +259,14 @@ class FrontierScheduler(Scheduler):
 
     def enqueue_request(self, request: Request) -> bool:
         """A page request the run names waits to be written to the frontier; every other request
-        goes to Scrapy's queues (through its duplicate filter)."""
+        goes to Scrapy's queues (through its duplicate filter); a further sitemap file waits for
+        its turn."""
+        if _a_further_file(request) and not self._closed:
+            if not request.dont_filter and self.df.request_seen(request):
+                self.df.log(request, self.spider)
+                return False
+            self._files.append(request)
+            return True
         rt = self.runtime
         if rt is None or rt.run is None or self._closed or not _takes(request):
             return super().enqueue_request(request)
@@ -260,12 +284,24 @@ class FrontierScheduler(Scheduler):
 
     def next_request(self) -> Request | None:
         """The next request of Scrapy's queues; below half a batch of fed requests there, the
-        frontier's next batch is read (off the reactor)."""
-        request = super().next_request()
+        frontier's next batch is read (off the reactor). A waiting sitemap file comes first, if
+        fewer than ``RECRAWLER_SITEMAP_CONCURRENCY`` are out and not read."""
+        request = self._next_file() or super().next_request()
         if self.runtime is not None:
             if request is not None and request.meta.pop(meta.FED, False):
                 self.waiting -= 1
             self._top_up()
+        return request
+
+    def _next_file(self) -> Request | None:
+        if not self._files:
+            return None
+        for done in [r for r in self._open if r.meta.get(meta.LISTING_READ)]:
+            self._open.discard(done)
+        if len(self._open) >= self.sitemap_concurrency:
+            return None
+        request = self._files.popleft()
+        self._open.add(request)
         return request
 
     # -- writing ---------------------------------------------------------------------------------
@@ -309,14 +345,12 @@ class FrontierScheduler(Scheduler):
     async def _add(
         self, run: Run, rows: list[tuple[str, int, bytes]], batch: list[Request], listed: bool
     ) -> None:
-        rt = self.runtime
+        rt, queue = self.runtime, self.queue
         assert rt is not None
+        assert queue is not None
         named = 0
         try:
-            if listed:
-                added, named = await rt.store.frontier.frontier_add_listed(run, rows)
-            else:
-                added = await rt.store.frontier.frontier_add(run, rows)
+            added, named = await queue.push(run, rows, listed=listed)
         except StateStoreError as exc:
             # never lose a page: the batch waits in Scrapy's queues instead
             self._state_error(exc, "could not queue requests in the frontier: %(exc)s")
@@ -335,7 +369,7 @@ class FrontierScheduler(Scheduler):
                 self._writes.discard(task)
         self._top_up()
         # nothing may be left to do: the engine looks again now, not at its next heartbeat
-        rt.wake()
+        wake(self.crawler)
 
     def _to_memory(self, requests: list[Request]) -> None:
         for request in requests:
@@ -356,18 +390,19 @@ class FrontierScheduler(Scheduler):
             self._reading = asyncio.ensure_future(self._feed(run))
 
     async def _feed(self, run: Run) -> None:
-        rt = self.runtime
+        rt, queue = self.runtime, self.queue
         assert rt is not None
+        assert queue is not None
         added = self._added
         try:
-            # each request comes with its page's stored record, for its meta: the conditional
-            # middleware and the pipelines need not read each page on its own
-            taken = await rt.store.frontier.frontier_next(run, self.batch_size)
+            # each request comes with its page's stored record (if the queue reads it), for its
+            # meta: the conditional middleware and the pipelines need not read each page on its own
+            taken = await queue.pop(run, self.batch_size)
         except StateStoreError as exc:
             self._state_error(exc, "could not read the frontier: %(exc)s")
             # the rest of the run goes on without it (the next write reads again)
             self._queued = 0
-            rt.wake()
+            wake(self.crawler)
             return
         if self._closed:
             return
@@ -377,12 +412,12 @@ class FrontierScheduler(Scheduler):
                 self._queued = 0
             # an engine that waited for this read looks again now (and may go idle, or read
             # what a write added meanwhile)
-            rt.wake()
+            wake(self.crawler)
             return
         self._queued = max(self._queued - len(taken), 0) or 1
         requests = self._decode([blob for blob, _ in taken])
         for request, (_, record) in zip(requests, taken, strict=True):
-            if request.meta.get(meta.KEY):
+            if queue.records and request.meta.get(meta.KEY):
                 # (the frontier's key of a request is its meta's key)
                 self._attach_record(request, record)
             request.meta[meta.FED] = True
@@ -392,7 +427,7 @@ class FrontierScheduler(Scheduler):
             super().enqueue_request(request)
         rt.counters.inc("recrawler/frontier/fed", len(requests))
         rt.counters.max("recrawler/frontier/waiting_max", self.waiting)
-        rt.wake()
+        wake(self.crawler)
 
     def _attach_record(self, request: Request, record: PageRecord | None) -> None:
         """The page's stored record (None: none) rides on the fed request's meta."""
@@ -412,4 +447,34 @@ class FrontierScheduler(Scheduler):
             logger.error(message, {"exc": exc}, extra={"spider": self.spider})
 
 
-__all__ = ["FrontierScheduler", "frontier_enabled", "request_dict"]
+def _redis_scheduler() -> type:
+    try:
+        from scrapy_redis.scheduler import Scheduler as RedisScheduler
+    except ImportError:  # the workers extra is not installed: RECRAWLER_WORKERS_ENABLED says so
+        return object
+    return RedisScheduler  # type: ignore[no-any-return]
+
+
+class SharedScheduler(_redis_scheduler()):  # type: ignore[misc]  # scrapy-redis ships no type hints
+    """scrapy-redis's scheduler (the frontier the workers of a run share, with
+    ``RECRAWLER_WORKERS_ENABLED``), which queues the checks of stored pages the run did not reach
+    (``recrawler.signals.pages_to_check``) as FrontierScheduler does."""
+
+    crawler: Crawler | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """scrapy-redis's scheduler, listening for the checks."""
+        scheduler: Self = super().from_crawler(crawler)
+        scheduler.crawler = crawler
+        crawler.signals.connect(scheduler.pages_to_check, signal=recrawler_signals.pages_to_check)
+        return scheduler
+
+    def pages_to_check(self, requests: list[Request]) -> None:
+        """Queue the checks (an empty batch: none left); the engine looks again now."""
+        for request in requests:
+            self.enqueue_request(request)
+        wake(self.crawler)
+
+
+__all__ = ["FrontierScheduler", "SharedScheduler", "frontier_enabled", "request_dict", "wake"]

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
+from scrapy import Request
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from tests import docsite, shell, statedb
@@ -131,6 +132,40 @@ async def test_volatile_tokens_are_not_changes(site: Site, crawls: Crawls) -> No
     site.write("a.html", docs({**BASE, "limits": EDITS["negation"][1]}, extra_main=NOISE_V1), mtime=T0 + 20)
     r3 = await crawls.crawl(sitemap)
     assert r3.actions() == {"a.html": "changed"}
+
+
+class RecheckProbe:
+    """Below RecheckMiddleware on the output side: the rechecks a page's answer made (class
+    attribute: one crawl per test)."""
+
+    seen: ClassVar[list[str]] = []
+
+    async def process_spider_output(self, response: Any, result: Any) -> Any:
+        async for r in result:
+            if isinstance(r, Request) and "_recrawler_first_body" in r.meta:
+                type(self).seen.append(r.url)
+            yield r
+
+
+@deferred_f_from_coro_f
+async def test_a_recheck_is_the_output_of_the_answer_it_judges(site: Site, crawls: Crawls) -> None:
+    """ClassifyPipeline sent the recheck through ``engine.crawl`` from the item pipeline: it is
+    the request the page's answer yields now, judged where the response comes in."""
+    RecheckProbe.seen = []
+    names = [f"p{i}.html" for i in range(40)]
+    for name in names:
+        site.write(name, docsite.page(name, [("Overview", [f"What {name} does, in full."])]), mtime=T0)
+    site.write(
+        "a.html", docs(BASE, extra_main="{{WIDGET}}"), mtime=T0, noise=True, validators="lm", no304=True
+    )
+    sitemap = site.write_sitemap([*names, "a.html"])
+    probe = {"SPIDER_MIDDLEWARES": {f"{__name__}.RecheckProbe": 80}}
+    await crawls.crawl(sitemap, **probe)
+    assert RecheckProbe.seen == []
+    r2 = await crawls.crawl(sitemap, **probe)
+    assert RecheckProbe.seen == [site.url("a.html")]
+    assert r2.stats["recrawler/volatile/recheck"] == 1
+    assert r2.counts["changed"] == 0
 
 
 @deferred_f_from_coro_f

@@ -17,8 +17,9 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from recrawler.counters import RunCounters
 from recrawler.exceptions import ConfigurationError
 from recrawler.gctuning import GcTuning
+from recrawler.runtime import Runtime
 from recrawler.spiders.docs import DocsSpider
-from tests import docsite
+from tests import docsite, statedb
 from tests.conftest import make_crawler
 
 if TYPE_CHECKING:
@@ -162,3 +163,33 @@ def test_the_end_to_end_suite_passes_under_the_dummy_stats_collector() -> None:
     assert result.returncode == 0, tail
     assert " passed" in tail
     assert " failed" not in tail
+
+
+#: the packages of the components Scrapy builds from the settings (never held by the Runtime)
+_COMPONENTS = (
+    "recrawler.spidermiddlewares",
+    "recrawler.downloadermiddlewares",
+    "recrawler.pipelines",
+    "recrawler.extensions",
+)
+
+
+@deferred_f_from_coro_f
+async def test_no_component_registers_itself_on_the_runtime(site: Site, crawls: Crawls) -> None:
+    """ListingMiddleware and ScheduleMiddleware set themselves on the Runtime (``runtime.listing``,
+    ``runtime.revisits``) for the Reconciler and the commit step to find: the commit step's
+    revisits are its own collaborator now, built with it, and the sitemap files wait in the
+    scheduler."""
+    names = [f"p{i}.html" for i in range(60)]
+    for name in names:
+        site.write(name, docsite.page(name, [("Overview", [f"What {name} does."])]))
+    sitemap = site.write_sitemap(names)
+    crawler = make_crawler(DocsSpider, crawls.settings())
+    await crawler.crawl_async(sitemap_url=sitemap)
+    runtime = crawler.get_extension(Runtime)
+    assert runtime is not None
+    held = {name: type(v).__module__ for name, v in vars(runtime).items() if v is not None}
+    assert [name for name, module in held.items() if module.startswith(_COMPONENTS)] == []
+    # each page's next check was written with it
+    due = statedb.rows(crawls.db_path, "SELECT COUNT(*) FROM pages WHERE next_check_at IS NOT NULL")
+    assert due == [(60,)]

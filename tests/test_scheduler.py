@@ -67,10 +67,11 @@ def placed(spidercls: type[scrapy.Spider], **project: Any) -> str:
     [
         (DocsSpider, {}, "recrawler.scheduler.FrontierScheduler"),
         (OptedIn, {}, "recrawler.scheduler.FrontierScheduler"),
-        # switched off as configured: Scrapy's own, nothing to log
-        (DocsSpider, {"RECRAWLER_FRONTIER_ENABLED": False}, SCRAPY_SCHEDULER),
+        # the frontier switched off as configured: the scheduler still queues the sitemap files
+        # and the unseen pages' checks (Scrapy's queues hold the page requests)
+        (DocsSpider, {"RECRAWLER_FRONTIER_ENABLED": False}, "recrawler.scheduler.FrontierScheduler"),
         # several workers share scrapy-redis's frontier instead
-        (DocsSpider, {"RECRAWLER_WORKERS_ENABLED": True}, "scrapy_redis.scheduler.Scheduler"),
+        (DocsSpider, {"RECRAWLER_WORKERS_ENABLED": True}, "recrawler.scheduler.SharedScheduler"),
         # a project's own scheduler wins
         (DocsSpider, {"SCHEDULER": "tests.test_scheduler.OwnScheduler"}, "tests.test_scheduler.OwnScheduler"),
         # a spider that did not opt in runs as if recrawler were absent
@@ -347,3 +348,52 @@ def test_a_queued_request_is_stored_as_to_dict_stores_it_without_searching_the_s
     # a callback that is no method of the spider cannot be stored, as with to_dict
     with pytest.raises(ValueError, match="not an instance method"):
         request_dict(Request("https://docs.example.com/h", callback=_other), spider)
+
+
+# --- the unseen pages' checks ---------------------------------------------------------------------
+
+
+class CheckProbe(FrontierScheduler):
+    """Counts the checks of unseen pages handed to the scheduler (class attribute: one crawl per test)."""
+
+    checks: ClassVar[list[str]] = []
+
+    def pages_to_check(self, requests: list[Any]) -> None:
+        type(self).checks.extend(r.url for r in requests)
+        super().pages_to_check(requests)
+
+
+@deferred_f_from_coro_f
+async def test_the_checks_of_pages_a_run_did_not_reach_wait_in_the_scheduler(
+    site: Site, crawls: Crawls
+) -> None:
+    """The Reconciler sent them through ``engine.crawl`` from ``spider_idle``: they are handed to
+    the scheduler now, which queues them with the rest of the run's requests."""
+    CheckProbe.checks = []
+    sitemap = write_site(site, 30)
+    await crawls.crawl(sitemap, SCHEDULER="tests.test_scheduler.CheckProbe")
+    assert CheckProbe.checks == []
+    # the index names two of its three files now: ten stored pages are not reached by the listing
+    site.write("sitemap.xml", docsite.sitemap_index([site.url("pages0.xml"), site.url("pages1.xml")]))
+    r = await crawls.crawl(sitemap, SCHEDULER="tests.test_scheduler.CheckProbe")
+    assert sorted(CheckProbe.checks) == sorted(site.url(f"p{i}.html") for i in range(20, 30))
+    assert r.stats["recrawler/reconcile/verified"] == 10
+    assert r.stats["recrawler/page/unchanged"] == 30
+
+
+@deferred_f_from_coro_f
+async def test_a_scheduler_that_does_not_queue_the_checks_is_said_once(
+    site: Site, crawls: Crawls, caplog: pytest.LogCaptureFixture
+) -> None:
+    sitemap = write_site(site, 20)
+    await crawls.crawl(sitemap)
+    site.write("sitemap.xml", docsite.sitemap_index([site.url("pages0.xml")]))
+    with caplog.at_level(logging.WARNING):
+        r = await crawls.crawl(sitemap, SCHEDULER="tests.test_scheduler.OwnScheduler")
+    said = [m for m in caplog.messages if "recrawler.signals.pages_to_check" in m]
+    assert said == [
+        "SCHEDULER tests.test_scheduler.OwnScheduler does not queue recrawler.signals.pages_to_check: "
+        "stored pages this run did not reach are not checked (use recrawler.scheduler.FrontierScheduler)"
+    ]
+    assert r.stats["recrawler/reconcile/skipped/verify_scheduler"] == 1
+    assert "recrawler/reconcile/verified" not in r.stats

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 import pytest
@@ -478,6 +478,54 @@ async def test_at_most_the_set_number_of_sitemap_files_are_held_and_read_at_once
     assert ReadingProbe.most_reading == concurrency
     # the index itself (a start request) and the files it let out
     assert ReadingProbe.most_held <= concurrency + 1
+
+
+class BelowListingProbe:
+    """Below the listing on the output side: the sitemap files a sitemap's read yields (class
+    attributes: one crawl per test)."""
+
+    seen: ClassVar[list[str]] = []
+    idle = 0
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> BelowListingProbe:
+        crawler.signals.connect(cls.spider_idle, signal=signals.spider_idle)
+        return cls()
+
+    @classmethod
+    def spider_idle(cls) -> None:
+        cls.idle += 1
+
+    async def process_spider_output(self, response: Any, result: Any) -> Any:
+        async for r in result:
+            if isinstance(r, Request) and r.meta.get("recrawler_role") == "sitemap":
+                type(self).seen.append(r.url)
+            yield r
+
+
+@deferred_f_from_coro_f
+async def test_sitemap_files_are_the_output_of_the_index_and_wait_in_the_scheduler(
+    site: Site, crawls: Crawls
+) -> None:
+    """Further sitemap files waited in the listing middleware's own deque, went out through
+    ``engine.crawl`` past the spider middlewares below it, and were pumped from ``spider_idle``:
+    they are the index's output now, and wait in the scheduler with the listing's priority."""
+    BelowListingProbe.seen, BelowListingProbe.idle = [], 0
+    files = [f"part{n}.xml" for n in range(12)]
+    for n, name in enumerate(files):
+        site.write(name, docsite.sitemap([site.url(f"p{n}-{i}.html") for i in range(25)]))
+    site.write("sitemap.xml", docsite.sitemap_index([site.url(name) for name in files]))
+    r = await crawls.crawl(
+        site.url("sitemap.xml"),
+        RECRAWLER_SITEMAP_CONCURRENCY=1,
+        SPIDER_MIDDLEWARES={"tests.test_spider.BelowListingProbe": 95},
+    )
+    assert sorted(BelowListingProbe.seen) == sorted(site.url(name) for name in files)
+    assert r.stats["recrawler/sitemap/parsed"] == 13
+    assert r.stats["recrawler/sitemap/urls"] == 300
+    assert r.stats["recrawler/sitemap/pages"] == 300
+    # the spider went idle once the listing was read, and once more after the unseen-page check
+    assert BelowListingProbe.idle <= 2
 
 
 def test_a_bad_numeric_setting_is_one_line(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import json
 import tarfile
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import pytest
 from scrapy import signals
@@ -363,6 +363,35 @@ async def test_a_lent_answer_written_after_its_target_is_shared_is_a_miss(site: 
     )
 
 
+class LentPages:
+    """An item pipeline after SlowLentAnswers: what each page a temporary redirect lent another
+    address carries of that loan, as it reaches the commit (class attribute: one crawl per test)."""
+
+    carried: ClassVar[list[bool]] = []
+
+    async def process_item(self, item: Any) -> Any:
+        if getattr(item, "served_from", None):
+            loan = getattr(item, "loan", None)
+            type(self).carried.append(loan is not None and loan.shared)
+        return item
+
+
+@deferred_f_from_coro_f
+async def test_a_lent_answer_carries_its_loan_to_the_commit(site: Site, crawls: Crawls) -> None:
+    """Whether the address a page was lent is everybody's was a page-keyed set on the Runtime,
+    shared by the redirect middleware and the commit step: it rides on the hop's meta and on the
+    page now, and it is up to date when the page reaches the commit."""
+    LentPages.carried = []
+    await lend_one_target(
+        site,
+        crawls,
+        slow_from=2,
+        ITEM_PIPELINES={f"{__name__}.SlowLentAnswers": 100, f"{__name__}.LentPages": 101},
+    )
+    # the answers that passed the redirects before the target was found shared (pages 0 and 1)
+    assert LentPages.carried == [True, True]
+
+
 class LoanProbe:
     """At the end of the crawl: the most pages the redirect middleware remembers for one target."""
 
@@ -378,7 +407,7 @@ class LoanProbe:
         engine = self.crawler.engine
         assert engine is not None
         (mw,) = [m for m in engine.downloader.middleware.middlewares if isinstance(m, PageRedirectMiddleware)]
-        most = max((len(keys) for keys in mw._loans.values()), default=0)
+        most = max((len(lent) for _, lent in mw._loans.values()), default=0)
         Path(self.crawler.settings["PROBE_FILE"]).write_text(json.dumps(most))
 
 

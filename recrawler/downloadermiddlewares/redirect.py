@@ -14,8 +14,10 @@ from w3lib.url import safe_url_string
 from recrawler import meta, notfound
 from recrawler.counters import Counting
 from recrawler.exceptions import StateStoreError
+from recrawler.items import Loan
 from recrawler.meta import is_page_request, request_key, spider_opted_in
 from recrawler.misses import record_page_error, stage_miss, stage_soft_miss, state_error
+from recrawler.queues import queue_of
 from recrawler.runtime import find_runtime
 from recrawler.scheduler import frontier_enabled
 from recrawler.urls import KeyMaker, UrlPolicy, resolve_dots
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from scrapy.http import Request, Response
     from scrapy.settings import BaseSettings
 
+    from recrawler.queues import FrontierQueue
     from recrawler.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -78,10 +81,12 @@ class PageRedirectMiddleware(Counting, RedirectMiddleware):
         )
         self.soft_404 = settings.getbool("RECRAWLER_SOFT404_ENABLED")
         self.runtime: Runtime | None = None
-        #: this run's redirect targets and the pages sent to each until it is shared (bounded: at
-        #: most _LOANS_MAX targets, SHARED_TARGET_MIN pages each); the targets found shared by
-        #: too many pages are the Runtime's (the commit step drops their answers too)
-        self._loans: dict[str, set[str]] = {}
+        #: the run's frontier queue (None: the frontier is off), to claim a moved page's new address
+        self.queue: FrontierQueue | None = None
+        #: this run's redirect targets, each with its loan (on each hop's meta and its page: the
+        #: commit step drops an answer from a target found shared meanwhile) and the pages sent
+        #: there until it is shared (bounded: at most _LOANS_MAX targets, SHARED_TARGET_MIN pages each)
+        self._loans: dict[str, tuple[Loan, set[str]]] = {}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -89,6 +94,8 @@ class PageRedirectMiddleware(Counting, RedirectMiddleware):
         mw = super().from_crawler(crawler)
         mw.runtime = find_runtime(crawler)
         mw.counters = mw.runtime.counters if mw.runtime is not None else None
+        if mw.runtime is not None and frontier_enabled(crawler):
+            mw.queue = queue_of(crawler)
         return mw
 
     @property
@@ -122,11 +129,12 @@ class PageRedirectMiddleware(Counting, RedirectMiddleware):
             # what the run downloaded (ConditionalRequestMiddleware counts the final answers)
             self._inc("recrawler/bytes/received", len(response.body))
             return await self._follow(request, response)
+        loan = request.meta.get(meta.LOAN)
         if (
-            self.runtime.shared_targets
+            loan is not None
+            and loan.shared
             and request.meta.get("redirect_urls")
             and not (response.status == 304 and request.meta.get(meta.SENT))
-            and self.key_maker(request.url) in self.runtime.shared_targets
         ):
             # an earlier page sent to a target many pages were sent to: its miss is staged
             self._inc("recrawler/bytes/received", len(response.body))
@@ -225,7 +233,7 @@ class PageRedirectMiddleware(Counting, RedirectMiddleware):
                 }
             )
             # the source's stored record is not the new address's
-            for name in (meta.LASTMOD, meta.CANONICAL_URL, meta.RECORD):
+            for name in (meta.LASTMOD, meta.CANONICAL_URL, meta.RECORD, meta.LOAN):
                 hop.pop(name, None)
             # staged now: the listing may fetch the new address itself (the duplicate filter then
             # drops this hop); the move applies only if the new address is a live page by the end
@@ -236,6 +244,12 @@ class PageRedirectMiddleware(Counting, RedirectMiddleware):
         else:
             self._inc("recrawler/redirect/temporary")
             hop[meta.CANONICAL_URL] = request.meta.get(meta.CANONICAL_URL) or request.url
+            # the target's loan, when the soft-404 check lent it (its answer is dropped if shared)
+            known = self._loans.get(target_key)
+            if known is not None:
+                hop[meta.LOAN] = known[0]
+            else:
+                hop.pop(meta.LOAN, None)
         redirected = self._redirect(redirected, request, status)
         # a moved page's new address is a page of its own: fetched once, even if also listed
         redirected.dont_filter = not moves
@@ -257,14 +271,14 @@ class PageRedirectMiddleware(Counting, RedirectMiddleware):
             # judged as a page of its own (a not-found page there makes the sources misses), and
             # the moves leave through the bounded-removal path
             return None
-        if target_key in self.runtime.shared_targets:
+        known = self._loans.get(target_key)
+        if known is not None and known[0].shared:
             # known to be everybody's: the pages sent there need not be remembered (a site that
             # sends every page to its login page would cost a key a page for the whole run)
             return notfound.SHARED_REDIRECT
         if len(self._loans) >= _LOANS_MAX and target_key not in self._loans:
             self._loans.clear()
-            self.runtime.shared_targets.clear()
-        lent = self._loans.setdefault(target_key, set())
+        loan, lent = self._loans.setdefault(target_key, (Loan(), set()))
         lent.add(key)
         if len(lent) < SHARED_TARGET_MIN:
             return None
@@ -272,7 +286,7 @@ class PageRedirectMiddleware(Counting, RedirectMiddleware):
             # the pages sent there before it was plain that it is everybody's: misses too (and
             # their answers, still on their way, are dropped: see process_response, and the commit
             # step for an answer already past this middleware)
-            self.runtime.shared_targets.add(target_key)
+            loan.shared = True
             for earlier in sorted(lent - {key}):
                 await stage_soft_miss(self.runtime, earlier, request.url, notfound.SHARED_REDIRECT)
         return notfound.SHARED_REDIRECT
@@ -281,10 +295,10 @@ class PageRedirectMiddleware(Counting, RedirectMiddleware):
         """Whether to follow a move to page *key*: not when the run's frontier holds it (Scrapy's
         duplicate filter never sees what the frontier feeds)."""
         runtime = self.runtime
-        if runtime is None or runtime.run is None or not frontier_enabled(self.crawler):
+        if runtime is None or runtime.run is None or self.queue is None:
             return True
         try:
-            return await runtime.store.frontier.frontier_claim(runtime.run, key)
+            return await self.queue.claim(runtime.run, key)
         except StateStoreError as exc:
             state_error(runtime, exc)
             return True

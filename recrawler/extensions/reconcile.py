@@ -153,9 +153,9 @@ class Reconciler:
             dry_run=s.getbool("RECRAWLER_DRY_RUN"),
         )
         crawler.signals.connect(ext.spider_idle, signal=signals.spider_idle)
+        crawler.signals.connect(ext.run_failed, signal=recrawler_signals.run_failed)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(ext.engine_stopped, signal=signals.engine_stopped)
-        crawler.signals.connect(ext.run_failed, signal=recrawler_signals.run_failed)
         if is_reactor_installed():
             # a forced shutdown (a second Ctrl-C) stops the reactor with the run unfinished
             ext._shutdown_trigger = _reactor().addSystemEventTrigger(
@@ -206,13 +206,10 @@ class Reconciler:
     # -- verifying unseen pages ------------------------------------------------------------------
 
     def spider_idle(self) -> None:
-        """Request the sitemap files still waiting; once none wait, request stored pages this run
-        has not reached yet (read off the reactor, in batches). The frontier is the scheduler's:
-        the spider goes idle only once it is drained."""
+        """Request stored pages this run has not reached yet (read off the reactor, in batches).
+        The frontier and the sitemap files are the scheduler's: the spider goes idle only once
+        the whole listing was read and its pages fetched."""
         rt = self.runtime
-        if rt.listing is not None and not rt.lease_lost and rt.listing.idle():
-            # the rest of the listing first: a page it names is not unseen
-            raise DontCloseSpider
         if not rt.leads or not self.verify_unseen or rt.lease_lost or rt.run is None or rt.run.site is None:
             return
         workers = rt.workers
@@ -311,12 +308,10 @@ class Reconciler:
         rt = self.runtime
         if rt.workers is not None and rt.run is not None:
             if not rt.leads:
-                await membership.leave(rt)
-                if rt.exit_code is not None:
-                    # the leader is gone (membership's finding, until it reports ``run_failed`` itself)
-                    self.run_failed("leader_lost", rt.exit_code)
+                rt.stop_heartbeat()
+                await membership.leave(self.crawler, rt.workers, rt.store, rt.counters, rt.run)
                 return
-            await membership.gather(rt)
+            await membership.gather(rt.workers, rt.store, rt.counters, rt.run)
         rt.stop_heartbeat()
         run = rt.run
         if run is None:

@@ -1,4 +1,4 @@
-"""Direct checks of stored pages a run did not reach, fed to the engine from ``spider_idle``."""
+"""Direct checks of stored pages a run did not reach, handed to the scheduler from ``spider_idle``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from scrapy import Request
 from scrapy.exceptions import DontCloseSpider
 
 from recrawler import meta
+from recrawler import signals as recrawler_signals
 from recrawler.exceptions import StateStoreError
 from recrawler.misses import state_error
 
@@ -28,8 +29,9 @@ class UnseenVerifier:
     """Requests, batch by batch, the stored pages this run has not reached yet (that are due).
 
     The next batch is read from the database off the reactor while the spider stays open
-    (``DontCloseSpider``); once a read finds nothing left the engine is woken, and the spider
-    closes when no other idle handler keeps it open.
+    (``DontCloseSpider``) and handed to the scheduler (the ``recrawler.signals.pages_to_check``
+    signal: FrontierScheduler queues it); once a read finds nothing left an empty batch says so,
+    and the spider closes when no other idle handler keeps it open.
     """
 
     def __init__(
@@ -69,9 +71,8 @@ class UnseenVerifier:
     async def _read(self, run: Run) -> None:
         """Read batches until one has a page to request, or none is left (then close the spider)."""
         c = self.runtime.counters
-        spider, engine = self.crawler.spider, self.crawler.engine
+        spider = self.crawler.spider
         assert spider is not None
-        assert engine is not None
         callback = getattr(spider, "recrawler_verify_callback", None) or spider.parse
         policy = getattr(spider, "recrawler_url_policy", None)
         while True:
@@ -86,10 +87,8 @@ class UnseenVerifier:
                 self.done = True
                 # the spider goes idle again now: the frontier (links found on the pages checked
                 # meanwhile) and every other idle handler have their say before it closes
-                self.runtime.wake()
+                self._hand_over([])
                 return
-            c.inc("recrawler/reconcile/verified", len(batch))
-            logger.info("checking %(n)d stored pages this run did not reach", {"n": len(batch)})
             requests = []
             for key, url, depth in batch:
                 if policy is not None and not policy.allows(url):
@@ -98,10 +97,28 @@ class UnseenVerifier:
                     continue
                 meta_ = {meta.KEY: key, meta.VERIFY: True, meta.DEPTH: depth}
                 requests.append(Request(url, callback=callback, dont_filter=True, meta=meta_))
-            for request in requests:
-                engine.crawl(request)
-            if requests:
+            if requests and self._hand_over(requests):
+                c.inc("recrawler/reconcile/verified", len(batch))
+                logger.info("checking %(n)d stored pages this run did not reach", {"n": len(batch)})
                 return
+            if self.done:
+                return
+
+    def _hand_over(self, requests: list[Request]) -> bool:
+        """Whether the scheduler took *requests*."""
+        taken = self.crawler.signals.send_catch_log(recrawler_signals.pages_to_check, requests=requests)
+        if taken or not requests:
+            return bool(taken)
+        if not self.done:
+            # a project's own SCHEDULER that does not listen: said once, then the check is skipped
+            self.done = True
+            self.runtime.counters.inc("recrawler/reconcile/skipped/verify_scheduler")
+            logger.warning(
+                "SCHEDULER %(cls)s does not queue recrawler.signals.pages_to_check: stored pages "
+                "this run did not reach are not checked (use recrawler.scheduler.FrontierScheduler)",
+                {"cls": self.crawler.settings.get("SCHEDULER")},
+            )
+        return False
 
 
 __all__ = ["UnseenVerifier"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Self
 
-from scrapy import Request
 from scrapy.exceptions import DropItem
 
 from recrawler import meta
@@ -16,6 +15,7 @@ from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import Page, PageStatus, Unread
 from recrawler.misses import state_error
 from recrawler.pipelines.commit import hand_over, page_update
+from recrawler.revisits import Revisits
 from recrawler.runtime import runtime_of
 from recrawler.state import (
     GONE,
@@ -79,7 +79,8 @@ class ClassifyPipeline(Counting):
     Stats: ``recrawler/page/{new,changed,unchanged,restored,error}``,
     ``recrawler/page/unchanged/{not_modified,hash,rebaseline,fuzzy}``,
     ``recrawler/page/changed/guard``, ``recrawler/page/error/<reason>``,
-    ``recrawler/volatile/{recheck,learned}``, ``recrawler/state/error/<Exception>``.
+    ``recrawler/volatile/learned`` (the regions a recheck learned: see RecheckMiddleware),
+    ``recrawler/state/error/<Exception>``.
     Signals: sends ``page_classified`` (through the write).
     """
 
@@ -93,12 +94,14 @@ class ClassifyPipeline(Counting):
         threshold: int | None = None,
         thresholds: Mapping[str, int | None] | None = None,
         diff_limit: int = 20_000,
-        learn: bool = True,
         indexing: bool = False,
         runtime: Runtime | None = None,
+        revisits: Revisits | None = None,
     ) -> None:
         self.pages = pages
         self.history = history
+        #: each checked page's next revisit, written with it (None: the schedule is off)
+        self.revisits = revisits
         self.crawler = crawler
         self.runtime = runtime
         self.counters = runtime.counters if runtime is not None else None
@@ -106,7 +109,6 @@ class ClassifyPipeline(Counting):
         self.threshold = threshold
         self.thresholds = dict(thresholds or {})
         self.diff_limit = diff_limit
-        self.learn = learn
         #: IndexPipeline writes each page (with its chunks): the decision goes on with the item
         self.indexing = indexing
 
@@ -128,9 +130,9 @@ class ClassifyPipeline(Counting):
             threshold=_threshold(s.get("RECRAWLER_FUZZY_THRESHOLD"), "RECRAWLER_FUZZY_THRESHOLD"),
             thresholds=thresholds,
             diff_limit=s.getint("RECRAWLER_DIFF_MAX_BYTES"),
-            learn=s.getbool("RECRAWLER_VOLATILE_ENABLED") and s.getbool("RECRAWLER_VOLATILE_LEARN"),
             indexing=meta.indexes_pages(s),
             runtime=runtime,
+            revisits=Revisits.of(crawler, runtime.schedule, runtime.auditor),
         )
 
     async def process_item(self, item: Any) -> Any:
@@ -155,7 +157,6 @@ class ClassifyPipeline(Counting):
             return await self._error(run, item, now)
         site = key_host(item.key)
         noise = await self._noise(site, item, now)
-        recheck = self._recheck(item, rec) if noise is not None else None
         fp = old = None
         revert = False
         if noise is not None:
@@ -174,13 +175,6 @@ class ClassifyPipeline(Counting):
                     old = await self.history.get_fields(item.key)
                 except StateStoreError as exc:
                     self._inc(state_error_key(exc))
-                if recheck is not None:
-                    assert self.crawler is not None
-                    assert self.crawler.engine is not None
-                    self.crawler.engine.crawl(recheck)
-                    self._inc("recrawler/volatile/recheck")
-                    item.worked = None
-                    return item
         if revert:
             verdict = Verdict(status=PageStatus.UNCHANGED, how=BY_HASH)
             self._inc("recrawler/page/reverted")
@@ -200,7 +194,9 @@ class ClassifyPipeline(Counting):
             diff_limit=self.diff_limit,
             revert=revert,
         )
-        return await hand_over(self.runtime, run, item, update, indexing=self.indexing)
+        return await hand_over(
+            self.runtime, run, item, update, indexing=self.indexing, revisits=self.revisits
+        )
 
     async def _record(self, item: Page) -> PageRecord | None:
         """The page's stored state: from its request's way, else read now."""
@@ -227,34 +223,6 @@ class ClassifyPipeline(Counting):
             self._inc("recrawler/volatile/learned", new)
             noise = self.noise.site(site)
         return noise
-
-    def _recheck(self, item: Page, rec: PageRecord | None) -> Request | None:
-        """The request that fetches *item* again at once should its text have moved while the
-        server says "same entity" (None: no recheck): the regions that differ between the two
-        fetches are volatile noise, learned before the page is decided."""
-        if not self.learn or item.rechecked or self.crawler is None or self.crawler.engine is None:
-            # one re-fetch per page and run: a page that still differs is decided as it is
-            return None
-        if rec is None or rec.status in _REMOVED:
-            return None
-        same_validator = (item.etag and item.etag == rec.etag) or (
-            item.last_modified and item.last_modified == rec.last_modified and not item.etag
-        )
-        if not same_validator or item.raw_body is None:
-            return None
-        spider = self.crawler.spider
-        callback = getattr(spider, "recrawler_verify_callback", None) or getattr(spider, "parse", None)
-        return Request(
-            item.url,
-            callback=callback,
-            dont_filter=True,
-            meta={
-                meta.KEY: item.key,
-                meta.ENABLED: True,
-                meta.FIRST_BODY: item.raw_body,
-                meta.DEPTH: item.found_depth,
-            },
-        )
 
     async def _fingerprint(self, item: Page, noise: SiteNoise) -> Fingerprint:
         """The page's fingerprint under *noise*: made with its other CPU work, else made now."""

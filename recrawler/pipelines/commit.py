@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from recrawler.detect import Fingerprint, Verdict
     from recrawler.items import Page
     from recrawler.kb.chunking import Chunk
+    from recrawler.revisits import Revisits
     from recrawler.runtime import Runtime
     from recrawler.state import Run
 
@@ -265,7 +266,15 @@ def page_update(
     )
 
 
-async def hand_over(runtime: Runtime, run: Run, page: Page, update: PageUpdate, *, indexing: bool) -> Page:
+async def hand_over(
+    runtime: Runtime,
+    run: Run,
+    page: Page,
+    update: PageUpdate,
+    *,
+    indexing: bool,
+    revisits: Revisits | None = None,
+) -> Page:
     """Hand *page*'s *update* on: to IndexPipeline on the Page (*indexing*: it adds the page's
     chunks, the worker's if made, and writes everything in one transaction), else commit it now."""
     page.raw_body = None
@@ -274,7 +283,7 @@ async def hand_over(runtime: Runtime, run: Run, page: Page, update: PageUpdate, 
         page.status = update.status
         return page
     page.worked = None
-    return await commit(runtime, run, page, update)
+    return await commit(runtime, run, page, update, revisits=revisits)
 
 
 async def commit(
@@ -286,9 +295,10 @@ async def commit(
     chunks: Sequence[Chunk] | None = None,
     restore: bool = False,
     embeddings: Sequence[tuple[str, str, bytes]] = (),
+    revisits: Revisits | None = None,
 ) -> Page:
-    """Write *page*'s *update* (its state and events), knowledge-base rows and next revisit (when
-    the schedule is on) in one transaction; count; signal.
+    """Write *page*'s *update* (its state and events), knowledge-base rows and next revisit (the
+    *revisits* collaborator: the schedule is on) in one transaction; count; signal.
 
     A failed write leaves the old state (the page is checked again next run) and drops the item.
     """
@@ -302,11 +312,10 @@ async def commit(
         outcome.append(f"{status}/moved_in")
     if update.restored:
         outcome.append(str(PageStatus.RESTORED))
-    if page.served_from is not None and page.served_from in runtime.shared_targets:
+    if page.loan is not None and page.loan.shared:
         # lent an address many pages were sent to since its answer passed the redirects: a soft
         # 404, whose miss PageRedirectMiddleware staged (checked here, where the write is queued)
         raise DropItem("a soft 404 (redirect_shared)", log_level="DEBUG")
-    revisits = runtime.revisits
     revisit = revisits.revisit_update(page, status) if revisits is not None else None
     try:
         before = await store.pages.record(

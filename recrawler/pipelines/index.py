@@ -18,6 +18,7 @@ from recrawler.kb.publish import publish_mode
 from recrawler.outcome import Verdicts, is_spike, spike_figures
 from recrawler.pipelines import commit
 from recrawler.redact import redact_url
+from recrawler.revisits import Revisits
 from recrawler.runtime import runtime_of
 from recrawler.state import RUN_HELD
 
@@ -61,11 +62,14 @@ class IndexPipeline:
         alert_ratio: float = 0.5,
         alert_min: int = 10,
         dry_run: bool = False,
+        revisits: Revisits | None = None,
     ) -> None:
         self.kb = kb
         #: what the store's page writes came to (its committed and lost outcomes)
         self.lifecycle = lifecycle
         self.chunker = chunker
+        #: each checked page's next revisit, written with it (None: the schedule is off)
+        self.revisits = revisits
         self.runtime = runtime
         self.publish_each_page = publish_each_page and not dry_run
         self.alert_ratio = alert_ratio
@@ -95,6 +99,7 @@ class IndexPipeline:
             alert_ratio=s.getfloat("RECRAWLER_CHANGE_ALERT_RATIO"),
             alert_min=s.getint("RECRAWLER_CHANGE_ALERT_MIN"),
             dry_run=s.getbool("RECRAWLER_DRY_RUN"),
+            revisits=Revisits.of(crawler, runtime.schedule, runtime.auditor),
         )
 
     async def process_item(self, item: Any) -> Any:
@@ -132,7 +137,14 @@ class IndexPipeline:
         if chunks and self.publish_each_page and not self._held:
             embeddings += await self._embed(chunks, have={h for _, h, _ in embeddings})
         page = await commit(
-            self.runtime, run, item, update, chunks=chunks, restore=restore, embeddings=embeddings
+            self.runtime,
+            run,
+            item,
+            update,
+            chunks=chunks,
+            restore=restore,
+            embeddings=embeddings,
+            revisits=self.revisits,
         )
         if self.publish_each_page and not self._held:
             await self._check_spike(run)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
-from collections import deque
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import Request
@@ -49,19 +47,20 @@ class ListingMiddleware:
     lastmod moved are counted (``recrawler/sitemap/moved/...``: a deploy sign ScheduleMiddleware
     reads once the file's output is through).
 
-    Further sitemap files wait here, not in Scrapy's scheduler: at most
-    ``RECRAWLER_SITEMAP_CONCURRENCY`` of them are requested and not yet read to their end at
-    once (the next goes out as one is read, or fails), and at most that many are read at once, so
-    memory does not grow with the number or the size of the files. They go out through the
-    engine, past the spider middlewares below this one (page requests do not).
+    Further sitemap files are this file's output, with a higher priority than the pages it
+    names (the listing is read first): they wait in the scheduler, which lets out at most
+    ``RECRAWLER_SITEMAP_CONCURRENCY`` of them not yet read to their end (``_recrawler_listing_read``
+    marks one read, or failed), and at most that many are read here at once, so memory does not
+    grow with the number or the size of the files.
 
     Settings: ``RECRAWLER_SITEMAP_CONCURRENCY``, ``RECRAWLER_SITEMAP_MAX_DEPTH``,
     ``RECRAWLER_SITEMAP_MAX_FILES``, ``RECRAWLER_LISTING_MAX_URLS``, ``RECRAWLER_FRONTIER_BATCH_SIZE``.
     Stats: ``recrawler/sitemap/refused``, ``recrawler/sitemap/refused/{depth,files,urls}``,
     ``recrawler/sitemap/parsed`` (for an unchanged file), ``recrawler/sitemap/moved``,
     ``recrawler/sitemap/moved/{added,removed,lastmod}``, ``recrawler/state/error/<Exception>``.
-    Meta: sets ``recrawler_role`` on what a sitemap yields, and ``_recrawler_listed`` on its pages
-    (the frontier counts them in ``recrawler/sitemap/pages``, each key once).
+    Meta: sets ``recrawler_role`` on what a sitemap yields, ``_recrawler_listed`` on its pages
+    (the frontier counts them in ``recrawler/sitemap/pages``, each key once), and
+    ``_recrawler_listing_read`` on a sitemap request once its response was read (or failed).
     """
 
     def __init__(
@@ -93,17 +92,13 @@ class ListingMiddleware:
         self._logged: set[str] = set()
         #: sitemap files being read (a waiting file is not parsed yet: only its body is held)
         self._reading = asyncio.Semaphore(concurrency)
-        #: further sitemap files not requested yet (at most RECRAWLER_SITEMAP_MAX_FILES)
-        self._waiting: deque[Request] = deque()
-        #: requested and not read to their end; one that failed leaves once Scrapy lets go of it
-        self._open: weakref.WeakSet[Request] = weakref.WeakSet()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """Read the bounds; only for spiders that opt in."""
         meta.require_opt_in(crawler)
         s = crawler.settings
-        mw = cls(
+        return cls(
             crawler,
             max_depth=s.getint("RECRAWLER_SITEMAP_MAX_DEPTH"),
             max_files=s.getint("RECRAWLER_SITEMAP_MAX_FILES"),
@@ -111,25 +106,11 @@ class ListingMiddleware:
             batch_size=s.getint("RECRAWLER_FRONTIER_BATCH_SIZE"),
             concurrency=s.getint("RECRAWLER_SITEMAP_CONCURRENCY"),
         )
-        runtime_of(crawler).listing = mw
-        return mw
 
-    def idle(self) -> bool:
-        """On ``spider_idle`` (the Reconciler asks first): request the next waiting sitemap files;
-        False when none wait."""
-        if not self._waiting:
-            return False
-        # nothing is in flight when the spider is idle: what is still open failed unread
-        self._open = weakref.WeakSet()
-        self._release()
-        return True
-
-    def _release(self) -> None:
-        engine = self.crawler.engine
-        while self._waiting and engine is not None and len(self._open) < self.concurrency:
-            request = self._waiting.popleft()
-            self._open.add(request)
-            engine.crawl(request)
+    def process_spider_exception(self, response: Response, exception: Exception) -> None:
+        """A sitemap file that failed (an HTTP error status) frees its place for the next."""
+        if response.request is not None and meta.is_sitemap_request(response.request):
+            response.request.meta[meta.LISTING_READ] = True
 
     async def process_spider_output(
         self, response: Response, result: AsyncIterator[Any]
@@ -138,9 +119,6 @@ class ListingMiddleware:
         request = response.request
         spider = self.crawler.spider
         role_of = getattr(spider, "recrawler_role_of", None)
-        if self._waiting:
-            # a failed sitemap request leaves the open set unseen: look again with each response
-            self._release()
         if request is None or role_of is None or not meta.is_sitemap_request(request):
             listing = request is not None and meta.is_sitemap_request(request)
             async for r in result:
@@ -153,8 +131,8 @@ class ListingMiddleware:
                 async for r in self._read(response, request, result, role_of):
                     yield r
         finally:
-            self._open.discard(request)
-            self._release()
+            # the scheduler lets the next file out
+            request.meta[meta.LISTING_READ] = True
 
     async def _read(
         self,
@@ -194,9 +172,6 @@ class ListingMiddleware:
                 if self.files > self.max_files:
                     self._refuse("files", r.url, f"more than {self.max_files} sitemap files")
                     continue
-                self._waiting.append(r)
-                self._release()
-                continue
             else:
                 if listed is not None:
                     await listed.add(r.url, role, r.meta.get(meta.LASTMOD))

@@ -12,13 +12,13 @@ from recrawler import meta
 from recrawler.counters import Counting, state_error_key
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.intervals import SKIP_LASTMOD, Decision, parse_now
-from recrawler.items import Page, PageStatus
+from recrawler.items import Page
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
 from recrawler.misses import state_error
+from recrawler.queues import queue_of
 from recrawler.runtime import find_runtime, runtime_of
 from recrawler.scheduler import frontier_enabled
 from recrawler.spidermiddlewares.deploys import SAMPLED, DeployChecks, parse_signals
-from recrawler.state.records import RevisitUpdate
 from recrawler.urls import KeyMaker, key_host
 
 if TYPE_CHECKING:
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
     from recrawler.auditor import Auditor
     from recrawler.counters import RunCounters
-    from recrawler.intervals import Revisit, SchedulePolicy
+    from recrawler.intervals import SchedulePolicy
+    from recrawler.queues import FrontierQueue
     from recrawler.state import Frontier, Run, Schedule, ScheduledPage
 
 logger = logging.getLogger(__name__)
@@ -38,7 +39,6 @@ logger = logging.getLogger(__name__)
 _LIKELY_CHANGED = frozenset({"lastmod", "feed"})
 #: how a page found by following a link came (beyond a sitemap, or in the link crawl that lists a site)
 _BY_LINK = frozenset({"link", "crawl"})
-_CHECKED = frozenset({PageStatus.NEW, PageStatus.CHANGED, PageStatus.UNCHANGED})
 
 
 class ScheduleMiddleware(Counting):
@@ -51,8 +51,8 @@ class ScheduleMiddleware(Counting):
     vouches for its page where the host's lastmods are trusted for it (the page is verified
     without a request); otherwise the page's time within its staleness bound decides
     (``recrawler.intervals``). Start requests are not filtered. Each checked page's next check is
-    stored in the page's own write (it registers as the Runtime's ``revisits``), and its lastmod's
-    claim is audited.
+    stored in the page's own write (the commit step's ``recrawler.revisits.Revisits``, while this
+    middleware is enabled), and its lastmod's claim is audited.
 
     Deploys (``recrawler.deploys``, with DeployChecks): each adaptive run first probes the site's
     home page and ``RECRAWLER_DEPLOY_PROBES`` live pages drawn at random (conditional requests sent
@@ -99,6 +99,7 @@ class ScheduleMiddleware(Counting):
         key_maker: KeyMaker | None = None,
         max_links: int = 0,
         deploys: DeployChecks | None = None,
+        queue: FrontierQueue | None = None,
     ) -> None:
         if batch_size < 1:
             raise ConfigurationError(f"RECRAWLER_SCHEDULE_BATCH_SIZE: bad value {batch_size!r}")
@@ -119,6 +120,8 @@ class ScheduleMiddleware(Counting):
         self._lock = asyncio.Lock()
         #: the due pages a sitemap named are counted by the frontier (each key once) when it is on
         self._frontier = frontier_enabled(crawler)
+        #: the run's frontier queue (None: the frontier is off), asked which linked pages it holds
+        self.queue = queue
         #: the run's deploy detection (None: switched off, in tests built without it)
         self.deploys = deploys
 
@@ -147,10 +150,10 @@ class ScheduleMiddleware(Counting):
                 signals=parse_signals(s.getlist("RECRAWLER_DEPLOY_SIGNALS")),
                 key_maker=key_maker,
             ),
+            queue=queue_of(crawler) if frontier_enabled(crawler) else None,
         )
         crawler.signals.connect(mw.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(mw.spider_closed, signal=signals.spider_closed)
-        runtime.revisits = mw
         return mw
 
     async def spider_opened(self) -> None:
@@ -366,10 +369,10 @@ class ScheduleMiddleware(Counting):
                 if k not in known and r.meta.get(meta.FOUND_VIA) in _BY_LINK
             }
         )
-        if not unknown:
+        if not unknown or self.queue is None:
             return set()
         try:
-            return await self.frontier.frontier_has(run, unknown)
+            return await self.queue.has(run, unknown)
         except StateStoreError as exc:
             self._inc(state_error_key(exc))
             return set()
@@ -416,29 +419,6 @@ class ScheduleMiddleware(Counting):
             lastmod_honest=self.auditor.honest(host, "lastmod"),
             waiting=info is not None and info.waiting,
         )
-
-    def revisit_update(self, page: Page, status: PageStatus) -> RevisitUpdate | None:
-        """The page's next check, written in the page's own transaction (a failed write keeps
-        the old schedule: the page is due again, never later than it should be)."""
-        if status not in _CHECKED:
-            return None
-        changed, new = status == PageStatus.CHANGED, status == PageStatus.NEW
-        policy, url = self.policy, page.url
-        return RevisitUpdate(
-            update=lambda prev: policy.after_check(prev, url=url, changed=changed, new=new),
-            found_via=page.found_via,
-            found_from=page.found_from,
-        )
-
-    async def checked(self, page: Page, status: PageStatus, prev: Revisit | None) -> None:
-        """Audit the page's lastmod's claim against what the check found."""
-        if (
-            status != PageStatus.NEW
-            and prev is not None
-            and self.policy.lastmod_mode != "ignore"
-            and self.policy.lastmod_claims_unchanged(page.lastmod, prev.last_check_at)
-        ):
-            await self.auditor.observe(page.key, "lastmod", lied=status == PageStatus.CHANGED, url=page.url)
 
 
 __all__ = ["SKIP_LASTMOD", "ScheduleMiddleware"]

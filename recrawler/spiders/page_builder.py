@@ -201,6 +201,7 @@ class PageBuilder:
             found_depth=int(response.meta.get(meta.DEPTH) or 0),
             moved_from=tuple(response.meta.get(meta.MOVED_FROM, ())),
             served_from=self.key_maker(response.url) if response.meta.get(meta.CANONICAL_URL) else None,
+            loan=response.meta.get(meta.LOAN),
             # what the request side read of the page's stored state, for the pipelines
             record=response.meta.get(meta.RECORD, Unread.UNREAD),
         )
