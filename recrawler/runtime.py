@@ -107,8 +107,6 @@ class Runtime:
         self.run: Run | None = None
         #: why the run could not begin (the spider was closed before its first request)
         self.failure: BaseException | None = None
-        #: the summary line and the level it was logged at; set by the Reconciler
-        self.summary: tuple[int, str] | None = None
         self._opened = asyncio.Event()
         self._closed = False
         #: refusal and failure reasons already logged this run (each logged once, then counted)

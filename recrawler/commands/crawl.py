@@ -12,11 +12,10 @@ from scrapy.exceptions import UsageError
 from twisted.internet.defer import Deferred
 
 from recrawler.exceptions import ConfigurationError, RunRefused, StateStoreError
-from recrawler.extensions.reconcile import decided_exit_code
+from recrawler.extensions.reconcile import decided_exit_code, decided_summary
 from recrawler.extras import missing_extra
 from recrawler.outcome import EXIT_BUSY, EXIT_CONFIG, EXIT_HELD, EXIT_OK, EXIT_STATE
 from recrawler.redact import redact_text
-from recrawler.runtime import find_runtime
 
 if TYPE_CHECKING:
     import argparse
@@ -102,11 +101,11 @@ class Command(ScrapyCrawlCommand):
         if self.crawler_process.bootstrap_failed:
             self.exitcode = 1
             return
-        runtime = find_runtime(crawler)
         decided = decided_exit_code(crawler)
         self.exitcode = decided if decided is not None else EXIT_OK
-        if runtime is not None and runtime.summary is not None:
-            level, line = runtime.summary
+        said = decided_summary(crawler)
+        if said is not None:
+            level, line = said
             if not logged_at(crawler.settings, level):
                 # a quiet cron run (--loglevel WARNING, --nolog) still says how it ended
                 sys.stderr.write(line + "\n")

@@ -131,6 +131,8 @@ class Reconciler:
         self._shutdown_trigger: Any = None
         #: how the run ended (``recrawler.outcome.EXIT_*``), decided here only; None before it ended
         self.exit_code: int | None = None
+        #: the run's summary line and the level it is logged at (None: the run has not ended)
+        self.summary: tuple[int, str] | None = None
         #: causes other components reported (``run_failed``), each with the exit code it asks for
         self.failures: list[Finding] = []
 
@@ -244,9 +246,8 @@ class Reconciler:
     def engine_stopped(self) -> None:
         """Log the run's summary line, the crawl's last (Scrapy dumps its stats after spider_closed)."""
         self._forget_shutdown()
-        rt = find_runtime(self.crawler)
-        if rt is not None and rt.summary is not None:
-            logger.log(rt.summary[0], rt.summary[1], extra={"spider": self.crawler.spider})
+        if self.summary is not None:
+            logger.log(self.summary[0], self.summary[1], extra={"spider": self.crawler.spider})
 
     def _forget_shutdown(self) -> None:
         if self._shutdown_trigger is not None:
@@ -280,14 +281,14 @@ class Reconciler:
         if self.report_file:
             Path(self.report_file).write_text(json.dumps(run_report, indent=2) + "\n", encoding="utf-8")
         self.report = run_report
-        rt.summary = (logging.WARNING, summary.summary_line(run_report))
+        self.summary = (logging.WARNING, summary.summary_line(run_report))
         logger.warning(
             "forced shutdown: run %(run)d ends unfinished (aborted): nothing is removed or published; "
             "the next run checks again",
             {"run": run.id},
             extra={"spider": self.crawler.spider},
         )
-        logger.log(rt.summary[0], rt.summary[1], extra={"spider": self.crawler.spider})
+        logger.log(self.summary[0], self.summary[1], extra={"spider": self.crawler.spider})
 
     async def _record_abort(self, rt: Runtime, run: Run, run_report: dict[str, Any]) -> None:
         # the pages already written are kept (committed); the run itself ends aborted
@@ -403,7 +404,7 @@ class Reconciler:
         # WARNING when the run did not end well, so a quiet cron run (--loglevel WARNING) still says so
         level = logging.INFO if self.exit_code == EXIT_OK else logging.WARNING
         # logged when the engine stops: the last line, below Scrapy's stats dump
-        rt.summary = (level, summary.summary_line(run_report))
+        self.summary = (level, summary.summary_line(run_report))
         if rt.workers is not None:
             await asyncio.to_thread(rt.workers.release)
         await self.crawler.signals.send_catch_log_async(
@@ -554,6 +555,14 @@ class Reconciler:
         return summary.summary_line(run_report)
 
 
+def decided_summary(crawler: Crawler | None) -> tuple[int, str] | None:
+    """The summary line the crawl's Reconciler logged, with its level (None: none)."""
+    if crawler is None or getattr(crawler, "extensions", None) is None:
+        return None
+    reconciler = crawler.get_extension(Reconciler)
+    return reconciler.summary if reconciler is not None else None
+
+
 def decided_exit_code(crawler: Crawler | None) -> int | None:
     """The exit code the crawl's Reconciler decided (None: none yet, or no Reconciler enabled)."""
     if crawler is None or getattr(crawler, "extensions", None) is None:
@@ -562,4 +571,4 @@ def decided_exit_code(crawler: Crawler | None) -> int | None:
     return reconciler.exit_code if reconciler is not None else None
 
 
-__all__ = ["Reconciler", "decided_exit_code"]
+__all__ = ["Reconciler", "decided_exit_code", "decided_summary"]
