@@ -245,7 +245,8 @@ def measure(
     rows = []
     with PostgreSQLKnowledgeBase(uri, embedder=Precomputed(embedder, queries, qvecs)) as kb:
         ids = {
-            (r[0], r[1]): r[2] for r in kb._conn.execute("SELECT key, chunk_index, id FROM chunks").fetchall()
+            (r[0], r[1]): r[2]
+            for r in kb.reads.conn.execute("SELECT key, chunk_index, id FROM chunks").fetchall()
         }
         for label, site in (("all sites", None), (f"--site {SITE_B}", SITE_B)):
             kb.search(queries[0], k=k, site=site, mode="vector")  # warm-up

@@ -27,6 +27,7 @@ if not __package__:  # run as a script: python benchmarks/bench_reconcile.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.lib.results import add_json_option, write_json
+from recrawler.detect.boilerplate import PAGE_BLOCKS
 from recrawler.detect.hashing import pack_blocks
 from recrawler.state.records import SETTLE_APPLY
 from recrawler.state.sqlite import SQLiteStateStore
@@ -124,23 +125,23 @@ async def measure(
 ) -> dict[str, Any]:
     """Open the store on a filled database and time each closing step of a run."""
     figures: dict[str, Any] = {}
-    store = SQLiteStateStore(f"sqlite:///{path}")
+    store = SQLiteStateStore(f"sqlite:///{path}", blocks=PAGE_BLOCKS)
     await timed("open_migrate_s", figures, store.open)
     run = await timed(
-        "begin_run_s", figures, lambda: store.begin_run("docs", SITE, datetime.now(UTC), holder="bench")
+        "begin_run_s", figures, lambda: store.runs.begin_run("docs", SITE, datetime.now(UTC), holder="bench")
     )
     await store.close()
     staged = stage_run(path, run.id, pages, miss_share, unseen_share)
-    store = SQLiteStateStore(f"sqlite:///{path}")
+    store = SQLiteStateStore(f"sqlite:///{path}", blocks=PAGE_BLOCKS)
     await store.open()
     figures.update(staged)
     # first, as the Reconciler does: the block statistics of the run's page writes
-    figures["deltas_folded"] = await timed("fold_block_stats_s", figures, store.fold_block_stats)
+    figures["deltas_folded"] = await timed("fold_block_stats_s", figures, store.history.fold_block_stats)
 
     async def drain() -> int:
         n = batches = 0
         while True:
-            got = await store.unseen(run, batch)
+            got = await store.pages.unseen(run, batch)
             batches += 1
             if not got:
                 break
@@ -152,15 +153,15 @@ async def measure(
     plan = await timed(
         "removal_plan_s",
         figures,
-        lambda: store.removal_plan(run, gone_after=2, gone_statuses=[410]),
+        lambda: store.decisions.removal_plan(run, gone_after=2, gone_statuses=[410]),
     )
     figures["removals_planned"] = plan.removals
-    await store.settle_misses(run, SETTLE_APPLY)
+    await store.decisions.settle_misses(run, SETTLE_APPLY)
     # the run's misses are applied in the transaction that publishes it
     result, _ = await timed(
         "reconcile_publish_s",
         figures,
-        lambda: store.publish_run(run, at=datetime.now(UTC), gone_after=2, gone_statuses=[410]),
+        lambda: store.decisions.publish_run(run, at=datetime.now(UTC), gone_after=2, gone_statuses=[410]),
     )
     figures["quarantined"] = result.quarantined
     await store.close()
@@ -186,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-reconcile-"))
     path = workdir / "state.db"
     try:
-        store = SQLiteStateStore(f"sqlite:///{path}")
+        store = SQLiteStateStore(f"sqlite:///{path}", blocks=PAGE_BLOCKS)
         asyncio.run(store.open())
         asyncio.run(store.close())
         t0 = time.monotonic()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib.util
+import json
+import logging
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy.downloadermiddlewares.httpcompression import HttpCompressionMiddleware
@@ -19,6 +22,7 @@ from recrawler.downloadermiddlewares.audit import AuditMiddleware
 from recrawler.downloadermiddlewares.compression import BoundedHttpCompressionMiddleware
 from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddleware
 from recrawler.downloadermiddlewares.credentials import CredentialsMiddleware
+from recrawler.downloadermiddlewares.listing import ListingBodyMiddleware
 from recrawler.downloadermiddlewares.redirect import PageRedirectMiddleware
 from recrawler.downloadermiddlewares.render import GUARDED_SETTINGS, RenderMiddleware, render_settings
 from recrawler.downloadermiddlewares.retry import PoliteRetryMiddleware
@@ -33,7 +37,14 @@ from recrawler.facets import FacetPattern
 from recrawler.meta import spider_opted_in
 from recrawler.pipelines.classify import ClassifyPipeline
 from recrawler.pipelines.index import IndexPipeline
-from recrawler.project import apply_environment, project_db_uri
+from recrawler.project import (
+    ENVIRONMENT_SETTINGS,
+    OTHER_ENVIRONMENT,
+    apply_environment,
+    project_db_uri,
+    resolve_project_db,
+    unknown_environment,
+)
 from recrawler.runtime import Runtime
 from recrawler.spidermiddlewares.deltafetch import DeltaFetchMiddleware
 from recrawler.spidermiddlewares.links import LinkListingMiddleware
@@ -45,6 +56,8 @@ from recrawler.spidermiddlewares.workers import WorkerStartMiddleware
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
 
 #: Scrapy settings for a team crawling its own docs site: fast, bounded, robots.txt obeyed.
 FAST_PROFILE: dict[str, Any] = {
@@ -80,6 +93,8 @@ REFUSED_RUN_MONITORS: Any = "recrawler.monitors.RefusedRunMonitors"
 
 #: numeric settings read by a parser of their own (``RECRAWLER_AUDIT_SAMPLE``: ``20``, ``1%``, ``0.01``)
 _OWN_PARSER = frozenset({"RECRAWLER_AUDIT_SAMPLE"})
+#: numbers whose default is None (unset: something else decides)
+_OPTIONAL_NUMBERS = frozenset({"RECRAWLER_SEARCH_MIN_SIMILARITY"})
 
 
 def _check_objects(settings: BaseSettings) -> None:
@@ -95,6 +110,86 @@ def _check_objects(settings: BaseSettings) -> None:
             raw = str(settings.get(name))
             msg = f"{name}: not a JSON object ({exc}), got {raw[:80]!r}{'...' if len(raw) > 80 else ''}"
             raise ConfigurationError(msg) from None
+
+
+def _read_lists(settings: BaseSettings) -> None:
+    """Every recrawler setting whose default is a list takes a JSON list given as text
+    (``-s 'RECRAWLER_RENDER_PATTERNS=["/guide/"]'``, as the README shows it), not only Scrapy's
+    comma-separated text: read as one item, ``["/guide/"]`` would be a regular expression (a
+    character class) that matches every URL. Text that is not a JSON list stays comma-separated."""
+    for name in dir(default_settings):
+        if not name.startswith("RECRAWLER_") or not isinstance(getattr(default_settings, name), list):
+            continue
+        raw = settings.get(name)
+        if not isinstance(raw, str) or not raw.lstrip().startswith("["):
+            continue
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            # a regular expression or selector that starts with "[", say: one item, as Scrapy reads it
+            continue
+        if isinstance(value, list):
+            settings.set(name, value, priority=settings.getpriority(name) or 0)
+
+
+def _check_names(settings: BaseSettings) -> None:
+    """A ``RECRAWLER_*`` setting (or environment variable) recrawler does not read is a spelling
+    mistake that would do nothing: one WARNING each, naming the closest one recrawler reads."""
+    known = [n for n in dir(default_settings) if n.startswith("RECRAWLER_")]
+    environment = sorted({*ENVIRONMENT_SETTINGS, *OTHER_ENVIRONMENT})
+    unknown = [
+        (name, "setting", known)
+        for name in settings
+        if isinstance(name, str) and name.startswith("RECRAWLER_") and name not in known
+    ]
+    unknown += [(name, "environment variable", environment) for name in unknown_environment()]
+    for name, kind, candidates in unknown:
+        close = difflib.get_close_matches(
+            name.removeprefix("RECRAWLER_"), [c.removeprefix("RECRAWLER_") for c in candidates], n=1
+        )
+        hint = f"did you mean RECRAWLER_{close[0]}?" if close else "see the settings reference"
+        logger.warning(
+            "%(name)s is not a recrawler %(kind)s (%(hint)s): it does nothing",
+            {"name": name, "kind": kind, "hint": hint},
+        )
+
+
+#: where a project's setting comes from (what ``-s`` sets, its user typed: not said again)
+_SOURCES = {"project": "settings.py", "spider": "the spider's custom_settings"}
+
+
+def _say_overrides(settings: BaseSettings, profile: str) -> None:
+    """One line at the start of a crawl naming the project's settings that override the crawl
+    profile and what that costs: ``scrapy startproject``'s template sets ``DOWNLOAD_DELAY = 1``
+    and ``CONCURRENT_REQUESTS_PER_DOMAIN = 1``, which make a 200-page crawl take minutes, not
+    seconds. WARNING when they slow the crawl down, INFO otherwise; the project's settings win."""
+    by_priority = {v: k for k, v in SETTINGS_PRIORITIES.items()}
+    shown, slower = [], []
+    for name, value in PROFILES[profile].items():
+        source = _SOURCES.get(by_priority.get(settings.getpriority(name) or 0, ""))
+        if source is None:
+            continue
+        got: float = settings.getbool(name) if isinstance(value, bool) else settings.getfloat(name)
+        if got == value:
+            continue
+        shown.append(f"{name} = {settings.get(name)!r} ({source}; profile: {value!r})")
+        if name == "DOWNLOAD_DELAY" and got > value:
+            slower.append(
+                f"one request every {got:g} s at best: 1,000 pages take {1000 * got / 60:,.0f} min or more"
+            )
+        elif name.startswith("CONCURRENT_REQUESTS") and got < value:
+            slower.append(f"{got:g} request{'s' if got != 1 else ''} at a time instead of {value}")
+        elif name == "AUTOTHROTTLE_ENABLED" and got:
+            slower.append("AutoThrottle paces the crawl to the server's latency")
+    if not shown:
+        return
+    cost = f": {'; '.join(slower)}" if slower else ""
+    logger.log(
+        logging.WARNING if slower else logging.INFO,
+        "these settings override recrawler's %(profile)s profile: %(shown)s%(cost)s (drop them for the "
+        "profile's pace; RECRAWLER_PROFILE = 'polite' is the pace for a site you do not own)",
+        {"profile": profile, "shown": ", ".join(shown), "cost": cost},
+    )
 
 
 def _check_numbers(settings: BaseSettings) -> None:
@@ -115,6 +210,12 @@ def _check_numbers(settings: BaseSettings) -> None:
         except (TypeError, ValueError):
             kind = "a whole number" if isinstance(default, int) else "a number"
             raise ConfigurationError(f"{name}: must be {kind}, got {raw!r}") from None
+    for name in _OPTIONAL_NUMBERS:
+        raw = settings.get(name)
+        try:
+            float(raw) if raw is not None else None
+        except (TypeError, ValueError):
+            raise ConfigurationError(f"{name}: must be a number, got {raw!r}") from None
 
 
 def _replace_builtin(settings: BaseSettings, builtin: type, ours: type, priority: int | None = None) -> None:
@@ -147,7 +248,10 @@ class RecrawlerAddon:
     ``RECRAWLER_WEBHOOK_URL``, ``RECRAWLER_WEBHOOK_SECRET`` and the site's credentials
     (``RECRAWLER_AUTH_USER``, ``_PASSWORD``, ``_HEADERS``, ``_COOKIES_FILE``) are taken from the
     environment when set there (over the project's settings file, under ``-s``). Set nowhere,
-    the database is ``recrawler.db`` in Scrapy's project data directory (:func:`project_db_uri`).
+    the database is ``recrawler.db`` in Scrapy's project data directory (:func:`project_db_uri`);
+    a relative SQLite path the project's own settings give is in the project directory too. A
+    crawl says in one line which project settings override the profile; a ``RECRAWLER_*`` name it
+    does not read is one WARNING; a list setting takes a JSON list given as text.
     """
 
     def __init__(self, crawler: Crawler | None = None) -> None:
@@ -166,6 +270,8 @@ class RecrawlerAddon:
         for name in dir(default_settings):
             if name.startswith("RECRAWLER_"):
                 settings.set(name, getattr(default_settings, name), priority="default")
+        # the project's relative SQLite path is the project's file, from whatever folder
+        resolve_project_db(settings)
         # a deployment's environment overrides the project's settings file, not -s
         apply_environment(settings)
         if (settings.getpriority("RECRAWLER_DB_URI") or 0) <= SETTINGS_PRIORITIES["default"]:
@@ -178,6 +284,10 @@ class RecrawlerAddon:
             raise ConfigurationError(msg)
         for name, value in PROFILES[profile].items():
             settings.set(name, value, priority="addon")
+        if self.crawler is not None:
+            _say_overrides(settings, profile)
+        _check_names(settings)
+        _read_lists(settings)
         _check_numbers(settings)
         _check_objects(settings)
         # a bad one stops the crawl before it starts, in one line
@@ -222,6 +332,10 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", ConditionalRequestMiddleware, 540
         )
+        # 530: below every middleware that reads a response's body (decompression at 590, retries,
+        # credentials, rendering, redirects, validators, the audit: 535 to 550), so a large sitemap
+        # file's body goes to disk last, just before the scraper would count it
+        settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", ListingBodyMiddleware, 530)
         # 40: first, so a URL outside the spider's policy is never downloaded (nor its host's
         # robots.txt: RobotsTxtMiddleware is at 100)
         settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", UrlPolicyMiddleware, 40)

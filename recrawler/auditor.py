@@ -7,6 +7,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
+from recrawler.counters import Counting, state_error_key
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.redact import redact_url
 from recrawler.state import TRUST_SIGNALS, utcnow
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from recrawler.counters import RunCounters
-    from recrawler.state import PageRecord, Run, StateStore
+    from recrawler.state import PageRecord, Run, Schedule, Trust
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +25,7 @@ logger = logging.getLogger(__name__)
 _REPORT_LIMIT = 100
 
 
-class Auditor:
+class Auditor(Counting):
     """One per crawl (the Runtime owns it): draws the audit sample, holds hosts' trust, records lies.
 
     Settings: ``RECRAWLER_AUDIT_SAMPLE``, ``RECRAWLER_AUDIT_DISTRUST_AFTER``,
@@ -35,7 +36,8 @@ class Auditor:
 
     def __init__(
         self,
-        store: StateStore,
+        host_trust: Trust,
+        schedule: Schedule,
         counters: RunCounters,
         *,
         sample: float,
@@ -53,8 +55,9 @@ class Auditor:
         #: the run clock and the staleness bound: a share is audited per bound, not per run
         self.clock = clock
         self.bound_secs = bound_secs
-        self.store = store
-        self.counters = counters
+        self.host_trust = host_trust
+        self.schedule = schedule
+        self.counters: RunCounters = counters
         self.sample = sample
         self.distrust_after = distrust_after
         self.sample_keys: set[str] = set()
@@ -67,9 +70,6 @@ class Auditor:
         self.distrusted: list[dict[str, str]] = []
         self._ready: asyncio.Future[None] | None = None
 
-    def _inc(self, name: str, count: int = 1) -> None:
-        self.counters.inc(name, count)
-
     async def ready(self, run: Run) -> None:
         """Load trust and draw the sample, once per run (every caller awaits the same work)."""
         if self._ready is None:
@@ -78,7 +78,7 @@ class Auditor:
 
     async def _load(self, run: Run) -> None:
         try:
-            records = await self.store.trust()
+            records = await self.host_trust.trust()
             self.off = {(r.host, r.signal) for r in records if not r.trusted}
             self.found_honest = {
                 (r.host, r.signal)
@@ -86,11 +86,11 @@ class Auditor:
                 if r.trusted and not r.lies and r.checks >= self.trust_after
             }
             self.sample_keys = set(
-                await self.store.audit_sample(run, self.sample, now=self.clock, bound_secs=self.bound_secs)
+                await self.schedule.audit_sample(run, self.sample, now=self.clock, bound_secs=self.bound_secs)
             )
         except StateStoreError as exc:
             # no sample and full trust: the run goes on as it would without the audit
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            self._inc(state_error_key(exc))
             logger.error("could not load trust or draw the audit sample: %(exc)s", {"exc": exc})
             return
         if self.sample_keys:
@@ -132,11 +132,11 @@ class Auditor:
         if not self.trusted(host, signal):
             return
         try:
-            rec = await self.store.record_trust(
+            rec = await self.host_trust.record_trust(
                 host, signal, lied=lied, url=url, at=utcnow(), distrust_after=self.distrust_after
             )
         except StateStoreError as exc:
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            self._inc(state_error_key(exc))
             logger.error("could not record trust for %(host)s: %(exc)s", {"host": host, "exc": exc})
             return
         if lied:

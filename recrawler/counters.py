@@ -10,6 +10,15 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
 
+#: the family counting the state store failures a run went on without, one count per exception class
+STATE_ERRORS = "recrawler/state/error"
+
+
+def state_error_key(exc: BaseException) -> str:
+    """The count of a state store failure: ``recrawler/state/error/<its exception class>``."""
+    return f"{STATE_ERRORS}/{type(exc).__name__}"
+
+
 class RunCounters:
     """The run's own counts, keyed by their stat names (``recrawler/page/new``, ...).
 
@@ -27,6 +36,10 @@ class RunCounters:
         self._values[key] = self._values.get(key, 0) + count
         if self._stats is not None:
             self._stats.inc_value(key, count)
+
+    def state_error(self, exc: BaseException) -> None:
+        """Count a state store failure the run goes on without (:func:`state_error_key`)."""
+        self.inc(state_error_key(exc))
 
     def set(self, key: str, value: int | float) -> None:
         """Set *key* to *value* (a one-off: a total decided at the end, a duration)."""
@@ -65,4 +78,16 @@ class RunCounters:
         return dict(self._values)
 
 
-__all__ = ["RunCounters"]
+class Counting:
+    """A component that counts on the run's counters: :meth:`_inc` adds to :attr:`counters`,
+    and counts nothing when the component was built without a run (None)."""
+
+    counters: RunCounters | None = None
+
+    def _inc(self, name: str, count: int = 1) -> None:
+        counters = self.counters
+        if counters is not None:
+            counters.inc(name, count)
+
+
+__all__ = ["STATE_ERRORS", "Counting", "RunCounters", "state_error_key"]

@@ -247,6 +247,10 @@ RECRAWLER_SEARCH_DEFAULT_VERSION: str | None = None
 # MiB of vector columns a process searching a SQLite knowledge base keeps from one query to the
 # next (the dimensions it met last; each is 1 byte per cached vector); 0: read them every time.
 RECRAWLER_SEARCH_CACHE_MB = 128
+# A search's vector hits are the chunks whose cosine to the query is above this (None: the embedder's
+# own floor, measured: hashing and all-MiniLM-L6-v2 0.40, openai 0.0); a query with no word of the
+# pages and no chunk above it finds nothing.
+RECRAWLER_SEARCH_MIN_SIMILARITY: float | None = None
 # A change spike (see RECRAWLER_CHANGE_ALERT_RATIO) needs at least this many new+changed pages.
 RECRAWLER_CHANGE_ALERT_MIN = 10
 # LangChain vector stores mirrored after each published run: {name: import path of a callable
@@ -306,6 +310,9 @@ RECRAWLER_AUDIT_TRUST_AFTER = 10
 RECRAWLER_PROFILE = "fast"
 # A 429 or 503 slows its host down to the Retry-After it sent, at most this long between requests.
 RECRAWLER_RETRY_AFTER_MAX_SECS = 60.0
+# A site whose every answer for this long (3 at least) was a failure (5xx, 429, timeouts, refused
+# connections) is down: the run stops (recrawler_site_down), nothing is removed, exit 4. 0: never.
+RECRAWLER_OUTAGE_SECS = 120.0
 
 # --- several workers, one run (scrapy-redis) ------------------------------------------------------
 # Workers started alike share one run of a site through Redis (REDIS_URL): scrapy-redis holds the

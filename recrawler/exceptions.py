@@ -8,6 +8,7 @@ RecrawlerError
  └── StateStoreError            the database failed (wraps the driver's error)
       ├── PageWriteError         a page write's own statements failed (undone; its group stands)
       ├── StateStoreUnavailable  it cannot be opened or is locked
+      │    └── StateStoreLost     it went away mid-run (deleted, replaced, unwritable): said once
       └── SchemaVersionError     it is corrupt or comes from a newer recrawler
 """
 
@@ -52,6 +53,12 @@ class PageWriteError(StateStoreError):
 
 class StateStoreUnavailable(StateStoreError):
     """The state database cannot be opened (missing directory, locked, permissions)."""
+
+
+class StateStoreLost(StateStoreUnavailable):
+    """The state database went away during the run (deleted, or its directory; replaced; made
+    unwritable). The store says so once, at ERROR, when it notices; every later call fails with
+    this, which callers count without logging it again."""
 
 
 class SchemaVersionError(StateStoreError):

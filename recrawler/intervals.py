@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from recrawler.exceptions import ConfigurationError
 from recrawler.sitemaps import known_lastmod
+from recrawler.times import parse_time
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -155,20 +156,12 @@ def next_revisit(prev: Revisit | None, *, changed: bool, now: datetime, url: str
     )
 
 
-def parse_now(value: Any) -> datetime | None:
-    """``RECRAWLER_NOW``: an ISO-8601 time (a zone-less one is UTC), or None for the wall clock."""
+def parse_now(value: Any, name: str = "RECRAWLER_NOW") -> datetime | None:
+    """``RECRAWLER_NOW``: an ISO-8601 time (a zone-less one is UTC) or an age from the wall clock
+    (``+2d``, ``12h`` ago: :func:`recrawler.times.parse_time`), or None for the wall clock."""
     if value is None or value == "":
         return None
-    if isinstance(value, datetime):
-        moment = value
-    else:
-        try:
-            moment = datetime.fromisoformat(str(value).strip())
-        except ValueError as exc:
-            raise ConfigurationError(f"RECRAWLER_NOW: not an ISO-8601 time: {value!r}") from exc
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
+    return parse_time(value, name=name)
 
 
 def audit_count(sample: float, population: int, *, part: float = 1.0) -> int:

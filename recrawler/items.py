@@ -88,3 +88,11 @@ class Page:
     #: ClassifyPipeline's decision (a ``recrawler.pipelines.commit.PageUpdate``) on its way to
     #: IndexPipeline, which writes it with the page's chunks
     update: Any = field(default=None, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        # short, never the text: Scrapy logs each item it scrapes (DEBUG), and a docs page's text
+        # is kilobytes; the fields that say which page and what became of it
+        status = self.status.value if self.status is not None else "-"
+        size = f"{len(self.text):,} chars" if self.text is not None else "no text"
+        error = f" error={self.error}" if self.error else ""
+        return f"<Page {status} {self.http_status} {self.url} ({size}){error}>"

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from scrapy.settings import BaseSettings
 
-    from recrawler.state import StateStore
+    from recrawler.state import History
 
 
 def _patterns(value: Any) -> dict[str, list[str]]:
@@ -79,12 +79,12 @@ class NoiseRegistry:
             normalizer = self._normalizers[site] = Normalizer(patterns)
         return normalizer
 
-    async def load(self, store: StateStore) -> None:
+    async def load(self, history: History) -> None:
         """Read every site's learned regions (a small table) at the start of a run."""
-        self._regions = await store.load_regions() if self.volatile else {}
+        self._regions = await history.load_regions() if self.volatile else {}
         self._models.clear()
 
-    async def ensure(self, site: str, store: StateStore) -> SiteNoise:
+    async def ensure(self, site: str, history: History) -> SiteNoise:
         """The site's model, reading its boilerplate block pairs on first use.
 
         One read per site: the pages that arrive while it runs wait for the same read (one model
@@ -93,7 +93,7 @@ class NoiseRegistry:
         if self.boilerplate and site not in self._boiler:
             loading = self._loading.get(site)
             if loading is None:
-                loading = self._loading[site] = asyncio.ensure_future(store.load_boilerplate(site))
+                loading = self._loading[site] = asyncio.ensure_future(history.load_boilerplate(site))
             try:
                 pairs = await asyncio.shield(loading)
             finally:

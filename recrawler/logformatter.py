@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.logformatter import LogFormatter
 
+from recrawler.items import Page
 from recrawler.redact import redact_text
 
 if TYPE_CHECKING:
@@ -24,12 +25,12 @@ class RedactingLogFormatter(LogFormatter):
         return _masked(super().crawled(*args, **kwargs))
 
     def scraped(self, *args: Any, **kwargs: Any) -> LogFormatterResult:
-        """``Scraped from <200 ...>``, masked."""
-        return _masked(super().scraped(*args, **kwargs))
+        """``Scraped from <200 ...>``, masked; a ``Page`` as one short line, never its text."""
+        return _one_line(_masked(super().scraped(*args, **kwargs)))
 
     def dropped(self, *args: Any, **kwargs: Any) -> LogFormatterResult:
-        """``Dropped: ...``, masked."""
-        return _masked(super().dropped(*args, **kwargs))
+        """``Dropped: ...``, masked; a ``Page`` as one short line, never its text."""
+        return _one_line(_masked(super().dropped(*args, **kwargs)))
 
     def item_error(self, *args: Any, **kwargs: Any) -> LogFormatterResult:
         """``Error processing ...``, masked."""
@@ -77,6 +78,15 @@ def mask_logger(logger: logging.Logger) -> None:
     """Mask credentials in what *logger* logs (a Scrapy component's, whose lines show request URLs)."""
     if not any(isinstance(f, _MaskArgs) for f in logger.filters):
         logger.addFilter(_MaskArgs())
+
+
+def _one_line(result: LogFormatterResult) -> LogFormatterResult:
+    """Scrapy puts the item on a line of its own; a Page's short form goes on the same line."""
+    args = result["args"]
+    item = args.get("item") if isinstance(args, dict) else None
+    if isinstance(item, Masked) and isinstance(item.value, Page):
+        return {**result, "msg": " ".join(str(result["msg"]).split())}
+    return result
 
 
 def _masked(result: LogFormatterResult) -> LogFormatterResult:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from recrawler.auditor import Auditor
     from recrawler.counters import RunCounters
     from recrawler.shared_run import SharedRun
-    from recrawler.state import Run, StateStore
+    from recrawler.state import Lifecycle, Run
 
 logger = logging.getLogger(__name__)
 
@@ -26,12 +26,15 @@ class Member(Protocol):
     """What a process's part in a shared run reads and sets of the run's owner (the Runtime)."""
 
     crawler: Crawler
-    store: StateStore
     counters: RunCounters
     auditor: Auditor
     run: Run | None
     workers: SharedRun | None
     exit_code: int | None
+
+    @property
+    def store(self) -> Lifecycle:
+        """The run's store: what its page writes came to."""
 
     def stop_heartbeat(self) -> None:
         """Stop renewing the site's lease."""
@@ -65,7 +68,7 @@ class WorkerActivity:
             # the leader's unseen checks must see every page this worker fetched
             await rt.store.flush()
         except StateStoreError as exc:
-            rt.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+            rt.counters.state_error(exc)
         engine = rt.crawler.engine
         # a request that reached this worker meanwhile makes it busy: never report idle over it
         if gen == self._busy_gen and (engine is None or engine.spider_is_idle()):
@@ -109,7 +112,7 @@ async def leave(rt: Member) -> None:
     try:
         await rt.store.flush()
     except StateStoreError as exc:
-        rt.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+        rt.counters.state_error(exc)
     await asyncio.to_thread(rt.workers.leave, worker_counts(rt))
     run_id = rt.run.id if rt.run else 0
     if not await asyncio.to_thread(rt.workers.leader_alive):

@@ -87,6 +87,9 @@ FIRST_BODY = "_recrawler_first_body"
 AUDIT_CLAIM = "_recrawler_audit_claim"
 #: set on a page whose body decompressed past DOWNLOAD_MAXSIZE (a gzip bomb): an error, dropped
 TOO_LARGE = "_recrawler_too_large"
+#: a large sitemap file's body, moved to an open temporary file by ListingBodyMiddleware (the
+#: response's own body is then empty); the spider's listing parser reads it, then closes it
+LISTING_BODY = "_recrawler_listing_body"
 #: set by ScheduleMiddleware on a run's deploy probes (sent first; their build markers are read)
 PROBE = "_recrawler_probe"
 #: the page key a probe's second conditional request (with the validators of its 200) checks

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from recrawler.exceptions import StateStoreError
+from recrawler.exceptions import StateStoreError, StateStoreLost
 from recrawler.items import PageStatus
 from recrawler.state import Event, utcnow
 
@@ -29,10 +29,9 @@ async def stage_soft_miss(
     counters.inc("recrawler/page/soft_404")
     counters.inc(f"recrawler/page/soft_404/{shape}")
     try:
-        staged = await runtime.store.record_miss(run, key, 404)
+        staged = await runtime.store.pages.record_miss(run, key, 404)
     except StateStoreError as exc:
-        counters.inc(f"recrawler/state/error/{type(exc).__name__}")
-        logger.error("state store write failed: %(exc)s", {"exc": exc})
+        state_error(runtime, exc, "state store write")
         return "unknown"
     if staged == "staged":
         counters.inc("recrawler/page/missing/soft_404")
@@ -53,10 +52,9 @@ async def stage_soft_miss(
             http_status=200,
         )
         try:
-            await runtime.store.record_error(run, key, [event])
+            await runtime.store.pages.record_error(run, key, [event])
         except StateStoreError as exc:
-            counters.inc(f"recrawler/state/error/{type(exc).__name__}")
-            logger.error("state store write failed: %(exc)s", {"exc": exc})
+            state_error(runtime, exc, "state store write")
     logger.debug("soft 404 (%(shape)s): %(url)s", {"shape": shape, "url": url})
     return staged
 
@@ -68,7 +66,7 @@ async def miss_moves(runtime: Runtime, target: str, status: int, *, soft: str | 
     if run is None:
         return 0
     try:
-        n = await runtime.store.miss_moves(run, target, http_status=status)
+        n = await runtime.store.pages.miss_moves(run, target, http_status=status)
     except StateStoreError as exc:
         state_error(runtime, exc)
         return 0
@@ -82,10 +80,27 @@ async def miss_moves(runtime: Runtime, target: str, status: int, *, soft: str | 
     return n
 
 
-def state_error(runtime: Runtime, exc: StateStoreError) -> None:
-    """Count and log a state store failure that the request goes on without."""
-    runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
-    logger.error("state store read failed: %(exc)s", {"exc": exc})
+def state_error(
+    runtime: Runtime | None, exc: StateStoreError, doing: str = "state store read", url: str | None = None
+) -> None:
+    """Count a state store failure that the run goes on without (``recrawler/state/error/<Name>``):
+    the first of each kind a run is one ERROR line, the rest DEBUG (a database gone mid-run fails
+    every page's read and write: one cause, one line, and the count)."""
+    name = type(exc).__name__
+    about = f" for {url}" if url else ""
+    if runtime is None:
+        logger.error("%(doing)s failed%(about)s: %(exc)s", {"doing": doing, "about": about, "exc": exc})
+        return
+    runtime.counters.state_error(exc)
+    # a database lost mid-run was said once, by the store, when it noticed
+    if not isinstance(exc, StateStoreLost) and runtime.first(f"state/error/{name}"):
+        logger.error(
+            "%(doing)s failed%(about)s: %(exc)s; more %(name)s failures are only counted "
+            "(recrawler/state/error/%(name)s)",
+            {"doing": doing, "about": about, "exc": exc, "name": name},
+        )
+    else:
+        logger.debug("%(doing)s failed%(about)s: %(exc)s", {"doing": doing, "about": about, "exc": exc})
 
 
 async def stage_miss(runtime: Runtime, key: str, url: str, status: int) -> None:
@@ -96,7 +111,7 @@ async def stage_miss(runtime: Runtime, key: str, url: str, status: int) -> None:
     if run is None:
         return
     try:
-        staged = await runtime.store.record_miss(run, key, status)
+        staged = await runtime.store.pages.record_miss(run, key, status)
     except StateStoreError as exc:
         state_error(runtime, exc)
         return
@@ -132,6 +147,6 @@ async def record_page_error(
         http_status=http_status,
     )
     try:
-        await runtime.store.record_error(run, key, [event])
+        await runtime.store.pages.record_error(run, key, [event])
     except StateStoreError as exc:
         state_error(runtime, exc)

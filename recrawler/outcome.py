@@ -12,6 +12,8 @@ if TYPE_CHECKING:
 
 #: exit codes of ``scrapy crawl`` / ``recrawler crawl`` (1 stays Scrapy's own: a crash)
 EXIT_OK, EXIT_CONFIG, EXIT_HELD, EXIT_GUARD, EXIT_STATE, EXIT_BUSY = 0, 2, 3, 4, 5, 6
+#: a crash: an error recrawler does not name (its traceback is in the log)
+EXIT_CRASH = 1
 #: an outage reason: robots.txt forbade more than RECRAWLER_MAX_ERROR_RATIO of the page requests
 OUTAGE_ROBOTS = "robots_forbidden"
 #: a worker of the run (or its leader) died mid-run: the run is unfinished

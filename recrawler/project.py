@@ -27,6 +27,9 @@ ENVIRONMENT_SETTINGS = (
     "RECRAWLER_AUTH_HEADERS",
     "RECRAWLER_AUTH_COOKIES_FILE",
 )
+#: other ``RECRAWLER_*`` environment variables recrawler reads (the log level of its settings
+#: module, an embedder's key)
+OTHER_ENVIRONMENT = ("RECRAWLER_LOG_LEVEL", "RECRAWLER_EMBEDDER_API_KEY")
 #: the database file when ``RECRAWLER_DB_URI`` is not set, in Scrapy's project data directory
 DEFAULT_DB_FILE = "recrawler.db"
 #: the settings module used outside a Scrapy project
@@ -58,6 +61,40 @@ def project_db_uri(*, create: bool = False) -> str:
     return f"sqlite:///{project_data_path(DEFAULT_DB_FILE, create=create)}"
 
 
+def project_dir() -> Path | None:
+    """The Scrapy project's directory (where its ``scrapy.cfg`` is), or None outside a project."""
+    from scrapy.utils.conf import closest_scrapy_cfg
+
+    cfg = closest_scrapy_cfg()
+    return Path(cfg).resolve().parent if cfg else None
+
+
+def resolve_project_db(settings: BaseSettings) -> None:
+    """A relative SQLite ``RECRAWLER_DB_URI`` the project's code sets (its settings module or a
+    spider's ``custom_settings``: ``sqlite:///state.db``) names a file in the project directory,
+    as the default database is in its data directory: the same database from any folder of the
+    project (a command line's ``-s``/``--db`` or the environment stay relative to the working
+    directory, as any command's paths are)."""
+    from scrapy.settings import SETTINGS_PRIORITIES
+
+    priority = settings.getpriority("RECRAWLER_DB_URI") or 0
+    uri = settings.get("RECRAWLER_DB_URI")
+    if priority not in (SETTINGS_PRIORITIES["project"], SETTINGS_PRIORITIES["spider"]) or not uri:
+        return
+    root = project_dir()
+    uri = str(uri)
+    # the backend a store_from_uri would choose: SQLite for sqlite://, file:// and a bare path
+    if root is None or ("://" in uri and uri.split("://", 1)[0].lower() not in ("sqlite", "file")):
+        return
+    from recrawler.state.sqlite.versions import sqlite_target
+
+    path, readonly = sqlite_target(uri)
+    if path == ":memory:" or Path(path).is_absolute():
+        return
+    absolute = f"sqlite:///{root / path}" + ("?mode=ro" if readonly else "")
+    settings.set("RECRAWLER_DB_URI", absolute, priority=priority)
+
+
 def apply_environment(settings: BaseSettings) -> None:
     """A deployment's environment (:data:`ENVIRONMENT_SETTINGS`) over the project's settings file,
     not over ``-s``."""
@@ -67,6 +104,17 @@ def apply_environment(settings: BaseSettings) -> None:
         value = os.environ.get(name)
         if value and (settings.getpriority(name) or 0) <= SETTINGS_PRIORITIES["project"]:
             settings.set(name, value, priority="project")
+
+
+def unknown_environment() -> list[str]:
+    """The ``RECRAWLER_*`` environment variables recrawler does not read (a misspelled
+    ``RECRAWLER_DB_URL`` would do nothing), tests' own ``RECRAWLER_TEST_*`` aside."""
+    read = {*ENVIRONMENT_SETTINGS, *OTHER_ENVIRONMENT}
+    return sorted(
+        name
+        for name in os.environ
+        if name.startswith("RECRAWLER_") and not name.startswith("RECRAWLER_TEST_") and name not in read
+    )
 
 
 def project_settings() -> Settings:
@@ -95,6 +143,7 @@ def project_database(settings: Settings | None = None) -> str:
 
     if settings is None:
         settings = project_settings()
+    resolve_project_db(settings)
     apply_environment(settings)
     if (settings.getpriority("RECRAWLER_DB_URI") or 0) <= SETTINGS_PRIORITIES["default"]:
         return project_db_uri()

@@ -13,10 +13,18 @@ from scrapy import signals
 from scrapy.exceptions import CloseSpider
 
 from recrawler import membership, meta
+from recrawler import signals as recrawler_signals
 from recrawler.auditor import Auditor
 from recrawler.counters import RunCounters
 from recrawler.cpu import CpuPool
-from recrawler.exceptions import ConfigurationError, RunRefused, SchemaVersionError, StateStoreError
+from recrawler.detect.boilerplate import PAGE_BLOCKS
+from recrawler.exceptions import (
+    ConfigurationError,
+    RunRefused,
+    SchemaVersionError,
+    StateStoreError,
+    StateStoreLost,
+)
 from recrawler.gctuning import GcTuning
 from recrawler.intervals import SchedulePolicy, parse_audit_sample
 from recrawler.learning import NoiseRegistry
@@ -124,7 +132,8 @@ class Runtime:
         self.schedule = schedule
         self.noise = noise
         self.auditor = Auditor(
-            store,
+            store.host_trust,
+            store.schedule,
             self.counters,
             sample=audit_sample,
             distrust_after=distrust_after,
@@ -138,7 +147,8 @@ class Runtime:
         #: why the run could not begin (the spider was closed before its first request)
         self.failure: BaseException | None = None
         self.lease_lost = False
-        #: how the run ended, for ``scrapy crawl``'s exit code; set by the Reconciler or on refusal
+        #: a worker's lost leader, until membership reports it with ``run_failed`` (the Reconciler
+        #: decides the exit code: ``Reconciler.exit_code``)
         self.exit_code: int | None = None
         #: the summary line and the level it was logged at; set by the Reconciler
         self.summary: tuple[int, str] | None = None
@@ -164,7 +174,7 @@ class Runtime:
             )
         runtime = cls(
             crawler,
-            store_from_uri(str(uri), s),
+            store_from_uri(str(uri), s, blocks=PAGE_BLOCKS),
             schedule=SchedulePolicy.from_settings(s),
             noise=NoiseRegistry.from_settings(s),
             audit_sample=parse_audit_sample(s.get("RECRAWLER_AUDIT_SAMPLE")),
@@ -258,16 +268,16 @@ class Runtime:
                 self.run = await membership.join(self)
             else:
                 spider, site, kwargs = self._run_args()
-                self.run = await self.store.begin_run(spider, site, utcnow(), **kwargs)
+                self.run = await self.store.runs.begin_run(spider, site, utcnow(), **kwargs)
                 if self.workers is not None:
                     await asyncio.to_thread(self.workers.publish_run, self.run)
             if self.workers is not None:
                 await asyncio.to_thread(self.workers.beat)
-            await self.noise.load(self.store)
+            await self.noise.load(self.store.history)
             if self.run.site is not None:
                 # the site's noise model before its first page: a CPU worker fingerprints (and
                 # chunks) the first pages too, not only those after the first was classified
-                await self.noise.ensure(self.run.site, self.store)
+                await self.noise.ensure(self.run.site, self.store.history)
             # trust and the audit sample, before the first request is decided
             await self.auditor.ready(self.run)
         except (RunRefused, StateStoreError, ConfigurationError) as exc:
@@ -285,9 +295,12 @@ class Runtime:
 
     async def _refuse(self, exc: BaseException) -> None:
         self.failure = exc
-        self.exit_code = _exit_code_for(exc)
+        # the Reconciler decides the run's exit code: the refusal is a cause it is told of
+        await self.crawler.signals.send_catch_log_async(
+            recrawler_signals.run_failed, cause=self._close_reason(exc), exit_code=_exit_code_for(exc)
+        )
         if isinstance(exc, StateStoreError):
-            self.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+            self.counters.state_error(exc)
         logger.error(
             "recrawler: %(exc)s", {"exc": redact_text(str(exc))}, extra={"spider": self.crawler.spider}
         )
@@ -306,7 +319,7 @@ class Runtime:
         refusal = {
             "run_id": None,
             "finish_reason": reason,
-            "outcome": {"state": "refused", "reasons": [reason], "exit_code": self.exit_code},
+            "outcome": {"state": "refused", "reasons": [reason], "exit_code": _exit_code_for(exc)},
             "error": redact_text(str(exc)),
         }
         try:
@@ -370,9 +383,11 @@ class Runtime:
                     await asyncio.to_thread(self.workers.report, membership.worker_counts(self))
                     continue
             try:
-                held = await self.store.heartbeat(run)
+                held = await self.store.runs.heartbeat(run)
             except StateStoreError as exc:
-                logger.error("lease heartbeat failed: %(exc)s", {"exc": exc})
+                # a database lost mid-run was said once, by the store, when it noticed
+                level = logging.DEBUG if isinstance(exc, StateStoreLost) else logging.ERROR
+                logger.log(level, "lease heartbeat failed: %(exc)s", {"exc": exc})
                 continue
             if not held:
                 self.lease_lost = True

@@ -15,7 +15,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.request import request_from_dict
 
 from recrawler import meta
-from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.exceptions import ConfigurationError, StateStoreError, StateStoreLost
 from recrawler.meta import is_page_request, request_key, spider_opted_in
 from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
@@ -311,8 +311,12 @@ class FrontierScheduler(Scheduler):
     ) -> None:
         rt = self.runtime
         assert rt is not None
+        named = 0
         try:
-            added = await rt.store.frontier_add(run, rows)
+            if listed:
+                added, named = await rt.store.frontier.frontier_add_listed(run, rows)
+            else:
+                added = await rt.store.frontier.frontier_add(run, rows)
         except StateStoreError as exc:
             # never lose a page: the batch waits in Scrapy's queues instead
             self._state_error(exc, "could not queue requests in the frontier: %(exc)s")
@@ -323,8 +327,8 @@ class FrontierScheduler(Scheduler):
             self._queued += added
             self._added += bool(added)
             rt.counters.inc("recrawler/frontier/queued", added)
-            if listed:
-                rt.counters.inc("recrawler/sitemap/pages", added)
+            if named:
+                rt.counters.inc("recrawler/sitemap/pages", named)
         finally:
             task = asyncio.current_task()
             if task is not None:
@@ -358,7 +362,7 @@ class FrontierScheduler(Scheduler):
         try:
             # each request comes with its page's stored record, for its meta: the conditional
             # middleware and the pipelines need not read each page on its own
-            taken = await rt.store.frontier_next(run, self.batch_size)
+            taken = await rt.store.frontier.frontier_next(run, self.batch_size)
         except StateStoreError as exc:
             self._state_error(exc, "could not read the frontier: %(exc)s")
             # the rest of the run goes on without it (the next write reads again)
@@ -403,7 +407,8 @@ class FrontierScheduler(Scheduler):
         assert rt is not None
         name = type(exc).__name__
         rt.counters.inc(f"recrawler/state/error/{name}")
-        if rt.first(f"frontier:{message}"):
+        # a database lost mid-run was said once, by the store, when it noticed
+        if not isinstance(exc, StateStoreLost) and rt.first(f"frontier:{message}"):
             logger.error(message, {"exc": exc}, extra={"spider": self.spider})
 
 

@@ -1,11 +1,13 @@
 """Sitemap ``lastmod`` values: every W3C datetime form, read as the latest instant they can denote;
-and whether a sitemap's parser read it to its end."""
+a gzipped sitemap decompressed a chunk at a time; whether a sitemap's parser read it to its end."""
 
 from __future__ import annotations
 
+import gzip
 import re
+import struct
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import IO, Any
 
 # W3C datetime (https://www.w3.org/TR/NOTE-datetime): YYYY, YYYY-MM, YYYY-MM-DD, then
 # Thh:mmTZD, Thh:mm:ssTZD or Thh:mm:ss.sTZD; TZD is Z or +hh:mm / -hh:mm.
@@ -97,7 +99,35 @@ def parse_lastmod_start(value: str | None) -> datetime | None:
         return None
 
 
-__all__ = ["known_lastmod", "parse_lastmod", "parse_lastmod_start"]
+__all__ = ["gunzip_into", "known_lastmod", "parse_lastmod", "parse_lastmod_start", "stopped_early"]
+
+#: bytes decompressed at a time
+_CHUNK = 65_536
+
+
+def gunzip_into(src: IO[bytes], dst: IO[bytes], *, max_size: int = 0) -> IO[bytes]:
+    """Decompress the gzip stream *src* into *dst* a chunk at a time, as Scrapy's ``gunzip`` does
+    in memory: a damaged or cut-short stream keeps what came before the damage (and fails only if
+    nothing came), and more than *max_size* bytes (0: no bound) is a ValueError. Returns *dst*,
+    rewound."""
+    unpacked = gzip.GzipFile(fileobj=src)
+    size = 0
+    while True:
+        try:
+            chunk = unpacked.read1(_CHUNK)
+        except (OSError, EOFError, struct.error):
+            if size:
+                break
+            raise
+        if not chunk:
+            break
+        size += len(chunk)
+        if max_size and size > max_size:
+            msg = f"more than {max_size} bytes once decompressed"
+            raise ValueError(msg)
+        dst.write(chunk)
+    dst.seek(0)
+    return dst
 
 
 def stopped_early(sitemap: Any) -> tuple[int, str] | None:

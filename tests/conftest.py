@@ -17,6 +17,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.reactor import is_reactor_installed
 from scrapy.utils.test import get_reactor_settings
 
+from recrawler.extensions.reconcile import decided_exit_code
 from recrawler.runtime import Runtime
 from recrawler.spiders.docs import DocsSpider
 from tests.conftest_mockserver import *  # noqa: F403 (fixtures: mockserver, site)
@@ -113,7 +114,7 @@ class Crawls:
             report=report,
             events=self._events()[len(before) :],
             finish_reason=closed[0] if closed else None,
-            exit_code=runtime.exit_code,
+            exit_code=decided_exit_code(crawler),
             failure=runtime.failure,
         )
 

@@ -61,6 +61,8 @@ class EmbedServer:
         self.api_key = api_key
         self.echo_auth = echo_auth
         self.requests: list[Recorded] = []
+        #: set as each request is recorded (clear it to wait for the next one)
+        self.requested = threading.Event()
         self._replies: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -102,6 +104,7 @@ class EmbedServer:
             body = None
         with self._lock:
             self.requests.append(Recorded(path=path, headers=headers, body=body))
+            self.requested.set()
         scripted = self._next_reply()
         if scripted is not None:
             return scripted

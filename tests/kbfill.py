@@ -46,9 +46,9 @@ async def fill(uri: str, pages: Mapping[str, Sequence[str]], *, site: str = SITE
     await store.open()
     try:
         now = datetime.now(UTC)
-        run = await store.begin_run("docs", site, now, holder=HOLDER, lease_secs=0)
+        run = await store.runs.begin_run("docs", site, now, holder=HOLDER, lease_secs=0)
         for name, texts in pages.items():
-            stored = await store.get(f"{site}/{name}")
+            stored = await store.pages.get(f"{site}/{name}")
             rec = page_record(name, site, stored.first_seen if stored is not None else now)
             chunks = [
                 Chunk(
@@ -61,10 +61,10 @@ async def fill(uri: str, pages: Mapping[str, Sequence[str]], *, site: str = SITE
                 )
                 for i, text in enumerate(texts)
             ]
-            await store.record(run, rec, [], chunks=chunks)
-        await embed_missing(store, HashingEmbedder())
-        await store.publish(run.id, now)
-        await store.index_vectors(HashingEmbedder().id)
+            await store.pages.record(run, rec, [], chunks=chunks)
+        await embed_missing(store.kb, HashingEmbedder())
+        await store.kb.publish(run.id, now)
+        await store.search_index.index_vectors(HashingEmbedder().id)
         return run.id
     finally:
         await store.close()

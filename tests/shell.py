@@ -7,6 +7,7 @@ import asyncio
 import io
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,8 @@ from recrawler.cli import main as cli_main
 from tests.conftest_mockserver import REPO_ROOT
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import pytest
 
 
@@ -89,3 +92,71 @@ def scrapy_crawl(
 ) -> subprocess.CompletedProcess[str]:
     """:func:`scrapy_crawl_argv` run to its end in the checkout, its output captured."""
     return run_in_checkout(scrapy_crawl_argv(sitemap, *settings), timeout=timeout, check=check)
+
+
+class Watched:
+    """A process whose stderr is read line by line as it comes: a test waits for a log line (an
+    event), never for a while. Use as a context manager: the process is killed on the way out."""
+
+    def __init__(
+        self, argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        self.process = subprocess.Popen(
+            argv,
+            cwd=cwd or REPO_ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            with self._changed:
+                self.lines.append(line.rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self._done = True
+            self._changed.notify_all()
+
+    _done = False
+
+    def wait_line(self, text: str, timeout: float = 120.0) -> str:
+        """The first line that contains *text*, once the process has written it."""
+        with self._changed:
+            found = self._changed.wait_for(
+                lambda: any(text in line for line in self.lines) or self._done, timeout=timeout
+            )
+            match = next((line for line in self.lines if text in line), None)
+        if not found or match is None:
+            tail = "\n".join(self.lines[-40:])
+            raise AssertionError(f"no line with {text!r} (exit {self.process.poll()}):\n{tail}")
+        return match
+
+    def wait(self, timeout: float) -> int:
+        """The exit code, once the process has ended (and its stderr is read to the end)."""
+        code = self.process.wait(timeout=timeout)
+        self._reader.join(timeout=timeout)
+        return code
+
+    @property
+    def stderr(self) -> str:
+        with self._changed:
+            return "\n".join(self.lines)
+
+    def __enter__(self) -> Watched:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=30)
+        self._reader.join(timeout=30)
+        assert self.process.stderr is not None
+        self.process.stderr.close()

@@ -20,6 +20,7 @@ import pytest
 from scrapy.settings import Settings
 
 from recrawler import default_settings
+from recrawler.detect.boilerplate import PAGE_BLOCKS
 from recrawler.kb.chunking import Chunk
 from recrawler.state import (
     Event,
@@ -89,7 +90,8 @@ class BackendMixin:
     async def opened(self, uri: str, settings: Settings, **overrides: Any) -> AsyncIterator[StateStore]:
         for name, value in overrides.items():
             settings.set(name, value)
-        store = store_from_uri(uri, settings)
+        # opened as a crawl opens it: with change detection's block arithmetic
+        store = store_from_uri(uri, settings, blocks=PAGE_BLOCKS)
         await store.open()
         try:
             yield store

@@ -33,11 +33,12 @@ def state(uri: str) -> dict[str, object]:
     """What a database holds, backend-neutral: pages, published chunks and runs."""
     store = store_from_uri(uri, settings())
     pages = {
-        p.key.split("/", 2)[-1]: (p.status, p.content_hash, p.chunks, p.misses) for p in store.iter_pages()
+        p.key.split("/", 2)[-1]: (p.status, p.content_hash, p.chunks, p.misses)
+        for p in store.readers.iter_pages()
     }
     with open_kb(uri, embedder="hashing") as kb:
         chunks = sorted((c.key.split("/", 2)[-1], c.chunk_index, c.text) for c in kb.chunks())
-    runs = [(r["state"], r["finish_reason"]) for r in store.iter_runs()]
+    runs = [(r["state"], r["finish_reason"]) for r in store.readers.iter_runs()]
     return {"pages": pages, "chunks": chunks, "runs": runs}
 
 

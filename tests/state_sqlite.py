@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from recrawler.detect.boilerplate import PAGE_BLOCKS
 from recrawler.state import Event, PageRecord, Run
 from recrawler.state.sqlite import SQLiteStateStore
 from tests import statedb
@@ -58,7 +59,8 @@ def snapshot(path: Path) -> dict[str, bytes]:
 
 @asynccontextmanager
 async def opened(path: Path, **kwargs: Any) -> AsyncIterator[SQLiteStateStore]:
-    store = SQLiteStateStore(str(path), **kwargs)
+    # opened as a crawl opens it: with change detection's block arithmetic
+    store = SQLiteStateStore(str(path), **{"blocks": PAGE_BLOCKS, **kwargs})
     await store.open()
     try:
         yield store

@@ -5,7 +5,7 @@ process (files under $RECRAWLER_TEST_STORE_DIR), PGVector on $RECRAWLER_TEST_STO
 from __future__ import annotations
 
 import os
-import time
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,14 +53,19 @@ def pgvector() -> VectorStore:
 
 
 class Slow:
-    """A store whose adds take a while: a sync of it can be killed half way."""
+    """A store that hangs in its first add, before adding, until its process is killed: a sync of
+    it is half way (the stale chunks deleted, a batch of new ones pending) when it is killed."""
+
+    #: at most this long (the test kills the process first)
+    HANG_SECS = 120.0
 
     def __init__(self, store: VectorStore) -> None:
         self.store = store
+        self.never = threading.Event()
 
     def add_documents(self, documents: Any, **kwargs: Any) -> Any:
-        time.sleep(0.3)
-        return self.store.add_documents(documents, **kwargs)
+        self.never.wait(self.HANG_SECS)
+        raise RuntimeError("the slow store was not killed while it hung")
 
     def delete(self, ids: Any = None, **kwargs: Any) -> Any:
         return self.store.delete(ids, **kwargs)
@@ -107,3 +112,53 @@ def close(name: str, store: Any) -> None:
         store.client.close()
     elif name == "pgvector":
         store._engine.dispose()
+
+
+# --- stores that are down: a server that does not answer on $RECRAWLER_TEST_DOWN_PORT ------------
+
+
+def _down_port() -> int:
+    return int(os.environ["RECRAWLER_TEST_DOWN_PORT"])
+
+
+def chroma_down() -> VectorStore:
+    import chromadb
+    from chromadb.config import Settings
+    from langchain_chroma import Chroma
+
+    client = chromadb.HttpClient(
+        host="127.0.0.1", port=_down_port(), settings=Settings(anonymized_telemetry=False)
+    )
+    return Chroma(COLLECTION, embedding_function=RecrawlerEmbeddings("hashing"), client=client)
+
+
+def qdrant_down() -> VectorStore:
+    from langchain_qdrant import QdrantVectorStore
+    from qdrant_client import QdrantClient
+
+    client = QdrantClient(url=f"http://127.0.0.1:{_down_port()}", timeout=5, check_compatibility=False)
+    embeddings = RecrawlerEmbeddings("hashing")
+    return QdrantVectorStore(client, COLLECTION, embeddings, validate_collection_config=False)
+
+
+def pgvector_down() -> VectorStore:
+    from langchain_postgres import PGVector
+
+    uri = f"postgresql+psycopg://bot:secret@127.0.0.1:{_down_port()}/docs"
+    return PGVector(
+        RecrawlerEmbeddings("hashing"), collection_name=COLLECTION, connection=uri, use_jsonb=True
+    )
+
+
+class _Refusing:
+    """A store of your own whose server refuses every call, as a client library reports it."""
+
+    def add_documents(self, documents: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"server at 127.0.0.1:{_down_port()} refused the connection")
+
+    def delete(self, ids: Any = None, **kwargs: Any) -> Any:
+        raise RuntimeError(f"server at 127.0.0.1:{_down_port()} refused the connection")
+
+
+def own_down() -> Any:
+    return _Refusing()

@@ -61,7 +61,9 @@ def test_a_run_that_did_not_end_well_is_logged_once_at_warning(site: Site, tmp_p
     assert result.returncode == 4
     lines = summaries(result.stderr)
     assert len(lines) == 1
-    assert "[recrawler.extensions.reconcile] WARNING: crawled: 0 " in lines[0]
+    # the listing that failed is the run's one error
+    head = "crawled: 1 new: 0 changed: 0 unchanged: 0 gone: 0 errors: 1 "
+    assert f"[recrawler.extensions.reconcile] WARNING: {head}" in lines[0]
     assert lines[0].endswith("| reconcile skipped: sitemap_failed | exit 4")
 
 

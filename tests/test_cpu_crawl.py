@@ -20,6 +20,7 @@ from scrapy.http import HtmlResponse, TextResponse
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cpu import EncodingOf
+from recrawler.extensions.reconcile import decided_exit_code
 from recrawler.runtime import Runtime
 from recrawler.spiders import RecrawlerSpiderMixin
 from recrawler.spiders.docs import DocsSpider
@@ -322,5 +323,5 @@ async def test_a_refused_run_stops_its_workers_before_it_returns(site: Site, tmp
     await crawler.crawl_async(sitemap_url=sitemap)
     runtime = crawler.get_extension(Runtime)
     assert runtime is not None
-    assert runtime.exit_code == 5
+    assert decided_exit_code(crawler) == 5
     assert set(multiprocessing.active_children()) - before == set()

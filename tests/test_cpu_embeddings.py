@@ -45,7 +45,7 @@ async def test_chunk_texts_embedded_by_a_worker_are_the_texts_embedded_in_proces
         pool.start()
         try:
             now = datetime.now(UTC)
-            run = await store.begin_run("docs", site, now, lease_secs=0)
+            run = await store.runs.begin_run("docs", site, now, lease_secs=0)
             for p in range(pages):
                 key = f"{site}/p{p}"
                 texts = [f"page {p} chunk {i}: the fetch_{p}_{i} setting, {i * p} words" for i in range(20)]
@@ -56,9 +56,9 @@ async def test_chunk_texts_embedded_by_a_worker_are_the_texts_embedded_in_proces
                     Chunk(key=key, url=page.url, chunk_index=i, heading="H", text=t, chunk_hash=f"c{p}-{i}")
                     for i, t in enumerate(texts)
                 ]
-                await store.record(run, page, [], chunks=chunks)
+                await store.pages.record(run, page, [], chunks=chunks)
             embedder = HashingEmbedder()
-            assert await embed_missing(store, embedder, pool=pool) == (texts_in, -(-texts_in // 256))
+            assert await embed_missing(store.kb, embedder, pool=pool) == (texts_in, -(-texts_in // 256))
             assert embedder.texts == texts_in
             if not processes:
                 assert counters["recrawler/cpu/worker_texts"] == 0
@@ -68,7 +68,7 @@ async def test_chunk_texts_embedded_by_a_worker_are_the_texts_embedded_in_proces
             else:
                 # 2,400 texts, 10 batches: the worker's first 4, then this process beside it
                 assert 4 * 256 <= counters["recrawler/cpu/worker_texts"] < 2400
-            assert await store.count_missing(embedder.id) == 0
+            assert await store.kb.count_missing(embedder.id) == 0
         finally:
             pool.shutdown()
             await store.close()
@@ -84,7 +84,7 @@ async def _store_with_chunks(path: Path, pages: int, per_page: int) -> SQLiteSta
     await store.open()
     site = "docs.example.com"
     now = datetime.now(UTC)
-    run = await store.begin_run("docs", site, now, lease_secs=0)
+    run = await store.runs.begin_run("docs", site, now, lease_secs=0)
     for p in range(pages):
         key = f"{site}/p{p}"
         page = PageRecord(key=key, site=site, url=f"https://{key}", content_hash=f"h{p}", first_seen=now)
@@ -99,7 +99,7 @@ async def _store_with_chunks(path: Path, pages: int, per_page: int) -> SQLiteSta
             )
             for i in range(per_page)
         ]
-        await store.record(run, page, [], chunks=chunks)
+        await store.pages.record(run, page, [], chunks=chunks)
     await store.flush()
     return store
 
@@ -119,7 +119,7 @@ async def test_the_next_batch_is_embedded_while_one_is_stored(tmp_path: Path) ->
 
     store = await _store_with_chunks(tmp_path / "s.db", 4, 256)
     stored: list[int] = []
-    real = store.store_embeddings
+    real = store.kb.store_embeddings
 
     async def store_embeddings(rows: Any) -> None:
         n = len(stored)
@@ -128,12 +128,12 @@ async def test_the_next_batch_is_embedded_while_one_is_stored(tmp_path: Path) ->
         stored.append(len(rows))
         await real(rows)
 
-    store.store_embeddings = store_embeddings  # type: ignore[method-assign]
+    store.kb.store_embeddings = store_embeddings  # type: ignore[method-assign]
     try:
         embedder = Watched()
-        assert await embed_missing(store, embedder) == (1024, 4)
+        assert await embed_missing(store.kb, embedder) == (1024, 4)
         assert stored == [256] * 4
-        assert await store.count_missing(embedder.id) == 0
+        assert await store.kb.count_missing(embedder.id) == 0
     finally:
         await store.close()
 

@@ -8,7 +8,6 @@ import asyncio
 import dataclasses
 import multiprocessing
 import os
-import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +24,7 @@ from recrawler.kb.embedders import HashingEmbedder
 from recrawler.learning import NoiseRegistry
 from recrawler.state import PageRecord
 from tests import docsite
+from tests.waiting import until
 
 
 @deferred_f_from_coro_f
@@ -163,12 +163,12 @@ async def test_workers_yield_the_cpu_to_the_crawls_process() -> None:
         pids = list(pool._pool._processes)
         assert len(pids) == 2
         # a worker lowers its priority as it starts: the one that took no job may still be starting
-        deadline = time.monotonic() + 10
-        while (seen := [os.getpriority(os.PRIO_PROCESS, pid) for pid in pids]) != [
-            min(own + 5, 19)
-        ] * 2 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert seen == [min(own + 5, 19)] * 2
+        want = [min(own + 5, 19)] * 2
+
+        def lowered() -> bool:
+            return [os.getpriority(os.PRIO_PROCESS, pid) for pid in pids] == want
+
+        await asyncio.to_thread(until, lowered, "both workers' priority lowered", timeout=10)
     finally:
         pool.shutdown()
     assert os.getpriority(os.PRIO_PROCESS, 0) == own

@@ -6,7 +6,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +13,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from tests import docsite, shell, statedb
 from tests.noise_furniture import counted_from_scratch, counters
+from tests.waiting import until
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -51,14 +51,6 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _wait_for(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
-
-
 @deferred_f_from_coro_f
 async def test_sigkill_midway_then_rerun_matches_uninterrupted(
     site: Site, crawls: Crawls, tmp_path: Path
@@ -92,7 +84,7 @@ async def test_sigkill_midway_then_rerun_matches_uninterrupted(
         env={**os.environ},
     )
     try:
-        _wait_for(lambda: any(r["path"] == "p20.html" for r in site.requests()))
+        until(lambda: any(r["path"] == "p20.html" for r in site.requests()), "p20.html requested", timeout=30)
 
         def committed() -> int:
             if not db.exists():
@@ -102,14 +94,14 @@ async def test_sigkill_midway_then_rerun_matches_uninterrupted(
             except sqlite3.OperationalError:
                 return 0
 
-        _wait_for(lambda: committed() >= 4)
+        until(lambda: committed() >= 4, "4 pages committed", timeout=30)
         workers = _children(proc.pid)
         assert workers  # its CPU worker processes
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
     # no worker outlives its crawl process
-    _wait_for(lambda: not any(_alive(pid) for pid in workers), timeout=10)
+    until(lambda: not any(_alive(pid) for pid in workers), "the CPU workers gone", timeout=10)
     partial = _state(db)
     assert 0 < len(partial) < N  # killed half way: some pages committed, not all
     assert statedb.value(db, "PRAGMA integrity_check") == "ok"

@@ -4,12 +4,14 @@ disk (listed pages reach Scrapy's scheduler in bounded batches)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import signals
 from scrapy.utils.defer import deferred_f_from_coro_f
 
+from recrawler import meta
 from tests import docsite, statedb
 
 if TYPE_CHECKING:
@@ -169,3 +171,63 @@ async def test_without_the_frontier_results_are_the_same(site: Site, crawls: Cra
     assert "recrawler/frontier/queued" not in r1.stats
     r2 = await crawls.crawl(sitemap, RECRAWLER_FRONTIER_ENABLED=False, RECRAWLER_CPU_THREADS=0)
     assert r2.stats["recrawler/page/unchanged"] == 12
+
+
+class ListingClock:
+    """When the listing's last page request was handed to the scheduler (to be written to the
+    frontier), and how many were."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.handed = 0
+        self.last_at = 0.0
+        crawler.signals.connect(self.request_scheduled, signal=signals.request_scheduled)
+        crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    def request_scheduled(self, request: Any) -> None:
+        if request.meta.get(meta.LISTED):
+            self.handed += 1
+            self.last_at = time.time()
+
+    def spider_closed(self) -> None:
+        Path(self.crawler.settings["PROBE_FILE"]).write_text(
+            json.dumps({"handed": self.handed, "last_at": self.last_at})
+        )
+
+
+@deferred_f_from_coro_f
+async def test_pages_are_fetched_while_a_large_sitemap_is_still_listed(
+    site: Site, crawls: Crawls, tmp_path: Path
+) -> None:
+    """Scrapy sends no request while the responses its scraper holds are over
+    SCRAPER_SLOT_MAX_ACTIVE_SIZE (5 MB), and a sitemap file is held until its last entry is
+    handed on: a 50,000-URL file (6 MB) would hold every page request back until the whole file
+    was written to the frontier. Here a 10,000-URL file (0.8 MB) against a budget of 200 KB: the
+    first page is requested while the file is still being listed."""
+    listed = 10_000
+    for i in range(300):
+        site.write(f"p{i}.html", body(f"p{i}"), mtime=T0)
+    sitemap = site.write_sitemap([f"p{i}.html" for i in range(listed)], name="big.xml")
+    assert (site.root / "big.xml").stat().st_size > 4 * 200_000
+    probe = tmp_path / "clock.json"
+    r1 = await crawls.crawl(
+        sitemap,
+        SCRAPER_SLOT_MAX_ACTIVE_SIZE=200_000,
+        CLOSESPIDER_PAGECOUNT=100,
+        EXTENSIONS={ListingClock: 0},
+        PROBE_FILE=str(probe),
+    )
+    clock = json.loads(probe.read_text())
+    # Scrapy lets the sitemap's callback finish before the spider closes: the whole listing
+    assert clock["handed"] == listed
+    assert r1.stats["recrawler/sitemap/urls"] == listed
+    pages = [r for r in site.requests() if r["path"].startswith("p")]
+    assert 100 <= len(pages) < 300
+    first_page_at = min(r["at"] for r in pages)
+    assert first_page_at < clock["last_at"], (
+        f"first page requested {first_page_at - clock['last_at']:.2f} s after the listing was handed over"
+    )

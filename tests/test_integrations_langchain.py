@@ -47,14 +47,14 @@ async def test_retriever_reads_the_published_run_only(site: Site, crawls: Crawls
     retriever = RecrawlerRetriever(uri=crawls.db_uri, k=2)
     try:
         docs = await asyncio.to_thread(retriever.invoke, "retry_limit failed uploads")
-        assert len(docs) == 2
+        # the one chunk with the words: the pages about something else do not pad the answer
+        assert len(docs) == 1
         best = docs[0]
         assert isinstance(best, Document)
         assert best.page_content.endswith("Set retry_limit to retry failed uploads.")
         assert best.metadata["url"] == site.url("upload.html") + "#retries"
         assert best.metadata["heading"].endswith("Retries")
         assert best.metadata["title"].startswith("Upload")
-        assert best.metadata["score"] > docs[1].metadata["score"]
         checked = datetime.fromisoformat(best.metadata["last_checked"])
         assert checked.utcoffset() is not None
         assert best.metadata["last_changed"] is not None

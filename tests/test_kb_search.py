@@ -1,5 +1,5 @@
 """The bot's search: exact vectors without loading them, keywords fused in, no padding, both
-backends alike (recrawler.kb.ranking, recrawler.kb.vectors, the readers in recrawler.kb.reader)."""
+backends alike (recrawler.kb.ranking, recrawler.state.sqlite.vectors, the readers in recrawler.kb.reader)."""
 
 from __future__ import annotations
 
@@ -171,7 +171,9 @@ def test_keyword_terms_and_fusion() -> None:
 
 def synthetic_kb(path: Path, n: int, seed: int = 7) -> np.ndarray:
     """A published knowledge base of *n* chunks (one page per 10) with random unit vectors stored
-    as the hashing embedder's; half of the pages on a second site; the vector blocks written."""
+    as the hashing embedder's; half of the pages on a second site; the vector blocks written.
+    Random vectors are all about as far from a query (cosines near 0): the tests over them search
+    with no similarity floor (``min_similarity=0.0``), what they check is the scan."""
     from recrawler.state.sql.dialect import drive
     from recrawler.state.sql.search import build_blocks
     from recrawler.state.sqlite.versions import _execute, migrate
@@ -228,7 +230,7 @@ def test_vector_search_is_exact_over_blocks_and_tail_with_visibility_and_site(tm
     site_a = np.array([(i // 10) % 2 == 0 for i in range(n)])
     embedder = HashingEmbedder()
     queries = [f"query {w} {w2}" for w in WORDS for w2 in WORDS[:3]]
-    with open_kb(f"sqlite:///{path}") as kb:
+    with open_kb(f"sqlite:///{path}", min_similarity=0.0) as kb:
         for q in queries:
             qv = embedder.embed([q])[0].astype(np.float64)
             scores = vectors.astype(np.float64) @ qv
@@ -267,7 +269,7 @@ def test_a_warm_search_keeps_columns_within_its_bound_and_stays_exact(tmp_path: 
         want[q] = [f"{i:064x}" for i in ranked[np.argsort(-scores[ranked], kind="stable")][:10]]
 
     # a dimension of a block is 16 KB and its scale: 0.1 MiB keeps 6 of the 2 blocks' dimensions
-    kbs = [open_kb(f"sqlite:///{path}", cache_mb=mb) for mb in (0, 0.1, 1000)]
+    kbs = [open_kb(f"sqlite:///{path}", cache_mb=mb, min_similarity=0.0) for mb in (0, 0.1, 1000)]
     try:
         for written in (False, True):
             if written:
@@ -299,7 +301,8 @@ def test_a_cold_search_reads_only_what_it_needs(tmp_path: Path) -> None:
     probe = (
         "import sys\n"
         "from recrawler.cli import main\n"
-        "code = main(['search', 'deploy upload retry', '-k', '5', '--json', '--db', sys.argv[1]])\n"
+        "argv = ['search', 'deploy upload retry', '-k', '5', '--json', '--db', sys.argv[1]]\n"
+        "code = main([*argv, '--min-similarity', '0'])\n"
         "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]\n"
         "crawl_side = sorted(m for m in sys.modules if m.startswith(('recrawler.detect', "
         "'recrawler.state.sqlite.database', 'recrawler.state.sqlite.store')))\n"
@@ -350,7 +353,7 @@ def test_float16_blocks_of_an_older_store_are_searched_exact_and_written_again(t
     embedder = HashingEmbedder()
 
     def check() -> None:
-        with open_kb(f"sqlite:///{path}") as kb:
+        with open_kb(f"sqlite:///{path}", min_similarity=0.0) as kb:
             for w in WORDS:
                 qv = embedder.embed([f"query {w}"])[0].astype(np.float64)
                 scores = vectors.astype(np.float64) @ qv
@@ -369,6 +372,40 @@ def test_float16_blocks_of_an_older_store_are_searched_exact_and_written_again(t
     check()
 
 
+def test_writing_a_block_holds_its_int8_columns_not_its_vectors_over_and_over(tmp_path: Path) -> None:
+    """A publishing run writes the vector blocks of what it embedded (a block per 16,384 vectors)
+    in the crawl's own process, at its end: a block's writing holds its int8 columns and a page
+    of rows, never the block's float32 vectors (25 MB at 384 dimensions) copied five times (rows,
+    joined, transposed, scaled, rounded: 127 MiB more at the end of a 100,000-page first run).
+    The columns written are the ones the whole block gives (the search test above checks the
+    ranking)."""
+    import tracemalloc
+
+    from recrawler.state.sql.dialect import drive
+    from recrawler.state.sql.search import build_blocks, encode_columns
+    from recrawler.state.sqlite.versions import _execute
+
+    path = tmp_path / "kb.db"
+    vectors = synthetic_kb(path, BLOCK + 200)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("DELETE FROM vector_columns")
+    conn.execute("DELETE FROM vector_blocks")
+    embedder = HashingEmbedder()
+    vectors_bytes = BLOCK * vectors.shape[1] * 4
+    conn.execute("BEGIN")
+    tracemalloc.start()
+    try:
+        assert drive(build_blocks(embedder.id), lambda op: _execute(conn, op)) == 1
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    conn.execute("COMMIT")
+    assert peak < vectors_bytes / 2, f"{peak / 2**20:.1f} MiB held to write one block"
+    written = [bytes(r[0]) for r in conn.execute("SELECT data FROM vector_columns ORDER BY dim")]
+    conn.close()
+    assert written == encode_columns(vectors[:BLOCK])
+
+
 def test_a_warm_search_does_not_work_through_every_page(tmp_path: Path) -> None:
     """The SQLite work of one warm search (virtual machine steps) hardly grows with the knowledge
     base: 3,000 or 30,000 chunks, the hits' pages are looked up by key, never all read."""
@@ -376,7 +413,7 @@ def test_a_warm_search_does_not_work_through_every_page(tmp_path: Path) -> None:
     for n in (3_000, 30_000):
         path = tmp_path / f"kb-{n}.db"
         synthetic_kb(path, n)
-        with open_kb(f"sqlite:///{path}") as kb:
+        with open_kb(f"sqlite:///{path}", min_similarity=0.0) as kb:
             kb.search("deploy upload retry", k=10)  # the tail and the block list, once
             counter = [0]
 
@@ -384,10 +421,10 @@ def test_a_warm_search_does_not_work_through_every_page(tmp_path: Path) -> None:
                 counter[0] += 1
                 return 0
 
-            kb._conn.set_progress_handler(tick, 100)
+            kb.reads.conn.set_progress_handler(tick, 100)
             assert len(kb.search("deploy upload retry", k=10, mode="vector")) == 10
             assert len(kb.search("deploy upload retry", k=10, site="b.example")) == 10
-            kb._conn.set_progress_handler(None, 100)
+            kb.reads.conn.set_progress_handler(None, 100)
             steps[n] = counter[0] * 100
     assert steps[30_000] < 2 * steps[3_000], steps
 

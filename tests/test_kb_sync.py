@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +21,7 @@ from recrawler.cli import main as cli_main
 from recrawler.kb.reader import open_kb
 from recrawler.kb.sync import VectorStoreSync, chunk_id
 from tests import docsite, statedb, stores
+from tests.waiting import until
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -122,18 +122,18 @@ async def test_a_sync_killed_half_way_resumes_without_duplicates_or_orphans(
     cmd = [sys.executable, "-m", "recrawler.cli", "sync", "--store", f"tests.stores.slow_{store_env}"]
     proc = subprocess.Popen([*cmd, "--name", store_env, "--db", crawls.db_uri], env=env, cwd=crawls.tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        # killed once it has added some of the new chunks, and before it is done
-        while time.monotonic() < deadline and proc.poll() is None:
+
+        def half_way() -> bool:
             pending = statedb.value(crawls.db_path, "SELECT COUNT(*) FROM sink_chunks WHERE state = 0")
             added = statedb.value(
                 crawls.db_path,
                 f"SELECT COUNT(*) FROM sink_chunks WHERE state = 1 AND key IN ({','.join('?' * 30)})",
                 [f"{site.url(p).split('://', 1)[1]}" for p in paths[:30]],
             )
-            if added >= 16 and pending:
-                break
-            await asyncio.sleep(0.05)
+            return bool(added >= 16 and pending) or proc.poll() is not None
+
+        # killed once it has added some of the new chunks, and before it is done
+        await asyncio.to_thread(until, half_way, "the sync half way", timeout=60)
         assert proc.poll() is None, "the sync ended before it could be killed"
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)

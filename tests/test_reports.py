@@ -128,7 +128,7 @@ async def test_held_run_report_gives_the_approve_and_discard_commands(site: Site
     assert r2.report["held"] == ["mass_removal"]
     run_id = r2.report["run_id"]
 
-    context = collect(open_store(build_settings(db=crawls.db_uri)), db=crawls.db_uri)
+    context = collect(open_store(build_settings(db=crawls.db_uri)).readers, db=crawls.db_uri)
     assert context["run"]["id"] == run_id
     assert context["hold_reasons"] == [r2.report["alert"]]
     assert context["hold_reasons"][0].startswith("mass_removal: 4 of 6 live pages")
@@ -152,7 +152,7 @@ async def test_report_of_a_database_without_runs(tmp_path: Path, capsys: pytest.
     await store.open()
     await store.close()
     with pytest.raises(ConfigurationError, match="no runs"):
-        collect(store)
+        collect(store.readers)
     assert cli_main(["report", "--db", db, "-o", str(tmp_path / "r.html")]) == 2
     assert "no runs in the database yet" in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists()
@@ -244,9 +244,9 @@ async def test_an_approved_run_stands_at_exit_0(site: Site, crawls: Crawls) -> N
     assert held.exit_code == 3
     assert await asyncio.to_thread(cli_main, ["runs", "approve", str(run_id), "--db", crawls.db_uri]) == 0
     store = open_store(build_settings(db=crawls.db_uri))
-    row = next(r for r in store.iter_runs() if r["id"] == run_id)
+    row = next(r for r in store.readers.iter_runs() if r["id"] == run_id)
     assert (row["state"], row["exit_code"], row["reasons"]) == ("published", 0, ["mass_removal"])
-    context = collect(store, run_id)
+    context = collect(store.readers, run_id)
     assert [p["url"] for p in context["pages"]["quarantined"]] == [site.url(n) for n in sorted(names[:4])]
     out = crawls.tmp_path / "approved.html"
     assert cli_main(["report", str(run_id), "--db", crawls.db_uri, "-o", str(out)]) == 0

@@ -3,11 +3,14 @@ opted in; what it cannot write waits in memory, what it cannot read never hangs 
 
 from __future__ import annotations
 
+import json
 import logging
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import pytest
+from scrapy import signals
 from scrapy.core.scheduler import Scheduler
 from scrapy.exceptions import NotConfigured
 from scrapy.settings import Settings
@@ -24,9 +27,8 @@ from tests.conftest import make_crawler
 from tests.test_trust_other_spiders import ADDON, OptedIn, PlainSpider, write_pages
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     import scrapy
+    from scrapy.crawler import Crawler
 
     from tests.conftest import Crawls
     from tests.conftest_mockserver import Site
@@ -108,8 +110,9 @@ class UnwritableFrontierStore(SQLiteStateStore):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # the roles' methods are bound on the instance
-        self.frontier_add = self._fail  # type: ignore[method-assign]
+        # each role is an object of its own: its method is replaced on it
+        self.frontier.frontier_add = self._fail  # type: ignore[method-assign]
+        self.frontier.frontier_add_listed = self._fail  # type: ignore[method-assign]
 
     async def _fail(self, *args: Any, **kwargs: Any) -> Any:
         raise StateStoreError("injected: the frontier cannot be written")
@@ -120,7 +123,7 @@ class UnreadableFrontierStore(SQLiteStateStore):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.frontier_next = self._fail  # type: ignore[method-assign]
+        self.frontier.frontier_next = self._fail  # type: ignore[method-assign]
 
     async def _fail(self, *args: Any, **kwargs: Any) -> Any:
         raise StateStoreError("injected: the frontier cannot be read")
@@ -177,9 +180,9 @@ class CountingStore(SQLiteStateStore):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # the roles' methods are bound on the instance
-        self._get = self.get
-        self.get = self._counted  # type: ignore[method-assign]
+        # each role is an object of its own: its method is replaced on it
+        self._get = self.pages.get
+        self.pages.get = self._counted  # type: ignore[method-assign]
 
     async def _counted(self, key: str) -> Any:
         CountingStore.reads.append(key)
@@ -225,6 +228,66 @@ async def test_a_page_two_sitemaps_name_is_queued_and_counted_once(site: Site, c
     assert all(len(site.requests(name)) == 1 for name in names)
     # a sitemap file is no page: Scrapy's duplicate filter, through the same scheduler, drops the repeat
     assert len(site.requests("b.xml")) == 1
+
+
+class HeldProbe:
+    """At the end of the crawl: what Scrapy's scheduler still holds (its duplicate filter's
+    fingerprints, its queues) and the frontier's requests not written."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    def spider_closed(self) -> None:
+        engine = self.crawler.engine
+        assert engine is not None
+        scheduler = engine._slot.scheduler  # type: ignore[union-attr]
+        held = {
+            "fingerprints": len(scheduler.df._fingerprints),
+            "queued": len(scheduler),
+            "unwritten": sum(len(v) for v in scheduler._unwritten.values()),
+        }
+        Path(self.crawler.settings["PROBE_FILE"]).write_text(json.dumps(held))
+
+
+@deferred_f_from_coro_f
+async def test_no_page_is_remembered_in_memory_for_the_run(
+    site: Site, crawls: Crawls, tmp_path: Path
+) -> None:
+    """400 listed pages, each linking to its neighbours (links followed): the frontier holds each
+    page key once, in the database; Scrapy's duplicate filter, which keeps the fingerprint of each
+    request it sees for the whole run, sees the sitemap files only."""
+    pages = 400
+    names = [f"p{i}.html" for i in range(pages)]
+    for i, name in enumerate(names):
+        links = "".join(
+            f'<a href="{names[j % pages]}">{names[j % pages]}</a> ' for j in (i - 1, i + 1, i + 7)
+        )
+        site.write(
+            name, docsite.page(name, [("Overview", [f"What {name} does."])], extra_main=links), mtime=T0
+        )
+    files = [
+        site.write_sitemap(names[start : start + 100], name=f"pages{n}.xml")
+        for n, start in enumerate(range(0, pages, 100))
+    ]
+    site.write("sitemap.xml", docsite.sitemap_index(files), mtime=T0)
+    probe = tmp_path / "held.json"
+    r = await crawls.crawl(
+        site.url("sitemap.xml"),
+        {"follow_links": "1"},
+        RECRAWLER_FRONTIER_BATCH_SIZE=50,
+        EXTENSIONS={HeldProbe: 0},
+        PROBE_FILE=str(probe),
+    )
+    assert r.stats["recrawler/page/new"] == pages
+    assert all(len(site.requests(name)) == 1 for name in names)
+    held = json.loads(probe.read_text())
+    # the index and its four files
+    assert held == {"fingerprints": 5, "queued": 0, "unwritten": 0}
 
 
 # --- a queued request, stored ---------------------------------------------------------------------

@@ -14,7 +14,6 @@ import shutil
 import socket
 import subprocess
 import threading
-import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ import pytest
 
 from tests import docsite
 from tests.conftest_mockserver import REPO_ROOT
+from tests.waiting import until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -112,13 +112,16 @@ class Scrapyd:
 
     def wait(self, job: str, deadline_secs: float = 120.0) -> None:
         """Wait until Scrapyd lists *job* as finished."""
-        deadline = time.monotonic() + deadline_secs
-        while time.monotonic() < deadline:
+
+        def finished() -> bool:
             jobs = self.get("listjobs.json", project=self.project)
-            if any(j["id"] == job for j in jobs["finished"]):
-                return
-            time.sleep(0.2)  # Scrapyd reports job state by polling only
-        pytest.fail(f"job {job} did not finish:\n{self.log(job)}")
+            return any(j["id"] == job for j in jobs["finished"])
+
+        # Scrapyd reports job state only when asked
+        try:
+            until(finished, f"job {job} to finish", timeout=deadline_secs, poll=0.2)
+        except AssertionError:
+            pytest.fail(f"job {job} did not finish:\n{self.log(job)}")
 
     def log(self, job: str) -> str:
         path = self.workdir / "logs" / self.project / self.spider / f"{job}.log"

@@ -14,6 +14,8 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.sitemap import Sitemap
 from scrapy.utils.test import get_crawler
 
+from recrawler import meta
+from recrawler.downloadermiddlewares.listing import ListingBodyMiddleware
 from recrawler.exceptions import ConfigurationError
 from recrawler.items import Page
 from recrawler.spidermiddlewares.listing import ListingMiddleware
@@ -223,6 +225,76 @@ def test_a_gzipped_sitemap_is_read_within_the_size_limit(crawler: Crawler) -> No
     bomb = Request(gz, meta={"download_maxsize": len(body) // 2})
     assert list(spider.recrawler_parse_listing(Response(gz, body=packed, request=bomb))) == []
     assert crawler.stats.get_value("recrawler/sitemap/error") == 1
+
+
+@deferred_f_from_coro_f
+async def test_a_large_sitemap_is_listed_from_disk_as_from_memory(tmp_path: Path) -> None:
+    """ListingBodyMiddleware moves a sitemap body larger than a sixteenth of Scrapy's scraper
+    budget to a temporary file, which the spider lists it from: the same requests as from memory,
+    gzipped or not; the file is closed once read; a gzip bomb stays bounded. Robots.txt, a small
+    file, a 304 and another callback's sitemap keep their bodies."""
+    crawler = get_crawler(
+        DocsSpider,
+        {
+            "ADDONS": {"recrawler.addon.RecrawlerAddon": 0},
+            "RECRAWLER_DB_URI": f"sqlite:///{tmp_path / 'state.db'}",
+            "EXTENSIONS": {"recrawler.extensions.reconcile.Reconciler": None},
+            "SCRAPER_SLOT_MAX_ACTIVE_SIZE": 64_000,
+        },
+    )
+    spider = spider_for(crawler, sitemap_url=SITEMAP)
+    mw = ListingBodyMiddleware.from_crawler(crawler)
+    assert mw.spill_over == 4_000
+    xml = docsite.sitemap(
+        [(f"https://docs.example.com/p{i}", f"2026-01-{i % 28 + 1:02d}") for i in range(2000)]
+    )
+    packed = gzip.compress(xml.encode())
+    assert len(packed) > mw.spill_over
+
+    def sitemap_request(url: str, **request_meta: Any) -> Request:
+        return Request(
+            url, callback=spider.recrawler_parse_listing, meta={meta.ROLE: meta.ROLE_SITEMAP, **request_meta}
+        )
+
+    def listed(requests: list[Request]) -> list[tuple[str, Any]]:
+        return [(r.url, r.meta.get(meta.LASTMOD)) for r in requests]
+
+    in_memory = listed(
+        list(
+            spider.recrawler_parse_listing(XmlResponse(SITEMAP, body=xml.encode(), request=Request(SITEMAP)))
+        )
+    )
+    assert len(in_memory) == 2000
+    gz = "https://docs.example.com/pages.xml.gz"
+    for url, body, cls in ((SITEMAP, xml.encode(), XmlResponse), (gz, packed, Response)):
+        request = sitemap_request(url)
+        spilled = await mw.process_response(request, cls(url, body=body, request=request))
+        assert spilled.body == b""
+        file = request.meta[meta.LISTING_BODY]
+        assert listed(list(spider.recrawler_parse_listing(spilled))) == in_memory
+        assert file.closed
+        assert meta.LISTING_BODY not in request.meta
+    assert crawler.stats is not None
+    assert crawler.stats.get_value("recrawler/sitemap/error") is None
+
+    # a gzip bomb: more than download_maxsize once decompressed is no sitemap, from disk too
+    bomb = sitemap_request(gz, download_maxsize=len(xml) // 2)
+    spilled = await mw.process_response(bomb, Response(gz, body=packed, request=bomb))
+    assert list(spider.recrawler_parse_listing(spilled)) == []
+    assert crawler.stats.get_value("recrawler/sitemap/error") == 1
+
+    robots = "https://docs.example.com/robots.txt"
+    big_robots = b"".join(b"Sitemap: https://docs.example.com/s%d.xml\n" % i for i in range(500))
+    kept = [
+        (sitemap_request(robots), big_robots, 200),
+        (sitemap_request(SITEMAP), xml.encode()[:3000], 200),
+        (sitemap_request(SITEMAP), xml.encode(), 304),
+        (Request(SITEMAP, meta={meta.ROLE: meta.ROLE_SITEMAP}), xml.encode(), 200),
+    ]
+    for request, body, status in kept:
+        answer = XmlResponse(request.url, status=status, body=body, request=request)
+        assert await mw.process_response(request, answer) is answer
+        assert meta.LISTING_BODY not in request.meta
 
 
 @pytest.mark.parametrize(

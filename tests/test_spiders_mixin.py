@@ -11,6 +11,7 @@ import pytest
 import scrapy
 from scrapy.utils.defer import deferred_f_from_coro_f
 
+from recrawler.extensions.reconcile import decided_exit_code
 from recrawler.kb.reader import open_kb
 from recrawler.runtime import Runtime
 from recrawler.spiders import RecrawlerSpiderMixin
@@ -133,7 +134,7 @@ async def test_a_users_spider_stores_only_its_sites_pages_whatever_it_follows(
     runtime = await crawl(MySpider, db, start=home, **({"site": own} if named else {}))
     assert statedb.rows(db, "SELECT site FROM runs") == [(own,)]
     counts = runtime.counters
-    assert runtime.exit_code == 0
+    assert decided_exit_code(runtime.crawler) == 0
     assert counts["recrawler/page/new"] == N_PAGES
     # every link out was refused before any request: the other hosts saw none
     assert counts["recrawler/url/refused/offsite"] >= N_LINKING
@@ -160,7 +161,7 @@ async def test_a_spider_naming_no_host_keeps_to_the_hosts_it_starts_from(
     outside = build_site(site, other_sites(site, other_host, other_port))
     db = tmp_path / "state.db"
     runtime = await crawl(StartOnly, db, start=site.url("guide/0.html"))
-    assert runtime.exit_code == 0
+    assert decided_exit_code(runtime.crawler) == 0
     assert runtime.counters["recrawler/page/new"] == N_PAGES
     assert other_host.requests() == other_port.requests() == []
     stored = [url for (url,) in statedb.rows(db, "SELECT url FROM pages")]

@@ -31,7 +31,7 @@ class HistoryContract(BackendMixin):
     @deferred_f_from_coro_f
     async def test_field_records_and_history_follow_the_page(self, uri: str, settings: Settings) -> None:
         async with self.opened(uri, settings) as store:
-            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            run = await store.runs.begin_run("docs", SITE, T0, holder=HOLDER)
             fields = FieldsRow(
                 title="A", headings=["H"], code=["x = 1"], links=[["https://x", "x"]], text="body",
                 blocks=pack_blocks([11, 12, 13]),
@@ -40,37 +40,37 @@ class HistoryContract(BackendMixin):
                 key=f"{SITE}/a", url=f"https://{SITE}/a", at=T0, verdict="changed", old_hash="h0",
                 new_hash="h-a", changed_fields=["text"], distance=40,
             )  # fmt: skip
-            assert await store.get_fields(f"{SITE}/a") is None
-            await store.record(run, rec("a"), [], fields=fields, change=change)
-            assert await store.get_fields(f"{SITE}/a") == replace(fields, samples={})
+            assert await store.history.get_fields(f"{SITE}/a") is None
+            await store.pages.record(run, rec("a"), [], fields=fields, change=change)
+            assert await store.history.get_fields(f"{SITE}/a") == replace(fields, samples={})
             await store.flush()
             # history is what published runs did
-            assert list(store.iter_changes(key=f"{SITE}/a")) == []
-            await store.publish_run(run, at=T0, gone_after=3, gone_statuses=[410])
-            (row,) = list(store.iter_changes(key=f"{SITE}/a"))
+            assert list(store.readers.iter_changes(key=f"{SITE}/a")) == []
+            await store.decisions.publish_run(run, at=T0, gone_after=3, gone_statuses=[410])
+            (row,) = list(store.readers.iter_changes(key=f"{SITE}/a"))
             assert (row["verdict"], row["changed_fields"], row["run_id"]) == ("changed", ["text"], run.id)
 
     @deferred_f_from_coro_f
     async def test_regions_are_learned_once(self, uri: str, settings: Settings) -> None:
         async with self.opened(uri, settings) as store:
             kw: dict[str, Any] = {"source": "learned", "learned_from": "https://x", "at": T0}
-            assert await store.add_regions(SITE, [".ad", ".clock"], **kw) == 2
-            assert await store.add_regions(SITE, [".ad"], **kw) == 0
-            assert await store.load_regions() == {SITE: [".ad", ".clock"]}
+            assert await store.history.add_regions(SITE, [".ad", ".clock"], **kw) == 2
+            assert await store.history.add_regions(SITE, [".ad"], **kw) == 0
+            assert await store.history.load_regions() == {SITE: [".ad", ".clock"]}
 
     @deferred_f_from_coro_f
     async def test_pairs_on_most_pages_become_boilerplate(self, uri: str, settings: Settings) -> None:
         async with self.opened(uri, settings) as store:
-            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            run = await store.runs.begin_run("docs", SITE, T0, holder=HOLDER)
             for i in range(4):
                 blocks = pack_blocks([7, 8, 100 + i])
                 fields = FieldsRow(title="", headings=[], code=[], links=[], text="", blocks=blocks)
-                await store.record(run, rec(f"p{i}", noise_key="n"), [], fields=fields)
-            assert await store.load_boilerplate(SITE) == frozenset()
-            done = await store.update_boilerplate(SITE, enter_share=0.75, exit_share=0.5, min_pages=3)
+                await store.pages.record(run, rec(f"p{i}", noise_key="n"), [], fields=fields)
+            assert await store.history.load_boilerplate(SITE) == frozenset()
+            done = await store.history.update_boilerplate(SITE, enter_share=0.75, exit_share=0.5, min_pages=3)
             assert done["boilerplate_on"] == 2  # (edge, 7) and (7, 8)
-            assert await store.load_boilerplate(SITE) == {(0, 7), (7, 8)}
-            assert sum(1 for _ in store.noise_report()[SITE]["boilerplate"]) == 2
+            assert await store.history.load_boilerplate(SITE) == {(0, 7), (7, 8)}
+            assert sum(1 for _ in store.readers.noise_report()[SITE]["boilerplate"]) == 2
 
     @deferred_f_from_coro_f
     async def test_block_statistics_are_folded_once_even_by_two_folds_at_once(
@@ -79,7 +79,7 @@ class HistoryContract(BackendMixin):
         # small batches: the two folds interleave, each adding to the same counters
         monkeypatch.setattr("recrawler.state.sql.history.FOLD_BATCH", 7)
         async with self.opened(uri, settings) as store, self.opened(uri, settings) as other:
-            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            run = await store.runs.begin_run("docs", SITE, T0, holder=HOLDER)
             for i in range(60):
                 # blocks 7 and 8 on every page, one block of its own
                 blocks = pack_blocks([7, 8, 100 + i])
@@ -87,18 +87,18 @@ class HistoryContract(BackendMixin):
                     title="", headings=[], code=[], links=[], text="", blocks=blocks,
                     samples={7: "seven", 8: "eight", 100 + i: "own"},
                 )  # fmt: skip
-                await store.record(run, rec(f"p{i}", noise_key="n"), [], fields=fields)
+                await store.pages.record(run, rec(f"p{i}", noise_key="n"), [], fields=fields)
             # a page loses block 8: its change is a delta too, folded with the rest
             blocks = pack_blocks([7, 100])
             fields = FieldsRow(title="", headings=[], code=[], links=[], text="", blocks=blocks)
-            await store.record(run, rec("p0", noise_key="n"), [], fields=fields)
+            await store.pages.record(run, rec("p0", noise_key="n"), [], fields=fields)
             await store.flush()
             # the page writes left 61 deltas; two folds at once take each of them once
-            folded = await asyncio.gather(store.fold_block_stats(), other.fold_block_stats())
+            folded = await asyncio.gather(store.history.fold_block_stats(), other.history.fold_block_stats())
             assert sum(folded) == 61
-            assert await store.fold_block_stats() == 0
-            await store.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=3)
-            listed = store.noise_report()[SITE]["boilerplate"]
+            assert await store.history.fold_block_stats() == 0
+            await store.history.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=3)
+            listed = store.readers.noise_report()[SITE]["boilerplate"]
             report = {b["block"]: (b["pages"], b["sample"]) for b in listed}
             assert report == {7: (60, "seven"), 8: (59, "eight")}
 
@@ -112,14 +112,14 @@ class HistoryContract(BackendMixin):
         from recrawler.state.sql import rows as sql_rows
 
         async with self.opened(uri, settings) as store:
-            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            run = await store.runs.begin_run("docs", SITE, T0, holder=HOLDER)
             for i in range(12):
                 blocks = pack_blocks([7, 100 + i])
                 fields = FieldsRow(
                     title="", headings=[], code=[], links=[], text="", blocks=blocks,
                     samples={7: "seven", 100 + i: "own"},
                 )  # fmt: skip
-                await store.record(run, rec(f"p{i}", noise_key="n"), [], fields=fields)
+                await store.pages.record(run, rec(f"p{i}", noise_key="n"), [], fields=fields)
             await store.flush()
             fold_site = sql_rows._fold_site
 
@@ -129,12 +129,12 @@ class HistoryContract(BackendMixin):
 
             monkeypatch.setattr(sql_rows, "_fold_site", failing)
             with pytest.raises(RuntimeError, match="injected"):
-                await store.fold_block_stats()
+                await store.history.fold_block_stats()
             monkeypatch.setattr(sql_rows, "_fold_site", fold_site)
-            assert await store.fold_block_stats() == 12
-            assert await store.fold_block_stats() == 0
-            await store.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=3)
-            listed = store.noise_report()[SITE]["boilerplate"]
+            assert await store.history.fold_block_stats() == 12
+            assert await store.history.fold_block_stats() == 0
+            await store.history.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=3)
+            listed = store.readers.noise_report()[SITE]["boilerplate"]
             assert {b["block"]: (b["pages"], b["sample"]) for b in listed} == {7: (12, "seven")}
 
     @deferred_f_from_coro_f
@@ -152,20 +152,20 @@ class HistoryContract(BackendMixin):
 
         monkeypatch.setattr(pages_module, "_fold_block_deltas", spy)
         async with self.opened(uri, settings) as store:
-            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            run = await store.runs.begin_run("docs", SITE, T0, holder=HOLDER)
             for i in range(25):
                 fields = FieldsRow(
                     title="", headings=[], code=[], links=[], text="", blocks=pack_blocks([7, 100 + i]),
                     samples={7: "seven"},
                 )  # fmt: skip
-                await store.record(run, rec(f"p{i}", noise_key="n"), [], fields=fields)
+                await store.pages.record(run, rec(f"p{i}", noise_key="n"), [], fields=fields)
             await store.flush()
             # two folds went with the writes (after the 10th and the 20th): five deltas wait
             assert len(folded_on) == 2
             assert threading.main_thread().name not in folded_on
-            assert await store.fold_block_stats() == 5
-            await store.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=3)
-            listed = store.noise_report()[SITE]["boilerplate"]
+            assert await store.history.fold_block_stats() == 5
+            await store.history.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=3)
+            listed = store.readers.noise_report()[SITE]["boilerplate"]
             assert {b["block"]: (b["pages"], b["sample"]) for b in listed} == {7: (25, "seven")}
 
     @deferred_f_from_coro_f
@@ -175,7 +175,7 @@ class HistoryContract(BackendMixin):
         # 1,201 chunks, vectors and blocks: several multi-row statements each (500 rows at most)
         n = 1201
         async with self.opened(uri, settings) as store:
-            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            run = await store.runs.begin_run("docs", SITE, T0, holder=HOLDER)
             big = rec("big")
             texts = [f"text {i}" for i in range(n)]
             vectors = [("e1", f"c-{t}", vector_to_blob([float(i), 1.0])) for i, t in enumerate(texts)]
@@ -184,31 +184,33 @@ class HistoryContract(BackendMixin):
                 title="", headings=[], code=[], links=[], text="", blocks=pack_blocks(blocks),
                 samples={b: f"block {b}" for b in blocks},
             )  # fmt: skip
-            await store.record(run, big, [], chunks=chunks(big, *texts), embeddings=vectors, fields=fields)
+            await store.pages.record(
+                run, big, [], chunks=chunks(big, *texts), embeddings=vectors, fields=fields
+            )
             await store.flush()
-            assert await store.fold_block_stats() == 1
+            assert await store.history.fold_block_stats() == 1
             # the twin page comes in a later fold: every block it shares was on one page already
             twin = FieldsRow(
                 title="", headings=[], code=[], links=[], text="", blocks=pack_blocks(blocks[1:]),
                 samples={b: f"twin {b}" for b in blocks},
             )  # fmt: skip
-            await store.record(run, rec("twin"), [], chunks=chunks(rec("twin"), "only"), fields=twin)
+            await store.pages.record(run, rec("twin"), [], chunks=chunks(rec("twin"), "only"), fields=twin)
             await store.flush()
-            assert await store.fold_block_stats() == 1
-            counts = await store.run_index_counts(run.id, "e1")
+            assert await store.history.fold_block_stats() == 1
+            counts = await store.kb.run_index_counts(run.id, "e1")
             assert (counts["chunks_added"], counts["texts_cached"]) == (n + 1, n)
-            assert (await store.get(big.key)).chunks == n  # type: ignore[union-attr]
-            assert await store.missing_for("e1", [h for _, h, _ in vectors]) == []
-            await store.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=2)
-            report = store.noise_report()[SITE]["boilerplate"]
+            assert (await store.pages.get(big.key)).chunks == n  # type: ignore[union-attr]
+            assert await store.kb.missing_for("e1", [h for _, h, _ in vectors]) == []
+            await store.history.update_boilerplate(SITE, enter_share=0.9, exit_share=0.5, min_pages=2)
+            report = store.readers.noise_report()[SITE]["boilerplate"]
             listed = {b["block"]: (b["pages"], b["sample"]) for b in report}
             # shared blocks count both pages, each with the sample of the page that made it two
             assert listed == {b: (2, f"twin {b}") for b in blocks[1:]}
             # a stored page's count follows its new chunks, and only them
-            await store.record(run, big, [], chunks=chunks(big, "short", "page"))
-            assert (await store.get(big.key)).chunks == 2  # type: ignore[union-attr]
-            await store.record(run, replace(big, chunks=0), [])
-            assert (await store.get(big.key)).chunks == 2  # type: ignore[union-attr]
+            await store.pages.record(run, big, [], chunks=chunks(big, "short", "page"))
+            assert (await store.pages.get(big.key)).chunks == 2  # type: ignore[union-attr]
+            await store.pages.record(run, replace(big, chunks=0), [])
+            assert (await store.pages.get(big.key)).chunks == 2  # type: ignore[union-attr]
 
 
 class TestSQLiteHistory(HistoryContract):

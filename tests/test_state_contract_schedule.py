@@ -34,24 +34,26 @@ class ScheduleContract(BackendMixin):
         self, uri: str, settings: Settings
     ) -> None:
         async with self.opened(uri, settings) as store:
-            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
-            await store.record(run, rec("a"), [])
-            assert await store.revisit(f"{SITE}/nope") is None
+            run = await store.runs.begin_run("docs", SITE, T0, holder=HOLDER)
+            await store.pages.record(run, rec("a"), [])
+            assert await store.schedule.revisit(f"{SITE}/nope") is None
             first = Revisit(
                 last_check_at=T0, next_check_at=T0 + timedelta(days=1), interval=86400.0, checks=1
             )
-            await store.record_revisit(f"{SITE}/a", first, found_via="sitemap")
-            assert await store.revisit(f"{SITE}/a") == first
-            before, after = await store.update_revisit(f"{SITE}/a", lambda r: replace(r or first, checks=2))
+            await store.schedule.record_revisit(f"{SITE}/a", first, found_via="sitemap")
+            assert await store.schedule.revisit(f"{SITE}/a") == first
+            before, after = await store.schedule.update_revisit(
+                f"{SITE}/a", lambda r: replace(r or first, checks=2)
+            )
             assert (before, after.checks) == (first, 2)
-            got = await store.scheduled([f"{SITE}/a", f"{SITE}/nope"])
+            got = await store.schedule.scheduled([f"{SITE}/a", f"{SITE}/nope"])
             assert list(got) == [f"{SITE}/a"]
             assert got[f"{SITE}/a"].revisit == after
 
     @deferred_f_from_coro_f
     async def test_a_pages_next_revisit_is_written_with_the_page(self, uri: str, settings: Settings) -> None:
         async with self.opened(uri, settings) as store:
-            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            run = await store.runs.begin_run("docs", SITE, T0, holder=HOLDER)
             seen: list[Revisit | None] = []
 
             def update(before: Revisit | None) -> Revisit:
@@ -59,37 +61,39 @@ class ScheduleContract(BackendMixin):
                 assert before is not None  # the page row is written first
                 return replace(before, last_check_at=T0, checks=before.checks + 1)
 
-            first = await store.record(
+            first = await store.pages.record(
                 run, rec("a"), [], revisit=RevisitUpdate(update=update, found_via="feed")
             )
             assert first is not None
             assert (first.checks, first.last_check_at) == (0, None)  # a new page: no checks yet
-            assert (await store.scheduled([f"{SITE}/a"]))[f"{SITE}/a"].revisit.checks == 1
-            before = await store.record(
+            assert (await store.schedule.scheduled([f"{SITE}/a"]))[f"{SITE}/a"].revisit.checks == 1
+            before = await store.pages.record(
                 run, rec("a", title="Again"), [], revisit=RevisitUpdate(update=update)
             )
             assert before is not None
             assert (before.checks, before.last_check_at) == (1, T0)
             assert len(seen) == 2
             # a write without one leaves the page's revisit state alone
-            assert await store.record(run, rec("a", title="Third"), []) is None
-            assert (await store.scheduled([f"{SITE}/a"]))[f"{SITE}/a"].revisit.checks == 2
+            assert await store.pages.record(run, rec("a", title="Third"), []) is None
+            assert (await store.schedule.scheduled([f"{SITE}/a"]))[f"{SITE}/a"].revisit.checks == 2
 
     @deferred_f_from_coro_f
     async def test_due_order_and_due_filter(self, uri: str, settings: Settings) -> None:
         async with self.opened(uri, settings) as store:
-            run = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            run = await store.runs.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
             due = {"late": 3, "soon": 1, "mid": 2}
             for name, days in due.items():
-                await store.record(run, rec(name), [])
+                await store.pages.record(run, rec(name), [])
                 nxt = T0 + timedelta(days=days)
-                await store.record_revisit(f"{SITE}/{name}", Revisit(last_check_at=T0, next_check_at=nxt))
-            await store.record(run, rec("never"), [])
+                await store.schedule.record_revisit(
+                    f"{SITE}/{name}", Revisit(last_check_at=T0, next_check_at=nxt)
+                )
+            await store.pages.record(run, rec("never"), [])
             await store.flush()
-            order = [p.key.rsplit("/", 1)[1] for p in store.iter_schedule(SITE)]
+            order = [p.key.rsplit("/", 1)[1] for p in store.readers.iter_schedule(SITE)]
             assert order == ["never", "soon", "mid", "late"]  # never scheduled: due now
-            run2 = await store.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
-            picked = await store.unseen(run2, 10, due_at=T0 + timedelta(days=2))
+            run2 = await store.runs.begin_run("docs", SITE, T0, holder=HOLDER, lease_secs=0)
+            picked = await store.pages.unseen(run2, 10, due_at=T0 + timedelta(days=2))
             assert [k.rsplit("/", 1)[1] for k, _, _ in picked] == ["mid", "never", "soon"]
 
     @deferred_f_from_coro_f
@@ -97,44 +101,44 @@ class ScheduleContract(BackendMixin):
         self, uri: str, settings: Settings
     ) -> None:
         async with self.opened(uri, settings) as store:
-            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            run = await store.runs.begin_run("docs", SITE, T0, holder=HOLDER)
             for i in range(6):
-                await store.record(run, rec(f"p{i}", status=GONE if i == 5 else LIVE), [])
-            sample = await store.audit_sample(run, 3)
+                await store.pages.record(run, rec(f"p{i}", status=GONE if i == 5 else LIVE), [])
+            sample = await store.schedule.audit_sample(run, 3)
             assert len(sample) == 3
             assert set(sample) <= {f"{SITE}/p{i}" for i in range(5)}
-            assert len(await store.audit_sample(run, 0.5)) in (2, 3)
+            assert len(await store.schedule.audit_sample(run, 0.5)) in (2, 3)
 
     @deferred_f_from_coro_f
     async def test_probes_are_the_home_page_then_live_pages_drawn_at_random(
         self, uri: str, settings: Settings
     ) -> None:
         async with self.opened(uri, settings) as store:
-            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            run = await store.runs.begin_run("docs", SITE, T0, holder=HOLDER)
             for i in range(6):
-                await store.record(
+                await store.pages.record(
                     run, rec(f"p{i}", status=GONE if i == 5 else LIVE, lastmod="2026-01-01"), []
                 )
-            await store.record(run, rec("index.html"), [])
+            await store.pages.record(run, rec("index.html"), [])
             await store.flush()
-            probes = await store.probe_sample(run, 3, [f"{SITE}/nope", f"{SITE}/index.html"])
+            probes = await store.schedule.probe_sample(run, 3, [f"{SITE}/nope", f"{SITE}/index.html"])
             assert probes[0] == (f"{SITE}/index.html", f"https://{SITE}/index.html", None)
             assert len({k for k, _, _ in probes}) == 3
             assert {k for k, _, _ in probes[1:]} <= {f"{SITE}/p{i}" for i in range(5)}
             assert all(lastmod == "2026-01-01" for _, _, lastmod in probes[1:])
-            assert len(await store.probe_sample(run, 20)) == 6
-            assert await store.probe_sample(run, 0, [f"{SITE}/index.html"]) == []
+            assert len(await store.schedule.probe_sample(run, 20)) == 6
+            assert await store.schedule.probe_sample(run, 0, [f"{SITE}/index.html"]) == []
 
     @deferred_f_from_coro_f
     async def test_a_deploy_takes_back_each_skipped_page_once(self, uri: str, settings: Settings) -> None:
         async with self.opened(uri, settings) as store:
-            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
+            run = await store.runs.begin_run("docs", SITE, T0, holder=HOLDER)
             for name in ("a", "b", "c", "d"):
-                await store.record(run, rec(name), [])
-                await store.record_revisit(f"{SITE}/{name}", Revisit(last_check_at=T0))
+                await store.pages.record(run, rec(name), [])
+                await store.schedule.record_revisit(f"{SITE}/{name}", Revisit(last_check_at=T0))
             # d was checked after the deploy (a probe): not taken back
-            await store.record_revisit(f"{SITE}/d", Revisit(last_check_at=T0 + timedelta(hours=2)))
-            await store.mark_listed(
+            await store.schedule.record_revisit(f"{SITE}/d", Revisit(last_check_at=T0 + timedelta(hours=2)))
+            await store.schedule.mark_listed(
                 run,
                 [
                     (f"{SITE}/a", "schedule"),
@@ -146,20 +150,20 @@ class ScheduleContract(BackendMixin):
                 at=T0 + timedelta(hours=1),
             )
             deploy = T0 + timedelta(hours=1)
-            first = await store.take_skipped(run, before=deploy, limit=1)
-            second = await store.take_skipped(run, before=deploy, limit=10)
+            first = await store.schedule.take_skipped(run, before=deploy, limit=1)
+            second = await store.schedule.take_skipped(run, before=deploy, limit=10)
             taken = [(k.rsplit("/", 1)[1], layer) for k, _, _, layer in [*first, *second]]
             assert sorted(taken) == [("a", "schedule"), ("b", "lastmod")]
-            assert (len(first), await store.take_skipped(run, before=deploy, limit=10)) == (1, [])
-            got = await store.scheduled([f"{SITE}/b", f"{SITE}/a"])
+            assert (len(first), await store.schedule.take_skipped(run, before=deploy, limit=10)) == (1, [])
+            got = await store.schedule.scheduled([f"{SITE}/b", f"{SITE}/a"])
             assert (got[f"{SITE}/b"].verified_by, got[f"{SITE}/b"].verified_at) == ("lastmod", deploy)
             assert got[f"{SITE}/a"].verified_by == "request"
 
     @deferred_f_from_coro_f
     async def test_a_sites_build_round_trips(self, uri: str, settings: Settings) -> None:
         async with self.opened(uri, settings) as store:
-            run = await store.begin_run("docs", SITE, T0, holder=HOLDER)
-            assert await store.site_build(SITE) is None
+            run = await store.runs.begin_run("docs", SITE, T0, holder=HOLDER)
+            assert await store.schedule.site_build(SITE) is None
             build = SiteBuild(
                 site=SITE,
                 fingerprint={"meta:generator": "Sphinx 7.2"},
@@ -168,18 +172,18 @@ class ScheduleContract(BackendMixin):
                 deploy_run=run.id,
                 deploy_reason="listing moved: 1 added",
             )
-            await store.record_site_build(build, T0)
-            assert await store.site_build(SITE) == build
+            await store.schedule.record_site_build(build, T0)
+            assert await store.schedule.site_build(SITE) == build
             quiet = replace(build, lastmod_noise=True, deploy_at=None, deploy_run=None, deploy_reason=None)
-            await store.record_site_build(quiet, T0)
-            assert await store.site_build(SITE) == quiet
+            await store.schedule.record_site_build(quiet, T0)
+            assert await store.schedule.site_build(SITE) == quiet
             await store.flush()
-            assert list(store.iter_site_builds()) == [quiet]
-            await store.record(run, rec("a"), [])
-            await store.record(run, rec("b", status=GONE), [])
-            await store.mark_solo([f"{SITE}/a"], solo=True)
-            assert (await store.scheduled([f"{SITE}/a"]))[f"{SITE}/a"].solo is True
-            assert await store.live_pages(SITE) == 1
+            assert list(store.readers.iter_site_builds()) == [quiet]
+            await store.pages.record(run, rec("a"), [])
+            await store.pages.record(run, rec("b", status=GONE), [])
+            await store.schedule.mark_solo([f"{SITE}/a"], solo=True)
+            assert (await store.schedule.scheduled([f"{SITE}/a"]))[f"{SITE}/a"].solo is True
+            assert await store.schedule.live_pages(SITE) == 1
 
 
 class TrustContract(BackendMixin):
@@ -187,22 +191,22 @@ class TrustContract(BackendMixin):
     async def test_trust_counters_switch_a_liar_off_until_reset(self, uri: str, settings: Settings) -> None:
         async with self.opened(uri, settings) as store:
             kw: dict[str, Any] = {"url": "https://h/x", "at": T0, "distrust_after": 2}
-            first = await store.record_trust("h", "etag", lied=False, **kw)
+            first = await store.host_trust.record_trust("h", "etag", lied=False, **kw)
             assert (first.checks, first.lies, first.trusted) == (1, 0, True)
-            await store.record_trust("h", "etag", lied=True, **kw)
-            off = await store.record_trust("h", "etag", lied=True, **kw)
+            await store.host_trust.record_trust("h", "etag", lied=True, **kw)
+            off = await store.host_trust.record_trust("h", "etag", lied=True, **kw)
             assert (off.checks, off.lies, off.trusted, off.last_lie_url) == (3, 2, False, "https://h/x")
-            still = await store.record_trust("h", "etag", lied=False, **kw)
+            still = await store.host_trust.record_trust("h", "etag", lied=False, **kw)
             assert not still.trusted
-            await store.record_trust("h", "lastmod", lied=False, **kw)
+            await store.host_trust.record_trust("h", "lastmod", lied=False, **kw)
             await store.flush()
-            assert [(t.signal, t.trusted) for t in await store.trust()] == [
+            assert [(t.signal, t.trusted) for t in await store.host_trust.trust()] == [
                 ("etag", False),
                 ("lastmod", True),
             ]
-            assert [t.signal for t in store.iter_trust()] == ["etag", "lastmod"]
-            assert await store.reset_trust("h", "etag") == 1
-            assert all(t.trusted and t.lies == 0 for t in await store.trust())
+            assert [t.signal for t in store.readers.iter_trust()] == ["etag", "lastmod"]
+            assert await store.host_trust.reset_trust("h", "etag") == 1
+            assert all(t.trusted and t.lies == 0 for t in await store.host_trust.trust())
 
     @deferred_f_from_coro_f
     async def test_claims_made_together_are_each_counted_in_one_write(
@@ -213,19 +217,27 @@ class TrustContract(BackendMixin):
         async with self.opened(uri, settings) as store:
             kw: dict[str, Any] = {"at": T0, "distrust_after": 3}
             lastmod = [
-                store.record_trust("h", "lastmod", lied=i in (100, 200, 250), url=f"https://h/{i}", **kw)
+                store.host_trust.record_trust(
+                    "h", "lastmod", lied=i in (100, 200, 250), url=f"https://h/{i}", **kw
+                )
                 for i in range(300)
             ]
-            etag = [store.record_trust("h", "etag", lied=False, url="https://h/e", **kw) for _ in range(50)]
+            etag = [
+                store.host_trust.record_trust("h", "etag", lied=False, url="https://h/e", **kw)
+                for _ in range(50)
+            ]
             got = await asyncio.gather(*lastmod, *etag)
             assert {(r.signal, r.checks, r.lies, r.trusted, r.last_lie_url) for r in got} == {
                 ("lastmod", 300, 3, False, "https://h/250"),
                 ("etag", 50, 0, True, None),
             }
-            later = await store.record_trust("h", "lastmod", lied=False, url="https://h/x", **kw)
+            later = await store.host_trust.record_trust("h", "lastmod", lied=False, url="https://h/x", **kw)
             assert (later.checks, later.lies, later.trusted) == (301, 3, False)
             await store.flush()
-            assert [(t.signal, t.checks) for t in await store.trust()] == [("etag", 50), ("lastmod", 301)]
+            assert [(t.signal, t.checks) for t in await store.host_trust.trust()] == [
+                ("etag", 50),
+                ("lastmod", 301),
+            ]
 
     @deferred_f_from_coro_f
     async def test_a_claim_the_database_refuses_fails_alone_among_claims_made_together(
@@ -235,7 +247,9 @@ class TrustContract(BackendMixin):
             kw: dict[str, Any] = {"at": T0, "distrust_after": 5}
             got = await asyncio.gather(
                 *(
-                    store.record_trust("h", "etag", lied=i == 7, url=object() if i == 7 else "u", **kw)  # type: ignore[arg-type]
+                    store.host_trust.record_trust(
+                        "h", "etag", lied=i == 7, url=object() if i == 7 else "u", **kw
+                    )  # type: ignore[arg-type]
                     for i in range(20)
                 ),
                 return_exceptions=True,
@@ -243,19 +257,19 @@ class TrustContract(BackendMixin):
             assert [i for i, r in enumerate(got) if isinstance(r, BaseException)] == [7]
             assert isinstance(got[7], PageWriteError)
             await store.flush()
-            assert [(t.checks, t.lies, t.trusted) for t in await store.trust()] == [(19, 0, True)]
+            assert [(t.checks, t.lies, t.trusted) for t in await store.host_trust.trust()] == [(19, 0, True)]
 
     @deferred_f_from_coro_f
     async def test_immutable_keys_are_per_spider(self, uri: str, settings: Settings) -> None:
         async with self.opened(uri, settings) as store:
-            await store.immutable_add("docs", "k1", url="https://x/a", page_key=None, at=T0)
-            await store.immutable_add("docs", "k2", url="https://x/b", page_key=None, at=T0)
-            await store.immutable_add("other", "k1", url="https://x/a", page_key=None, at=T0)
-            assert await store.immutable_seen("docs", ["k1", "k2", "k3"]) == {"k1", "k2"}
-            assert await store.immutable_reset("docs", pattern=r"/b$") == 1
-            assert await store.immutable_seen("docs", ["k1", "k2"]) == {"k1"}
+            await store.host_trust.immutable_add("docs", "k1", url="https://x/a", page_key=None, at=T0)
+            await store.host_trust.immutable_add("docs", "k2", url="https://x/b", page_key=None, at=T0)
+            await store.host_trust.immutable_add("other", "k1", url="https://x/a", page_key=None, at=T0)
+            assert await store.host_trust.immutable_seen("docs", ["k1", "k2", "k3"]) == {"k1", "k2"}
+            assert await store.host_trust.immutable_reset("docs", pattern=r"/b$") == 1
+            assert await store.host_trust.immutable_seen("docs", ["k1", "k2"]) == {"k1"}
             await store.flush()
-            assert [(r["spider"], r["key"]) for r in store.iter_immutable()] == [
+            assert [(r["spider"], r["key"]) for r in store.readers.iter_immutable()] == [
                 ("docs", "k1"),
                 ("other", "k1"),
             ]

@@ -203,9 +203,9 @@ async def test_two_sites_crawl_at_once_on_one_database(site: Site, tmp_path: Pat
         assert len(only_b) == 8
         assert all(h.chunk.key.startswith(host_b) for h in only_b)
     store = store_from_uri(postgres_uri, settings())
-    statuses = {p.key: p.status for p in store.iter_pages()}
+    statuses = {p.key: p.status for p in store.readers.iter_pages()}
     assert all(s == "live" for k, s in statuses.items() if k.startswith(host_b))
-    runs = list(store.iter_runs())
+    runs = list(store.readers.iter_runs())
     assert sorted((r["site"], r["state"]) for r in runs) == sorted(
         [(host_a, "published"), (host_a, "published"), (host_b, "published")]
     )

@@ -118,7 +118,7 @@ async def test_the_hnsw_build_options_are_settings_and_a_change_rebuilds_the_ind
         s.set("RECRAWLER_DB_HNSW_EF_CONSTRUCTION", ef)
         store = store_from_uri(postgres_uri, s)
         await store.open()
-        await store.store_embeddings([("model:4", f"text{n}a", vector), ("model:4", f"text{n}b", vector)])
+        await store.kb.store_embeddings([("model:4", f"text{n}a", vector), ("model:4", f"text{n}b", vector)])
         await store.close()
         name = vector_index_name(4, "model:4", m, ef)
         assert hnsw_options_of(postgres_uri) == {name: [f"ef_construction={ef}", f"m={m}"]}
@@ -146,13 +146,13 @@ async def test_two_runs_building_the_vector_index_at_once_do_not_deadlock(postgr
         await store.open()
     vector = bytes(range(16))  # four float32s
     for n, store in enumerate(stores):
-        await store.store_embeddings([("model:4", f"text{n}", vector)])
+        await store.kb.store_embeddings([("model:4", f"text{n}", vector)])
     await asyncio.wait_for(asyncio.gather(*(store.close() for store in stores)), 30)
     assert list(hnsw_indexes(postgres_uri)) == [vector_index_name(4, "model:4", *BUILD)]
     store = store_from_uri(postgres_uri, s)
     await store.open()
     try:
-        assert await store.missing_for("model:4", ["text0", "text1", "none"]) == ["none"]
+        assert await store.kb.missing_for("model:4", ["text0", "text1", "none"]) == ["none"]
     finally:
         await store.close()
 
@@ -248,6 +248,8 @@ def test_search_finds_the_exact_top_10_with_the_visibility_and_site_filters(post
     assert [(r["filter"], r["recall"]) for r in rows] == [(f, 1.0) for f in masks]
 
 
+# a real model (or corpus) over hundreds of chunks: a minute alone, longer on a busy machine
+@pytest.mark.timeout(360)
 def test_a_model_embedders_hnsw_search_finds_the_exact_top_10_with_the_filters(postgres_uri: str) -> None:
     """A model embedder is searched through its HNSW index (iterative scans, ``hnsw.ef_search``
     200): over a real model's vectors, with a held run, retired chunks and ``--site`` (a fifth of
@@ -281,7 +283,7 @@ async def test_vectors_reach_the_vector_column_bit_for_bit_in_binary_form(postgr
     store = store_from_uri(postgres_uri, settings())
     await store.open()
     try:
-        await store.store_embeddings(rows)
+        await store.kb.store_embeddings(rows)
     finally:
         await store.close()
     with psycopg.connect(postgres_uri) as conn:

@@ -129,12 +129,12 @@ async def test_a_page_the_server_refuses_among_pages_written_together_fails_alon
     store = store_from_uri(postgres_uri, settings())
     await store.open()
     try:
-        run = await store.begin_run("docs", SITE, AT, holder=HOLDER)
+        run = await store.runs.begin_run("docs", SITE, AT, holder=HOLDER)
         pages = [rec(f"q{i}", misses=2**40 if i == 5 else 0) for i in range(40)]
         with caplog.at_level(logging.WARNING):
             done = await asyncio.gather(
                 *(
-                    store.record(run, p, [], chunks=chunks(p, f"q{i}"), outcome=["new"])
+                    store.pages.record(run, p, [], chunks=chunks(p, f"q{i}"), outcome=["new"])
                     for i, p in enumerate(pages)
                 ),
                 return_exceptions=True,
@@ -145,7 +145,7 @@ async def test_a_page_the_server_refuses_among_pages_written_together_fails_alon
         assert store.outcomes == {"new": 39}
         assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
         for i, page in enumerate(pages):
-            got = await store.get(page.key)
+            got = await store.pages.get(page.key)
             assert (got is None) if i == 5 else (got is not None and got.chunks == 1)
     finally:
         await store.close()

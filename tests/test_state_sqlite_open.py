@@ -46,8 +46,8 @@ async def test_the_embedding_cache_is_a_rowid_table_and_a_schema_8_cache_moves_i
     and storing a run's vectors took about twice as long as in a rowid table with a key index."""
     rows = [("hashing:v1:4", f"h{n:03d}", bytes([n % 251]) * 16) for n in range(300)]
     async with opened(db) as store:
-        await store.store_embeddings(rows)
-        await store.store_embeddings([*rows[:5], ("hashing:v1:4", "h000", b"\xff" * 16)])  # kept
+        await store.kb.store_embeddings(rows)
+        await store.kb.store_embeddings([*rows[:5], ("hashing:v1:4", "h000", b"\xff" * 16)])  # kept
     ((sql,),) = query(db, TABLE_SQL, ("embeddings",))
     assert "WITHOUT ROWID" not in sql.upper()
     assert "PRIMARY KEY (embedder, text_hash)" in sql
@@ -65,7 +65,7 @@ async def test_the_embedding_cache_is_a_rowid_table_and_a_schema_8_cache_moves_i
         conn.execute("DROP TABLE embeddings_9")
         conn.execute("DELETE FROM schema_version WHERE version = 9")
     async with opened(db) as store:
-        assert await store.missing_for("hashing:v1:4", ["h001", "h299", "h300"]) == ["h300"]
+        assert await store.kb.missing_for("hashing:v1:4", ["h001", "h299", "h300"]) == ["h300"]
     ((sql,),) = query(db, TABLE_SQL, ("embeddings",))
     assert "WITHOUT ROWID" not in sql.upper()
     assert query(db, "SELECT embedder, text_hash, vector FROM embeddings ORDER BY text_hash") == rows
@@ -114,10 +114,10 @@ def test_processes_opening_one_new_database_at_once_all_open_it(tmp_path: Path) 
 async def test_reopen_is_idempotent_and_keeps_data(db: Path) -> None:
     async with opened(db) as store:
         await store.open()  # a second open of the same store is a no-op
-        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
-        await store.record(run, rec("a", content_hash="h"), [])
+        run = await store.runs.begin_run("docs", SITE, T0, lease_secs=0)
+        await store.pages.record(run, rec("a", content_hash="h"), [])
     async with opened(db) as store:
-        got = await store.get(f"{SITE}/a")
+        got = await store.pages.get(f"{SITE}/a")
         assert got is not None
         assert got.content_hash == "h"
     assert query(db, "SELECT MAX(version) FROM schema_version") == [(SCHEMA_VERSION,)]
@@ -154,14 +154,14 @@ async def test_garbage_file_is_refused_and_left_untouched(db: Path) -> None:
     assert "corrupt" in str(exc)
     assert snapshot(db) == before
     with pytest.raises(SchemaVersionError):
-        list(SQLiteStateStore(str(db)).iter_pages())
+        list(SQLiteStateStore(str(db)).readers.iter_pages())
 
 
 @deferred_f_from_coro_f
 async def test_newer_schema_is_refused_and_left_untouched(db: Path) -> None:
     async with opened(db) as store:
-        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
-        await store.record(run, rec("a"), [])
+        run = await store.runs.begin_run("docs", SITE, T0, lease_secs=0)
+        await store.pages.record(run, rec("a"), [])
     with statedb.editing(db) as conn:
         conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
     before = snapshot(db)
@@ -170,7 +170,7 @@ async def test_newer_schema_is_refused_and_left_untouched(db: Path) -> None:
     assert snapshot(db) == before
     # the CLI readers refuse it too
     with pytest.raises(SchemaVersionError, match="newer"):
-        list(SQLiteStateStore(str(db)).iter_pages())
+        list(SQLiteStateStore(str(db)).readers.iter_pages())
     assert db.read_bytes() == before[db.name]  # (a WAL reader may add its -shm file)
 
 
@@ -195,7 +195,7 @@ async def test_foreign_database_is_refused(db: Path) -> None:
 @deferred_f_from_coro_f
 async def test_knowledge_base_reader_refuses_newer_and_foreign_databases(db: Path, tmp_path: Path) -> None:
     async with opened(db) as store:
-        await store.begin_run("docs", SITE, T0, lease_secs=0)
+        await store.runs.begin_run("docs", SITE, T0, lease_secs=0)
     with statedb.editing(db) as conn:
         conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
     before = db.read_bytes()
@@ -229,7 +229,7 @@ async def test_missing_directory_is_unavailable(tmp_path: Path) -> None:
 
 def test_reader_does_not_create_a_missing_database(db: Path) -> None:
     with pytest.raises(StateStoreUnavailable):
-        list(SQLiteStateStore(str(db)).iter_runs())
+        list(SQLiteStateStore(str(db)).readers.iter_runs())
     assert not db.exists()
 
 
@@ -247,13 +247,13 @@ async def test_locked_database_is_unavailable(db: Path) -> None:
 @deferred_f_from_coro_f
 async def test_page_write_to_a_locked_wal_database_is_unavailable(db: Path) -> None:
     async with opened(db, timeout_secs=0.2, batch_size=1) as store:
-        run = await store.begin_run("docs", SITE, T0, lease_secs=0)
+        run = await store.runs.begin_run("docs", SITE, T0, lease_secs=0)
         with closing(sqlite3.connect(db, isolation_level=None)) as other:
             other.execute("BEGIN EXCLUSIVE")
             with pytest.raises(StateStoreUnavailable, match="locked"):
-                await store.record(run, rec("a"), [])
+                await store.pages.record(run, rec("a"), [])
             other.execute("ROLLBACK")
-        await store.record(run, rec("a"), [])  # and it recovers once the lock is gone
+        await store.pages.record(run, rec("a"), [])  # and it recovers once the lock is gone
     assert pages(db) == {f"{SITE}/a": ("live", 0)}
 
 
@@ -266,6 +266,6 @@ async def test_begin_run_on_a_locked_wal_database_is_unavailable(db: Path) -> No
         try:
             async with opened(db, timeout_secs=0.2) as store:
                 with pytest.raises(StateStoreUnavailable, match="locked"):
-                    await store.begin_run("docs", SITE, T0, lease_secs=0)
+                    await store.runs.begin_run("docs", SITE, T0, lease_secs=0)
         finally:
             other.execute("ROLLBACK")

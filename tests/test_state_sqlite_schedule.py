@@ -22,10 +22,10 @@ NOW = T0 + timedelta(days=10)
 
 
 async def seeded(store: SQLiteStateStore, names: list[str]) -> Run:
-    run = await store.begin_run("docs", SITE, T0, lease_secs=0)
+    run = await store.runs.begin_run("docs", SITE, T0, lease_secs=0)
     for name in names:
-        await store.record(run, rec(name, content_hash=f"h-{name}"), [])
-    return await store.begin_run("docs", SITE, NOW, lease_secs=0)
+        await store.pages.record(run, rec(name, content_hash=f"h-{name}"), [])
+    return await store.runs.begin_run("docs", SITE, NOW, lease_secs=0)
 
 
 @deferred_f_from_coro_f
@@ -34,21 +34,21 @@ async def test_unseen_takes_only_due_pages_and_never_listed_ones(tmp_path: Path)
         run = await seeded(store, ["due", "later", "skipped", "never", "audited", "quar"])
         later = Revisit(last_check_at=T0, next_check_at=NOW + timedelta(days=1), interval=86400.0)
         for name in ("later", "skipped", "audited", "quar"):
-            await store.record_revisit(f"{SITE}/{name}", later)
-        await store.record_revisit(
+            await store.schedule.record_revisit(f"{SITE}/{name}", later)
+        await store.schedule.record_revisit(
             f"{SITE}/due", Revisit(last_check_at=T0, next_check_at=NOW - timedelta(seconds=1), interval=1.0)
         )
-        await store.mark_listed(run, [(f"{SITE}/skipped", "lastmod")])
+        await store.schedule.mark_listed(run, [(f"{SITE}/skipped", "lastmod")])
         await store.flush()
         conn_sql = "UPDATE pages SET {} WHERE key = ?"
         store.conn.execute(conn_sql.format("status = 'quarantined'"), (f"{SITE}/quar",))
         store.conn.execute(conn_sql.format("audit_run = ?"), (run.id, f"{SITE}/audited"))
-        due = await store.unseen(run, 100, due_at=NOW)
+        due = await store.pages.unseen(run, 100, due_at=NOW)
         assert [k for k, _, _ in due] == [f"{SITE}/{n}" for n in ("audited", "due", "never", "quar")]
         # without a clock (RECRAWLER_SCHEDULE=all) every unseen page counts, listed ones never
-        run2 = await store.begin_run("docs", SITE, NOW, lease_secs=0)
-        await store.mark_listed(run2, [(f"{SITE}/skipped", "deltafetch")])
-        assert len(await store.unseen(run2, 100)) == 5
+        run2 = await store.runs.begin_run("docs", SITE, NOW, lease_secs=0)
+        await store.schedule.mark_listed(run2, [(f"{SITE}/skipped", "deltafetch")])
+        assert len(await store.pages.unseen(run2, 100)) == 5
 
 
 @deferred_f_from_coro_f
@@ -56,7 +56,7 @@ async def test_revisit_roundtrip_and_found_via_is_kept_from_the_first_finding(tm
     async with opened(tmp_path / "s.db") as store:
         await seeded(store, ["a"])
         key = f"{SITE}/a"
-        assert await store.revisit(key) == Revisit()
+        assert await store.schedule.revisit(key) == Revisit()
         rev = Revisit(
             last_check_at=NOW,
             next_check_at=NOW + timedelta(hours=5),
@@ -66,16 +66,16 @@ async def test_revisit_roundtrip_and_found_via_is_kept_from_the_first_finding(tm
             checked_secs=9000.0,
             rate=1e-5,
         )
-        await store.record_revisit(key, rev, found_via="link", found_from="https://x/index")
-        await store.record_revisit(key, rev, found_via="feed", found_from="https://x/feed")
-        assert await store.revisit(key) == rev
-        before, after = await store.update_revisit(
+        await store.schedule.record_revisit(key, rev, found_via="link", found_from="https://x/index")
+        await store.schedule.record_revisit(key, rev, found_via="feed", found_from="https://x/feed")
+        assert await store.schedule.revisit(key) == rev
+        before, after = await store.schedule.update_revisit(
             key, lambda prev: Revisit(checks=(prev.checks if prev else 0) + 1)
         )
         assert (before, after.checks) == (rev, 4.5)
-        await store.record_revisit(key, rev)
-        assert await store.revisit(f"{SITE}/nope") is None
-        scheduled = await store.scheduled([key, f"{SITE}/nope"])
+        await store.schedule.record_revisit(key, rev)
+        assert await store.schedule.revisit(f"{SITE}/nope") is None
+        scheduled = await store.schedule.scheduled([key, f"{SITE}/nope"])
         assert list(scheduled) == [key]
         assert scheduled[key].revisit == rev
     assert query(tmp_path / "s.db", "SELECT found_via, found_from FROM pages") == [
@@ -87,15 +87,15 @@ async def test_revisit_roundtrip_and_found_via_is_kept_from_the_first_finding(tm
 async def test_trust_records_switch_a_signal_off_and_reset(tmp_path: Path) -> None:
     async with opened(tmp_path / "s.db") as store:
         kwargs = {"url": "https://x/a", "at": NOW, "distrust_after": 2}
-        first = await store.record_trust("x", "etag", lied=False, **kwargs)  # type: ignore[arg-type]
+        first = await store.host_trust.record_trust("x", "etag", lied=False, **kwargs)  # type: ignore[arg-type]
         assert (first.checks, first.lies, first.trusted) == (1, 0, True)
-        await store.record_trust("x", "etag", lied=True, **kwargs)  # type: ignore[arg-type]
-        off = await store.record_trust("x", "etag", lied=True, **kwargs)  # type: ignore[arg-type]
+        await store.host_trust.record_trust("x", "etag", lied=True, **kwargs)  # type: ignore[arg-type]
+        off = await store.host_trust.record_trust("x", "etag", lied=True, **kwargs)  # type: ignore[arg-type]
         assert (off.checks, off.lies, off.trusted, off.last_lie_url) == (3, 2, False, "https://x/a")
         assert off.last_lie_at == NOW
-        assert await store.reset_trust("x", "lastmod") == 0
-        assert await store.reset_trust("x") == 1
-        (again,) = await store.trust()
+        assert await store.host_trust.reset_trust("x", "lastmod") == 0
+        assert await store.host_trust.reset_trust("x") == 1
+        (again,) = await store.host_trust.trust()
         assert (again.checks, again.lies, again.trusted) == (3, 0, True)
 
 
@@ -107,22 +107,22 @@ async def test_deltafetch_keys_per_spider_and_reset_by_pattern(tmp_path: Path) -
             ("docs", "k2", "https://x/v2/a"),
             ("other", "k1", "https://x/v1.2/a"),
         ):
-            await store.immutable_add(spider, key, url=url, page_key=None, at=NOW)
-        assert await store.immutable_seen("docs", ["k1", "k2", "k3"]) == {"k1", "k2"}
-        assert await store.immutable_reset("docs", r"/v1\.\d+/") == 1
-        assert await store.immutable_seen("docs", ["k1", "k2"]) == {"k2"}
-        assert await store.immutable_reset() == 2
+            await store.host_trust.immutable_add(spider, key, url=url, page_key=None, at=NOW)
+        assert await store.host_trust.immutable_seen("docs", ["k1", "k2", "k3"]) == {"k1", "k2"}
+        assert await store.host_trust.immutable_reset("docs", r"/v1\.\d+/") == 1
+        assert await store.host_trust.immutable_seen("docs", ["k1", "k2"]) == {"k2"}
+        assert await store.host_trust.immutable_reset() == 2
 
 
 @deferred_f_from_coro_f
 async def test_audit_sample_is_a_share_or_a_count_of_live_pages(tmp_path: Path) -> None:
     async with opened(tmp_path / "s.db") as store:
         run = await seeded(store, [f"p{i}" for i in range(10)])
-        assert len(await store.audit_sample(run, 0.25)) == 3
-        assert len(await store.audit_sample(run, 4)) == 4
-        assert await store.audit_sample(run, 0) == []
-        await store.immutable_add("docs", "k", url="https://x", page_key=f"{SITE}/p0", at=NOW)
-        sample = await store.audit_sample(run, 100)
+        assert len(await store.schedule.audit_sample(run, 0.25)) == 3
+        assert len(await store.schedule.audit_sample(run, 4)) == 4
+        assert await store.schedule.audit_sample(run, 0) == []
+        await store.host_trust.immutable_add("docs", "k", url="https://x", page_key=f"{SITE}/p0", at=NOW)
+        sample = await store.schedule.audit_sample(run, 100)
         assert len(sample) == 9
         assert f"{SITE}/p0" not in sample
 

@@ -10,8 +10,8 @@ import os
 import signal
 import sqlite3
 import subprocess
-import time
 from contextlib import closing
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ from recrawler.cli import main as cli_main
 from recrawler.kb.reader import open_kb
 from recrawler.state.sqlite import SQLiteStateStore
 from tests import docsite, shell, statedb
+from tests.waiting import until
 
 if TYPE_CHECKING:
     from tests.conftest import Crawls
@@ -221,9 +222,12 @@ async def test_a_killed_runs_stored_pages_face_the_guards(site: Site, crawls: Cr
     proc = await asyncio.to_thread(
         crawl_process, sitemap, crawls.db_path, "RECRAWLER_DB_BATCH_SIZE=10", "CONCURRENT_REQUESTS=2"
     )
-    deadline = time.monotonic() + 120
-    while stored_pending(crawls.db_path) < 250 and proc.poll() is None and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    await asyncio.to_thread(
+        until,
+        lambda: stored_pending(crawls.db_path) >= 250 or proc.poll() is not None,
+        "250 pages stored",
+        timeout=120,
+    )
     proc.send_signal(signal.SIGKILL)
     await asyncio.to_thread(proc.wait)
     assert stored_pending(crawls.db_path) >= 250
@@ -236,13 +240,21 @@ async def test_a_killed_runs_stored_pages_face_the_guards(site: Site, crawls: Cr
     assert found(crawls, "Down for maintenance") == set()
 
 
+def lease_age(db: Path) -> float:
+    """Seconds since the site's lease was last renewed (no lease: as good as lapsed)."""
+    beats = [row["heartbeat_at"] for row in statedb.dicts(db, "SELECT heartbeat_at FROM leases")]
+    if not beats:
+        return float("inf")
+    return min((datetime.now(UTC) - datetime.fromisoformat(b)).total_seconds() for b in beats)
+
+
 class FailingPublishStore(SQLiteStateStore):
     """Its publication fails after the run's misses were settled (a crash at the run's end)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # the roles' methods are bound on the instance
-        self.publish_run = self._fail  # type: ignore[method-assign]
+        # each role is an object of its own: its method is replaced on it
+        self.decisions.publish_run = self._fail  # type: ignore[method-assign]
 
     async def _fail(self, *args: Any, **kwargs: Any) -> Any:
         from recrawler.exceptions import StateStoreError
@@ -263,7 +275,7 @@ async def test_a_run_that_dies_before_publishing_counts_no_miss(site: Site, craw
     # its misses never counted: one more 404 quarantines (not gone one run early)
     assert statedb.statuses(crawls.db_path) == {"live": 100}
     # (the dead run's lease lapses: here its process lives on, so its lease must age)
-    await asyncio.sleep(0.3)
+    await asyncio.to_thread(until, lambda: lease_age(crawls.db_path) > 0.2, "the lease older than 0.2 s")
     r3 = await crawls.crawl(sitemap, RECRAWLER_LEASE_SECS=0.2)
     assert r3.counts["quarantined"] == 5
     assert statedb.statuses(crawls.db_path) == {"live": 95, "quarantined": 5}

@@ -52,7 +52,7 @@ async def test_discard_recrawl_approve_leaves_history_as_if_the_discarded_runs_n
     assert r2.report["index"]["state"] == "held"
     # nothing of a held run is announced or read: no event, no history, the published metadata
     assert [e for e in r2.events if e["action"] == "changed"] == []
-    assert list(open_store_at(crawls).iter_changes()) == []
+    assert list(open_store_at(crawls).readers.iter_changes()) == []
     # the next cron run goes on and carries the decision (it holds again: the site still says so)
     r3 = await crawls.crawl(sitemap)
     assert (r3.finish_reason, r3.report["index"]["state"]) == ("finished", "held")
@@ -62,12 +62,12 @@ async def test_discard_recrawl_approve_leaves_history_as_if_the_discarded_runs_n
     assert code == 2
     await asyncio.to_thread(cli_main, ["runs", "discard", str(r3.report["run_id"]), "--db", crawls.db_uri])
     assert all("first edition" in text for _, text in kb_chunks(crawls.db_path))
-    assert list(open_store_at(crawls).iter_changes()) == []
+    assert list(open_store_at(crawls).readers.iter_changes()) == []
     # the site still says "second edition": held again, then approved
     r4 = await crawls.crawl(sitemap)
     assert r4.report["index"]["state"] == "held"
     await asyncio.to_thread(cli_main, ["runs", "approve", str(r4.report["run_id"]), "--db", crawls.db_uri])
-    history = list(open_store_at(crawls).iter_changes())
+    history = list(open_store_at(crawls).readers.iter_changes())
     assert len(history) == 12
     assert {h["run_id"] for h in history} == {r4.report["run_id"]}
     assert all("-Page" in h["diff"] or "first edition" in h["diff"] for h in history)

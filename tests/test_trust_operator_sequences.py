@@ -64,11 +64,11 @@ def readers(store: StateStore) -> dict[str, Any]:
     ``run_id`` and ``changes_since``)."""
     pages = [
         (p.key, p.status, p.content_hash, p.title, p.last_changed, p.misses, p.chunks)
-        for p in store.iter_pages()
+        for p in store.readers.iter_pages()
     ]
     history = sorted(
         (h["key"], h["verdict"], h["old_hash"], h["new_hash"], tuple(h["changed_fields"]), h["diff"])
-        for h in store.iter_changes()
+        for h in store.readers.iter_changes()
     )
     with store.reader() as conn:
         events = sorted(
@@ -91,29 +91,29 @@ class Driver:
 
     def crawl(self, answers: dict[str, str | int], ending: str) -> int:
         store = self.store
-        run: Run = self.run_until(store.begin_run("docs", SITE, T0, lease_secs=0))
+        run: Run = self.run_until(store.runs.begin_run("docs", SITE, T0, lease_secs=0))
         for key, answer in answers.items():
             self.answer(run, key, answer)
         self.run_until(store.flush())
         if ending == "kill":
             return run.id
-        self.run_until(store.carry_misses(run))
+        self.run_until(store.decisions.carry_misses(run))
         action = {"hold": SETTLE_KEEP, "hold_removals": SETTLE_KEEP}.get(ending, SETTLE_APPLY)
-        self.run_until(store.settle_misses(run, action))
+        self.run_until(store.decisions.settle_misses(run, action))
         if ending == "hold":
-            self.run_until(store.hold_run(run))
+            self.run_until(store.decisions.hold_run(run))
         else:
-            self.run_until(store.supersede(run))
-            self.run_until(store.publish_run(run, at=T0, gone_after=2, gone_statuses=[410]))
-        self.run_until(store.finish_run(run, reason="finished", at=T0, report={}))
+            self.run_until(store.decisions.supersede(run))
+            self.run_until(store.decisions.publish_run(run, at=T0, gone_after=2, gone_statuses=[410]))
+        self.run_until(store.runs.finish_run(run, reason="finished", at=T0, report={}))
         return run.id
 
     def answer(self, run: Run, key: str, answer: str | int) -> None:
         store = self.store
-        rec: PageRecord | None = self.run_until(store.get(key))
+        rec: PageRecord | None = self.run_until(store.pages.get(key))
         if isinstance(answer, int):
             if rec is not None:
-                self.run_until(store.record_miss(run, key, answer))
+                self.run_until(store.pages.record_miss(run, key, answer))
             return
         h = content_hash(answer)
         url = f"https://{key}"
@@ -127,7 +127,7 @@ class Driver:
         ):
             # the page is back to what the knowledge base shows
             self.run_until(
-                store.record(
+                store.pages.record(
                     run,
                     dataclasses.replace(rec, status="live", misses=0, pending=None, last_checked=T0),
                     [],
@@ -145,9 +145,9 @@ class Driver:
             restore = rec.status == "quarantined"
             events = [_event(run, PageStatus.RESTORED, key, h)] if restore else []
             page = dataclasses.replace(rec, status="live", misses=0, last_checked=T0, pending=pending)
-            self.run_until(store.record(run, page, events, restore=restore))
+            self.run_until(store.pages.record(run, page, events, restore=restore))
             return
-        old = self.run_until(store.get_fields(key)) if rec is not None else None
+        old = self.run_until(store.history.get_fields(key)) if rec is not None else None
         change = None
         if old is not None and status == PageStatus.CHANGED:
             change = ChangeRow(
@@ -175,7 +175,7 @@ class Driver:
         chunk = Chunk(key=key, url=url, chunk_index=0, heading="", text=answer, chunk_hash=h)
         fields = FieldsRow(title=page.title or "", headings=[], code=[], links=[], text=answer, blocks=b"")
         self.run_until(
-            store.record(
+            store.pages.record(
                 run,
                 page,
                 [_event(run, status, key, h)],
@@ -206,10 +206,10 @@ class Driver:
 
     def approve(self, run_id: int) -> None:
         store = self.store
-        run: Run = self.run_until(store.decision(run_id))
-        self.run_until(store.release_kept(run))
-        self.run_until(store.supersede(run))
-        self.run_until(store.publish_run(run, at=T0, gone_after=2, gone_statuses=[410]))
+        run: Run = self.run_until(store.decisions.decision(run_id))
+        self.run_until(store.decisions.release_kept(run))
+        self.run_until(store.decisions.supersede(run))
+        self.run_until(store.decisions.publish_run(run, at=T0, gone_after=2, gone_statuses=[410]))
 
     def discard(self, run_id: int) -> list[int]:
         """Discard; the runs the decision covered (discarded with it)."""
@@ -222,7 +222,7 @@ class Driver:
                     (run_id,),
                 )
             ]
-        self.run_until(self.store.discard(run_id))
+        self.run_until(self.store.decisions.discard(run_id))
         return covered
 
 
@@ -336,7 +336,7 @@ class Operations(RuleBasedStateMachine):
         seen = visible(self.main.store)
         assert all(n == 1 for n in Counter(key for key, _ in seen).values()), seen
         # what the knowledge base shows of each page is what its published metadata says
-        shown = {p.key: p for p in self.main.store.iter_pages()}
+        shown = {p.key: p for p in self.main.store.readers.iter_pages()}
         for key, text in seen:
             assert shown[key].status == "live", key
             assert shown[key].content_hash == content_hash(text), key

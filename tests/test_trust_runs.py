@@ -18,6 +18,7 @@ import pytest
 from recrawler.cli import main as cli_main
 from tests import docsite, shell, statedb
 from tests.conftest_mockserver import REPO_ROOT
+from tests.waiting import until
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -46,15 +47,6 @@ def build(site: Site, n: int = 5) -> str:
     return site.write_sitemap([f"p{i}.html" for i in range(n)])
 
 
-def wait_for(predicate: Any, what: str, timeout: float = 60.0) -> None:
-    """Poll a condition of the outside world (a server log, a database) until it holds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 # --- 6. one run at a time --------------------------------------------------------------------------
 
 
@@ -72,10 +64,10 @@ def test_a_second_run_of_the_same_site_exits_at_once(site: Site, tmp_path: Path)
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_for(
+        until(
             lambda: site.requests("p1.html") and site.requests("p0.html"), "the first run to reach its pages"
         )
-        wait_for(lambda: any(r["state"] == "running" for r in runs(db)), "the first run's row")
+        until(lambda: any(r["state"] == "running" for r in runs(db)), "the first run's row")
         started = time.monotonic()
         second = crawl(sitemap, db)
         assert time.monotonic() - started < 30
@@ -139,8 +131,8 @@ def test_check_flags_a_killed_run_left_running_and_a_lapsed_lease(
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_for(lambda: site.requests("p1.html"), "the run to reach its hanging page")
-        wait_for(lambda: any(r["state"] == "running" for r in runs(db)), "the run's row")
+        until(lambda: site.requests("p1.html"), "the run to reach its hanging page")
+        until(lambda: any(r["state"] == "running" for r in runs(db)), "the run's row")
         capsys.readouterr()
         # a run in progress, whose process lives and beats: nothing is wrong
         assert cli_main(["check", "--db", f"sqlite:///{db}"]) == 0

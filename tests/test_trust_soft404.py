@@ -7,16 +7,21 @@ import io
 import json
 import tarfile
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
 
 import pytest
+from scrapy import signals
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.cli import main as cli_main
+from recrawler.downloadermiddlewares.redirect import SHARED_TARGET_MIN, PageRedirectMiddleware
 from tests import docsite, statedb
 from tests.conftest_mockserver import REPO_ROOT
 
 if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
     from tests.conftest import Crawls
     from tests.conftest_mockserver import Site
 
@@ -300,13 +305,44 @@ async def test_pages_lent_one_target_are_misses(site: Site, crawls: Crawls) -> N
     await lend_one_target(site, crawls)
 
 
+#: sent by ``SaidRedirects`` once it dealt with a redirect answer: ``url`` (the redirected page)
+redirect_dealt_with = object()
+
+
+class SaidRedirects(PageRedirectMiddleware):
+    """recrawler's redirect middleware, saying when it has dealt with a page's redirect answer
+    (followed it, lent the address, or found the address shared and the page a miss)."""
+
+    async def process_response(self, request: Any, response: Any) -> Any:  # type: ignore[override]
+        try:
+            return await super().process_response(request, response)
+        finally:
+            if 300 <= response.status < 400:
+                self.crawler.signals.send_catch_log(redirect_dealt_with, url=request.url)
+
+
 class SlowLentAnswers:
     """An item pipeline ahead of recrawler's: a page a temporary redirect lent another address is
-    held a while, so that its write comes after later redirects found that address shared."""
+    held until the redirect middleware dealt with all five redirects (the slower ones too), so
+    that its write comes after later redirects found that address shared."""
+
+    def __init__(self, crawler: Any) -> None:
+        self.redirected: set[str] = set()
+        self.all_dealt_with = asyncio.Event()
+        crawler.signals.connect(self.dealt_with, signal=redirect_dealt_with)
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> Self:
+        return cls(crawler)
+
+    def dealt_with(self, url: str) -> None:
+        self.redirected.add(url)
+        if len(self.redirected) == 5:
+            self.all_dealt_with.set()
 
     async def process_item(self, item: Any) -> Any:
         if getattr(item, "served_from", None):
-            await asyncio.sleep(2.0)
+            await asyncio.wait_for(self.all_dealt_with.wait(), timeout=60)
         return item
 
 
@@ -314,7 +350,57 @@ class SlowLentAnswers:
 async def test_a_lent_answer_written_after_its_target_is_shared_is_a_miss(site: Site, crawls: Crawls) -> None:
     """Pages 0 and 1 are sent to the search page and its answer passes the redirects before page
     2's redirect (slower) makes the search page everybody's: their answers are still misses."""
-    await lend_one_target(site, crawls, slow_from=2, ITEM_PIPELINES={f"{__name__}.SlowLentAnswers": 100})
+    await lend_one_target(
+        site,
+        crawls,
+        slow_from=2,
+        ITEM_PIPELINES={f"{__name__}.SlowLentAnswers": 100},
+        # (the project's own redirect middleware stands: the add-on leaves it in place)
+        DOWNLOADER_MIDDLEWARES={
+            "scrapy.downloadermiddlewares.redirect.RedirectMiddleware": None,
+            f"{__name__}.SaidRedirects": 541,
+        },
+    )
+
+
+class LoanProbe:
+    """At the end of the crawl: the most pages the redirect middleware remembers for one target."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    def spider_closed(self) -> None:
+        engine = self.crawler.engine
+        assert engine is not None
+        (mw,) = [m for m in engine.downloader.middleware.middlewares if isinstance(m, PageRedirectMiddleware)]
+        most = max((len(keys) for keys in mw._loans.values()), default=0)
+        Path(self.crawler.settings["PROBE_FILE"]).write_text(json.dumps(most))
+
+
+@deferred_f_from_coro_f
+async def test_a_target_everybody_is_lent_holds_no_page_per_page(
+    site: Site, crawls: Crawls, tmp_path: Path
+) -> None:
+    """300 of a 400-page listing redirect (302) to the search page: every one is a miss, and the
+    redirect middleware remembers the first pages sent there only until the target is plain to be
+    everybody's, never the 300 keys for the rest of the run."""
+    sitemap = write_docs(site, 400)
+    search = docsite.page(
+        "Search", [("Search the docs", ["Type a word to search every guide and reference."])]
+    )
+    site.write("docs/search.html", search, mtime=T0)
+    for i in range(100, 400):
+        site.remove(f"docs/page-{i}.html")
+        site.options(f"docs/page-{i}.html", redirect="docs/search.html", redirect_status=302)
+    probe = tmp_path / "loans.json"
+    r1 = await crawls.crawl(sitemap, EXTENSIONS={LoanProbe: 0}, PROBE_FILE=str(probe))
+    assert r1.stats["recrawler/page/soft_404/redirect_shared"] == 300
+    assert json.loads(probe.read_text()) <= SHARED_TARGET_MIN
 
 
 @deferred_f_from_coro_f

@@ -312,10 +312,10 @@ async def test_a_webhook_is_called_on_delivery_never_from_a_commit(
     store = SQLiteStateStore(str(tmp_path / "state.db"), batch_size=1, sink=sink, deliver_on_commit=True)
     await store.open()
     try:
-        run = await store.begin_run("docs", SITE, T0_DT, holder=lease_holder(), publish_each_page=True)
+        run = await store.runs.begin_run("docs", SITE, T0_DT, holder=lease_holder(), publish_each_page=True)
         for name in ("a", "b"):
             page = rec(name)
-            await store.record(run, page, [ev(run, page)])
+            await store.pages.record(run, page, [ev(run, page)])
         await store.flush()
         assert receiver.received == []
         assert await store.pending_events() == 2

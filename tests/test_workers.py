@@ -7,7 +7,6 @@ import json
 import shutil
 import socket
 import subprocess
-import time
 from collections import Counter
 from contextlib import closing
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ import pytest
 from recrawler.kb.reader import open_kb
 from tests import docsite, shell, statedb
 from tests.conftest_mockserver import REPO_ROOT
+from tests.waiting import until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -59,21 +59,22 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
             "--appendonly",
             "no",
         ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                time.sleep(0.05)
+        # redis-server says when it listens: wait for that line on its output (EOF: it exited)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "Ready to accept connections" in line:
+                break
+        else:
+            raise AssertionError(f"redis-server exited ({proc.wait()}) before accepting connections")
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        proc.communicate(timeout=10)
 
 
 def argv(sitemap: str, db: Path, *settings: str) -> list[str]:
@@ -183,13 +184,6 @@ def start_worker(sitemap: str, db: Path, redis_url: str, log: Path) -> subproces
         )
 
 
-def wait_for(predicate: Any, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def killed_mid_run(site: Site, tmp_path: Path, redis_url: str, *, kill: str) -> dict[str, Any]:
     """Two workers on a first run of a 150-page site; *kill* (``leader`` or ``worker``) is
     SIGKILLed once the other joined and 40 pages were fetched. The survivor's exit code and log."""
@@ -200,11 +194,11 @@ def killed_mid_run(site: Site, tmp_path: Path, redis_url: str, *, kill: str) -> 
     db = tmp_path / "many.db"
     logs = {role: tmp_path / f"{role}.log" for role in ("leader", "worker")}
     procs = {"leader": start_worker(sitemap, db, redis_url, logs["leader"])}
-    wait_for(lambda: "recrawler run 1" in logs["leader"].read_text())
+    until(lambda: "recrawler run 1" in logs["leader"].read_text(), "the leader's run")
     procs["worker"] = start_worker(sitemap, db, redis_url, logs["worker"])
     try:
-        wait_for(lambda: "joined run 1 as a worker" in logs["worker"].read_text())
-        wait_for(lambda: sum(1 for r in site.requests() if r["path"].startswith("p")) >= 40)
+        until(lambda: "joined run 1 as a worker" in logs["worker"].read_text(), "the worker joining")
+        until(lambda: sum(1 for r in site.requests() if r["path"].startswith("p")) >= 40, "40 pages fetched")
         procs[kill].kill()
         procs[kill].wait(timeout=10)
         survivor = "worker" if kill == "leader" else "leader"

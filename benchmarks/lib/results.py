@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,3 +90,20 @@ def print_ratios(ratios: dict[str, Any]) -> None:
     print()
     for key, value in ratios.items():
         print(f"  {key:55s} {value if isinstance(value, str) else fmt(value, '.2f')}")
+
+
+def load_average() -> list[float]:
+    """The machine's load average over 1, 5 and 15 minutes (``os.getloadavg``)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def load_line(start: Sequence[float], end: Sequence[float]) -> str:
+    """One line for a benchmark's output: the load average when it started and when it ended. On
+    a shared machine the ratios printed beside it are only as good as it was quiet."""
+    return (
+        "load average (1, 5, 15 min): start "
+        + ", ".join(f"{x:.2f}" for x in start)
+        + "; end "
+        + ", ".join(f"{x:.2f}" for x in end)
+        + f" (on {os.cpu_count()} cores)"
+    )

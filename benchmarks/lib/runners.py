@@ -81,6 +81,9 @@ class RunResult:
     elapsed_time_seconds: float | None = None
     summary_line: str | None = None
     settings: dict[str, str] = field(default_factory=dict)
+    #: the machine's 1-minute load average when the process started and when it ended
+    load_start: float | None = None
+    load_end: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -186,7 +189,9 @@ def crawl(
     result = RunResult(name=name, label=label, command=cmd, log_file=str(log_path))
     server.truncate_access_log()
     print(f"run {name}: {label} ...", file=sys.stderr, flush=True)
+    result.load_start = os.getloadavg()[0]
     rc, timed_out, wall, maxrss_kib = run_process(cmd, cwd=cwd, env=env, log_path=log_path, timeout=timeout)
+    result.load_end = os.getloadavg()[0]
     result.returncode, result.timed_out, result.wall_s = rc, timed_out, wall
     result.peak_rss_mib = maxrss_kib / 1024
     result.cpu_s = _LAST_CPU[0]
@@ -214,6 +219,7 @@ def format_table(runs: Sequence[RunResult]) -> str:
         "cpu s",
         "pages/s",
         "peak RSS MiB",
+        "load",
         "exit",
     )
     rows = [header]
@@ -231,6 +237,7 @@ def format_table(runs: Sequence[RunResult]) -> str:
             f"{r.cpu_s:.2f}",
             f"{r.pages_per_s:.0f}",
             f"{r.peak_rss_mib:.1f}",
+            format_load(r.load_start, r.load_end),
             "timeout" if r.timed_out else str(r.returncode),
         )
         for r in runs
@@ -245,6 +252,13 @@ def format_table(runs: Sequence[RunResult]) -> str:
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def format_load(start: float | None, end: float | None) -> str:
+    """The 1-minute load average at a process's start and end: ``1.9-3.2``."""
+    if start is None or end is None:
+        return "-"
+    return f"{start:.1f}-{end:.1f}"
 
 
 def recrawler_cli() -> list[str]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from recrawler.cli.output import json_line
 from recrawler.cli.settings import key_maker, open_store, write
 from recrawler.state.sql.check import UNREPAIRED
+from recrawler.urls import UrlPolicy
 
 if TYPE_CHECKING:
     import argparse
@@ -21,7 +22,15 @@ if TYPE_CHECKING:
 def cmd_check(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Verify the database's invariants; ``--repair`` mends what drifted (exit 1: problems found)."""
     store = open_store(settings)
-    findings = store.check_sync(key_maker(settings), lease_secs=settings.getfloat("RECRAWLER_LEASE_SECS"))
+    if hasattr(store, "integrity_check"):
+        # this command checks the file itself (a damaged one is its first finding): its read is
+        # not refused beforehand, as every other command's is (SQLite only)
+        store.integrity_check = False
+    findings = store.readers.check_sync(
+        key_maker(settings),
+        lease_secs=settings.getfloat("RECRAWLER_LEASE_SECS"),
+        refusal=UrlPolicy(any_host=True).refusal,
+    )
     for f in findings:
         if args.json:
             out.write(json_line({"check": f.check, "key": f.key, "detail": f.detail}))
@@ -40,7 +49,7 @@ def cmd_check(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         if not args.json:
             out.write(f"{len(findings)} problem(s); `recrawler check --repair` mends them\n")
         return 1
-    repaired: dict[str, int] = asyncio.run(write(settings, lambda s: s.repair(findings)))
+    repaired: dict[str, int] = asyncio.run(write(settings, lambda s: s.readers.repair(findings)))
     if not args.json:
         done = ", ".join(f"{k}: {v}" for k, v in sorted(repaired.items())) or "nothing to change"
         out.write(f"repaired ({done}); the next run fetches and indexes the re-queued pages\n")

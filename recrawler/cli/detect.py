@@ -17,6 +17,7 @@ from recrawler.extract import ContentExtractor
 from recrawler.learning import NoiseRegistry
 from recrawler.state import LIVE, utcnow
 from recrawler.terminal import Progress
+from recrawler.times import parse_duration
 from recrawler.urls import UrlPolicy, key_host
 
 if TYPE_CHECKING:
@@ -26,21 +27,21 @@ if TYPE_CHECKING:
     from scrapy.settings import Settings
 
     from recrawler.cli import Parsers
-    from recrawler.state import PageRecord, StateStore
+    from recrawler.state import History, PageRecord
 
 
 def cmd_diff(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Show a page's last recorded change (``--all``: its whole history)."""
     key = key_maker(settings)(args.url)
     store = open_store(settings)
-    rows = list(store.iter_changes(key=key, limit=None if args.all else 1))
+    rows = list(store.readers.iter_changes(key=key, limit=None if args.all else 1))
     # the page as the knowledge base shows it first; what a held run changed after, labelled
-    held = list(store.iter_changes(key=key, held=True, limit=None if args.all else 1))
+    held = list(store.readers.iter_changes(key=key, held=True, limit=None if args.all else 1))
     code = 0
     if rows:
         _changes(rows, args, out)
     else:
-        code = _page_state(store.page_state(key), key, args, settings, out)
+        code = _page_state(store.readers.page_state(key), key, args, settings, out)
     _changes(held, args, out, held=True)
     return code if not held else 0
 
@@ -123,7 +124,7 @@ def _page_state(
 def cmd_noise(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """List what is being ignored per site: token patterns, boilerplate blocks, learned regions."""
     registry = NoiseRegistry.from_settings(settings)
-    report = open_store(settings).noise_report()
+    report = open_store(settings).readers.noise_report()
     sites = sorted(set(report) | {s for s in registry.patterns if s != "*"})
     if args.site:
         sites = [s for s in sites if s == args.site] or [args.site]
@@ -153,7 +154,7 @@ def cmd_noise(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
 
 def cmd_tune(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Replay the recorded history: what each fuzzy threshold would suppress and what the guard keeps."""
-    rows = [r for r in open_store(settings).iter_changes(site=args.site) if r["distance"] is not None]
+    rows = [r for r in open_store(settings).readers.iter_changes(site=args.site) if r["distance"] is not None]
     results = []
     for t in (int(t) for t in args.thresholds.split(",")):
         suppressed = [r for r in rows if r["distance"] <= t]
@@ -196,14 +197,13 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings, out: TextIO) -> 
     """Fetch a sample of pages twice, ``--delay`` seconds apart, and learn the regions that differ
     as volatile. Every page is fetched once, then each again once its delay has passed, so the
     whole takes about one delay; a terminal shows what is being done and how long is left."""
-    if args.delay < 0:
-        raise ConfigurationError(f"calibrate: --delay must be 0 or more, got {args.delay:g}")
+    args.delay = parse_duration(args.delay, name="calibrate: --delay")
     store = open_store(settings)
     # read first: a database that cannot be read fails now, not after the fetches
-    store.noise_report()
+    store.readers.noise_report()
     urls = list(args.urls)
     if not urls:
-        pages = [p for p in store.iter_pages(status="live") if not args.site or p.site == args.site]
+        pages = [p for p in store.readers.iter_pages(status="live") if not args.site or p.site == args.site]
         random.Random(args.seed).shuffle(pages)  # noqa: S311 (a sample, not a secret)
         urls = [p.url for p in pages[: args.sample]]
     if not urls:
@@ -230,15 +230,15 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings, out: TextIO) -> 
             learned.setdefault(site, set()).update(regions)
         out.write(f"  {url}: {', '.join(regions) if regions else 'stable'}\n")
 
-    async def add(store: StateStore) -> int:
+    async def add(history: History) -> int:
         total = 0
         for site, selectors in learned.items():
-            total += await store.add_regions(
+            total += await history.add_regions(
                 site, sorted(selectors), source="calibrate", learned_from="recrawler calibrate", at=utcnow()
             )
         return total
 
-    new = asyncio.run(write(settings, add))
+    new = asyncio.run(write(settings, lambda store: add(store.history)))
     out.write(
         f"{len(urls)} pages fetched twice {args.delay:g} s apart: {noisy} differed; "
         f"{new} new volatile regions learned\n"
@@ -342,7 +342,9 @@ def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--site", help="sample only this site's pages")
     p.add_argument("--sample", type=int, default=10, help="pages to sample (default %(default)s)")
-    p.add_argument("--delay", type=float, default=60.0, help="seconds between the two fetches (default 60)")
+    p.add_argument(
+        "--delay", default="60", help="time between the two fetches: seconds, or 90s, 2m, 1h (default 60)"
+    )
     p.add_argument("--seed", type=int, default=None)
     p.set_defaults(func=cmd_calibrate)
 

@@ -55,7 +55,7 @@ def _list(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         [Column("AT", 16), Column("RUN", right=True), Column("ACTION", 11), Column("URL")],
         empty="no events" + (f" since {args.since}" if since else ""),
     )
-    for event in store.iter_events(site=args.site, run_id=args.run, since=since):
+    for event in store.readers.iter_events(site=args.site, run_id=args.run, since=since):
         if args.json:
             out.write(json_line(event))
             continue
@@ -71,7 +71,7 @@ def _list(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
 async def _deliver(settings: Settings) -> tuple[int, int]:
     """Deliver the outbox; (events waiting before, events left)."""
     store = open_store(settings)
-    require_database(store)
+    require_database(store.readers)
     await store.open()
     try:
         waiting = await store.pending_events()

@@ -42,7 +42,7 @@ def cmd_pages(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         [Column("STATUS", 11), Column("LAST CHECKED", 16), Column("LAST CHANGED", 16), Column("URL")],
         empty=f"no {args.status + ' ' if args.status else ''}pages stored",
     )
-    for rec in open_store(settings).iter_pages(status=args.status):
+    for rec in open_store(settings).readers.iter_pages(status=args.status):
         if args.json:
             out.write(json_line(page_json(rec)))
         else:

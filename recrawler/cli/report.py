@@ -35,11 +35,13 @@ def cmd_report(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
     runs = args.runs if args.runs is not None else settings.getint("RECRAWLER_REPORT_HTML_RUNS")
     if args.output == "-":
         sys.stdout.write(
-            render(collect(store, args.run_id, runs=runs, db=db_uri(settings), bound_secs=bound))
+            render(collect(store.readers, args.run_id, runs=runs, db=db_uri(settings), bound_secs=bound))
         )
         return 0
     path = args.output or project_data_path(REPORT_FILE, create=True)
-    run_id, written = write_report(store, path, args.run_id, runs=runs, db=db_uri(settings), bound_secs=bound)
+    run_id, written = write_report(
+        store.readers, path, args.run_id, runs=runs, db=db_uri(settings), bound_secs=bound
+    )
     out.write(f"report of run {run_id} written to {written}\n")
     return 0
 
@@ -52,9 +54,11 @@ def _digest(args: argparse.Namespace, settings: Settings, out: TextIO, bound: fl
     since = parse_since(args.since, now)
     options = {"since": since, "now": now, "bound_secs": bound, "site": args.site, "db": db_uri(settings)}
     if args.output == "-":
-        sys.stdout.write(render_digest(collect_digest(store, **options)))
+        sys.stdout.write(render_digest(collect_digest(store.readers, **options)))
         return 0
-    written = write_digest(store, args.output or project_data_path(DIGEST_FILE, create=True), **options)
+    written = write_digest(
+        store.readers, args.output or project_data_path(DIGEST_FILE, create=True), **options
+    )
     out.write(f"digest of {since:%Y-%m-%d %H:%M} to {now:%Y-%m-%d %H:%M} UTC written to {written}\n")
     return 0
 

@@ -46,7 +46,7 @@ def cmd_runs(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         ],
         empty="no runs yet",
     )
-    for run in open_store(settings).iter_runs():
+    for run in open_store(settings).readers.iter_runs():
         if args.json:
             out.write(json_line(run))
             continue
@@ -73,18 +73,18 @@ def embedder_options(settings: Settings) -> dict[str, Any]:
 
 async def _approve_or_discard(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     store = open_store(settings)
-    require_database(store)
+    require_database(store.readers)
     await store.open()
     try:
         try:
-            run = await store.decision(args.run_id)
+            run = await store.decisions.decision(args.run_id)
         except StateStoreError as exc:
             raise ConfigurationError(str(exc)) from None
-        info = await store.run_info(run.id)
+        info = await store.kb.run_info(run.id)
         assert info is not None
         if args.action == "discard":
             try:
-                result = await store.discard(run.id)
+                result = await store.decisions.discard(run.id)
             except StateStoreError as exc:
                 raise ConfigurationError(str(exc)) from None
             parts = []
@@ -106,12 +106,12 @@ async def _approve_or_discard(args: argparse.Namespace, settings: Settings, out:
             try:
                 with Progress(f"run {args.run_id}: embedding", unit="texts") as progress:
                     texts, calls = await embed_missing(
-                        store, embedder, include_run=args.run_id, progress=progress.advance
+                        store.kb, embedder, include_run=args.run_id, progress=progress.advance
                     )
             finally:
                 embedder.close()
         # approved, the run ends as it would have unheld: 0, or what its other reasons say
-        reasons = set((store.run_report(args.run_id) or {}).get("reasons") or ()) - set(HOLDS)
+        reasons = set((store.readers.run_report(args.run_id) or {}).get("reasons") or ()) - set(HOLDS)
         code = outcome.exit_code(
             state_errors="state_error" in reasons,
             lease_lost="lease_lost" in reasons,
@@ -120,7 +120,7 @@ async def _approve_or_discard(args: argparse.Namespace, settings: Settings, out:
         )
         try:
             # the decision, the removals kept for it and the publication: one transaction
-            removed, gc = await store.approve(
+            removed, gc = await store.decisions.approve(
                 run, at=utcnow(), gone_after=gone_after, gone_statuses=gone_statuses, exit_code=code
             )
         except StateStoreError as exc:
@@ -129,7 +129,7 @@ async def _approve_or_discard(args: argparse.Namespace, settings: Settings, out:
         spec, options = embedder_spec(info["embedder"], embedder_options(settings))
         vectors = embedder_from_spec(args.embedder or spec, **options)
         try:
-            await store.index_vectors(vectors.id)
+            await store.search_index.index_vectors(vectors.id)
         finally:
             vectors.close()
         await store.deliver()

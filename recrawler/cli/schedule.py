@@ -39,13 +39,13 @@ def changes_per_day(rev: Revisit) -> float | None:
 def cmd_due(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """List the stored pages the next run will check, and why (the run's own decision): a deploy
     a run detected and could not check through leaves its pages due."""
-    policy = SchedulePolicy.from_settings(settings, now=parse_now(args.now))
+    policy = SchedulePolicy.from_settings(settings, now=parse_now(args.now, name="--now"))
     store = open_store(settings)
-    trust = list(store.iter_trust())
+    trust = list(store.readers.iter_trust())
     off = {(t.host, t.signal) for t in trust if not t.trusted}
     trust_after = settings.getint("RECRAWLER_AUDIT_TRUST_AFTER")
     honest = {(t.host, t.signal) for t in trust if t.trusted and not t.lies and t.checks >= trust_after}
-    for build in store.iter_site_builds():
+    for build in store.readers.iter_site_builds():
         if build.deploy_at is not None:
             policy.deployed(build.site, build.deploy_at)
     table = Table(
@@ -62,7 +62,7 @@ def cmd_due(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         empty="",
     )
     total = due = shown = 0
-    for page in store.iter_schedule(site=args.site):
+    for page in store.readers.iter_schedule(site=args.site):
         host = key_host(page.key)
         decision = policy.decide(
             page.revisit,
@@ -121,9 +121,9 @@ def cmd_due(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         if total:
             bound = settings.getfloat("RECRAWLER_MAX_INTERVAL_SECS")
             # one site stored: its own figures (its last complete listing), as --site would give
-            sites = {r["site"] for r in store.iter_runs() if r["site"]}
+            sites = {r["site"] for r in store.readers.iter_runs() if r["site"]}
             site = args.site or (sites.pop() if len(sites) == 1 else None)
-            out.write(freshness_line(store.freshness(site, bound_secs=bound, now=policy.now)) + "\n")
+            out.write(freshness_line(store.readers.freshness(site, bound_secs=bound, now=policy.now)) + "\n")
     return 0
 
 
@@ -156,7 +156,7 @@ def cmd_trust(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Show each host's trust records; ``--reset [HOST]`` trusts its signals again."""
     if args.reset is not None:
         host = None if args.reset == "*" else args.reset
-        n = asyncio.run(write(settings, lambda store: store.reset_trust(host, args.signal)))
+        n = asyncio.run(write(settings, lambda store: store.host_trust.reset_trust(host, args.signal)))
         out.write(f"{n} trust record(s) reset: {host or 'every host'} {args.signal or 'every signal'}\n")
         return 0
     table = Table(
@@ -172,7 +172,7 @@ def cmd_trust(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         ],
         empty="no trust records yet (the audit has checked no host's signals)",
     )
-    for rec in open_store(settings).iter_trust():
+    for rec in open_store(settings).readers.iter_trust():
         if args.json:
             data = {
                 "host": rec.host,
@@ -200,7 +200,7 @@ def cmd_immutable(args: argparse.Namespace, settings: Settings, out: TextIO) -> 
         except re.error as exc:
             raise ConfigurationError(f"immutable --reset: bad pattern {args.reset!r}: {exc}") from exc
         pattern = args.reset or None
-        n = asyncio.run(write(settings, lambda store: store.immutable_reset(args.spider, pattern)))
+        n = asyncio.run(write(settings, lambda store: store.host_trust.immutable_reset(args.spider, pattern)))
         out.write(f"{n} immutable page(s) forgotten: fetched again on the next run\n")
         return 0
     table = Table(
@@ -208,7 +208,7 @@ def cmd_immutable(args: argparse.Namespace, settings: Settings, out: TextIO) -> 
         [Column("SPIDER", 12), Column("STORED", 16), Column("URL")],
         empty="no immutable pages stored (RECRAWLER_IMMUTABLE_PATTERNS names them)",
     )
-    for row in open_store(settings).iter_immutable():
+    for row in open_store(settings).readers.iter_immutable():
         if args.spider and row["spider"] != args.spider:
             continue
         if args.json:
@@ -223,7 +223,11 @@ def cmd_immutable(args: argparse.Namespace, settings: Settings, out: TextIO) -> 
 def add_parsers(sub: Parsers, db: list[argparse.ArgumentParser]) -> None:
     """Register ``due``, ``trust`` and ``immutable``."""
     p = sub.add_parser("due", parents=db, help="list the stored pages the next run will check, and why")
-    p.add_argument("--now", help="the run clock, ISO 8601 (default: now; like RECRAWLER_NOW)")
+    p.add_argument(
+        "--now",
+        help="the run clock: an ISO 8601 time, or from now: +2d, 12h (12 hours ago); default: now "
+        "(like RECRAWLER_NOW)",
+    )
     p.add_argument("--site", help="only pages of this host")
     p.add_argument("--schedule", choices=["adaptive", "all"], help="as RECRAWLER_SCHEDULE")
     p.add_argument("--lastmod-mode", choices=["skip", "hint", "ignore"], help="as RECRAWLER_LASTMOD_MODE")

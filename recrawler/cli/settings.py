@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from scrapy.settings import Settings
 
-    from recrawler.state import StateStore
+    from recrawler.state import Readers, StateStore
     from recrawler.urls import KeyMaker
 
 # Scrapy, the add-on and the store load when a command builds its settings, not when the CLI
@@ -29,6 +29,7 @@ FLAG_SETTINGS = {
     "drop": "RECRAWLER_URL_DROP_PARAMS",
     "keep": "RECRAWLER_URL_KEEP_PARAMS",
     "base_url": "RECRAWLER_EMBEDDER_BASE_URL",
+    "min_similarity": "RECRAWLER_SEARCH_MIN_SIMILARITY",
 }
 
 
@@ -70,9 +71,10 @@ def setting_pair(text: str) -> tuple[str, str]:
 
 def open_store(settings: Settings) -> StateStore:
     """Build (not open) the store ``RECRAWLER_DB_URI`` names, through ``RECRAWLER_STATE_BACKENDS``."""
+    from recrawler.detect.boilerplate import PAGE_BLOCKS
     from recrawler.state import store_from_uri
 
-    return store_from_uri(db_uri(settings), settings)
+    return store_from_uri(db_uri(settings), settings, blocks=PAGE_BLOCKS)
 
 
 def db_uri(settings: Settings | dict[str, Any]) -> str:
@@ -92,16 +94,16 @@ def key_maker(settings: Settings) -> KeyMaker:
     )
 
 
-def require_database(store: StateStore) -> None:
+def require_database(readers: Readers) -> None:
     """Refuse a database that is missing, empty or unreadable before anything writes to it: a
     write opens the store, which would create (or migrate) one. The backend's readers raise."""
-    next(iter(store.iter_runs()), None)
+    next(iter(readers.iter_runs()), None)
 
 
 async def write(settings: Settings, work: Callable[[StateStore], Awaitable[_T]]) -> _T:
     """Open the store of an existing database, run *work* on it, close it."""
     store = open_store(settings)
-    require_database(store)
+    require_database(store.readers)
     await store.open()
     try:
         return await work(store)

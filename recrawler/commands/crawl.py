@@ -12,6 +12,7 @@ from scrapy.exceptions import UsageError
 from twisted.internet.defer import Deferred
 
 from recrawler.exceptions import ConfigurationError, RunRefused, StateStoreError
+from recrawler.extensions.reconcile import decided_exit_code
 from recrawler.extras import missing_extra
 from recrawler.outcome import EXIT_BUSY, EXIT_CONFIG, EXIT_HELD, EXIT_OK, EXIT_STATE
 from recrawler.redact import redact_text
@@ -102,7 +103,8 @@ class Command(ScrapyCrawlCommand):
             self.exitcode = 1
             return
         runtime = find_runtime(crawler)
-        self.exitcode = runtime.exit_code if runtime and runtime.exit_code is not None else EXIT_OK
+        decided = decided_exit_code(crawler)
+        self.exitcode = decided if decided is not None else EXIT_OK
         if runtime is not None and runtime.summary is not None:
             level, line = runtime.summary
             if not logged_at(crawler.settings, level):

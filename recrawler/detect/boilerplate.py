@@ -6,7 +6,7 @@ from difflib import SequenceMatcher
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
-from recrawler.detect.hashing import block_hash
+from recrawler.detect.hashing import block_hash, page_hash
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterator, Sequence
@@ -140,3 +140,33 @@ def only_noise_removed(
     old_blocks = without_furniture(old, boilerplate)
     new_blocks = without_furniture(new, boilerplate)
     return is_pure_deletion(old_blocks, new_blocks) and deleted_runs(old_blocks, new_blocks) <= region_hits
+
+
+class PageBlocks:
+    """Change detection's block arithmetic, as the state's history role applies it to stored
+    blocks (:class:`~recrawler.state.roles.BlockModel`): the store counts and re-hashes with it,
+    and decides nothing of its own."""
+
+    edge = EDGE
+
+    def pairs(self, blocks: Sequence[int]) -> set[tuple[int, int]]:
+        """See :func:`block_pairs`."""
+        return block_pairs(blocks)
+
+    def page_hash(self, blocks: Sequence[int], boilerplate: Collection[tuple[int, int]]) -> str:
+        """The page's fingerprint over what its hash keeps under *boilerplate* (:func:`kept_blocks`)."""
+        return page_hash(kept_blocks(blocks, boilerplate))
+
+    def same_content(
+        self, old: Sequence[int], new: Sequence[int], boilerplate: Collection[tuple[int, int]]
+    ) -> bool:
+        """Whether *old* and *new* keep the same blocks under *boilerplate*."""
+        return kept_blocks(old, boilerplate) == kept_blocks(new, boilerplate)
+
+    def joins_furniture(self, old: Sequence[int], new: Sequence[int], furniture: Collection[int]) -> bool:
+        """See :func:`joins_furniture`."""
+        return joins_furniture(old, new, furniture)
+
+
+#: the block arithmetic a crawl hands the store's history role
+PAGE_BLOCKS = PageBlocks()

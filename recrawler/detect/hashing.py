@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import struct
 from typing import TYPE_CHECKING
 
 import tlsh
+
+# the stored form of a page's blocks (the state's column): fingerprints are made over it
+from recrawler.state.records import pack_blocks as pack_blocks
+from recrawler.state.records import unpack_blocks as unpack_blocks
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -36,19 +39,6 @@ def block_hash(normalized_block: str) -> int:
     """A 64-bit (signed, SQLite INTEGER-sized) hash of one normalised block of text."""
     digest = hashlib.blake2b(normalized_block.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
-
-
-def pack_blocks(hashes: Sequence[int]) -> bytes:
-    """Pack block hashes in page order: 8 bytes each (big-endian, signed)."""
-    return struct.pack(f">{len(hashes)}q", *hashes)
-
-
-def unpack_blocks(blob: bytes | None) -> list[int]:
-    """The block hashes of :func:`pack_blocks`."""
-    if not blob:
-        return []
-    n = len(blob) // 8
-    return list(struct.unpack(f">{n}q", bytes(blob[: n * 8])))
 
 
 def page_hash(kept: Sequence[int]) -> str:

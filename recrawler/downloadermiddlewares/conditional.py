@@ -10,6 +10,7 @@ from scrapy.extensions.httpcache import RFC2616Policy
 from scrapy.utils.misc import load_object
 
 from recrawler import meta
+from recrawler.counters import Counting
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
 from recrawler.misses import miss_moves, record_page_error, stage_miss, state_error
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from scrapy.http import Request, Response
 
     from recrawler.runtime import Runtime
-    from recrawler.state import StateStore
+    from recrawler.state import Frontier, Pages
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def _same_validator(response: Response, rec: PageRecord) -> bool:
     return bool(last_modified and rec.last_modified and last_modified.decode("latin-1") == rec.last_modified)
 
 
-class ConditionalRequestMiddleware:
+class ConditionalRequestMiddleware(Counting):
     """Sends stored validators back and accounts for every page request's final outcome.
 
     Sends the stored ``ETag`` byte for byte as ``If-None-Match`` and the stored ``Last-Modified`` as
@@ -75,7 +76,8 @@ class ConditionalRequestMiddleware:
 
     def __init__(
         self,
-        store: StateStore,
+        pages: Pages,
+        frontier: Frontier,
         *,
         key_maker: KeyMaker | None = None,
         conditional: bool = True,
@@ -85,8 +87,10 @@ class ConditionalRequestMiddleware:
         crawler: Crawler | None = None,
         runtime: Runtime | None = None,
     ) -> None:
-        self.store = store
+        self.pages = pages
+        self.frontier = frontier
         self.runtime = runtime
+        self.counters = runtime.counters if runtime is not None else None
         self.key_maker = key_maker or KeyMaker()
         self.conditional = conditional
         self.miss_statuses = frozenset(missing_statuses) | frozenset(gone_statuses)
@@ -114,7 +118,8 @@ class ConditionalRequestMiddleware:
             raise ConfigurationError(msg)
         runtime = runtime_of(crawler)
         return cls(
-            runtime.store,
+            runtime.store.pages,
+            runtime.store.frontier,
             key_maker=KeyMaker(
                 s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS")
             ),
@@ -125,10 +130,6 @@ class ConditionalRequestMiddleware:
             crawler=crawler,
             runtime=runtime,
         )
-
-    def _inc(self, name: str, count: int = 1) -> None:
-        if self.runtime is not None:
-            self.runtime.counters.inc(name, count)
 
     def _state_error(self, exc: StateStoreError) -> None:
         if self.runtime is not None:
@@ -157,7 +158,7 @@ class ConditionalRequestMiddleware:
             rec = request.meta[meta.RECORD]
         else:
             try:
-                rec = await self.store.get(key)
+                rec = await self.pages.get(key)
             except StateStoreError as exc:
                 # A read failure is treated as "no record" (as httpcache does): the page is fetched.
                 self._state_error(exc)
@@ -197,7 +198,7 @@ class ConditionalRequestMiddleware:
         if request.url.endswith("/robots.txt"):
             return
         try:
-            file = await self.store.sitemap_file(request.url)
+            file = await self.frontier.sitemap_file(request.url)
         except StateStoreError as exc:
             # without them the file is simply read again
             self._state_error(exc)

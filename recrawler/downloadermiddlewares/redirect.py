@@ -12,6 +12,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from w3lib.url import safe_url_string
 
 from recrawler import meta, notfound
+from recrawler.counters import Counting
 from recrawler.exceptions import StateStoreError
 from recrawler.meta import is_page_request, request_key, spider_opted_in
 from recrawler.misses import record_page_error, stage_miss, stage_soft_miss, state_error
@@ -40,7 +41,7 @@ _LOANS_MAX = 4096
 _VALIDATOR_HEADERS = (b"If-None-Match", b"If-Modified-Since")
 
 
-class PageRedirectMiddleware(RedirectMiddleware):
+class PageRedirectMiddleware(Counting, RedirectMiddleware):
     """Scrapy's :class:`~scrapy.downloadermiddlewares.redirect.RedirectMiddleware`, deciding what a
     page's redirect means. The add-on puts it in RedirectMiddleware's place, at 541: after
     CredentialsMiddleware (545) has seen a redirect to the login page, before
@@ -77,8 +78,9 @@ class PageRedirectMiddleware(RedirectMiddleware):
         )
         self.soft_404 = settings.getbool("RECRAWLER_SOFT404_ENABLED")
         self.runtime: Runtime | None = None
-        #: this run's redirect targets and the pages sent to each (bounded); the targets found
-        #: shared by too many pages are the Runtime's (the commit step drops their answers too)
+        #: this run's redirect targets and the pages sent to each until it is shared (bounded: at
+        #: most _LOANS_MAX targets, SHARED_TARGET_MIN pages each); the targets found shared by
+        #: too many pages are the Runtime's (the commit step drops their answers too)
         self._loans: dict[str, set[str]] = {}
 
     @classmethod
@@ -86,16 +88,13 @@ class PageRedirectMiddleware(RedirectMiddleware):
         """Scrapy's, with the crawl's Runtime (None for a spider recrawler does not run for)."""
         mw = super().from_crawler(crawler)
         mw.runtime = find_runtime(crawler)
+        mw.counters = mw.runtime.counters if mw.runtime is not None else None
         return mw
 
     @property
     def policy(self) -> UrlPolicy | None:
         """The spider's URL policy (None for a spider without one: nothing is refused)."""
         return getattr(self.crawler.spider, "recrawler_url_policy", None)
-
-    def _inc(self, name: str, count: int = 1) -> None:
-        if self.runtime is not None:
-            self.runtime.counters.inc(name, count)
 
     def process_request(self, request: Request) -> None:
         """Mark a page request as one whose redirects this middleware decides."""
@@ -258,6 +257,10 @@ class PageRedirectMiddleware(RedirectMiddleware):
             # judged as a page of its own (a not-found page there makes the sources misses), and
             # the moves leave through the bounded-removal path
             return None
+        if target_key in self.runtime.shared_targets:
+            # known to be everybody's: the pages sent there need not be remembered (a site that
+            # sends every page to its login page would cost a key a page for the whole run)
+            return notfound.SHARED_REDIRECT
         if len(self._loans) >= _LOANS_MAX and target_key not in self._loans:
             self._loans.clear()
             self.runtime.shared_targets.clear()
@@ -281,7 +284,7 @@ class PageRedirectMiddleware(RedirectMiddleware):
         if runtime is None or runtime.run is None or not frontier_enabled(self.crawler):
             return True
         try:
-            return await runtime.store.frontier_claim(runtime.run, key)
+            return await runtime.store.frontier.frontier_claim(runtime.run, key)
         except StateStoreError as exc:
             state_error(runtime, exc)
             return True
@@ -293,7 +296,7 @@ class PageRedirectMiddleware(RedirectMiddleware):
         if not sources or runtime is None or runtime.run is None:
             return
         try:
-            await runtime.store.record_moves(runtime.run, sources, target, http_status=301)
+            await runtime.store.pages.record_moves(runtime.run, sources, target, http_status=301)
         except StateStoreError as exc:
             state_error(runtime, exc)
 

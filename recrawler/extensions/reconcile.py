@@ -12,36 +12,69 @@ from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import signals
 from scrapy.exceptions import DontCloseSpider, NotConfigured
+from scrapy.spiders import SitemapSpider
+from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.reactor import is_reactor_installed
 
-from recrawler import membership, meta, outcome, reports
+from recrawler import membership, meta, reports
 from recrawler import signals as recrawler_signals
-from recrawler.deploys import SIGNALS
-from recrawler.exceptions import ConfigurationError, StateStoreError
-from recrawler.extensions.guards import RunGuards
+from recrawler.detect.hashing import fuzzy_distance
+from recrawler.exceptions import ConfigurationError, StateStoreError, StateStoreLost
+from recrawler.extensions import runreport
+from recrawler.extensions.alerts import say_held, say_kept, say_outage
+from recrawler.extensions.guards import (
+    CHANGE_GUARDS,
+    FINAL_GUARDS,
+    LISTING_LINKS,
+    LISTING_SITEMAP,
+    MASS_REMOVAL,
+    OUTAGE_GUARDS,
+    REMOVAL_GUARDS,
+    Finding,
+    RemovalLimits,
+    RunFacts,
+    evaluate,
+    holds,
+    most_severe,
+)
 from recrawler.extensions.verify import UnseenVerifier
 from recrawler.items import PageStatus
 from recrawler.kb.publish import Publisher, publish_mode
-from recrawler.outcome import HOLD_MASS_REMOVAL, Verdicts
+from recrawler.outcome import EXIT_CRASH, EXIT_GUARD, EXIT_OK, EXIT_STATE, Verdicts
 from recrawler.reports import summary
-from recrawler.reports.freshness import STORED, freshness_view
 from recrawler.runtime import find_runtime, runtime_of
-from recrawler.state import RUN_FINISHED, RUN_HELD, utcnow
+from recrawler.state import RUN_ABORTED, RUN_FINISHED, RUN_HELD, utcnow
 from recrawler.state.records import SETTLE_APPLY, SETTLE_DROP, SETTLE_KEEP, SETTLE_KEEP_LISTED
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
+    from twisted.internet.defer import Deferred
 
     from recrawler.runtime import Runtime
     from recrawler.state import ReconcileResult, Run
 
 logger = logging.getLogger(__name__)
 
+#: the finish reason of a run a forced shutdown (a second Ctrl-C) ended before its closing work
+CLOSE_FORCED = "shutdown_forced"
+#: how long a forced shutdown waits for the database to record the run's end
+_ABORT_SECS = 10.0
+
+
+def _reactor() -> Any:
+    """The installed reactor (its interface's stubs type system-event triggers oddly)."""
+    from twisted.internet import reactor
+
+    return reactor
+
 
 class Reconciler:
-    """Closes each run: checks stored pages the run did not reach, decides quarantine, gone and
-    moved behind the outage guard and the mass-removal breaker, holds a run whose changes look
-    like a template change or a maintenance page, publishes, writes the run report and logs the
-    summary line. It works from the run's counters (``Runtime.counters``), never from stats.
+    """Closes each run: checks stored pages the run did not reach, evaluates the declared guards
+    (``recrawler.extensions.guards``: the outage guards, the mass-removal breaker, the change holds)
+    over the run's counters (``Runtime.counters``, never stats) and then acts on their findings:
+    quarantines, marks gone and moved, holds or publishes, writes the run report and logs the
+    summary line. It alone decides the run's exit code (:attr:`exit_code`): from the findings, and
+    from the causes other components report with ``run_failed``.
 
     Settings: ``RECRAWLER_VERIFY_UNSEEN_ENABLED``, ``RECRAWLER_VERIFY_BATCH_SIZE``,
     ``RECRAWLER_GONE_AFTER_MISSES``, ``RECRAWLER_GONE_STATUSES``, ``RECRAWLER_MAX_ERROR_RATIO``,
@@ -57,7 +90,10 @@ class Reconciler:
     ``recrawler/reconcile/skipped/<reason>``, ``recrawler/reconcile/elapsed_seconds``,
     ``recrawler/run/held``, ``recrawler/run/held/<reason>``, ``recrawler/alert``.
     Signals: listens to ``spider_idle``, ``spider_closed`` and ``engine_stopped`` (the summary line is
-    the crawl's last); sends ``run_held`` and ``run_finished``.
+    the crawl's last) and ``run_failed`` (a cause another component found); sends ``run_held`` and
+    ``run_finished``. A forced shutdown (a second Ctrl-C
+    stops the reactor without closing the spider) still ends the run: ``aborted``
+    (``shutdown_forced``), its summary line logged, exit 4 (a reactor "before shutdown" trigger).
 
     With ``RECRAWLER_SCHEDULE=adaptive`` only unseen pages due by the run clock are checked:
     pages the schedule, lastmod or deltafetch skipped keep their state and chunks.
@@ -67,7 +103,7 @@ class Reconciler:
         self,
         crawler: Crawler,
         *,
-        guards: RunGuards,
+        limits: RemovalLimits,
         verify_unseen: bool = True,
         verify_batch: int = 500,
         report_file: str | None = None,
@@ -78,9 +114,8 @@ class Reconciler:
         if verify_batch < 1:
             raise ConfigurationError(f"RECRAWLER_VERIFY_BATCH_SIZE: bad value {verify_batch!r}")
         self.crawler = crawler
-        #: the outage guard and the change holds, with the limits they judge by
-        self.guards = guards
-        self.limits = guards.limits
+        #: the limits the declared guards judge by
+        self.limits = limits
         self.verify_unseen = verify_unseen
         self.verify_batch = verify_batch
         self.report_file = report_file
@@ -93,6 +128,11 @@ class Reconciler:
         self.outcome: dict[str, Any] = {}
         #: the last run's report (what ``run_finished`` sends; monitors read it after the run)
         self.report: dict[str, Any] | None = None
+        self._shutdown_trigger: Any = None
+        #: how the run ended (``recrawler.outcome.EXIT_*``), decided here only; None before it ended
+        self.exit_code: int | None = None
+        #: causes other components reported (``run_failed``), each with the exit code it asks for
+        self.failures: list[Finding] = []
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -104,7 +144,7 @@ class Reconciler:
             raise NotConfigured("RECRAWLER_DB_URI is not set")
         ext = cls(
             crawler,
-            guards=RunGuards.from_crawler(crawler),
+            limits=RemovalLimits.from_settings(s),
             verify_unseen=s.getbool("RECRAWLER_VERIFY_UNSEEN_ENABLED"),
             verify_batch=s.getint("RECRAWLER_VERIFY_BATCH_SIZE"),
             report_file=s.get("RECRAWLER_REPORT_FILE") or None,
@@ -115,6 +155,12 @@ class Reconciler:
         crawler.signals.connect(ext.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(ext.engine_stopped, signal=signals.engine_stopped)
+        crawler.signals.connect(ext.run_failed, signal=recrawler_signals.run_failed)
+        if is_reactor_installed():
+            # a forced shutdown (a second Ctrl-C) stops the reactor with the run unfinished
+            ext._shutdown_trigger = _reactor().addSystemEventTrigger(
+                "before", "shutdown", ext.process_stopping
+            )
         return ext
 
     @property
@@ -122,10 +168,40 @@ class Reconciler:
         """The crawl's Runtime (extensions are all built by the time a handler runs)."""
         return runtime_of(self.crawler)
 
-    @property
-    def exit_code(self) -> int | None:
-        """How the run ended (see ``recrawler.outcome.EXIT_*``); None before it ended."""
-        return self.runtime.exit_code
+    # -- the run's exit code ---------------------------------------------------------------------
+
+    def run_failed(self, cause: str, exit_code: int) -> None:
+        """A component found a *cause* the run fails for (a refusal, a lost leader): the exit code
+        stands at the most severe cause so far, and the closing findings can only raise it."""
+        self.failures.append(Finding(cause, exit_code))
+        self._decide(())
+
+    def _decide(self, findings: tuple[Finding, ...] | list[Finding]) -> int:
+        """The run's exit code: the most severe of the *findings* and the reported causes."""
+        self.exit_code = most_severe(f.exit_code for f in (*findings, *self.failures))
+        return self.exit_code
+
+    # -- the facts the guards judge ----------------------------------------------------------------
+
+    def facts(self, reason: str = "finished", run: Run | None = None, **more: Any) -> RunFacts:
+        """What the declared guards judge: the run's counters, its listing and how it ended."""
+        rt = self.runtime
+        spider = self.crawler.spider
+        listing = None
+        if isinstance(spider, SitemapSpider):
+            kind = getattr(spider, "recrawler_listing", LISTING_SITEMAP)
+            listing = LISTING_LINKS if kind == LISTING_LINKS else LISTING_SITEMAP
+        run = run if run is not None else rt.run
+        return RunFacts(
+            counters=rt.counters,
+            limits=self.limits,
+            reason=reason,
+            listing=listing,
+            last_listed=run.last_listed if run is not None else None,
+            lease_lost=rt.lease_lost,
+            backfill=bool(run is not None and run.backfill),
+            **more,
+        )
 
     # -- verifying unseen pages ------------------------------------------------------------------
 
@@ -143,23 +219,18 @@ class Reconciler:
         if workers is not None and not (workers.others_idle() and workers.frontier_empty()):
             # pages the other workers are still on are not unseen: wait for them
             raise DontCloseSpider
-        why = self.guards.sitemap_failure()
+        facts = self.facts(run=rt.run)
+        why = facts.sitemap_failure
         if self._verifier is None:
             policy = rt.schedule
             due_at = policy.now if policy.mode == "adaptive" else None
-            # a whole listing's silence about a page is news: the page is checked in this run
-            listed, last = self.guards.listed(), rt.run.last_listed
-            whole = (
-                why is None
-                and listed is not None
-                and not (last and listed < self.limits.listing_min_ratio * last)
-            )
             self._verifier = UnseenVerifier(
                 self.crawler,
                 rt,
                 batch=self.verify_batch,
                 due_at=due_at,
-                delisted=whole,
+                # a whole listing's silence about a page is news: the page is checked in this run
+                delisted=facts.listing_whole,
                 # a deploy detected (this run, or one that could not check every page): stored pages
                 # the listing does not name (found by links) are checked for it too
                 deployed=policy.deploys.get(rt.run.site) if due_at is not None else None,
@@ -175,9 +246,64 @@ class Reconciler:
 
     def engine_stopped(self) -> None:
         """Log the run's summary line, the crawl's last (Scrapy dumps its stats after spider_closed)."""
+        self._forget_shutdown()
         rt = find_runtime(self.crawler)
         if rt is not None and rt.summary is not None:
             logger.log(rt.summary[0], rt.summary[1], extra={"spider": self.crawler.spider})
+
+    def _forget_shutdown(self) -> None:
+        if self._shutdown_trigger is not None:
+            _reactor().removeSystemEventTrigger(self._shutdown_trigger)
+            self._shutdown_trigger = None
+
+    def process_stopping(self) -> Deferred[None] | None:
+        """Before the reactor stops: a run that has not ended (a forced shutdown, a second Ctrl-C,
+        stops the reactor without closing the spider) is ended here, ``aborted``: nothing removed
+        or published, its summary line logged, exit 4. Bounded: the process does stop."""
+        self._shutdown_trigger = None
+        rt = find_runtime(self.crawler)
+        # (a cause reported mid-run decided an exit code already: the run has not ended for it)
+        if rt is None or rt.run is None or self.outcome:
+            return None
+        return deferred_from_coro(self._abort(rt, rt.run))
+
+    async def _abort(self, rt: Runtime, run: Run) -> None:
+        rt.stop_heartbeat()
+        run_report = self._report(
+            run, CLOSE_FORCED, None, ["not_finished"], {}, runreport.deploy_counts(rt.counters)
+        )
+        code = self._decide([Finding("not_finished", EXIT_GUARD)])
+        self.outcome = {"state": RUN_ABORTED, "reasons": ["not_finished"], "exit_code": code}
+        run_report["outcome"] = self.outcome
+        try:
+            await asyncio.wait_for(self._record_abort(rt, run, run_report), timeout=_ABORT_SECS)
+        except (StateStoreError, TimeoutError) as exc:
+            why = str(exc) or f"the database did not answer within {_ABORT_SECS:g} s"
+            logger.error("run %(run)d could not be marked aborted: %(why)s", {"run": run.id, "why": why})
+        if self.report_file:
+            Path(self.report_file).write_text(json.dumps(run_report, indent=2) + "\n", encoding="utf-8")
+        self.report = run_report
+        rt.summary = (logging.WARNING, summary.summary_line(run_report))
+        logger.warning(
+            "forced shutdown: run %(run)d ends unfinished (aborted): nothing is removed or published; "
+            "the next run checks again",
+            {"run": run.id},
+            extra={"spider": self.crawler.spider},
+        )
+        logger.log(rt.summary[0], rt.summary[1], extra={"spider": self.crawler.spider})
+
+    async def _record_abort(self, rt: Runtime, run: Run, run_report: dict[str, Any]) -> None:
+        # the pages already written are kept (committed); the run itself ends aborted
+        await rt.store.flush()
+        await rt.store.runs.finish_run(
+            run,
+            reason=CLOSE_FORCED,
+            at=utcnow(),
+            report=run_report,
+            reasons=["not_finished"],
+            exit_code=self.exit_code,
+            aborted=True,
+        )
 
     async def spider_closed(self, reason: str) -> None:
         """Decide, reconcile, publish and report: all ordered work lives here."""
@@ -186,6 +312,9 @@ class Reconciler:
         if rt.workers is not None and rt.run is not None:
             if not rt.leads:
                 await membership.leave(rt)
+                if rt.exit_code is not None:
+                    # the leader is gone (membership's finding, until it reports ``run_failed`` itself)
+                    self.run_failed("leader_lost", rt.exit_code)
                 return
             await membership.gather(rt)
         rt.stop_heartbeat()
@@ -193,48 +322,45 @@ class Reconciler:
         if run is None:
             if rt.failure is None:
                 logger.error("recrawler run never started (%(why)s); nothing recorded", {"why": reason})
+                # an error no refusal names (its traceback is above): never a success
+                self.failures.append(Finding("never_started", EXIT_CRASH))
+            self._decide(())
             return
         c = rt.counters
         store = rt.store
         hold: dict[str, str] = {}
         skipped: list[str] = []
+        findings: tuple[Finding, ...] = ()
         try:
             await store.flush()
             # the block-set changes this run's page writes left (and any a killed run left)
-            folded = await store.fold_block_stats()
+            folded = await store.history.fold_block_stats()
             noise = await self._learn_boilerplate(run)
-            skipped = self.guards.outage(reason, run)
-            deploy = await self._deploy(run)
+            outage = evaluate(OUTAGE_GUARDS, self.facts(reason, run))
+            skipped = [f.reason for f in outage]
+            say_outage(outage, self.crawler.spider)
+            deploy = await runreport.deploy(rt, run)
             # misses earlier runs kept for a decision are this run's to decide too
-            await store.carry_misses(run)
-            plan = await store.removal_plan(
-                run, gone_after=self.limits.gone_after, gone_statuses=self.limits.gone_statuses
-            )
-            removal = None
-            if not skipped:
-                removal = outcome.mass_removal(
-                    plan,
-                    ratio=self.limits.max_remove_ratio,
-                    minimum=self.limits.max_remove_min,
-                    listing=self.guards.listed() is not None,
-                )
-            # removals an earlier hold kept wait for a person, whatever this run sees
-            waiting = outcome.waiting_removals(plan)
-            changes = await self.guards.change_holds(run, self.verdicts().moved_in)
-            if self.dry_run or rt.lease_lost:
-                changes, removal, waiting = {}, None, None
-            held_removals = "; ".join(why for why in (removal, waiting) if why)
-            hold = {**changes, **({HOLD_MASS_REMOVAL: held_removals} if held_removals else {})}
+            await store.decisions.carry_misses(run)
+            facts = await self._hold_facts(reason, run, outage)
+            # a dry run and a run that lost its lease hold nothing (they remove and publish nothing)
+            judged = not (self.dry_run or rt.lease_lost)
+            changes = evaluate(CHANGE_GUARDS, facts) if judged else ()
+            removals = evaluate(REMOVAL_GUARDS, facts) if judged else ()
+            findings = (*outage, *changes, *removals)
+            hold = holds((*changes, *removals))
+            # the breaker's own finding (removals an earlier hold left waiting settle apart)
+            removal = judged and MASS_REMOVAL.evaluate(facts) is not None
             if changes:
                 # the whole run waits: its removals with it
                 action = SETTLE_KEEP
             elif removal:
                 # only the removals the listing does not confirm wait; the rest of the run goes on
-                action = SETTLE_KEEP_LISTED if self.guards.listed() is not None else SETTLE_KEEP
+                action = SETTLE_KEEP_LISTED if facts.listing is not None else SETTLE_KEEP
             else:
                 action = SETTLE_DROP if skipped else SETTLE_APPLY
-            settled = await store.settle_misses(run, action)
-            index, result = await self._publish(run, reason, changes)
+            settled = await store.decisions.settle_misses(run, action)
+            index, result = await self._publish(run, reason, holds(changes))
             if result is None:
                 result = settled
             elif action != SETTLE_APPLY:
@@ -243,42 +369,44 @@ class Reconciler:
                     result, applied=False, skipped_misses=settled.skipped_misses, kept=settled.kept
                 )
             # and those of the pages this reconciliation removed
-            folded += await store.fold_block_stats()
+            folded += await store.history.fold_block_stats()
             c.set("recrawler/reconcile/block_deltas", folded)
             for why in skipped:
                 c.inc(f"recrawler/reconcile/skipped/{why}")
-            self.guards.log_outage(skipped, result)
+            say_kept(skipped, result)
             run_report = self._report(run, reason, result, skipped, hold, deploy)
             run_report["noise"] = noise
             run_report["index"] = index
             # how current the published knowledge base is now: what `recrawler due` and the HTML report show
-            run_report["freshness"] = await self._freshness(run)
+            run_report["freshness"] = await runreport.freshness(rt, run, self.crawler.settings)
             if hold:
                 await self._hold(run, hold, run_report, whole=bool(changes))
             await store.deliver()
             c.set("recrawler/reconcile/elapsed_seconds", round(time.monotonic() - started, 3))
-            self._finish_outcome(run_report, skipped, hold, whole=bool(changes))
-            await store.finish_run(
+            self._finish_outcome(run_report, skipped, hold, findings, whole=bool(changes))
+            await store.runs.finish_run(
                 run,
                 reason=reason,
                 at=utcnow(),
                 report=run_report,
                 reasons=self.outcome["reasons"],
-                listed=self.guards.listed(),
-                exit_code=rt.exit_code,
+                listed=facts.listed,
+                exit_code=self.exit_code,
             )
         except StateStoreError as exc:
-            c.inc(f"recrawler/state/error/{type(exc).__name__}")
-            logger.error("reconciliation failed, nothing quarantined or gone: %(exc)s", {"exc": exc})
-            run_report = self._report(run, reason, None, ["state_error"], {}, self._deploy_counts())
-            self._finish_outcome(run_report, ["state_error"], {})
+            c.state_error(exc)
+            # a database lost mid-run was said at ERROR when the store noticed: this is its consequence
+            level = logging.WARNING if isinstance(exc, StateStoreLost) else logging.ERROR
+            logger.log(level, "reconciliation failed, nothing quarantined or gone: %(exc)s", {"exc": exc})
+            run_report = self._report(run, reason, None, ["state_error"], {}, runreport.deploy_counts(c))
+            self._finish_outcome(run_report, ["state_error"], {}, (Finding("state_error", EXIT_STATE),))
         if self.report_file:
             Path(self.report_file).write_text(json.dumps(run_report, indent=2) + "\n", encoding="utf-8")
         self.report = run_report
         # the HTML report reads what finish_run stored, through the store's readers
-        await reports.write_after_run(self.crawler.settings, store, run.id, store.uri)
+        await reports.write_after_run(self.crawler.settings, store.readers, run.id, store.uri)
         # WARNING when the run did not end well, so a quiet cron run (--loglevel WARNING) still says so
-        level = logging.INFO if rt.exit_code == outcome.EXIT_OK else logging.WARNING
+        level = logging.INFO if self.exit_code == EXIT_OK else logging.WARNING
         # logged when the engine stops: the last line, below Scrapy's stats dump
         rt.summary = (level, summary.summary_line(run_report))
         if rt.workers is not None:
@@ -287,52 +415,63 @@ class Reconciler:
             recrawler_signals.run_finished, run=run, report=run_report
         )
 
+    async def _hold_facts(self, reason: str, run: Run, outage: tuple[Finding, ...]) -> RunFacts:
+        """The facts the hold guards judge: the removal plan, and what the site has not published
+        (whichever run stored it: a killed run's pages too)."""
+        store = self.runtime.store
+        plan = await store.decisions.removal_plan(
+            run, gone_after=self.limits.gone_after, gone_statuses=self.limits.gone_statuses
+        )
+        pending = await store.decisions.pending_changes(run.site)
+        same = (
+            await store.decisions.largest_same_content(run, distance=fuzzy_distance)
+            if pending["published"]
+            else None
+        )
+        return self.facts(
+            reason,
+            run,
+            moved_in=self.verdicts().moved_in,
+            plan=plan,
+            pending=pending,
+            same_content=same,
+            outage=outage,
+        )
+
     async def _hold(self, run: Run, hold: dict[str, str], run_report: dict[str, Any], *, whole: bool) -> None:
         c = self.runtime.counters
         c.set("recrawler/run/held", 1)
         c.set("recrawler/alert", 1)
-        for why, text in hold.items():
+        for why in hold:
             c.set(f"recrawler/run/held/{why}", 1)
-            if whole:
-                then = (
-                    "nothing of it (nor of earlier unpublished runs) is embedded or published until "
-                    "`recrawler runs approve %(run)d` or `recrawler runs discard %(run)d`; later runs go "
-                    "on and carry the decision"
-                )
-            else:
-                then = (
-                    "the rest of the run is published; these removals wait for `recrawler runs approve "
-                    "%(run)d` (or `discard %(run)d`), and later runs carry them until a page answers again"
-                )
-            logger.error(
-                "run %(run)d held (%(why)s: %(text)s): " + then,
-                {"run": run.id, "why": why, "text": text},
-                extra={"spider": self.crawler.spider},
-            )
+        say_held(run.id, hold, self.crawler.spider, whole=whole)
         await self.crawler.signals.send_catch_log_async(
             recrawler_signals.run_held, run=run, reasons=dict(hold), report=run_report
         )
 
     def _finish_outcome(
-        self, run_report: dict[str, Any], skipped: list[str], hold: dict[str, str], *, whole: bool = True
+        self,
+        run_report: dict[str, Any],
+        skipped: list[str],
+        hold: dict[str, str],
+        findings: tuple[Finding, ...],
+        *,
+        whole: bool = True,
     ) -> None:
-        rt = self.runtime
+        """Decide the run's exit code from the guards' *findings* (the state store's errors counted
+        again: publishing can add some) and record the report's ``outcome``."""
         index_state = (run_report.get("index") or {}).get("state")
-        state_errors = bool(self.guards.state_errors()) or "state_error" in skipped
+        late = evaluate(FINAL_GUARDS, self.facts())
         # left unpublished for no reason above (the embedder failed): no success either
-        unpublished = index_state == "unpublished" and not (skipped or hold or state_errors)
-        code = outcome.exit_code(
-            state_errors=state_errors,
-            lease_lost=rt.lease_lost,
-            held=bool(hold),
-            skipped=bool(skipped),
-            worker_lost="worker_lost" in skipped,
-            unpublished=unpublished,
+        unpublished = index_state == "unpublished" and not (skipped or hold or late)
+        code = self._decide(
+            [*findings, *late, *([Finding("unpublished", EXIT_GUARD)] if unpublished else [])]
         )
-        rt.exit_code = code
+        reasons = [*skipped, *hold, *(["unpublished"] if unpublished else [])]
         self.outcome = {
             "state": RUN_HELD if hold and whole else (index_state or RUN_FINISHED),
-            "reasons": [*skipped, *hold, *(["unpublished"] if unpublished else [])],
+            # and the causes other components reported, each once
+            "reasons": list(dict.fromkeys([*reasons, *(f.reason for f in self.failures)])),
             "exit_code": code,
         }
         run_report["outcome"] = self.outcome
@@ -343,7 +482,7 @@ class Reconciler:
         if run.site is None or not s.getbool("RECRAWLER_BOILERPLATE_ENABLED"):
             return {}
         store = self.runtime.store
-        result = await store.update_boilerplate(
+        result = await store.history.update_boilerplate(
             run.site,
             enter_share=s.getfloat("RECRAWLER_BOILERPLATE_SHARE"),
             exit_share=s.getfloat("RECRAWLER_BOILERPLATE_EXIT_SHARE"),
@@ -352,7 +491,7 @@ class Reconciler:
         taken: list[str] = []
         if result["boilerplate_on"]:
             # site-wide furniture that changed on many pages this run is noise, not a docs sprint
-            taken = await store.take_back_boilerplate_changes(run, run.site)
+            taken = await store.history.take_back_boilerplate_changes(run, run.site)
             self._taken_back += len(taken)
             if taken:
                 self.runtime.counters.inc(f"recrawler/page/{PageStatus.UNCHANGED}/boilerplate", len(taken))
@@ -377,16 +516,18 @@ class Reconciler:
         rt = self.runtime
         if not self.index_enabled:
             if hold:
-                await rt.store.hold_run(run)
+                await rt.store.decisions.hold_run(run)
                 return {"state": "disabled"}, None
-            if reason != "finished" or self.guards.state_errors():
+            if reason != "finished" or self.facts().state_errors:
                 return {"state": "disabled"}, None
-            result, _ = await rt.store.publish_run(
+            result, _ = await rt.store.decisions.publish_run(
                 run, at=utcnow(), gone_after=self.limits.gone_after, gone_statuses=self.limits.gone_statuses
             )
             return {"state": "disabled"}, result
         publisher = Publisher(
-            rt.store,
+            rt.store.decisions,
+            rt.store.kb,
+            rt.store.search_index,
             rt.embedder,
             rt.counters,
             dry_run=self.dry_run,
@@ -396,39 +537,8 @@ class Reconciler:
             gone_statuses=self.limits.gone_statuses,
         )
         return await publisher.publish(
-            run, reason, held=bool(hold), state_errors=bool(self.guards.state_errors())
+            run, reason, held=bool(hold), state_errors=bool(self.facts().state_errors)
         )
-
-    async def _freshness(self, run: Run) -> dict[str, Any]:
-        bound = self.crawler.settings.getfloat("RECRAWLER_MAX_INTERVAL_SECS")
-        fresh = await asyncio.to_thread(
-            self.runtime.store.freshness, run.site, bound_secs=bound, now=self.runtime.schedule.now
-        )
-        view = freshness_view(fresh)
-        # what the run's HTML report shows later, as it was now
-        return {k: view[k] for k in STORED} | {"bound_secs": bound}
-
-    def _deploy_counts(self) -> dict[str, Any]:
-        """The report's ``deploy`` as the run's counters say it (the reason is the store's)."""
-        c = self.runtime.counters
-        detected = bool(c["recrawler/deploy/detected"])
-        return {
-            "detected": detected,
-            "signals": [s for s in SIGNALS if c[f"recrawler/deploy/detected/{s}"]],
-            "reason": None,
-            "checking": c["recrawler/deploy/pages"] if detected else 0,
-        }
-
-    async def _deploy(self, run: Run) -> dict[str, Any]:
-        """The report's ``deploy``: whether this run detected one, by which signals, why, and how
-        many pages it checks for it."""
-        deploy = self._deploy_counts()
-        if deploy["detected"] and run.site is not None:
-            build = await self.runtime.store.site_build(run.site)
-            if build is not None and build.deploy_run == run.id:
-                deploy["reason"] = build.deploy_reason
-            deploy["line"] = summary.deploy_line(deploy)
-        return deploy
 
     def _report(
         self,
@@ -439,38 +549,8 @@ class Reconciler:
         hold: dict[str, str],
         deploy: dict[str, Any],
     ) -> dict[str, Any]:
-        rt = self.runtime
-        c = rt.counters
-        verdicts = self.verdicts()
-        counts = summary.counts(c, verdicts, result)
-        summary.mirror(c, verdicts, result, counts["crawled"])
-        no_304 = summary.hosts_without_304(
-            c, self.crawler.settings.getint("RECRAWLER_CONDITIONAL_NO_304_AFTER")
-        )
-        for host in no_304:
-            logger.warning(
-                "host %(host)s: %(n)d conditional requests answered in full with the validators sent "
-                "and none with a 304: it ignores validators, so the content hash decides",
-                {"host": host, "n": c[f"recrawler/conditional/ignored/{host}"]},
-            )
-        policy = rt.schedule
-        return summary.build(
-            run,
-            reason,
-            counts=counts,
-            result=result,
-            skipped=skipped,
-            hold=hold,
-            hosts_without_304=no_304,
-            db_uri=rt.store.uri,
-            schedule={
-                "mode": policy.mode,
-                "lastmod_mode": policy.lastmod_mode,
-                "now": policy.now.isoformat(),
-                "due": c.family("recrawler/schedule/due"),
-            },
-            audit=rt.auditor.report(),
-            deploy=deploy,
+        return runreport.build(
+            self.runtime, self.crawler.settings, run, reason, self.verdicts(), result, skipped, hold, deploy
         )
 
     @staticmethod
@@ -479,4 +559,12 @@ class Reconciler:
         return summary.summary_line(run_report)
 
 
-__all__ = ["Reconciler"]
+def decided_exit_code(crawler: Crawler | None) -> int | None:
+    """The exit code the crawl's Reconciler decided (None: none yet, or no Reconciler enabled)."""
+    if crawler is None or getattr(crawler, "extensions", None) is None:
+        return None
+    reconciler = crawler.get_extension(Reconciler)
+    return reconciler.exit_code if reconciler is not None else None
+
+
+__all__ = ["Reconciler", "decided_exit_code"]

@@ -7,7 +7,6 @@ import logging
 from typing import TYPE_CHECKING, Any, Self
 
 from scrapy.exceptions import NotConfigured
-from scrapy.utils.misc import load_object
 
 from recrawler import signals as recrawler_signals
 from recrawler.exceptions import ConfigurationError, RecrawlerError
@@ -54,13 +53,13 @@ class VectorStoreSinks:
         if report.get("index", {}).get("state") != RUN_PUBLISHED:
             return
         for name, path in self.sinks.items():
+            setting = f"RECRAWLER_VECTORSTORE_SINKS[{name!r}]"
             try:
-                counts = await asyncio.to_thread(sync_sink, self.uri, name, path)
-            except (RecrawlerError, ImportError, OSError, ValueError) as exc:
-                logger.error(
-                    "run %(run)d: vector-store sink %(name)s failed: %(exc)s",
-                    {"run": run.id, "name": name, "exc": exc},
-                )
+                counts = await asyncio.to_thread(sync_sink, self.uri, name, path, setting=setting)
+            except RecrawlerError as exc:
+                # one line (a store that is down is the sink's trouble, not the run's): the next
+                # published run, or `recrawler sync`, takes it up where the ledger says
+                logger.error("run %(run)d: vector-store sink failed: %(exc)s", {"run": run.id, "exc": exc})
                 continue
             logger.info(
                 "run %(run)d: vector-store sink %(name)s: %(added)d added, %(deleted)d deleted",
@@ -68,11 +67,12 @@ class VectorStoreSinks:
             )
 
 
-def sync_sink(uri: str, name: str, path: str) -> dict[str, int]:
-    """Build the store *path* names and sync it with the published knowledge base at *uri*."""
-    from recrawler.kb.sync import VectorStoreSync
+def sync_sink(uri: str, name: str, path: str, *, setting: str = "--store") -> dict[str, int]:
+    """Build the store *path* names (``module:factory`` or ``module.factory``) and sync it with the
+    published knowledge base at *uri*; a store that fails is one ``SinkError`` line."""
+    from recrawler.kb.sync import VectorStoreSync, build_store
 
-    store = load_object(path)()
+    store = build_store(path, name, name=setting)
     try:
         return VectorStoreSync(uri, store, name=name).sync()
     finally:

@@ -11,6 +11,7 @@ from scrapy.exceptions import DontCloseSpider
 
 from recrawler import meta
 from recrawler.exceptions import StateStoreError
+from recrawler.misses import state_error
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -75,12 +76,11 @@ class UnseenVerifier:
         policy = getattr(spider, "recrawler_url_policy", None)
         while True:
             try:
-                batch = await self.runtime.store.unseen(
+                batch = await self.runtime.store.pages.unseen(
                     run, self.batch, due_at=self.due_at, delisted=self.delisted, deployed=self.deployed
                 )
             except StateStoreError as exc:
-                c.inc(f"recrawler/state/error/{type(exc).__name__}")
-                logger.error("could not list unseen pages: %(exc)s", {"exc": exc})
+                state_error(self.runtime, exc, "listing unseen pages")
                 batch = []
             if not batch:
                 self.done = True

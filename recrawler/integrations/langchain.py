@@ -75,6 +75,9 @@ class RecrawlerRetriever(BaseRetriever):
     mode: str = "hybrid"
     #: drop hits scoring below this (None: keep all hits)
     score_threshold: float | None = None
+    #: vector hits need a cosine above this (None: ``RECRAWLER_SEARCH_MIN_SIMILARITY``, else the
+    #: embedder's measured floor): a question about nothing the pages hold retrieves no document
+    min_similarity: float | None = None
     #: the embedder spec (None: the one the last published run indexed with)
     embedder: str | None = None
     #: only chunks of this version (None: ``default_version``; ``"*"``: every version) and language
@@ -108,6 +111,7 @@ class RecrawlerRetriever(BaseRetriever):
                     self._uri or None,
                     embedder=self.embedder,
                     default_version=self.default_version,
+                    min_similarity=self.min_similarity,
                     **self.embedder_options,
                 )
             hits = self._kb.search(

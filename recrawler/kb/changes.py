@@ -14,48 +14,81 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
-import zlib
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from recrawler.exceptions import ConfigurationError
 from recrawler.kb.records import ChangeBatch, ChunkRow, PageChange, Slice
-from recrawler.state.sql.visibility import published_pages, visible_from, visible_where
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from recrawler.state import ChangeReads
 
-__all__ = ["ChangeBatch", "PageChange", "decode_cursor", "encode_cursor", "read_changes"]
+__all__ = [
+    "ChangeBatch",
+    "PageChange",
+    "database_identity",
+    "decode_cursor",
+    "encode_cursor",
+    "read_changes",
+]
 
-# the first published run of the chunk's site at or after the run that added it: the run that
-# made it visible (c_ra: the adding run, joined by visible_from)
-_MADE_VISIBLE = """(SELECT MIN(pub.id) FROM runs pub WHERE pub.state = 'published'
-                     AND COALESCE(pub.site, '') = COALESCE(c_ra.site, '') AND pub.id >= c.added_run)"""
+
+#: what a cursor is refused for, and what to do instead
+_RESTART = "start again with --since RUN (0: everything published)"
 
 
-def encode_cursor(since: int, upto: int | None, after: str) -> str:
-    """An opaque, URL-safe cursor."""
-    raw = json.dumps({"since": since, "upto": upto, "after": after}, separators=(",", ":"))
+def database_identity(rows: ChangeReads) -> str:
+    """What tells this database from another: its first run (id and start, to the microsecond);
+    empty before any run. Runs are never deleted: it holds for the database's life."""
+    return rows.identity()
+
+
+def _tag(identity: str, payload: str) -> str:
+    return hmac.new(identity.encode(), payload.encode(), hashlib.sha256).hexdigest()[:16]
+
+
+def encode_cursor(since: int, upto: int | None, after: str, identity: str = "") -> str:
+    """An opaque, URL-safe cursor, signed with the database's identity (:func:`database_identity`)."""
+    payload = json.dumps({"since": since, "upto": upto, "after": after}, separators=(",", ":"))
+    raw = json.dumps({"p": payload, "db": _tag(identity, payload)}, separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[int, int | None, str]:
-    """(since, upto, after) of a cursor :func:`encode_cursor` made."""
+def decode_cursor(cursor: str, identity: str = "") -> tuple[int, int | None, str]:
+    """(since, upto, after) of a cursor :func:`encode_cursor` made for the database of *identity*;
+    any other (another database's, edited, cut short, from an older recrawler) is one
+    ConfigurationError line: it could skip the runs after it without a word."""
     try:
-        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        return (
-            int(data["since"]),
-            (int(data["upto"]) if data["upto"] is not None else None),
-            str(data["after"]),
-        )
-    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
-        raise ConfigurationError(f"not a changes cursor: {cursor!r}") from exc
+        wrapper = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        payload = str(wrapper["p"])
+        signed = hmac.compare_digest(str(wrapper["db"]), _tag(identity, payload))
+        data = json.loads(payload)
+        since, after = int(data["since"]), str(data["after"])
+        upto = int(data["upto"]) if data["upto"] is not None else None
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error, UnicodeDecodeError):
+        shown = cursor if len(cursor) <= 40 else cursor[:40] + "..."
+        raise ConfigurationError(f"not a changes cursor: {shown!r}; {_RESTART}") from None
+    # the cursor of "everything published" skips nothing, whichever database made it (one made
+    # before the database's first run has no identity to be signed with)
+    if not signed and (since, upto, after) != (0, None, ""):
+        msg = f"this changes cursor was made for another database (or edited); {_RESTART}"
+        raise ConfigurationError(msg)
+    return since, upto, after
+
+
+def _published_before(rows: ChangeReads, at: datetime) -> int:
+    """The last run published at or before *at* (0: none): changes "since a time" are those the
+    runs published after it made."""
+    return rows.published_before(at.astimezone(UTC).isoformat())
 
 
 def read_changes(
-    query: Callable[[str, dict[str, Any]], Sequence[Any]],
+    rows: ChangeReads,
     *,
-    since: int | None = None,
+    since: int | datetime | None = None,
     cursor: str | None = None,
     limit: int = 100,
     key: str | None = None,
@@ -64,84 +97,67 @@ def read_changes(
     """The pages that published runs after *since* changed, by page key, *limit* at a time (only
     pages of *scope*'s version and language when it names them).
 
-    What it reads: ``runs`` (``state = 'published'``: which runs count, and per site which one
-    made a chunk row visible), ``chunks`` (rows the bot sees, by :mod:`recrawler.state.sql.visibility`,
-    whose ``added_run`` was made visible after *since*: new and changed pages, with their
-    chunks), ``pages`` (status ``gone``, ``moved`` or ``quarantined`` set by a run made visible
-    after *since*, through ``last_seen_run``; title, URL, ``first_seen``, ``content_hash``) and
-    ``page_fields`` (the page's text, when it is the published version). This is the one place
-    that reads them: a per-run log of what each published run did to each page replaces them here.
+    *since* is a run id (0: everything published) or a time (the runs published after it). A
+    cursor resumes where a call stopped; it is bound to this database and refused elsewhere.
+
+    What it reads: :class:`recrawler.state.ChangeReads` (the published runs, the visible chunks,
+    the pages set gone, moved or quarantined, the pages' text).
     """
+    if limit < 1:
+        raise ConfigurationError(f"changes: --limit must be 1 or more, got {limit}")
+    identity = database_identity(rows)
+    last = rows.last_run()
     if cursor:
-        since, upto, after = decode_cursor(cursor)
+        since, upto, after = decode_cursor(cursor, identity)
+        if since > last or (upto is not None and upto > last):
+            named = max(since, upto or 0)
+            msg = f"this changes cursor names run {named}, past this database's last ({last}); {_RESTART}"
+            raise ConfigurationError(msg)
     else:
         if since is None:
             raise ConfigurationError("changes: give since (a run id; 0: everything) or a cursor")
+        if isinstance(since, datetime):
+            since = _published_before(rows, since)
+        if since < 0 or since > last:
+            raise ConfigurationError(f"changes: no run {since} in this database (its last is {last})")
         upto, after = None, ""
     if upto is None:
-        upto = int(query("SELECT COALESCE(MAX(id), 0) AS p FROM runs WHERE state = 'published'", {})[0]["p"])
-    params: dict[str, Any] = {"since": since, "after": after, "limit": limit + 1, "key": key}
-    scope = scope or Slice()
-    chunk_slice, slice_params = scope.where_named("c")
-    page_slice, _ = scope.where_named("p")
-    params.update(slice_params)
-    one_key = " AND c.key = :key" if key is not None else ""
-    changed = query(
-        f"""SELECT c.key, MAX({_MADE_VISIBLE}) AS run_id FROM chunks c {visible_from("c")}
-            WHERE {visible_where("c")} AND c.key > :after{one_key}{chunk_slice} AND {_MADE_VISIBLE} > :since
-            GROUP BY c.key ORDER BY c.key LIMIT :limit""",
-        params,
-    )
-    one_page = " AND p.key = :key" if key is not None else ""
-    one_page += page_slice
-    removed = query(
-        f"""SELECT p.key, p.status, p.moved_to, r.id AS seen
-            FROM {published_pages()} p JOIN runs r ON r.id = p.last_seen_run
-            WHERE p.status IN ('gone', 'moved', 'quarantined') AND p.key > :after{one_page}
-              AND (SELECT MIN(pub.id) FROM runs pub WHERE pub.state = 'published'
-                   AND COALESCE(pub.site, '') = COALESCE(r.site, '') AND pub.id >= r.id) > :since
-            ORDER BY p.key LIMIT :limit""",
-        params,
+        upto = rows.last_published()
+    changed, removed = rows.changed(
+        since=since, after=after, limit=limit + 1, key=key, scope=scope or Slice()
     )
     found: dict[str, tuple[int, str | None, str | None]] = {}
     for r in changed:
         found[r["key"]] = (int(r["run_id"]), None, None)
     for r in removed:
-        run = query(
-            """SELECT MIN(pub.id) AS p FROM runs pub JOIN runs r ON r.id = :seen
-               WHERE pub.state = 'published' AND COALESCE(pub.site, '') = COALESCE(r.site, '')
-                 AND pub.id >= r.id""",
-            {"seen": r["seen"]},
-        )[0]["p"]
-        found.setdefault(r["key"], (int(run), r["status"], r["moved_to"]))
+        found.setdefault(r["key"], (rows.made_visible(r["seen"]), r["status"], r["moved_to"]))
     keys = sorted(found)[:limit]
     more = len(found) > limit
     # a page first seen after run `since` ended is new to a reader that is up to date with it
-    ended = query(
-        "SELECT COALESCE(finished_at, started_at) AS at FROM runs WHERE id = :since", {"since": since}
-    )
-    started = ended[0]["at"] if ended else None
-    changes = [_page_change(query, k, *found[k], started) for k in keys]
+    started = rows.run_end(since)
+    changes = [_page_change(rows, k, *found[k], started) for k in keys]
     if more:
         return ChangeBatch(
-            changes=changes, cursor=encode_cursor(since, upto, keys[-1]), upto=upto, done=False
+            changes=changes,
+            cursor=encode_cursor(since, upto, keys[-1], identity),
+            upto=upto,
+            done=False,
+            since=since,
         )
-    return ChangeBatch(changes=changes, cursor=encode_cursor(upto, None, ""), upto=upto, done=True)
+    return ChangeBatch(
+        changes=changes, cursor=encode_cursor(upto, None, "", identity), upto=upto, done=True, since=since
+    )
 
 
 def _page_change(
-    query: Callable[[str, dict[str, Any]], Sequence[Any]],
+    rows: ChangeReads,
     key: str,
     run_id: int,
     removed: str | None,
     moved_to: str | None,
     since_started: str | None,
 ) -> PageChange:
-    page = query(
-        f"SELECT url, title, status, content_hash, first_seen FROM {published_pages()} p WHERE key = :key",
-        {"key": key},
-    )
-    p = page[0] if page else None
+    p = rows.page(key)
     url = p["url"] if p is not None else key
     if removed is not None:
         return PageChange(
@@ -166,27 +182,12 @@ def _page_change(
             version=r["version"],
             lang=r["lang"],
         )
-        for r in query(
-            f"""SELECT c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash, c.version, c.lang,
-                  c.added_run
-                FROM chunks c {visible_from("c")} WHERE c.key = :key AND {visible_where("c")}
-                ORDER BY c.chunk_index""",
-            {"key": key},
-        )
+        for r in rows.page_chunks(key)
     )
     # the stored text is the page's last write: the published version only when no later run
     # (held, or still running) replaced the page's chunks
-    newer = query(
-        f"""SELECT 1 AS x FROM chunks c WHERE c.key = :key AND c.retired_run IS NULL
-              AND c.added_run > (SELECT MAX(v.added_run) FROM chunks v {visible_from("v")}
-                                 WHERE v.key = :key AND {visible_where("v")})""",
-        {"key": key},
-    )
-    text = None
-    if not newer:
-        stored = query("SELECT text FROM page_fields WHERE key = :key", {"key": key})
-        if stored and stored[0]["text"]:
-            text = zlib.decompress(bytes(stored[0]["text"])).decode("utf-8")
+    newer = rows.replaced(key)
+    text = None if newer else rows.page_text(key)
     if text is None:
         text = "\n\n".join(c.text for c in chunks)
     new = since_started is None or (p is not None and p["first_seen"] > since_started)

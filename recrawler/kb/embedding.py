@@ -45,7 +45,9 @@ class Embedder(Protocol):
     ``id`` keys the embedding cache: it changes whenever the vectors would (model, dimension,
     algorithm version). ``dim`` is None until known (remote models: after the first call).
     ``calls`` counts backend calls (HTTP requests including retries, or model invocations) and
-    ``texts`` counts texts embedded, so callers can report them.
+    ``texts`` counts texts embedded, so callers can report them. An embedder may carry
+    ``min_similarity``: the cosine a chunk must exceed to be a search hit (recrawler's embedders
+    carry a measured one; without it, 0.0: see :func:`recrawler.kb.ranking.similarity_floor`).
     """
 
     @property

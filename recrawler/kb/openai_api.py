@@ -88,6 +88,9 @@ class OpenAIEmbedder:
         self.timeout_secs: float = timeout_secs
         self.backoff_secs: float = backoff_secs
         self.id: str = f"openai:{model}@{host}"
+        #: search's vector floor: none measured for the models such a server may run (cosines of
+        #: unrelated texts differ from model to model): set RECRAWLER_SEARCH_MIN_SIMILARITY
+        self.min_similarity: float = 0.0
         self.dim: int | None = None
         self.calls: int = 0
         self.texts: int = 0

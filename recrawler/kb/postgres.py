@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from recrawler.exceptions import StateStoreError, StateStoreUnavailable
 from recrawler.kb.changes import ChangeBatch, read_changes
 from recrawler.kb.embedders import Embedder, embedder_from_spec
 from recrawler.kb.ranking import (
@@ -17,29 +16,17 @@ from recrawler.kb.ranking import (
     bm25,
     candidates,
     fuse,
+    similarity_floor,
     similarity_order,
     term_limit,
 )
 from recrawler.kb.records import ChunkRow, Hit, Slice
-from recrawler.redact import redact_text, redact_url
-from recrawler.state.sql.visibility import published_pages, visible_from, visible_where
+from recrawler.state import open_postgres_search
 from recrawler.words import keyword_terms
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from types import TracebackType
-
-_PUBLISHED = "SELECT COALESCE(MAX(id), 0) FROM runs WHERE state = 'published'"
-#: pgvector's ``hnsw.ef_search`` for indexed searches (at most 1,000: a larger value is ignored).
-#: Over a real model's vectors (``bench_pgvector --embedder model``) at 100,000 chunks, the top 10
-#: held 0.89 of the exact one at 200 and 0.99 at 800; at a million (the store's m 32 build), 0.987
-#: at 800 and 0.996 at 1,000, for a p95 of 84 ms; its default, 40, misses far more
-EF_SEARCH = 1000
-#: nearest vectors a search takes before the filters (at least, and per hit asked for)
-NEAREST_MIN, NEAREST_PER_HIT = 200, 20
-_CHUNK = "c.id, c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash, c.version, c.lang"
-# a chunk's words, filed by the full-text index (migration 013; see recrawler.words.chunk_words)
-_WORDS = "c.words"
 
 
 def _dt(value: str | None) -> datetime | None:
@@ -62,49 +49,27 @@ class PostgreSQLKnowledgeBase:
         *,
         embedder: Embedder | str | None = None,
         default_version: str | None = None,
+        min_similarity: float | None = None,
         **embedder_options: Any,
     ) -> None:
-        import psycopg
-
         #: the version :meth:`search` shows when none is asked for (None: every version)
         self.default_version = default_version
         from recrawler.kb.sqlite import embedder_spec
-        from recrawler.state.postgres.cursors import pg_row
-        from recrawler.state.postgres.versions import check_schema
-        from recrawler.state.sql.dialect import drive
 
-        self.label = redact_url(uri)
-        try:
-            self._conn = psycopg.connect(uri, row_factory=pg_row, autocommit=True)
-        except psycopg.Error as exc:
-            msg = f"cannot reach knowledge base {self.label!r}: {redact_text(str(exc).strip())}"
-            raise StateStoreUnavailable(msg) from None
-        self._psycopg_error = psycopg.Error
-        try:
-            from recrawler.state.postgres.cursors import _execute_sync
-
-            applied = drive(check_schema(self.label), lambda op: _execute_sync(self._conn, op))
-            if not applied:
-                raise StateStoreUnavailable(f"no knowledge base at {self.label!r} (run a crawl first)")
-            # exact order among the index's candidates, more candidates when filters drop some,
-            # and a wider candidate list than pgvector's 40
-            self._conn.execute("SET hnsw.iterative_scan = strict_order")
-            self._conn.execute(f"SET hnsw.ef_search = {EF_SEARCH}")
-            if embedder is None:
-                row = self._conn.execute(
-                    "SELECT embedder FROM runs WHERE state = 'published' AND embedder IS NOT NULL "
-                    "ORDER BY id DESC LIMIT 1"
-                ).fetchone()
-                embedder, embedder_options = embedder_spec(row[0] if row else None, embedder_options)
-        except BaseException:
-            self._conn.close()
-            raise
+        #: the database's read role (:class:`recrawler.state.postgres.search.PostgreSQLSearchReads`)
+        self.reads = open_postgres_search(uri)
+        self.label = self.reads.label
+        if embedder is None:
+            try:
+                embedder, embedder_options = embedder_spec(self.reads.published_embedder(), embedder_options)
+            except BaseException:
+                self.reads.close()
+                raise
         self.embedder: Embedder = (
             embedder_from_spec(embedder, **embedder_options) if isinstance(embedder, str) else embedder
         )
-        from recrawler.state.postgres.vector_index import exact_only
-
-        self._exact = exact_only(self.embedder.id)
+        #: the cosine a chunk must exceed to be a vector hit (:func:`recrawler.kb.ranking.similarity_floor`)
+        self.min_similarity = similarity_floor(self.embedder, min_similarity)
 
     def __enter__(self) -> Self:
         return self
@@ -116,13 +81,12 @@ class PostgreSQLKnowledgeBase:
 
     def close(self) -> None:
         """Close the connection."""
-        self._conn.close()
+        self.reads.close()
         self.embedder.close()
 
     def published_run(self) -> int:
         """The last published run's id, of any site (0: nothing published yet)."""
-        row = self._conn.execute(_PUBLISHED).fetchone()
-        return int(row[0]) if row is not None else 0
+        return self.reads.published_run()
 
     def search(
         self,
@@ -146,32 +110,29 @@ class PostgreSQLKnowledgeBase:
             return []
         # the vector list alone needs k chunks; fused lists need more of each
         n = k if mode == "vector" else candidates(k)
-        try:
-            # one snapshot: the lists and the rows come from the same published state
-            with self._conn.transaction():
-                self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                vector = self._vector(query, n, scope) if mode != "keyword" else []
-                keyword = self._keyword(query, n, scope) if mode != "vector" else []
-                return self._hits(fuse(vector, keyword, mode, k))
-        except self._psycopg_error as exc:
-            raise StateStoreError(f"knowledge base {self.label!r}: {redact_text(str(exc))}") from exc
+        # one snapshot: the lists and the rows come from the same published state
+        with self.reads.snapshot():
+            vector = self._vector(query, n, scope) if mode != "keyword" else []
+            keyword = self._keyword(query, n, scope) if mode != "vector" else []
+            return self._hits(fuse(vector, keyword, mode, k))
 
     def _vector(self, query: str, n: int, scope: Slice) -> list[Ranked]:
-        """The *n* visible chunks nearest to *query* whose cosine is above 0, best first."""
+        """The *n* visible chunks nearest to *query* whose cosine is above the floor, best first."""
         k = n
         q = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
         # more than the hits asked for: a cut between chunks whose cosines round alike is made as
         # on SQLite (page key and position), not by the last digits of PostgreSQL's sums
         fetch = 2 * k
         while True:
-            found = self._nearest(q, fetch, scope)
+            found = self.reads.nearest(q, fetch, scope, self.embedder.id)
             ranked = [
                 Ranked(r["id"], r["key"], r["chunk_index"], 1.0 - float(r["distance"]))
                 for r in found
-                # a zero vector (no word the embedder knows) has no distance; cosine 0 or less is no match
+                # a zero vector (no word the embedder knows) has no distance; a cosine at or below
+                # the floor is no match
                 if r["distance"] is not None
                 and not np.isnan(r["distance"])
-                and 1.0 - float(r["distance"]) > 0.0
+                and 1.0 - float(r["distance"]) > self.min_similarity
             ]
             ranked.sort(key=similarity_order)
             # rows left out past the cut may tie with the k-th hit: fetch more until none can
@@ -188,56 +149,22 @@ class PostgreSQLKnowledgeBase:
         terms = keyword_terms(query)
         if not terms:
             return []
-        top = self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM chunks").fetchone()
-        size = int(top[0]) if top is not None else 0
+        size = self.reads.chunk_count()
         limit = term_limit(size)
-        df: dict[str, int] = {}
-        for term in terms:
-            row = self._conn.execute(
-                f"SELECT COUNT(*) FROM (SELECT 1 FROM chunks c WHERE {_WORDS} @@ to_tsquery('simple', %(t)s) "
-                "LIMIT %(limit)s) m",
-                {"t": f"'{term}'", "limit": limit + 1},
-            ).fetchone()
-            if row is not None and 0 < int(row[0]) <= limit:
-                df[term] = int(row[0])
+        df = {t: c for t, c in self.reads.term_counts(terms, limit).items() if 0 < c <= limit}
         if not df:
             return []
-        params: dict[str, Any] = {"q": " | ".join(f"'{t}'" for t in df), "n": 4 * n}
-        where = f"{_WORDS} @@ to_tsquery('simple', %(q)s) AND {visible_where('c')}"
-        if scope.site is not None:
-            where += " AND p.site = %(site)s"
-            params["site"] = scope.site
-        sliced, slice_params = scope.where_named("c", "%({})s")
-        where += sliced
-        params.update(slice_params)
-        rank = (
-            "ts_rank_cd(setweight(to_tsvector('simple', "
-            "regexp_replace(c.heading, '[^[:alnum:]]+', ' ', 'g')), 'A') "
-            "|| to_tsvector('simple', regexp_replace(c.text, '[^[:alnum:]]+', ' ', 'g')), "
-            "to_tsquery('simple', %(q)s), 1)"
-        )
         # the best few times n matches by PostgreSQL's rank, then ranked as SQLite ranks them
-        sql = f"""SELECT c.id, c.key, c.chunk_index, c.heading, c.text, {rank} AS rank
-                  FROM chunks c {visible_from("c")} LEFT JOIN {published_pages()} p ON p.key = c.key
-                  WHERE {where} ORDER BY rank DESC, c.key, c.chunk_index LIMIT %(n)s"""
         pool = [
             (Ranked(r["id"], r["key"], r["chunk_index"]), r["heading"], r["text"])
-            for r in self._conn.execute(sql, params)
+            for r in self.reads.keyword_rows(list(df), 4 * n, scope)
         ]
         return bm25(pool, df, size, n)
 
     def _hits(self, ranked: list[tuple[Ranked, float]]) -> list[Hit]:
         if not ranked:
             return []
-        found = {
-            r["id"]: r
-            for r in self._conn.execute(
-                f"""SELECT {_CHUNK}, p.title, p.last_checked, p.last_changed
-                    FROM chunks c LEFT JOIN {published_pages()} p ON p.key = c.key
-                    WHERE c.id = ANY(%(ids)s)""",
-                {"ids": [r.id for r, _ in ranked]},
-            )
-        }
+        found = self.reads.hit_rows([r.id for r, _ in ranked])
         return [
             Hit(
                 score=score,
@@ -250,57 +177,9 @@ class PostgreSQLKnowledgeBase:
             for r, score in ranked
         ]
 
-    def _nearest(self, q: np.ndarray, k: int, scope: Slice) -> list[Any]:
-        """The *k* visible chunk rows (of *site*) nearest to *q*, with their distance.
-
-        The embedder's nearest vectors come first, then the visibility and site filters keep the
-        published chunks among them: when fewer than *k* pass, the search goes on with eight
-        times as many vectors, up to all of them. The vectors are ranked by an exact scan for the
-        hashing embedder, else by its HNSW index (iterative scans go past ``hnsw.ef_search``).
-        """
-        dims = int(q.shape[0])
-        if self._exact:
-            # the distance over the column itself, which no index serves: an exact scan
-            distance = f"e.embedding <=> CAST(%(q)s AS vector({dims}))"
-        else:
-            # the expression of the embedder's HNSW index (recrawler.state.postgres.vector_index)
-            distance = f"CAST(e.embedding AS vector({dims})) <=> CAST(%(q)s AS vector({dims}))"
-        sliced, slice_params = scope.where_named("c", "%({})s")
-        where = visible_where("c") + (" AND p.site = %(site)s" if scope.site is not None else "") + sliced
-        sql = f"""WITH nearest AS MATERIALIZED (
-                    SELECT e.text_hash, {distance} AS distance FROM embeddings e
-                    WHERE e.embedder = %(emb)s AND vector_dims(e.embedding) = {dims}
-                    ORDER BY {distance} LIMIT %(n)s)
-                  SELECT {_CHUNK}, p.title, p.last_checked, p.last_changed, n.distance
-                  FROM nearest n JOIN chunks c ON c.chunk_hash = n.text_hash
-                  {visible_from("c")} LEFT JOIN {published_pages()} p ON p.key = c.key
-                  WHERE {where} ORDER BY n.distance, c.key, c.chunk_index LIMIT %(k)s"""
-        params: dict[str, Any] = {
-            "emb": self.embedder.id,
-            "q": "[" + ",".join(repr(float(x)) for x in q) + "]",
-            "k": k,
-            "site": scope.site,
-            **slice_params,
-        }
-        n = max(NEAREST_MIN, NEAREST_PER_HIT * k)
-        while True:
-            params["n"] = n
-            found = self._conn.execute(sql, params).fetchall()
-            if len(found) >= k or n >= self._vectors(dims):
-                return found
-            n *= 8
-
-    def _vectors(self, dims: int) -> int:
-        """How many vectors of *dims* dimensions the embedder has stored (an upper bound for a search)."""
-        row = self._conn.execute(
-            "SELECT COUNT(*) FROM embeddings WHERE embedder = %s AND vector_dims(embedding) = %s",
-            (self.embedder.id, dims),
-        ).fetchone()
-        return int(row[0]) if row is not None else 0
-
     def changes(
         self,
-        since: int | None = None,
+        since: int | datetime | None = None,
         *,
         cursor: str | None = None,
         limit: int = 100,
@@ -310,28 +189,16 @@ class PostgreSQLKnowledgeBase:
     ) -> ChangeBatch:
         """The pages the published runs after run *since* changed (:mod:`recrawler.kb.changes`),
         of *version* and *lang* when given."""
-        from recrawler.state.sql.dialect import POSTGRES
-
-        def query(sql: str, params: dict[str, Any]) -> list[Any]:
-            return self._conn.execute(POSTGRES.sql(sql), params).fetchall()
-
         scope = Slice.of(None, version or "*", lang)
-        try:
-            with self._conn.transaction():
-                self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                return read_changes(query, since=since, cursor=cursor, limit=limit, key=key, scope=scope)
-        except self._psycopg_error as exc:
-            raise StateStoreError(f"knowledge base {self.label!r}: {redact_text(str(exc))}") from exc
+        with self.reads.snapshot():
+            return read_changes(
+                self.reads.changes(), since=since, cursor=cursor, limit=limit, key=key, scope=scope
+            )
 
     def chunks(self) -> Iterator[ChunkRow]:
         """Yield every published chunk by page key and position, streaming (a server-side cursor)."""
-        with self._conn.transaction(), self._conn.cursor(name="recrawler_chunks") as cur:
-            cur.execute(
-                f"""SELECT {_CHUNK} FROM chunks c {visible_from("c")}
-                    WHERE {visible_where("c")} ORDER BY c.key, c.chunk_index"""
-            )
-            for r in cur:
-                yield _chunk(r)
+        for r in self.reads.chunks():
+            yield _chunk(r)
 
 
 def _chunk(r: Any) -> ChunkRow:

@@ -20,13 +20,13 @@ if TYPE_CHECKING:
 
     from recrawler.counters import RunCounters
     from recrawler.kb.embedders import Embedder
-    from recrawler.state import ReconcileResult, Run, StateStore
+    from recrawler.state import Decisions, KnowledgeBase, ReconcileResult, Run, SearchIndex
 
 logger = logging.getLogger(__name__)
 
 
 async def embed_missing(
-    store: StateStore,
+    kb: KnowledgeBase,
     embedder: Embedder,
     *,
     include_run: int | None = None,
@@ -78,7 +78,7 @@ async def embed_missing(
 
     async def store_batch(rows: list[tuple[str, str]], blobs: list[bytes]) -> None:
         nonlocal texts
-        await store.store_embeddings([(embedder.id, h, b) for (h, _), b in zip(rows, blobs, strict=True)])
+        await kb.store_embeddings([(embedder.id, h, b) for (h, _), b in zip(rows, blobs, strict=True)])
         texts += len(rows)
         if progress is not None:
             progress(len(rows))
@@ -96,9 +96,7 @@ async def embed_missing(
         while True:
             # keep every lane busy: the workers and this process each embed while a batch is stored
             while after is not None and lane_free():
-                rows = await store.missing_embeddings(
-                    embedder.id, limit, include_run=include_run, after=after
-                )
+                rows = await kb.missing_embeddings(embedder.id, limit, include_run=include_run, after=after)
                 after = rows[-1][0] if rows else None
                 if rows:
                     read += 1
@@ -160,7 +158,9 @@ class Publisher:
 
     def __init__(
         self,
-        store: StateStore,
+        decisions: Decisions,
+        kb: KnowledgeBase,
+        search: SearchIndex,
         embedder: Embedder,
         counters: RunCounters,
         *,
@@ -172,7 +172,9 @@ class Publisher:
     ) -> None:
         self.gone_after = gone_after
         self.gone_statuses = tuple(gone_statuses)
-        self.store = store
+        self.decisions = decisions
+        self.kb = kb
+        self.search = search
         self.pool = pool
         self.embedder = embedder
         self.counters = counters
@@ -185,7 +187,7 @@ class Publisher:
         """Hold, or embed what is new and publish the run (its staged misses applied in the same
         transaction); the report's ``index`` and what the misses did (None: not published)."""
         c = self.counters
-        counts = await self.store.run_index_counts(run.id, self.embedder.id)
+        counts = await self.kb.run_index_counts(run.id, self.embedder.id)
         info: dict[str, Any] = {
             "embedder": self.embedder.id,
             "chunks_added": counts["chunks_added"],
@@ -197,7 +199,7 @@ class Publisher:
         if self.dry_run:
             info.update(
                 state="dry_run",
-                would_embed=await self.store.count_missing(self.embedder.id),
+                would_embed=await self.kb.count_missing(self.embedder.id),
                 would_publish=counts["chunks_added"],
                 would_delete=counts["chunks_retired"],
             )
@@ -205,34 +207,34 @@ class Publisher:
             result, _ = await self._publish_run(run)
             return info, result
         if held:
-            await self.store.hold_run(run)
+            await self.decisions.hold_run(run)
             info["state"] = RUN_HELD
             return info, None
         if state_errors:
             # a write failed: what did commit is published by the next run, with what it adds
-            await self.store.set_run_state(run.id, RUN_FINISHED)
+            await self.kb.set_run_state(run.id, RUN_FINISHED)
             info.update(state="unpublished", reason="state_error: the next run completes and publishes it")
             return info, None
         if reason != "finished" and not self.each_page:
-            await self.store.set_run_state(run.id, RUN_FINISHED)
+            await self.kb.set_run_state(run.id, RUN_FINISHED)
             info.update(
                 state="unpublished", reason=f"run ended with {reason}: the next run publishes its work"
             )
             return info, None
         started = time.monotonic()
         # held runs before it are this run's to publish now: their chunk texts are embedded with its own
-        await self.store.supersede(run)
+        await self.decisions.supersede(run)
         try:
             with Progress(f"run {run.id}: embedding", unit="texts") as progress:
                 if progress.active:
-                    progress.total = await self.store.count_missing(self.embedder.id)
+                    progress.total = await self.kb.count_missing(self.embedder.id)
                 embedded, calls = await embed_missing(
-                    self.store, self.embedder, progress=progress.advance, pool=self.pool
+                    self.kb, self.embedder, progress=progress.advance, pool=self.pool
                 )
         except (EmbedderError, StateStoreError) as exc:
             c.inc("recrawler/index/error")
             logger.error("run %(run)d not published, embedding failed: %(exc)s", {"run": run.id, "exc": exc})
-            await self.store.set_run_state(run.id, RUN_FINISHED)
+            await self.kb.set_run_state(run.id, RUN_FINISHED)
             info.update(state="unpublished", reason=str(exc))
             return info, None
         if embedded:
@@ -258,7 +260,7 @@ class Publisher:
         result, gc = await self._publish_run(run)
         c.set("recrawler/index/deleted", gc["chunks_deleted"])
         # the blocks search reads, for the vectors this run added (a block per 16,384 of them)
-        blocks = await self.store.index_vectors(self.embedder.id)
+        blocks = await self.search.index_vectors(self.embedder.id)
         if blocks:
             logger.info("run %(run)d: %(n)d vector blocks written for search", {"run": run.id, "n": blocks})
         info.update(
@@ -270,7 +272,7 @@ class Publisher:
         return info, result
 
     async def _publish_run(self, run: Run) -> tuple[ReconcileResult, dict[str, int]]:
-        return await self.store.publish_run(
+        return await self.decisions.publish_run(
             run, at=utcnow(), gone_after=self.gone_after, gone_statuses=self.gone_statuses
         )
 

@@ -4,9 +4,10 @@ search looks for are :mod:`recrawler.words`'s).
 Both readers (SQLite and PostgreSQL) rank with these functions, so they agree on what a hit is,
 on its score and on the order of equal scores. Reciprocal rank fusion (Cormack et al., SIGIR
 2009) adds ``1 / (60 + rank)`` per list a chunk is in; scores are scaled so that a chunk first in
-every list searched scores 1.0. A chunk is a hit only when a list has it: the vector list holds
-chunks whose cosine is above 0, the keyword list chunks that contain a word of the query, so
-there is never padding with unrelated chunks.
+every list that found something scores 1.0. A chunk is a hit only when a list has it: the vector list holds
+chunks whose cosine is above the embedder's floor (:func:`similarity_floor`), the keyword list
+chunks that contain a word of the query, so there is never padding with unrelated chunks: the
+k nearest chunks of a query about something else are not hits.
 """
 
 from __future__ import annotations
@@ -19,11 +20,29 @@ from recrawler.words import WORD
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["MODES", "Ranked", "bm25", "candidates", "fuse", "similarity_order", "term_limit"]
+__all__ = [
+    "MODES",
+    "Ranked",
+    "bm25",
+    "candidates",
+    "fuse",
+    "similarity_floor",
+    "similarity_order",
+    "term_limit",
+]
 
 #: ``hybrid``: keyword and vector lists fused; ``vector``: cosine only; ``keyword``: words only
 MODES = ("hybrid", "vector", "keyword")
 RRF_K = 60
+
+
+def similarity_floor(embedder: object, setting: float | None = None) -> float:
+    """The cosine a chunk must exceed to be in a vector list: *setting*
+    (``RECRAWLER_SEARCH_MIN_SIMILARITY``) when given, else the embedder's own ``min_similarity``
+    (recrawler's embedders carry one, measured; 0.0 for an embedder without one)."""
+    if setting is not None:
+        return float(setting)
+    return float(getattr(embedder, "min_similarity", 0.0))
 
 
 def term_limit(chunks: int) -> int:
@@ -91,8 +110,10 @@ def fuse(
     if mode == "vector":
         scored = [(r, float(r.similarity or 0.0)) for r in vector]
     else:
+        # scaled by the lists that found something: with nothing similar above the floor, the
+        # keyword list's first hit still scores 1.0 (and the vector list's, with no word in common)
         lists = [keyword] if mode == "keyword" else [vector, keyword]
-        best = len(lists) / (RRF_K + 1)
+        best = max(1, sum(1 for ranked in lists if ranked)) / (RRF_K + 1)
         total: dict[int, float] = {}
         first: dict[int, Ranked] = {}
         for ranked in lists:

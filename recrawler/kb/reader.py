@@ -29,6 +29,7 @@ def open_kb(
     embedder: Embedder | str | None = None,
     cache_mb: float | None = None,
     default_version: str | None = None,
+    min_similarity: float | None = None,
     **embedder_options: Any,
 ) -> KnowledgeBase:
     """Open the knowledge base in the database at *uri* for reading.
@@ -47,6 +48,11 @@ def open_kb(
     *default_version* is the version ``search()`` shows when none is asked for (``"*"``: every
     version; None: ``RECRAWLER_SEARCH_DEFAULT_VERSION``, the project's when *uri* is None, else
     every version).
+
+    A search finds the chunks that have a word of the query and the chunks whose similarity to it
+    is above *min_similarity* (None: ``RECRAWLER_SEARCH_MIN_SIMILARITY``, the project's when *uri*
+    is None, else the embedder's own floor, measured so that questions about something else find
+    nothing): a query about nothing the pages hold returns no hit, not the nearest chunks.
     """
     if uri is None:
         from recrawler.project import project_database, project_settings
@@ -57,19 +63,26 @@ def open_kb(
             cache_mb = settings.getfloat("RECRAWLER_SEARCH_CACHE_MB")
         if default_version is None:
             default_version = settings.get("RECRAWLER_SEARCH_DEFAULT_VERSION") or None
+        if min_similarity is None and settings.get("RECRAWLER_SEARCH_MIN_SIMILARITY") is not None:
+            min_similarity = settings.getfloat("RECRAWLER_SEARCH_MIN_SIMILARITY")
     if uri.split("://", 1)[0].lower() in ("postgresql", "postgres"):
         from recrawler.kb.postgres import PostgreSQLKnowledgeBase
 
         return PostgreSQLKnowledgeBase(
-            uri, embedder=embedder, default_version=default_version, **embedder_options
+            uri,
+            embedder=embedder,
+            default_version=default_version,
+            min_similarity=min_similarity,
+            **embedder_options,
         )
     from recrawler.kb.sqlite import SQLiteKnowledgeBase
-    from recrawler.state.sqlite.versions import path_from_uri
 
+    # a sqlite:// or file: URI, or a path (the read role reads either)
     return SQLiteKnowledgeBase(
-        path_from_uri(uri),
+        uri,
         embedder=embedder,
         cache_mb=cache_mb,
         default_version=default_version,
+        min_similarity=min_similarity,
         **embedder_options,
     )

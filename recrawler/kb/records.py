@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from recrawler.facets import ANY, lang_filter, normal_version
+from recrawler.state import Slice
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -15,55 +15,6 @@ if TYPE_CHECKING:
     from recrawler.kb.embedders import Embedder
 
 __all__ = ["ChangeBatch", "ChunkRow", "Hit", "KnowledgeBase", "PageChange", "Slice"]
-
-
-@dataclass(frozen=True, slots=True)
-class Slice:
-    """The chunks a search or a changes listing may return: of a site, of a version and of a
-    language (None: any). A page with no version (or language) is in every one; a language finds
-    its regional tags too (``en``: ``en-us``)."""
-
-    site: str | None = None
-    version: str | None = None
-    lang: str | None = None
-
-    @classmethod
-    def of(
-        cls, site: str | None, version: str | None, lang: str | None, default_version: str | None = None
-    ) -> Slice:
-        """The slice a reader's arguments name: *version* None is *default_version*, ``"*"`` any
-        (and so is *lang* None or ``"*"``); a *lang* that is no language tag is a
-        ConfigurationError."""
-        chosen = default_version if version is None else version
-        return cls(
-            site=site,
-            version=None if chosen in (None, ANY) else normal_version(chosen),
-            lang=None if lang in (None, ANY) else lang_filter(str(lang)),
-        )
-
-    def where(self, c: str) -> tuple[str, list[Any]]:
-        """``AND ...`` conditions over the chunk rows aliased *c* (``?`` parameters, in order)."""
-        sql, params = "", []
-        if self.version is not None:
-            sql += f" AND ({c}.version IS NULL OR {c}.version = ?)"
-            params.append(self.version)
-        if self.lang is not None:
-            sql += f" AND ({c}.lang IS NULL OR {c}.lang = ? OR {c}.lang LIKE ?)"
-            params += [self.lang, f"{self.lang}-%"]
-        return sql, params
-
-    def where_named(self, c: str, mark: str = ":{}") -> tuple[str, dict[str, Any]]:
-        """:meth:`where` with named parameters, each written as *mark* makes it (``:{}``, or
-        psycopg's ``%({})s``)."""
-        sql, params = "", {}
-        v, lang, region = (mark.format(n) for n in ("slice_version", "slice_lang", "slice_lang_region"))
-        if self.version is not None:
-            sql += f" AND ({c}.version IS NULL OR {c}.version = {v})"
-            params["slice_version"] = self.version
-        if self.lang is not None:
-            sql += f" AND ({c}.lang IS NULL OR {c}.lang = {lang} OR {c}.lang LIKE {region})"
-            params.update(slice_lang=self.lang, slice_lang_region=f"{self.lang}-%")
-        return sql, params
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,7 +50,7 @@ class Hit:
     """A search result: the chunk, its score, and how fresh its page is.
 
     ``score`` ranks the hits: the cosine in ``vector`` mode, else the fused reciprocal rank in
-    (0, 1] (1.0: first in every list searched). ``similarity`` is the cosine when the vector
+    (0, 1] (1.0: first in every list that found something). ``similarity`` is the cosine when the vector
     search found the chunk (None for a chunk only its words found).
     """
 
@@ -177,12 +128,13 @@ class ChangeBatch:
     """A page of changes; pass ``cursor`` to the next call (it stays valid across restarts).
 
     ``done``: nothing more up to ``upto``, the last run published when the listing began; the
-    cursor then lists what runs after ``upto`` publish."""
+    cursor then lists what runs after ``upto`` publish. ``since``: the run the listing is after."""
 
     changes: list[PageChange] = field(default_factory=list)
     cursor: str = ""
     upto: int = 0
     done: bool = True
+    since: int = 0
 
 
 class KnowledgeBase(Protocol):
@@ -211,7 +163,7 @@ class KnowledgeBase(Protocol):
 
     def changes(
         self,
-        since: int | None = None,
+        since: int | datetime | None = None,
         *,
         cursor: str | None = None,
         limit: int = 100,
@@ -219,9 +171,10 @@ class KnowledgeBase(Protocol):
         version: str | None = None,
         lang: str | None = None,
     ) -> ChangeBatch:
-        """The pages the published runs after run *since* changed, *limit* at a time, by page key
-        (resume with the batch's ``cursor``); only page *key* when given, only pages of *version*
-        and *lang* when given (``"*"`` or None: any; no default version applies)."""
+        """The pages the published runs after run *since* (or published after the time *since*)
+        changed, *limit* at a time, by page key (resume with the batch's ``cursor``, bound to this
+        database); only page *key* when given, only pages of *version* and *lang* when given
+        (``"*"`` or None: any; no default version applies)."""
 
     def published_run(self) -> int:
         """Return the id of the last published run (0: none yet)."""

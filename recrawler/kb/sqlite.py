@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from recrawler.exceptions import (
-    ConfigurationError,
-    SchemaVersionError,
-    StateStoreError,
-    StateStoreUnavailable,
-)
+from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.kb.changes import ChangeBatch, read_changes
 from recrawler.kb.embedders import Embedder, embedder_from_spec
 from recrawler.kb.ranking import (
@@ -24,21 +17,17 @@ from recrawler.kb.ranking import (
     bm25,
     candidates,
     fuse,
+    similarity_floor,
     similarity_order,
     term_limit,
 )
 from recrawler.kb.records import ChunkRow, Hit, Slice
-from recrawler.kb.vectors import VectorScan
-from recrawler.state.sql.search import BLOCK
-from recrawler.state.sql.visibility import published_pages, visible_from, visible_where
+from recrawler.state import open_sqlite_search
 from recrawler.words import keyword_terms
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from types import TracebackType
-
-_PUBLISHED = "SELECT COALESCE(MAX(id), 0) FROM runs WHERE state = 'published'"
-_DOCS = "SELECT COUNT(*) FROM (SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)"
 
 
 def embedder_spec(stored: str | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -62,7 +51,7 @@ def _dt(value: str | None) -> datetime | None:
 class SQLiteKnowledgeBase:
     """Reads the published knowledge base with a read-only connection (a bot never locks a crawl).
 
-    Vector search is exact without loading the vectors (:mod:`recrawler.kb.vectors`: the cached
+    Vector search is exact without loading the vectors (:mod:`recrawler.state.sqlite.vectors`: the cached
     vectors in blocks a dimension at a time, read where the query vector is not zero); keyword
     search is SQLite's FTS5 (BM25); the two lists are fused (:mod:`recrawler.kb.ranking`). Every
     search reads one snapshot, and only the chunks the bot sees
@@ -79,52 +68,28 @@ class SQLiteKnowledgeBase:
         embedder: Embedder | str | None = None,
         cache_mb: float | None = None,
         default_version: str | None = None,
+        min_similarity: float | None = None,
         **embedder_options: Any,
     ) -> None:
         #: the version :meth:`search` shows when none is asked for (None: every version)
         self.default_version = default_version
-        # imported here: the store's package imports this module (recrawler check reads VISIBLE)
-        from recrawler.state.sqlite.versions import check_schema
-
         if cache_mb is None:
             from recrawler.default_settings import RECRAWLER_SEARCH_CACHE_MB
 
             cache_mb = RECRAWLER_SEARCH_CACHE_MB
         if cache_mb < 0:
             raise ConfigurationError(f"RECRAWLER_SEARCH_CACHE_MB: expected 0 or more (MiB), got {cache_mb!r}")
-        self.path = path
-        if path != ":memory:" and not Path(path).exists():
-            raise StateStoreUnavailable(f"no knowledge base at {path!r} (run a crawl first, or pass --db)")
-        try:
-            self._conn = sqlite3.connect(
-                Path(path).resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False
-            )
-            self._conn.row_factory = sqlite3.Row
-            tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            # the same check the store makes: a newer or foreign database is refused, untouched
-            check_schema(self._conn, path)
-        except sqlite3.DatabaseError as exc:
-            raise SchemaVersionError(f"{path!r} is not a readable recrawler database ({exc})") from exc
-        except SchemaVersionError:
-            self._conn.close()
-            raise
-        if "chunks" not in tables or "vector_blocks" not in tables:
-            self._conn.close()
-            raise SchemaVersionError(
-                f"{path!r} has no search index yet (schema older than 11): run a crawl to upgrade it"
-            )
+        #: the database's read role (:class:`recrawler.state.sqlite.search.SQLiteSearchReads`)
+        self.reads = open_sqlite_search(path)
+        self.path = self.reads.path
         if embedder is None:
-            row = self._conn.execute(
-                "SELECT embedder FROM runs WHERE state = 'published' AND embedder IS NOT NULL "
-                "ORDER BY id DESC LIMIT 1"
-            ).fetchone()
-            embedder, embedder_options = embedder_spec(row[0] if row else None, embedder_options)
+            embedder, embedder_options = embedder_spec(self.reads.published_embedder(), embedder_options)
         self.embedder: Embedder = (
             embedder_from_spec(embedder, **embedder_options) if isinstance(embedder, str) else embedder
         )
-        self._scan = VectorScan(self._conn, self.embedder.id, cache_bytes=int(cache_mb * 2**20))
-        self._df: dict[str, int] = {}
-        self._df_version: Any = None
+        #: the cosine a chunk must exceed to be a vector hit (:func:`recrawler.kb.ranking.similarity_floor`)
+        self.min_similarity = similarity_floor(self.embedder, min_similarity)
+        self._scan = self.reads.vector_scan(self.embedder.id, cache_bytes=int(cache_mb * 2**20))
 
     def __enter__(self) -> Self:
         return self
@@ -136,12 +101,12 @@ class SQLiteKnowledgeBase:
 
     def close(self) -> None:
         """Close the connection."""
-        self._conn.close()
+        self.reads.close()
         self.embedder.close()
 
     def published_run(self) -> int:
         """The last published run's id (0: nothing published yet)."""
-        return int(self._conn.execute(_PUBLISHED).fetchone()[0])
+        return self.reads.published_run()
 
     def search(
         self,
@@ -158,7 +123,7 @@ class SQLiteKnowledgeBase:
         *lang* (``en`` finds ``en-us`` too); pages with no version or language are in every one.
         *mode*: ``hybrid`` (keyword and vector lists fused), ``vector`` (cosine, exact) or
         ``keyword`` (FTS5's BM25). No chunk is a hit that neither list has: a query with no word
-        and no vector in common with the pages finds nothing."""
+        of the pages and no chunk similar above the floor (``min_similarity``) finds nothing."""
         if mode not in MODES:
             raise ValueError(f"search mode {mode!r}: expected one of {', '.join(MODES)}")
         scope = Slice.of(site, version, lang, self.default_version)
@@ -169,58 +134,15 @@ class SQLiteKnowledgeBase:
         q = None
         if mode != "keyword":
             q = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
-        try:
-            # one snapshot: the lists and the rows come from the same published state
-            self._conn.execute("BEGIN")
-            try:
-                vector = self._vector(q, n, scope) if q is not None else []
-                keyword = self._keyword(query, n, scope) if mode != "vector" else []
-                ranked = fuse(vector, keyword, mode, k)
-                return self._hits(ranked)
-            finally:
-                self._conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise StateStoreError(f"knowledge base {self.path!r}: {exc}") from exc
-
-    def _visible(self, where: str, params: list[Any], scope: Slice, source: str = "chunks c") -> str:
-        site_join = "JOIN pages sp ON sp.key = c.key" if scope.site is not None else ""
-        if scope.site is not None:
-            params.append(scope.site)
-        sliced, values = scope.where("c")
-        params.extend(values)
-        of_site = "AND sp.site = ?" if scope.site is not None else ""
-        return f"""FROM {source} {visible_from("c")} {site_join}
-                   WHERE {where} AND {visible_where("c")} {of_site} {sliced}"""
-
-    def _resolve(self, rowids: list[int], scope: Slice) -> dict[int, list[Ranked]]:
-        """The visible chunks (of *scope*) whose text is each of the cached vectors *rowids*."""
-        found: dict[int, list[Ranked]] = {}
-        for start in range(0, len(rowids), 500):
-            part = rowids[start : start + 500]
-            params: list[Any] = list(part)
-            sql = "SELECT e.rowid AS rid, c.id, c.key, c.chunk_index " + self._visible(
-                f"e.rowid IN ({','.join('?' * len(part))})",
-                params,
-                scope,
-                "embeddings e CROSS JOIN chunks c ON c.chunk_hash = e.text_hash",
-            )
-            for r in self._conn.execute(sql, params):
-                found.setdefault(r["rid"], []).append(Ranked(r["id"], r["key"], r["chunk_index"]))
-        return found
-
-    def _allowed(self, scope: Slice) -> set[int]:
-        """Every cached vector (rowid) of a visible chunk in *scope* (for filters few chunks pass)."""
-        params: list[Any] = [self.embedder.id]
-        sql = "SELECT DISTINCT e.rowid " + self._visible(
-            "1 = 1",
-            params,
-            scope,
-            "chunks c JOIN embeddings e ON e.embedder = ? AND e.text_hash = c.chunk_hash",
-        )
-        return {r[0] for r in self._conn.execute(sql, params)}
+        # one snapshot: the lists and the rows come from the same published state
+        with self.reads.snapshot():
+            vector = self._vector(q, n, scope) if q is not None else []
+            keyword = self._keyword(query, n, scope) if mode != "vector" else []
+            ranked = fuse(vector, keyword, mode, k)
+            return self._hits(ranked)
 
     def _vector(self, q: np.ndarray[Any, np.dtype[np.float32]], n: int, scope: Slice) -> list[Ranked]:
-        """The *n* visible chunks of highest cosine above 0, exact, best first."""
+        """The *n* visible chunks of highest cosine above the floor, exact, best first."""
         scores, errors = self._scan.scores(q)
         total = len(scores)
         if not total:
@@ -232,20 +154,22 @@ class SQLiteKnowledgeBase:
             )
             raise StateStoreError(msg)
         # the most each exact cosine can be; a block's error is the same for all its rows
-        n_blocks = (len(errors) - 1) * BLOCK
+        block = self._scan.block
+        n_blocks = (len(errors) - 1) * block
         upper = scores
-        upper[:n_blocks].reshape(-1, BLOCK)[...] += errors[:-1, None]
+        upper[:n_blocks].reshape(-1, block)[...] += errors[:-1, None]
         hits: list[Ranked] = []
         # positive exact cosines (rowid, cosine) not resolved to chunks yet, best first
         pending: list[tuple[int, float]] = []
         looked = np.zeros(total, dtype=bool)
         wanted = min(total, n + 32)
         masked = False
-        floor = 0.0
+        minimum = self.min_similarity
+        floor = minimum
         while True:
             top = _best(upper, wanted)
-            # a vector whose bound is no more than 0, or below the n-th hit, cannot rank
-            least = max(0.0, floor - 1e-6) if len(hits) >= n else 0.0
+            # a vector whose bound is no more than the floor, or below the n-th hit, cannot rank
+            least = max(minimum, floor - 1e-6) if len(hits) >= n else minimum
             fresh = top[(upper[top] > least) & ~looked[top]].astype(np.int64)
             looked[fresh] = True
             if len(fresh):
@@ -253,17 +177,17 @@ class SQLiteKnowledgeBase:
                 # longer needed for those, and only the best of them are resolved to chunks
                 rowids = self._scan.rowids(fresh)
                 exact = self._scan.exact(list(dict.fromkeys(rowids.tolist())), q)
-                pending.extend((r, s) for r, s in exact.items() if s > 0.0)
+                pending.extend((r, s) for r, s in exact.items() if s > minimum)
                 pending.sort(key=lambda t: -t[1])
             floor = self._take(hits, pending, n, scope)
             # every vector not looked at yet scores at most this
             frontier = float(upper[top[-1]]) if wanted < total and len(top) else -np.inf
             # rounded as the ranking rounds (6 decimals): a vector below it cannot tie with the n-th
-            if frontier <= 0.0 or (len(hits) >= n and frontier < floor - 1e-6):
+            if frontier <= minimum or (len(hits) >= n and frontier < floor - 1e-6):
                 break
             if wanted >= 16 * 4096 and not masked:
                 # few cached vectors pass the filter (a small site, an old cache): score only those
-                allowed = self._allowed(scope)
+                allowed = self.reads.allowed(self.embedder.id, scope)
                 all_rows = self._scan.rowids(np.arange(total, dtype=np.int64))
                 keep = np.isin(all_rows, np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
                 upper = np.where(keep, upper, -np.inf)
@@ -284,8 +208,8 @@ class SQLiteKnowledgeBase:
             size = max(n - len(hits), 8)
             part, pending[:size] = pending[:size], []
             cosine = dict(part)
-            for rowid, found in self._resolve(list(cosine), scope).items():
-                hits.extend(Ranked(r.id, r.key, r.chunk_index, cosine[rowid]) for r in found)
+            for rowid, found in self.reads.resolve(list(cosine), scope).items():
+                hits.extend(Ranked(i, key, index, cosine[rowid]) for i, key, index in found)
             hits.sort(key=similarity_order)
         return float(hits[n - 1].similarity or 0.0) if len(hits) >= n else 0.0
 
@@ -296,73 +220,21 @@ class SQLiteKnowledgeBase:
         terms = keyword_terms(query)
         if not terms:
             return []
-        size = int(self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM chunks").fetchone()[0])
+        size = self.reads.chunk_count()
         limit = term_limit(size)
-        # a word's chunk count, counted no further than the limit (a common word's whole posting
-        # list is milliseconds at a million chunks): kept while the database is unchanged
-        version = self._conn.execute("PRAGMA data_version").fetchone()[0]
-        if version != self._df_version or len(self._df) > 100_000:
-            self._df, self._df_version = {}, version
-        df: dict[str, int] = {}
-        for term in terms:
-            if term not in self._df:
-                self._df[term] = int(self._conn.execute(_DOCS, (f'"{term}"', limit + 1)).fetchone()[0])
-            if 0 < self._df[term] <= limit:
-                df[term] = self._df[term]
+        df = {t: c for t, c in self.reads.term_counts(terms, limit).items() if 0 < c <= limit}
         if not df:
             return []
-        match = " OR ".join(f'"{t}"' for t in df)
-        pool: list[tuple[Ranked, str, str]] = []
-        offset, page = 0, 4 * n
-        while len(pool) < 4 * n:
-            ids = [
-                r[0]
-                for r in self._conn.execute(
-                    "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? "
-                    "ORDER BY bm25(chunks_fts, 2.0, 1.0), rowid LIMIT ? OFFSET ?",
-                    (match, page, offset),
-                )
-            ]
-            if not ids:
-                break
-            params: list[Any] = list(ids)
-            sql = "SELECT c.id, c.key, c.chunk_index, c.heading, c.text " + self._visible(
-                f"c.id IN ({','.join('?' * len(ids))})", params, scope
-            )
-            pool.extend(
-                (Ranked(r["id"], r["key"], r["chunk_index"]), r["heading"], r["text"])
-                for r in self._conn.execute(sql, params)
-            )
-            offset += page
-            page *= 4
+        pool = [
+            (Ranked(r["id"], r["key"], r["chunk_index"]), r["heading"], r["text"])
+            for r in self.reads.keyword_rows(list(df), 4 * n, scope)
+        ]
         return bm25(pool, df, size, n)
 
     def _hits(self, ranked: list[tuple[Ranked, float]]) -> list[Hit]:
         if not ranked:
             return []
-        ids = [r.id for r, _ in ranked]
-        marks = ",".join("?" * len(ids))
-        try:
-            rows = {
-                r["id"]: r
-                for r in self._conn.execute(
-                    f"""SELECT id, key, url, chunk_index, heading, text, chunk_hash, version, lang FROM chunks
-                        WHERE id IN ({marks})""",
-                    ids,
-                )
-            }
-            # the hits' pages only: joined to the chunks, the pages' view is built whole per query
-            pages = {
-                r["key"]: r
-                for r in self._conn.execute(
-                    f"""SELECT p.key, p.title, p.last_checked, p.last_changed FROM {published_pages()} p
-                        WHERE p.key IN (SELECT key FROM chunks WHERE id IN ({marks}))""",
-                    ids,
-                )
-            }
-        except sqlite3.Error as exc:
-            # a damaged file (text that no longer decodes): one line, no traceback
-            raise _damaged(self.path, exc) from exc
+        rows, pages = self.reads.hit_rows([r.id for r, _ in ranked])
         hits = []
         for r, score in ranked:
             row = rows[r.id]
@@ -381,7 +253,7 @@ class SQLiteKnowledgeBase:
 
     def changes(
         self,
-        since: int | None = None,
+        since: int | datetime | None = None,
         *,
         cursor: str | None = None,
         limit: int = 100,
@@ -392,32 +264,16 @@ class SQLiteKnowledgeBase:
         """The pages the published runs after run *since* changed (:mod:`recrawler.kb.changes`),
         of *version* and *lang* when given."""
 
-        def query(sql: str, params: dict[str, Any]) -> list[sqlite3.Row]:
-            return self._conn.execute(sql, params).fetchall()
-
         scope = Slice.of(None, version or "*", lang)
-        try:
-            self._conn.execute("BEGIN")
-            try:
-                return read_changes(query, since=since, cursor=cursor, limit=limit, key=key, scope=scope)
-            finally:
-                self._conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise StateStoreError(f"knowledge base {self.path!r}: {exc}") from exc
+        with self.reads.snapshot():
+            return read_changes(
+                self.reads.changes(), since=since, cursor=cursor, limit=limit, key=key, scope=scope
+            )
 
     def chunks(self) -> Iterator[ChunkRow]:
         """Yield every published chunk by page key and position, streaming."""
-        try:
-            cur = self._conn.execute(
-                f"""SELECT c.key, c.url, c.chunk_index, c.heading, c.text, c.chunk_hash, c.version, c.lang
-                    FROM chunks c
-                    {visible_from("c")} WHERE {visible_where("c")} ORDER BY c.key, c.chunk_index"""
-            )
-            for r in cur:
-                yield _chunk(r)
-        except sqlite3.Error as exc:
-            # a damaged file (text that no longer decodes, a malformed page): one line, no traceback
-            raise _damaged(self.path, exc) from exc
+        for r in self.reads.chunks():
+            yield _chunk(r)
 
 
 def _best(values: np.ndarray[Any, np.dtype[np.float32]], n: int) -> np.ndarray[Any, np.dtype[np.intp]]:
@@ -441,15 +297,7 @@ def _best(values: np.ndarray[Any, np.dtype[np.float32]], n: int) -> np.ndarray[A
     return found[np.argsort(-values[found], kind="stable")]
 
 
-def _damaged(path: str, exc: sqlite3.Error) -> StateStoreError:
-    # SQLite quotes what it could not decode, newlines and all: one line of it is enough
-    what = " ".join(str(exc).split())[:160]
-    return StateStoreError(
-        f"knowledge base {path!r}: {what} (the file may be damaged: run `recrawler check`)"
-    )
-
-
-def _chunk(r: sqlite3.Row) -> ChunkRow:
+def _chunk(r: Any) -> ChunkRow:
     return ChunkRow(
         key=r["key"],
         url=r["url"],

@@ -18,23 +18,31 @@ adds what is missing (adding an id again replaces it: no duplicate) and deletes 
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import logging
+import sys
 import uuid
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
+from recrawler.exceptions import ConfigurationError, RecrawlerError
 from recrawler.kb.reader import open_kb
-from recrawler.redact import redact_url
+from recrawler.redact import redact_text, redact_url
+from recrawler.state import open_sink_ledger
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
     from langchain_core.vectorstores import VectorStore
 
     from recrawler.kb.embedders import Embedder
     from recrawler.kb.reader import ChunkRow
 
-__all__ = ["RecrawlerEmbeddings", "VectorStoreSync", "chunk_id"]
+__all__ = ["RecrawlerEmbeddings", "SinkError", "VectorStoreSync", "build_store", "chunk_id", "load_factory"]
 
 logger = logging.getLogger(__name__)
 
@@ -99,23 +107,26 @@ class VectorStoreSync:
     def sync(self) -> dict[str, int]:
         """Add the published chunks the store lacks and delete the ones no longer published;
         return ``{"added": n, "deleted": n, "kept": n}``."""
-        ledger = _Ledger(self.uri, self.name)
+        # the knowledge base first: a database that is not there is refused, not created
+        wanted: dict[str, ChunkRow] = {}
+        with open_kb(self.uri, embedder="hashing") as kb:
+            for chunk in kb.chunks():
+                wanted[chunk_id(chunk)] = chunk
+        ledger = open_sink_ledger(self.uri, self.name)
         try:
-            wanted: dict[str, ChunkRow] = {}
-            with open_kb(self.uri, embedder="hashing") as kb:
-                for chunk in kb.chunks():
-                    wanted[chunk_id(chunk)] = chunk
             held = ledger.read()
             stale = [i for i in held if i not in wanted]
             for start in range(0, len(stale), self.batch_size):
                 part = stale[start : start + self.batch_size]
-                self.store.delete(ids=part)
+                with self._store_call("delete"):
+                    self.store.delete(ids=part)
                 ledger.forget(part)
             todo = [i for i in wanted if held.get(i) != 1]
             for start in range(0, len(todo), self.batch_size):
                 part = todo[start : start + self.batch_size]
-                ledger.adding([(i, wanted[i]) for i in part])
-                self.store.add_documents([chunk_document(wanted[i]) for i in part], ids=part)
+                ledger.adding([(i, wanted[i].key, wanted[i].chunk_hash) for i in part])
+                with self._store_call("add"):
+                    self.store.add_documents([chunk_document(wanted[i]) for i in part], ids=part)
                 ledger.added(part)
             logger.info(
                 "sink %(name)s: %(added)d chunks added, %(deleted)d deleted",
@@ -125,55 +136,57 @@ class VectorStoreSync:
         finally:
             ledger.close()
 
+    @contextlib.contextmanager
+    def _store_call(self, what: str) -> Iterator[None]:
+        # the store is the user's (any LangChain VectorStore, any client, any driver): whatever it
+        # raises is one SinkError line; the ledger already says what the next sync picks up
+        try:
+            yield
+        except Exception as exc:  # a third-party store's errors have no common base
+            raise SinkError(f"sink {self.name}: the vector store failed to {what}: {one_line(exc)}") from exc
 
-class _Ledger:
-    """What this sink put into its store, in the knowledge base's own database (``sink_chunks``)."""
 
-    def __init__(self, uri: str, name: str) -> None:
-        self.name = name
-        if uri.split("://", 1)[0].lower() in ("postgresql", "postgres"):
-            import psycopg
+def one_line(exc: BaseException) -> str:
+    """*exc* as one redacted line: its type, then its message's first words."""
+    text = " ".join(redact_text(str(exc)).split())
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
 
-            self.conn: Any = psycopg.connect(uri, autocommit=True)
-            self.param = "%s"
-        else:
-            import sqlite3
 
-            from recrawler.state.sqlite import path_from_uri
-
-            self.conn = sqlite3.connect(path_from_uri(uri), isolation_level=None, timeout=30)
-            self.param = "?"
-
-    def _run(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        sql = sql.replace("?", self.param)
-        if self.param == "?":
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                self.conn.executemany(sql, rows)
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
-            self.conn.execute("COMMIT")
-        else:
-            with self.conn.transaction(), self.conn.cursor() as cur:
-                cur.executemany(sql, rows)
-
-    def read(self) -> dict[str, int]:
-        sql = "SELECT id, state FROM sink_chunks WHERE sink = ?".replace("?", self.param)
-        return {r[0]: int(r[1]) for r in self.conn.execute(sql, (self.name,)).fetchall()}
-
-    def adding(self, chunks: list[tuple[str, ChunkRow]]) -> None:
-        self._run(
-            "INSERT INTO sink_chunks (sink, id, key, chunk_hash, state) VALUES (?, ?, ?, ?, 0) "
-            "ON CONFLICT (sink, id) DO NOTHING",
-            [(self.name, i, c.key, c.chunk_hash) for i, c in chunks],
+def load_factory(path: str, *, name: str = "--store") -> Callable[[], Any]:
+    """The store factory *path* names, ``package.module:factory`` or ``package.module.factory``.
+    Its module is found from the working directory too, as Scrapy finds a project's (which
+    ``recrawler``, an installed script, would not otherwise look in). A path that names nothing
+    callable is one ConfigurationError line."""
+    module_name, sep, attr = path.partition(":")
+    if not sep:
+        module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        raise ConfigurationError(f"{name}: {path!r} is not MODULE:FACTORY (or MODULE.FACTORY)")
+    here = str(Path.cwd())
+    if here not in sys.path:
+        sys.path.append(here)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        msg = (
+            f"{name}: cannot import {module_name!r} (from {here} or the installed packages): {one_line(exc)}"
         )
+        raise ConfigurationError(msg) from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigurationError(f"{name}: {module_name!r} has no callable {attr!r}")
+    return cast("Callable[[], Any]", factory)
 
-    def added(self, ids: list[str]) -> None:
-        self._run("UPDATE sink_chunks SET state = 1 WHERE sink = ? AND id = ?", [(self.name, i) for i in ids])
 
-    def forget(self, ids: list[str]) -> None:
-        self._run("DELETE FROM sink_chunks WHERE sink = ? AND id = ?", [(self.name, i) for i in ids])
+def build_store(path: str, sink: str, *, name: str = "--store") -> VectorStore:
+    """Call the factory *path* names; a factory that fails (its store down) is one SinkError line."""
+    factory = load_factory(path, name=name)
+    try:
+        return cast("VectorStore", factory())
+    # the user's factory: any client, any error
+    except Exception as exc:
+        raise SinkError(f"sink {sink}: {path} failed to build the vector store: {one_line(exc)}") from exc
 
-    def close(self) -> None:
-        self.conn.close()
+
+class SinkError(RecrawlerError):
+    """A vector store (or the factory that builds it) failed: down, refused, misconfigured."""

@@ -9,10 +9,12 @@ from scrapy import Request
 from scrapy.exceptions import DropItem
 
 from recrawler import meta
+from recrawler.counters import Counting, state_error_key
 from recrawler.detect import decide, fingerprint
 from recrawler.detect.verdict import BY_HASH, Verdict
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import Page, PageStatus, Unread
+from recrawler.misses import state_error
 from recrawler.pipelines.commit import hand_over, page_update
 from recrawler.runtime import runtime_of
 from recrawler.state import (
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from recrawler.detect import Fingerprint, SiteNoise
     from recrawler.learning import NoiseRegistry
     from recrawler.runtime import Runtime
-    from recrawler.state import PageRecord, Run, StateStore
+    from recrawler.state import History, PageRecord, Pages, Run
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +59,7 @@ def _threshold(value: Any, setting: str) -> int | None:
     return number
 
 
-class ClassifyPipeline:
+class ClassifyPipeline(Counting):
     """Classifies each Page against its stored state, with site noise taken out first: volatile
     tokens normalised, learned volatile regions dropped, the site's furniture (blocks chained to a
     page edge by boilerplate block pairs) left out of the hash; optionally a TLSH match (with the
@@ -83,7 +85,8 @@ class ClassifyPipeline:
 
     def __init__(
         self,
-        store: StateStore,
+        pages: Pages,
+        history: History,
         crawler: Crawler | None = None,
         *,
         noise: NoiseRegistry | None = None,
@@ -94,9 +97,11 @@ class ClassifyPipeline:
         indexing: bool = False,
         runtime: Runtime | None = None,
     ) -> None:
-        self.store = store
+        self.pages = pages
+        self.history = history
         self.crawler = crawler
         self.runtime = runtime
+        self.counters = runtime.counters if runtime is not None else None
         self.noise = noise
         self.threshold = threshold
         self.thresholds = dict(thresholds or {})
@@ -116,7 +121,8 @@ class ClassifyPipeline:
         }
         runtime = runtime_of(crawler)
         return cls(
-            runtime.store,
+            runtime.store.pages,
+            runtime.store.history,
             crawler,
             noise=runtime.noise,
             threshold=_threshold(s.get("RECRAWLER_FUZZY_THRESHOLD"), "RECRAWLER_FUZZY_THRESHOLD"),
@@ -126,10 +132,6 @@ class ClassifyPipeline:
             indexing=meta.indexes_pages(s),
             runtime=runtime,
         )
-
-    def _inc(self, name: str, count: int = 1) -> None:
-        if self.runtime is not None:
-            self.runtime.counters.inc(name, count)
 
     async def process_item(self, item: Any) -> Any:
         """Classify a Page; other items pass through untouched.
@@ -169,9 +171,9 @@ class ClassifyPipeline:
             )
             if moved and not revert:
                 try:
-                    old = await self.store.get_fields(item.key)
+                    old = await self.history.get_fields(item.key)
                 except StateStoreError as exc:
-                    self._inc(f"recrawler/state/error/{type(exc).__name__}")
+                    self._inc(state_error_key(exc))
                 if recheck is not None:
                     assert self.crawler is not None
                     assert self.crawler.engine is not None
@@ -206,11 +208,10 @@ class ClassifyPipeline:
         if rec is not Unread.UNREAD:
             return rec
         try:
-            return await self.store.get(item.key)
+            return await self.pages.get(item.key)
         except StateStoreError as exc:
             # A read failure is treated as "no record" (the page is then new; nothing is lost).
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
-            logger.error("state read failed for %(url)s: %(exc)s", {"url": item.url, "exc": exc})
+            state_error(self.runtime, exc, "state read", item.url)
             return None
 
     async def _noise(self, site: str, item: Page, now: datetime) -> SiteNoise | None:
@@ -218,9 +219,9 @@ class ClassifyPipeline:
         or noise is off)."""
         if item.http_status == 304 or self.noise is None:
             return None
-        noise = await self.noise.ensure(site, self.store)
+        noise = await self.noise.ensure(site, self.history)
         if item.learned_regions:
-            new = await self.store.add_regions(
+            new = await self.history.add_regions(
                 site, item.learned_regions, source="recheck", learned_from=item.url, at=now
             )
             self._inc("recrawler/volatile/learned", new)
@@ -282,10 +283,9 @@ class ClassifyPipeline:
             http_status=item.http_status,
         )
         try:
-            await self.store.record_error(run, item.key, [event])
+            await self.pages.record_error(run, item.key, [event])
         except StateStoreError as exc:
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
-            logger.error("state write failed for %(url)s: %(exc)s", {"url": item.url, "exc": exc})
+            state_error(self.runtime, exc, "state write", item.url)
         item.status = PageStatus.ERROR
         item.raw_body = item.worked = None
         return item

@@ -14,7 +14,7 @@ from scrapy.exceptions import DropItem
 from recrawler import signals
 from recrawler.detect.hashing import pack_blocks
 from recrawler.detect.verdict import BY_HASH, RESTORED
-from recrawler.exceptions import StateStoreError
+from recrawler.exceptions import StateStoreError, StateStoreLost
 from recrawler.items import PageStatus
 from recrawler.state import (
     LIVE,
@@ -309,7 +309,7 @@ async def commit(
     revisits = runtime.revisits
     revisit = revisits.revisit_update(page, status) if revisits is not None else None
     try:
-        before = await store.record(
+        before = await store.pages.record(
             run,
             update.record,
             update.events,
@@ -326,8 +326,9 @@ async def commit(
         # the store counts the page as lost (the summary's write_failed); each reason is logged
         # once a run, then only counted (a database gone mid-run fails every page after it)
         reason = type(exc).__name__
-        counters.inc(f"recrawler/state/error/{reason}")
-        if runtime.first(f"write_failed/{reason}"):
+        counters.state_error(exc)
+        # a database lost mid-run was said once, by the store, when it noticed
+        if not isinstance(exc, StateStoreLost) and runtime.first(f"write_failed/{reason}"):
             logger.error(
                 "state write failed for %(url)s: %(exc)s; further %(reason)s write failures are only counted",
                 {"url": page.url, "exc": exc, "reason": reason},

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from recrawler.kb.chunking import Chunk
     from recrawler.pipelines import PageUpdate
     from recrawler.runtime import Runtime
-    from recrawler.state import Run, StateStore
+    from recrawler.state import KnowledgeBase, Lifecycle, Run
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,8 @@ class IndexPipeline:
 
     def __init__(
         self,
-        store: StateStore,
+        kb: KnowledgeBase,
+        lifecycle: Lifecycle,
         chunker: Chunker,
         *,
         runtime: Runtime,
@@ -61,7 +62,9 @@ class IndexPipeline:
         alert_min: int = 10,
         dry_run: bool = False,
     ) -> None:
-        self.store = store
+        self.kb = kb
+        #: what the store's page writes came to (its committed and lost outcomes)
+        self.lifecycle = lifecycle
         self.chunker = chunker
         self.runtime = runtime
         self.publish_each_page = publish_each_page and not dry_run
@@ -80,6 +83,7 @@ class IndexPipeline:
             raise NotConfigured
         runtime = runtime_of(crawler)
         return cls(
+            runtime.store.kb,
             runtime.store,
             Chunker(
                 s.getint("RECRAWLER_CHUNK_SIZE"),
@@ -159,7 +163,7 @@ class IndexPipeline:
         if not unique:
             return []
         try:
-            missing = await self.store.missing_for(embedder.id, list(unique))
+            missing = await self.kb.missing_for(embedder.id, list(unique))
             if not missing:
                 return []
             texts = [unique[h] for h in missing]
@@ -175,7 +179,7 @@ class IndexPipeline:
 
     async def _check_spike(self, run: Run) -> None:
         """Page mode decides early: hold the run the moment its changes look like a spike."""
-        c, store = self.runtime.counters, self.store
+        c, store = self.runtime.counters, self.lifecycle
         verdicts = Verdicts.from_outcomes(store.outcomes, store.lost)
         new_changed, judged = spike_figures(
             verdicts, skipped=c["recrawler/page/skipped"], backfill=run.backfill
@@ -188,7 +192,7 @@ class IndexPipeline:
             minimum=self.alert_min,
         ):
             self._held = True
-            await store.set_run_state(run.id, RUN_HELD)
+            await self.kb.set_run_state(run.id, RUN_HELD)
             c.set("recrawler/run/held", 1)
             logger.warning(
                 "change spike: %(n)d of %(c)d pages new or changed; run %(run)d held, "

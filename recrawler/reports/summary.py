@@ -39,10 +39,12 @@ def counts(c: RunCounters, v: Verdicts, result: ReconcileResult | None) -> dict[
     """The report's ``counts``.
 
     ``crawled`` is ``new + changed + unchanged + gone + errors``: a page checked this run lands
-    in exactly one of them. ``quarantined`` and ``missing_held`` pages answered 404/410 but are
-    not gone (yet): they are counted apart, as are ``moved`` pages, whose fetch counts under the
-    page they moved to. Each other count is of pages, each counted once (``not_modified``: pages
-    unchanged by a 304, not 304 answers: an audit fetches a sampled 304 again in full).
+    in exactly one of them, and a listing file (a sitemap) that could not be read counts as an
+    error too (``listing_errors``): a site that is down is errors, never ``errors: 0``.
+    ``quarantined`` and ``missing_held`` pages answered 404/410 but are not gone (yet): they are
+    counted apart, as are ``moved`` pages, whose fetch counts under the page they moved to. Each
+    other count is of pages, each counted once (``not_modified``: pages unchanged by a 304, not
+    304 answers: an audit fetches a sampled 304 again in full).
     """
     gone = sum(result.gone.values()) if result else 0
     quarantined = result.quarantined if result else 0
@@ -54,8 +56,9 @@ def counts(c: RunCounters, v: Verdicts, result: ReconcileResult | None) -> dict[
         "gone": gone,
         "quarantined": quarantined,
         "moved": moved,
-        "errors": c[f"recrawler/page/{PageStatus.ERROR}"] + v.write_failed,
+        "errors": c[f"recrawler/page/{PageStatus.ERROR}"] + v.write_failed + c["recrawler/sitemap/error"],
         "write_failed": v.write_failed,
+        "listing_errors": c["recrawler/sitemap/error"],
         "not_modified": v.unchanged_by_304,
         "validators_sent": c["recrawler/conditional/sent"],
         "bytes_received": c["recrawler/bytes/received"],

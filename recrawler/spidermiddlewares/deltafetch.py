@@ -10,6 +10,7 @@ from scrapy import Request, signals
 from scrapy.exceptions import NotConfigured
 
 from recrawler import meta
+from recrawler.counters import Counting, state_error_key
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import Page
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
@@ -24,12 +25,12 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from recrawler.state import StateStore
+    from recrawler.state import Schedule, Trust
 
 logger = logging.getLogger(__name__)
 
 
-class DeltaFetchMiddleware:
+class DeltaFetchMiddleware(Counting):
     """scrapy-deltafetch's spider middleware, written for the state database instead of a ``dbm``
     file: its settings, meta keys, spider attribute and stats mean what they mean there, and its
     keys are looked up a batch of requests at a time without blocking the reactor.
@@ -52,7 +53,8 @@ class DeltaFetchMiddleware:
 
     def __init__(
         self,
-        store: StateStore,
+        host_trust: Trust,
+        schedule: Schedule,
         *,
         crawler: Crawler,
         patterns: Iterable[str] = (),
@@ -60,9 +62,11 @@ class DeltaFetchMiddleware:
         reset: bool = False,
         key_maker: KeyMaker | None = None,
     ) -> None:
-        self.store = store
+        self.host_trust = host_trust
+        self.schedule = schedule
         self.reset = reset
         self.crawler = crawler
+        self.counters = runtime_of(crawler).counters
         self.all_requests = all_requests
         self.key_maker = key_maker or KeyMaker()
         self.fingerprint = crawler.request_fingerprinter.fingerprint
@@ -84,7 +88,8 @@ class DeltaFetchMiddleware:
             # off unless asked for: without a message, Scrapy drops it quietly
             raise NotConfigured
         mw = cls(
-            runtime_of(crawler).store,
+            runtime_of(crawler).store.host_trust,
+            runtime_of(crawler).store.schedule,
             crawler=crawler,
             patterns=patterns,
             all_requests=s.getbool("DELTAFETCH_ENABLED"),
@@ -96,9 +101,6 @@ class DeltaFetchMiddleware:
         crawler.signals.connect(mw.spider_opened, signal=signals.spider_opened)
         return mw
 
-    def _inc(self, name: str, count: int = 1) -> None:
-        runtime_of(self.crawler).counters.inc(name, count)
-
     @property
     def _spider_name(self) -> str:
         return str(getattr(self.crawler.spider, "name", "") or "")
@@ -108,7 +110,7 @@ class DeltaFetchMiddleware:
         if await runtime_of(self.crawler).started() is None:
             return
         if self.reset or getattr(self.crawler.spider, "deltafetch_reset", False):
-            n = await self.store.immutable_reset(self._spider_name)
+            n = await self.host_trust.immutable_reset(self._spider_name)
             logger.info("deltafetch: reset, %(n)d stored keys forgotten", {"n": n})
 
     def _is_enabled_for_request(self, request: Request) -> bool:
@@ -147,9 +149,9 @@ class DeltaFetchMiddleware:
     async def _filter(self, batch: list[Request], listing: bool = False) -> AsyncIterator[Request]:
         keys = [self._get_key(r).decode() for r in batch]
         try:
-            seen = await self.store.immutable_seen(self._spider_name, sorted(set(keys)))
+            seen = await self.host_trust.immutable_seen(self._spider_name, sorted(set(keys)))
         except StateStoreError as exc:
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            self._inc(state_error_key(exc))
             logger.error("deltafetch lookup failed, requesting the batch: %(exc)s", {"exc": exc})
             seen = set()
         skipped_pages: list[tuple[str, str | None]] = []
@@ -170,9 +172,9 @@ class DeltaFetchMiddleware:
                 # skipped on purpose: not "unseen", never quarantined for it
                 run = runtime_of(self.crawler).run
                 if run is not None:
-                    await self.store.mark_listed(run, skipped_pages)
+                    await self.schedule.mark_listed(run, skipped_pages)
             except StateStoreError as exc:
-                self._inc(f"recrawler/state/error/{type(exc).__name__}")
+                self._inc(state_error_key(exc))
                 logger.error("could not mark skipped pages: %(exc)s", {"exc": exc})
 
     async def _store(self, response: Response, item: Any) -> None:
@@ -184,7 +186,7 @@ class DeltaFetchMiddleware:
             return
         page_key = request_key(request, self.key_maker) if is_page_request(request) else None
         try:
-            await self.store.immutable_add(
+            await self.host_trust.immutable_add(
                 self._spider_name,
                 self._get_key(request).decode(),
                 url=request.url,
@@ -192,7 +194,7 @@ class DeltaFetchMiddleware:
                 at=utcnow(),
             )
         except StateStoreError as exc:
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            self._inc(state_error_key(exc))
             logger.error(
                 "deltafetch could not store %(url)s: %(exc)s", {"url": redact_url(request.url), "exc": exc}
             )

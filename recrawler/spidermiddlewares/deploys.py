@@ -15,6 +15,7 @@ from recrawler.detect import fingerprint
 from recrawler.detect.build import BuildFingerprint, build_markers
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.items import Page, Unread
+from recrawler.misses import state_error
 from recrawler.state import LIVE, SiteBuild, utcnow
 
 if TYPE_CHECKING:
@@ -121,10 +122,10 @@ class DeployChecks:
             # (a worker that joined a shared run: the leader lists and sees deploys)
             return
         try:
-            self.build = await self.runtime.store.site_build(run.site)
-            self.pages = await self.runtime.store.live_pages(run.site)
+            self.build = await self.runtime.store.schedule.site_build(run.site)
+            self.pages = await self.runtime.store.schedule.live_pages(run.site)
         except StateStoreError as exc:
-            self._state_error(exc, "could not read the site's build: %(exc)s")
+            self._state_error(exc, "reading the site's build")
         build = self.build
         if build is not None:
             self.watch.stored = BuildFingerprint(dict(build.fingerprint), frozenset(build.noise))
@@ -149,9 +150,9 @@ class DeployChecks:
         if not self.probes:
             return []
         try:
-            drawn = await self.runtime.store.probe_sample(run, self.probes, homes)
+            drawn = await self.runtime.store.schedule.probe_sample(run, self.probes, homes)
         except StateStoreError as exc:
-            self._state_error(exc, "could not draw the run's probes: %(exc)s")
+            self._state_error(exc, "drawing the run's deploy probes")
             return []
         requests = []
         for key, url, lastmod in drawn:
@@ -216,7 +217,7 @@ class DeployChecks:
         self._take = True
         store = self.runtime.store
         try:
-            pages = await store.live_pages(run.site)
+            pages = await store.schedule.live_pages(run.site)
             base = self.build or SiteBuild(site=run.site)
             self.build = SiteBuild(
                 site=run.site,
@@ -227,9 +228,9 @@ class DeployChecks:
                 deploy_run=run.id,
                 deploy_reason=why,
             )
-            await store.record_site_build(self.build, utcnow())
+            await store.schedule.record_site_build(self.build, utcnow())
         except StateStoreError as exc:
-            self._state_error(exc, "could not store the deploy: %(exc)s")
+            self._state_error(exc, "storing the deploy")
             pages = 0
         c.set("recrawler/deploy/pages", pages)
         logger.info(
@@ -349,7 +350,7 @@ class DeployChecks:
             rec = page.record
         if rec is Unread.UNREAD:
             try:
-                rec = await self.runtime.store.get(page.key)
+                rec = await self.runtime.store.pages.get(page.key)
             except StateStoreError:
                 return False
         if not _record(rec) or rec is None or rec.status != LIVE or not rec.content_hash:
@@ -379,9 +380,11 @@ class DeployChecks:
         c = self.runtime.counters
         while True:
             try:
-                batch = await self.runtime.store.take_skipped(run, before=self.policy.now, limit=_TAKE)
+                batch = await self.runtime.store.schedule.take_skipped(
+                    run, before=self.policy.now, limit=_TAKE
+                )
             except StateStoreError as exc:
-                self._state_error(exc, "could not take back the pages the listing skipped: %(exc)s")
+                self._state_error(exc, "taking back the pages the listing skipped")
                 return
             if not batch:
                 return
@@ -433,11 +436,11 @@ class DeployChecks:
         )
         try:
             if false_alarm and "sample" in watch.fired:
-                await store.mark_solo(watch.sample_keys, solo=True)
+                await store.schedule.mark_solo(watch.sample_keys, solo=True)
             if build != self.build:
-                await store.record_site_build(build, utcnow())
+                await store.schedule.record_site_build(build, utcnow())
         except StateStoreError as exc:
-            self._state_error(exc, "could not store the site's build: %(exc)s")
+            self._state_error(exc, "storing the site's build")
             return
         if false_alarm:
             c.set("recrawler/deploy/false_alarm", 1)
@@ -447,9 +450,10 @@ class DeployChecks:
                 extra={"spider": self.crawler.spider},
             )
 
-    def _state_error(self, exc: StateStoreError, message: str) -> None:
-        self.runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
-        logger.error(message, {"exc": exc}, extra={"spider": self.crawler.spider})
+    def _state_error(self, exc: StateStoreError, doing: str) -> None:
+        # counted; the first failure of a kind is one line (a database lost mid-run: none, the
+        # store said it when it noticed)
+        state_error(self.runtime, exc, doing)
 
 
 def _record(rec: Any) -> bool:

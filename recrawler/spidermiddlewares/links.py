@@ -100,7 +100,7 @@ class LinkListingMiddleware:
             yield r
         if keep and await self._add(runtime, run, key, entries):
             try:
-                await runtime.store.listing_read(
+                await runtime.store.frontier.listing_read(
                     run, SitemapFile(url=key, etag=None, last_modified=None, urls=count), utcnow()
                 )
             except StateStoreError as exc:
@@ -108,7 +108,7 @@ class LinkListingMiddleware:
 
     async def _add(self, runtime: Runtime, run: Run, key: str, entries: list[ListedEntry]) -> bool:
         try:
-            await runtime.store.add_listing(run, key, entries)
+            await runtime.store.frontier.add_listing(run, key, entries)
         except StateStoreError as exc:
             self._failed(runtime, key, exc)
             return False
@@ -123,8 +123,10 @@ class LinkListingMiddleware:
         after = 0
         while True:
             try:
-                stored = await runtime.store.listing(key, after=after, limit=self.batch_size)
-                known = bool(stored) or after > 0 or await runtime.store.sitemap_file(key) is not None
+                stored = await runtime.store.frontier.listing(key, after=after, limit=self.batch_size)
+                known = (
+                    bool(stored) or after > 0 or await runtime.store.frontier.sitemap_file(key) is not None
+                )
             except StateStoreError as exc:
                 self._failed(runtime, key, exc)
                 stored, known = [], True
@@ -158,7 +160,7 @@ class LinkListingMiddleware:
             after = stored[-1].pos
 
     def _failed(self, runtime: Runtime, key: str, exc: StateStoreError) -> None:
-        runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
+        runtime.counters.state_error(exc)
         logger.error("could not keep the links of %(key)s: %(exc)s", {"key": key, "exc": exc})
 
 

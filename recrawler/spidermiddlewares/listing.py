@@ -12,6 +12,7 @@ from scrapy import Request
 
 from recrawler import meta
 from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.misses import state_error
 from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
 from recrawler.state import ListedEntry, SitemapFile, utcnow
@@ -297,7 +298,7 @@ class _Listing:
         if self.failed or not entries:
             return
         try:
-            added, lastmod = await self.runtime.store.add_listing(self.run, self.url, entries)
+            added, lastmod = await self.runtime.store.frontier.add_listing(self.run, self.url, entries)
         except StateStoreError as exc:
             self._failed(exc)
             return
@@ -312,10 +313,7 @@ class _Listing:
     def _failed(self, exc: StateStoreError) -> None:
         # the file is read again next run (its validators are not stored): nothing is lost
         self.failed = True
-        self.runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
-        logger.error(
-            "could not store the listing of %(url)s: %(exc)s", {"url": redact_url(self.url), "exc": exc}
-        )
+        state_error(self.runtime, exc, "storing the listing", redact_url(self.url))
 
     async def done(self) -> None:
         """The file was read to its end: store the rest and its validators."""
@@ -324,7 +322,7 @@ class _Listing:
             return
         etag, last_modified = self.validators
         try:
-            removed = await self.runtime.store.listing_read(
+            removed = await self.runtime.store.frontier.listing_read(
                 self.run,
                 SitemapFile(url=self.url, etag=etag, last_modified=last_modified, urls=self.urls),
                 utcnow(),
@@ -340,7 +338,7 @@ class _Listing:
         after = 0
         while True:
             try:
-                entries = await self.runtime.store.listing(self.url, after=after, limit=self.batch)
+                entries = await self.runtime.store.frontier.listing(self.url, after=after, limit=self.batch)
             except StateStoreError as exc:
                 self._failed(exc)
                 self.runtime.counters.inc("recrawler/sitemap/error")

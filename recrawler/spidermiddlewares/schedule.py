@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, Any, Self
 from scrapy import Request, signals
 
 from recrawler import meta
+from recrawler.counters import Counting, state_error_key
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.intervals import SKIP_LASTMOD, Decision, parse_now
 from recrawler.items import Page, PageStatus
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
-from recrawler.runtime import runtime_of
+from recrawler.misses import state_error
+from recrawler.runtime import find_runtime, runtime_of
 from recrawler.scheduler import frontier_enabled
 from recrawler.spidermiddlewares.deploys import SAMPLED, DeployChecks, parse_signals
 from recrawler.state.records import RevisitUpdate
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from recrawler.auditor import Auditor
     from recrawler.counters import RunCounters
     from recrawler.intervals import Revisit, SchedulePolicy
-    from recrawler.state import Run, ScheduledPage, StateStore
+    from recrawler.state import Frontier, Run, Schedule, ScheduledPage
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ _BY_LINK = frozenset({"link", "crawl"})
 _CHECKED = frozenset({PageStatus.NEW, PageStatus.CHANGED, PageStatus.UNCHANGED})
 
 
-class ScheduleMiddleware:
+class ScheduleMiddleware(Counting):
     """Lets through only the page requests that are due; skipped pages keep their state. Sees
     deploys: the run after a deploy checks every listed page of the site.
 
@@ -86,7 +88,8 @@ class ScheduleMiddleware:
 
     def __init__(
         self,
-        store: StateStore,
+        schedule: Schedule,
+        frontier: Frontier,
         policy: SchedulePolicy,
         auditor: Auditor,
         *,
@@ -105,7 +108,8 @@ class ScheduleMiddleware:
         self.max_links = max_links
         #: the pages links found this run that no one stored before (at most max_links of them)
         self._discovered: set[str] = set()
-        self.store = store
+        self.schedule = schedule
+        self.frontier = frontier
         self.policy = policy
         self.auditor = auditor
         self.crawler = crawler
@@ -126,7 +130,8 @@ class ScheduleMiddleware:
         runtime = runtime_of(crawler)
         key_maker = KeyMaker(s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS"))
         mw = cls(
-            runtime.store,
+            runtime.store.schedule,
+            runtime.store.frontier,
             runtime.schedule,
             runtime.auditor,
             crawler=crawler,
@@ -147,10 +152,6 @@ class ScheduleMiddleware:
         crawler.signals.connect(mw.spider_closed, signal=signals.spider_closed)
         runtime.revisits = mw
         return mw
-
-    def _inc(self, name: str, count: int = 1) -> None:
-        if self.counters is not None:
-            self.counters.inc(name, count)
 
     async def spider_opened(self) -> None:
         """Log the run clock and modes once."""
@@ -254,11 +255,10 @@ class ScheduleMiddleware:
         probed = self.deploys.probed if self.deploys is not None else set()
         keys = [request_key(r, self.key_maker) for r in batch]
         try:
-            known = await self.store.scheduled(sorted(set(keys)))
+            known = await self.schedule.scheduled(sorted(set(keys)))
         except StateStoreError as exc:
             # without the schedule, every page is due: a read failure never hides a page
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
-            logger.error("schedule read failed, requesting the batch: %(exc)s", {"exc": exc})
+            state_error(find_runtime(self.crawler), exc, "schedule read (the batch is requested)")
             return batch
         decided: dict[str, Decision] = {}
         passed: list[Request] = []
@@ -348,9 +348,9 @@ class ScheduleMiddleware:
         vouched = [(k, d.verified) for k, d in decided.items() if k in known and d.verified]
         try:
             # before the requests go out: the idle-time check of unseen pages must not take them
-            await self.store.mark_listed(run, listed, vouched=vouched, at=self.policy.now)
+            await self.schedule.mark_listed(run, listed, vouched=vouched, at=self.policy.now)
         except StateStoreError as exc:
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            self._inc(state_error_key(exc))
             logger.error("could not mark listed pages: %(exc)s", {"exc": exc})
         return passed
 
@@ -369,9 +369,9 @@ class ScheduleMiddleware:
         if not unknown:
             return set()
         try:
-            return await self.store.frontier_has(run, unknown)
+            return await self.frontier.frontier_has(run, unknown)
         except StateStoreError as exc:
-            self._inc(f"recrawler/state/error/{type(exc).__name__}")
+            self._inc(state_error_key(exc))
             return set()
 
     def _discover(self, key: str) -> bool:

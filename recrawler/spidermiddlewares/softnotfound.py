@@ -17,7 +17,7 @@ from recrawler.encoding import response_encoding
 from recrawler.exceptions import StateStoreError
 from recrawler.extract import ContentExtractor, ExtractionError
 from recrawler.items import Page, Unread
-from recrawler.misses import miss_moves, stage_soft_miss
+from recrawler.misses import miss_moves, stage_soft_miss, state_error
 from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
 
@@ -222,10 +222,9 @@ class SoftNotFoundMiddleware:
         try:
             if page.record is Unread.UNREAD:
                 # read here, kept on the item: ClassifyPipeline need not read it again
-                page.record = await self.runtime.store.get(page.key)
+                page.record = await self.runtime.store.pages.get(page.key)
         except StateStoreError as exc:
-            self.runtime.counters.inc(f"recrawler/state/error/{type(exc).__name__}")
-            logger.error("state read failed: %(exc)s", {"exc": exc})
+            state_error(self.runtime, exc, "state read", page.url)
             return True
         return page.record is not None
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import re
 import struct
+import tempfile
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
 import feedparser
@@ -15,15 +18,15 @@ from scrapy import Request
 from scrapy.http import TextResponse, XmlResponse
 from scrapy.linkextractors import LinkExtractor
 from scrapy.spiders import SitemapSpider
-from scrapy.utils.gz import gunzip, gzip_magic_number
 from scrapy.utils.sitemap import Sitemap, sitemap_urls_from_robots
 
 from recrawler import meta
+from recrawler.counters import Counting
 from recrawler.exceptions import ConfigurationError
 from recrawler.markdown import is_llms_txt, llms_links, twin_page
 from recrawler.redact import redact_url
 from recrawler.runtime import find_runtime
-from recrawler.sitemaps import stopped_early
+from recrawler.sitemaps import gunzip_into, stopped_early
 from recrawler.spiders.discovery import (
     FOUND,
     MISSING,
@@ -42,9 +45,33 @@ if TYPE_CHECKING:
     from scrapy.http import Response
     from twisted.python.failure import Failure
 
+    from recrawler.counters import RunCounters
     from recrawler.items import Page
 
 logger = logging.getLogger(__name__)
+
+
+#: a gzip file's first bytes
+_GZIP_MAGIC = b"\x1f\x8b\x08"
+
+
+class StreamedSitemap(Sitemap):
+    """Scrapy's :class:`~scrapy.utils.sitemap.Sitemap`, parsed from a binary file (a body in
+    memory, or moved to disk) with the same parser and options, entry by entry."""
+
+    def __init__(self, file: IO[bytes]) -> None:  # the parser Sitemap(bytes) makes, over a file
+        self.xmliter = etree.iterparse(
+            file,
+            recover=True,
+            remove_comments=True,
+            resolve_entities=False,
+            remove_blank_text=True,
+            collect_ids=False,
+            remove_pis=True,
+            events=("start", "end"),
+        )
+        _, root = next(self.xmliter)
+        self.type = self._get_tag_name(root)
 
 
 def _flag(value: Any) -> bool:
@@ -75,7 +102,13 @@ def _http_urls(value: str | None, argument: str) -> tuple[str, ...]:
     return urls
 
 
-class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
+def _has_bytes(file: IO[bytes]) -> bool:
+    empty = not file.read(1)
+    file.seek(0)
+    return not empty
+
+
+class RecrawlSitemapSpider(Counting, RecrawlerSpiderMixin, SitemapSpider):
     """A SitemapSpider that yields a Page per listed URL and keeps each URL's ``lastmod``.
 
     Arguments (``-a``): ``sitemap_url`` (a sitemap, sitemap index, ``.xml.gz``, robots.txt or
@@ -296,8 +329,9 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
 
     def recrawler_parse_listing(self, response: Response, **kwargs: Any) -> Iterable[Request]:
         """Read a sitemap file, robots.txt or sitemap index entry by entry, as the requests are
-        taken (SitemapSpider's own parsing holds a whole file's URLs at once); an unchanged one
-        (304) yields nothing here: ListingMiddleware lists it from the database.
+        taken (SitemapSpider's own parsing holds a whole file's URLs at once), from disk when
+        ListingBodyMiddleware moved a large file's body there; an unchanged one (304) yields
+        nothing here: ListingMiddleware lists it from the database.
 
         Follows ``sitemap_rules``, ``sitemap_follow``, ``sitemap_alternate_links`` and
         ``sitemap_filter`` as SitemapSpider does; a page request carries its entry's lastmod.
@@ -311,9 +345,14 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
             for url in sitemap_urls_from_robots(response.body, base_url=response.url):
                 yield Request(url, callback=self.recrawler_parse_listing)
             return
-        sitemap = self._open_sitemap(response)
-        if sitemap is None:
-            return
+        with contextlib.ExitStack() as files:
+            sitemap = self._open_sitemap(response, files)
+            if sitemap is None:
+                return
+            yield from self._listed(sitemap)
+            self._check_parsed(response, sitemap)
+
+    def _listed(self, sitemap: Sitemap) -> Iterable[Request]:
         index = sitemap.type == "sitemapindex"
         for entry in self.sitemap_filter(sitemap):
             locs = [entry["loc"]]
@@ -331,7 +370,6 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                 if request is not None:
                     yield request
                 lastmod = None
-        self._check_parsed(response, sitemap)
 
     def _parse_llms(self, response: Response) -> Iterable[Request]:
         """The pages an llms.txt lists (a page's markdown twin is fetched for it)."""
@@ -363,25 +401,33 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
                 {"url": redact_url(response.url), "line": stopped[0], "why": stopped[1]},
             )
 
-    def _open_sitemap(self, response: Response) -> Sitemap | None:
-        """The sitemap in *response* (gzip or not), or None, counted and logged, when it is none."""
-        body: bytes | None = None
+    def _open_sitemap(self, response: Response, files: contextlib.ExitStack) -> Sitemap | None:
+        """The sitemap in *response* (gzip or not; its body in memory or, for a large file, on
+        disk: see ListingBodyMiddleware), or None, counted and logged, when it is none. The files
+        it reads from close with *files*."""
+        spilled: IO[bytes] | None = response.meta.pop(meta.LISTING_BODY, None)
+        raw: IO[bytes] = files.enter_context(spilled) if spilled is not None else io.BytesIO(response.body)
+        gzipped = raw.read(len(_GZIP_MAGIC)) == _GZIP_MAGIC
+        raw.seek(0)
+        xml: IO[bytes] | None = None
         why = "not XML"
         if isinstance(response, XmlResponse):
-            body = response.body
-        elif gzip_magic_number(response):
+            xml = raw
+        elif gzipped:
             default = getattr(self, "download_maxsize", self.settings.getint("DOWNLOAD_MAXSIZE"))
             limit = response.meta.get("download_maxsize", default)
+            # decompressed where the body is: a large file's on disk too
+            out = io.BytesIO() if spilled is None else files.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 (closed with files)
             try:
-                body = gunzip(response.body, max_size=limit)
+                xml = gunzip_into(raw, out, max_size=limit)
             except (ValueError, OSError, EOFError, struct.error) as exc:
                 why = f"could not be decompressed ({exc})"
         elif response.url.endswith((".xml", ".xml.gz")):
-            body = response.body
+            xml = raw
         sitemap = None
-        if body:
+        if xml is not None and _has_bytes(xml):
             try:
-                sitemap = Sitemap(body)
+                sitemap = StreamedSitemap(xml)
             except (StopIteration, etree.XMLSyntaxError):
                 sitemap = None
             else:
@@ -550,10 +596,11 @@ class RecrawlSitemapSpider(RecrawlerSpiderMixin, SitemapSpider):
         # which pages are stored, spends it
         return Request(url, callback=self.parse, meta=request_meta, priority=priority)
 
-    def _inc(self, name: str, count: int = 1) -> None:
+    @property
+    def counters(self) -> RunCounters | None:  # type: ignore[override]
+        """The run's counters once the crawl has a run (None before, and without a crawler)."""
         runtime = find_runtime(getattr(self, "crawler", None))
-        if runtime is not None:
-            runtime.counters.inc(name, count)
+        return runtime.counters if runtime is not None else None
 
     def sitemap_filter(self, entries: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
         """Keep the entries the URL policy allows.

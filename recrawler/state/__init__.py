@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 from recrawler.exceptions import ConfigurationError
 from recrawler.extras import missing_extra
+from recrawler.state.errors import DAMAGED, UNREACHABLE, UNREADABLE, database_errors
+from recrawler.state.ledger import SinkLedger
 from recrawler.state.records import (
     GONE,
     LIVE,
@@ -38,6 +40,8 @@ from recrawler.state.records import (
     utcnow,
 )
 from recrawler.state.roles import (
+    BlockModel,
+    Decisions,
     Frontier,
     History,
     KnowledgeBase,
@@ -46,14 +50,22 @@ from recrawler.state.roles import (
     Readers,
     Runs,
     Schedule,
+    SearchIndex,
     StateStore,
     Trust,
 )
+from recrawler.state.slices import Slice
+from recrawler.state.sql.changes import ChangeReads
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
+    from recrawler.state.postgres.search import PostgreSQLSearchReads
+    from recrawler.state.sqlite.search import SQLiteSearchReads
+
+
 __all__ = [
+    "DAMAGED",
     "GONE",
     "LIVE",
     "MOVED",
@@ -67,7 +79,12 @@ __all__ = [
     "RUN_PUBLISHED",
     "RUN_RUNNING",
     "TRUST_SIGNALS",
+    "UNREACHABLE",
+    "UNREADABLE",
+    "BlockModel",
+    "ChangeReads",
     "ChangeRow",
+    "Decisions",
     "Event",
     "FieldsRow",
     "Freshness",
@@ -87,18 +104,26 @@ __all__ = [
     "Runs",
     "Schedule",
     "ScheduledPage",
+    "SearchIndex",
+    "SinkLedger",
     "SiteBuild",
     "SitemapFile",
+    "Slice",
     "StateStore",
     "Trust",
     "TrustRecord",
+    "database_errors",
+    "open_postgres_search",
+    "open_sink_ledger",
+    "open_sqlite_search",
     "store_from_uri",
     "utcnow",
 ]
 
 
-def store_from_uri(uri: str, settings: BaseSettings) -> StateStore:
-    """Build (not open) the backend for *uri*, chosen by its scheme."""
+def store_from_uri(uri: str, settings: BaseSettings, *, blocks: BlockModel | None = None) -> StateStore:
+    """Build (not open) the backend for *uri*, chosen by its scheme; *blocks*: the block
+    arithmetic its history role applies (change detection's, passed by who opens the store)."""
     scheme = uri.split("://", 1)[0].lower() if "://" in uri else "sqlite"
     backends = settings.getdict("RECRAWLER_STATE_BACKENDS")
     if scheme not in backends:
@@ -116,4 +141,27 @@ def store_from_uri(uri: str, settings: BaseSettings) -> StateStore:
             raise
         raise missing from exc
     store: StateStore = cls.from_settings(uri, settings)
+    store.blocks = blocks
     return store
+
+
+def open_sqlite_search(target: str) -> SQLiteSearchReads:
+    """Search's read role over the SQLite database at *target* (a path or a ``sqlite://`` URI),
+    read-only, its schema and integrity checked: the rows a search, the changes feed and a dump
+    read (``recrawler.kb`` ranks them)."""
+    # imported here: a crawl never loads the readers
+    from recrawler.state.sqlite.search import SQLiteSearchReads
+
+    return SQLiteSearchReads(target)
+
+
+def open_postgres_search(uri: str) -> PostgreSQLSearchReads:
+    """Search's read role over the PostgreSQL database at *uri*, its schema checked."""
+    from recrawler.state.postgres.search import PostgreSQLSearchReads
+
+    return PostgreSQLSearchReads(uri)
+
+
+def open_sink_ledger(uri: str, name: str) -> SinkLedger:
+    """The ledger of the vector-store sink *name* in the knowledge base's database at *uri*."""
+    return SinkLedger(uri, name)

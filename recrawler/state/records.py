@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import struct
 import zlib
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
     from recrawler.intervals import Revisit
 
@@ -48,8 +49,24 @@ __all__ = [
     "ScheduledPage",
     "SiteBuild",
     "TrustRecord",
+    "pack_blocks",
+    "unpack_blocks",
     "utcnow",
 ]
+
+
+def pack_blocks(hashes: Sequence[int]) -> bytes:
+    """Pack block hashes in page order: 8 bytes each (big-endian, signed), as ``blocks`` is stored."""
+    return struct.pack(f">{len(hashes)}q", *hashes)
+
+
+def unpack_blocks(blob: bytes | None) -> list[int]:
+    """The block hashes of :func:`pack_blocks`."""
+    if not blob:
+        return []
+    n = len(blob) // 8
+    return list(struct.unpack(f">{n}q", bytes(blob[: n * 8])))
+
 
 LIVE, QUARANTINED, GONE, MOVED = "live", "quarantined", "gone", "moved"
 #: a page's state not published yet: not in the knowledge base at all, or changed since

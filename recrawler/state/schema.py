@@ -312,6 +312,8 @@ frontier = Table(
     Column("seq", Integer, nullable=False),
     Column("request", LargeBinary, nullable=False),
     Column("fed", Integer, nullable=False, server_default=text("0")),
+    # a listing named the page (schema 19): a page a link queued first counts once as listed
+    Column("listed", Integer, nullable=False, server_default=text("0")),
     Index("frontier_next", "run_id", "fed", "rank", "seq"),
     sqlite_with_rowid=False,
 )

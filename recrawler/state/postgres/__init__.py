@@ -15,6 +15,7 @@ from recrawler.state.sql import RoleMethods
 
 if TYPE_CHECKING:
     from recrawler.events import EventSink
+    from recrawler.state.roles.blocks import BlockModel
 
 __all__ = ["SCHEMA_VERSION", "PostgreSQLStateStore"]
 
@@ -37,6 +38,7 @@ class PostgreSQLStateStore(PostgreSQLDatabase, RoleMethods):
         sink: EventSink | None = None,
         dry_run: bool = False,
         deliver_on_commit: bool = True,
+        blocks: BlockModel | None = None,
         vector_index_min_rows: int = 10_000,
         hnsw: tuple[int, int] | None = None,
     ) -> None:
@@ -51,6 +53,8 @@ class PostgreSQLStateStore(PostgreSQLDatabase, RoleMethods):
             vector_index_min_rows=vector_index_min_rows,
             hnsw=hnsw,
         )
+        #: the caller's block arithmetic the history role applies (None: block statistics wait)
+        self.blocks = blocks
         self._bind_roles(self)
 
 

@@ -171,6 +171,11 @@ async def _execute(conn: psycopg.AsyncConnection[Any], op: Op) -> Any:
     raise ValueError(f"unknown statement kind {op.kind!r}")
 
 
+def run_sync(conn: psycopg.Connection[Any], work: Work[_T]) -> _T:
+    """Run the statements of *work* on a blocking connection (a reader's own, outside the store)."""
+    return drive(work, lambda op: _execute_sync(conn, op))
+
+
 def _execute_sync(conn: psycopg.Connection[Any], op: Op) -> Any:
     if op.kind is ROWS:
         return _insert_rows_sync(conn, op.params)

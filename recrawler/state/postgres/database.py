@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
     from recrawler.events import EventSink
+    from recrawler.state.roles.blocks import BlockModel
     from recrawler.state.sql.dialect import Work
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,9 @@ class PostgreSQLDatabase(PostgreSQLTransactions):
     ``RECRAWLER_DB_BATCH_SIZE`` pages or ``RECRAWLER_DB_COMMIT_SECS`` seconds; a lease heartbeat
     takes another pooled connection, so it never waits behind a long transaction.
     """
+
+    #: the caller's block arithmetic the history role applies (None: block statistics wait)
+    blocks: BlockModel | None = None
 
     def __init__(
         self,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from collections import Counter
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from datetime import datetime
 
     from recrawler.intervals import Revisit
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         RevisitUpdate,
         Run,
     )
+    from recrawler.state.roles.blocks import BlockModel
 
 __all__ = ["Decisions", "Lifecycle", "Pages", "Runs"]
 
@@ -36,6 +37,9 @@ class Lifecycle(Protocol):
     """
 
     uri: str
+    #: the caller's block arithmetic (change detection's) the history role applies to stored
+    #: blocks; None: block statistics wait for a store opened with it
+    blocks: BlockModel | None
     #: outcome labels of page writes that committed this session, and of those a failed commit lost
     outcomes: Counter[str]
     lost: Counter[str]
@@ -182,8 +186,10 @@ class Runs(Protocol):
         reasons: Sequence[str] = (),
         listed: int | None = None,
         exit_code: int | None = None,
+        aborted: bool = False,
     ) -> None:
-        """Record how the run ended and release the site's lease."""
+        """Record how the run ended and release the site's lease; *aborted*: it was stopped
+        before its closing work (a forced shutdown), so it ends ``aborted``, not ``finished``."""
 
 
 class Decisions(Protocol):
@@ -254,5 +260,8 @@ class Decisions(Protocol):
     async def pending_changes(self, site: str | None) -> dict[str, int]:
         """The site's pending ``new`` and ``changed`` pages and its ``published`` ones."""
 
-    async def largest_same_content(self, run: Run) -> tuple[int, str] | None:
-        """The largest group of the site's pending pages that now say the same thing."""
+    async def largest_same_content(
+        self, run: Run, *, distance: Callable[[str, str], int]
+    ) -> tuple[int, str] | None:
+        """The largest group of the site's pending pages that now say the same thing: the same
+        content hash, or fuzzy hashes close by *distance* (the caller's measure)."""

@@ -58,16 +58,14 @@ class KnowledgeBase(Protocol):
     async def run_info(self, run_id: int) -> dict[str, Any] | None:
         """A run's row, or None."""
 
-    async def index_vectors(self, embedder: str) -> int:
-        """Write the search index's blocks of cached vectors that are full and not written yet
-        (committed; SQLite only, 0 elsewhere); return how many blocks were written."""
-
 
 class History(Protocol):
     """Change detection's memory: field records, learned regions and boilerplate block pairs.
 
     Guarantees: block statistics follow each page's field record in the page's transaction;
     re-deciding boilerplate re-hashes the pages it moves, so the next run compares like with like.
+    Folding and re-deciding apply the store's
+    :class:`~recrawler.state.roles.blocks.BlockModel` (StateStoreError without one).
     """
 
     async def get_fields(self, key: str) -> FieldsRow | None:
@@ -186,10 +184,18 @@ class Readers(Protocol):
     def iter_immutable(self) -> Iterator[dict[str, Any]]:
         """Yield stored deltafetch keys (CLI)."""
 
-    def check_sync(self, key_maker: Callable[[str], str], *, lease_secs: float) -> list[Finding]:
+    def check_sync(
+        self,
+        key_maker: Callable[[str], str],
+        *,
+        lease_secs: float,
+        refusal: Callable[[str], str | None] | None = None,
+    ) -> list[Finding]:
         """Every broken invariant of the database, read-only (``recrawler check``); a run left
         running whose lease has no heartbeat for *lease_secs*, or whose holder process on this
-        host is gone, is stale."""
+        host is gone, is stale. Keys are checked against *key_maker*'s, URLs against *refusal*
+        (why recrawler would never fetch one; None: not checked): the caller's URL rules, which
+        the store only applies."""
 
     async def repair(self, findings: Sequence[Finding]) -> dict[str, int]:
         """Mend what :meth:`check_sync` found, in one transaction; rows touched per check."""

@@ -122,6 +122,12 @@ class Frontier(Protocol):
         """Queue (key, priority, serialised request) rows; a key already queued this run is
         ignored. Returns how many were new."""
 
+    async def frontier_add_listed(
+        self, run: Run, requests: Sequence[tuple[str, int, bytes]]
+    ) -> tuple[int, int]:
+        """Queue rows a listing named; (how many were new, how many pages no listing had named
+        this run before: new ones and those a link or a redirect queued first)."""
+
     async def frontier_has(self, run: Run, keys: Sequence[str]) -> set[str]:
         """Those of *keys* this run's frontier holds (its listing named them)."""
 

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from recrawler.state.sql.dialect import count, many, one
 from recrawler.state.sql.runs import _holder_alive
 from recrawler.state.sql.visibility import visible_from, visible_where
-from recrawler.urls import UrlPolicy
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -78,13 +77,16 @@ def check(
     key_maker: Callable[[str], str],
     *,
     lease_secs: float,
+    refusal: Callable[[str], str | None] | None = None,
     now: datetime | None = None,
     limit: int = 1000,
 ) -> list[Finding]:
     """Every broken invariant of the database (at most *limit* per check); empty: it is sound.
 
     *lease_secs* is ``RECRAWLER_LEASE_SECS``: a running run's lease without a heartbeat that long
-    is stale (*now*: the time it is judged at, the wall clock by default)."""
+    is stale (*now*: the time it is judged at, the wall clock by default). *refusal* says why
+    recrawler would never fetch a URL (the URL policy's, or None); stored pages it refuses are
+    ``refused_url`` findings (without it, none are looked for)."""
     found: list[Finding] = []
 
     def add(name: str, rows: Iterator[tuple[str, str]]) -> None:
@@ -154,13 +156,13 @@ def check(
                 FROM chunks c {_VISIBLE} GROUP BY c.key HAVING COUNT(DISTINCT c.added_run) > 1""",
         ),
     )
-    policy = UrlPolicy(any_host=True)
-    refused = (
-        (key, f"{reason}: {url[:120]}")
-        for key, url in conn.iter("SELECT key, url FROM pages WHERE status != 'gone'")
-        if (reason := policy.refusal(url)) is not None
-    )
-    add("refused_url", refused)
+    if refusal is not None:
+        refused = (
+            (key, f"{reason}: {url[:120]}")
+            for key, url in conn.iter("SELECT key, url FROM pages WHERE status != 'gone'")
+            if (reason := refusal(url)) is not None
+        )
+        add("refused_url", refused)
     add(
         "offsite_page",
         _rows(

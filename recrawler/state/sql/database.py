@@ -6,6 +6,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from recrawler.events import sink_from_settings
+from recrawler.exceptions import StateStoreError
 from recrawler.state.sql.dialect import values
 from recrawler.state.sql.visibility import visible_run
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
 
     from recrawler.events import EventSink
     from recrawler.state.records import Event
+    from recrawler.state.roles.blocks import BlockModel
     from recrawler.state.sql.dialect import Dialect, Work
 
 _T = TypeVar("_T")
@@ -27,6 +29,7 @@ __all__ = [
     "OUTBOX_COLUMNS",
     "Database",
     "Reader",
+    "block_model",
     "insert_embeddings",
     "insert_outbox",
     "log_migrations",
@@ -51,6 +54,17 @@ class Reader(Protocol):
         """What the backend's own check of its files finds damaged (empty: nothing)."""
 
 
+def block_model(db: Database) -> BlockModel:
+    """The store's block arithmetic, or StateStoreError naming why there is none."""
+    if db.blocks is None:
+        msg = (
+            f"{db.label}: block statistics need the caller's block arithmetic "
+            "(open the store with blocks=, as a crawl does)"
+        )
+        raise StateStoreError(msg)
+    return db.blocks
+
+
 class Database(Protocol):
     """One backend's connection as the roles use it (SQLite's worker thread, psycopg's pool).
 
@@ -66,6 +80,8 @@ class Database(Protocol):
     label: str
     #: page writes a group transaction commits at most (``RECRAWLER_DB_BATCH_SIZE``)
     batch_size: int
+    #: the caller's block arithmetic the history role applies (None: block statistics wait)
+    blocks: BlockModel | None
 
     async def run(self, work: Work[_T], *, flush: bool = False) -> _T:
         """Run *work* where the store's own writes are visible (after committing them: *flush*)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from recrawler.detect.hashing import fuzzy_distance
 from recrawler.exceptions import StateStoreError
 from recrawler.state.records import (
     DECISION_APPROVED,
@@ -47,7 +46,7 @@ from recrawler.state.sql.snapshots import record_run_pages
 from recrawler.state.sql.visibility import unpublished_runs
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from datetime import datetime
 
     from recrawler.state.sql.database import Database
@@ -347,11 +346,14 @@ class SQLDecisions:
         (content), and the ``published`` pages the knowledge base holds."""
         return await self.db.run(pending_counts(site), flush=True)
 
-    async def largest_same_content(self, run: Run) -> tuple[int, str] | None:
+    async def largest_same_content(
+        self, run: Run, *, distance: Callable[[str, str], int]
+    ) -> tuple[int, str] | None:
         """The largest group of the site's pending new or changed pages (whichever run stored
         them) that now say the same thing: the same text once noise is taken out, or (for pages
         whose content was replaced rather than edited, TLSH distance over 100) texts within TLSH
-        distance 30 of each other. Returns (size, a sample URL), or None."""
+        distance 30 of each other (*distance*: the caller's, between two fuzzy hashes). Returns
+        (size, a sample URL), or None."""
 
         def work() -> Work[tuple[int, str] | None]:
             row = yield one(
@@ -376,7 +378,7 @@ class SQLDecisions:
             )
             for url, digest in replaced:
                 for rep, members in reps:
-                    if fuzzy_distance(rep, digest) <= _SAME_CONTENT_DISTANCE:
+                    if distance(rep, digest) <= _SAME_CONTENT_DISTANCE:
                         members.append(url)
                         break
                 else:

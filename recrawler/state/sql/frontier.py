@@ -157,6 +157,33 @@ class SQLFrontier:
             return 0
         return await self.db.page_write(work())
 
+    async def frontier_add_listed(
+        self, run: Run, requests: Sequence[tuple[str, int, bytes]]
+    ) -> tuple[int, int]:
+        """Queue rows a listing named, as :meth:`frontier_add` does; returns (how many were new
+        to the frontier, how many pages no listing had named this run before: those new and those
+        a link or a redirect queued first)."""
+
+        def work() -> Work[tuple[int, int]]:
+            d = self.db.dialect
+            named = yield count(
+                f"UPDATE frontier SET listed = 1 WHERE run_id = ? AND listed = 0 AND key {d.in_list('?')}",
+                (run.id, d.list_param([key for key, _, _ in requests])),
+            )
+            seq = yield from self._last_seq(run)
+            self._seq[run.id] = seq + len(requests)
+            added = yield from values(
+                "INSERT INTO frontier (run_id, key, rank, seq, request, listed)",
+                [(run.id, key, -prio, seq + i, blob, 1) for i, (key, prio, blob) in enumerate(requests, 1)],
+                " ON CONFLICT (run_id, key) DO NOTHING",
+                types=("int8", "text", "int8", "int8", "bytea", "int4"),
+            )
+            return int(added), int(added) + int(named)
+
+        if not requests:
+            return 0, 0
+        return await self.db.page_write(work())
+
     async def frontier_claim(self, run: Run, key: str) -> bool:
         """Mark page *key* as fetched this run outside the frontier (a redirect reached it); False
         when the frontier already holds it (queued or fed): it is fetched from there."""

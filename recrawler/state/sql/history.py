@@ -6,13 +6,13 @@ import json
 import zlib
 from typing import TYPE_CHECKING
 
-from recrawler.detect.boilerplate import EDGE, joins_furniture, kept_blocks
-from recrawler.detect.hashing import unpack_blocks
 from recrawler.state.records import (
     LIVE,
     FieldsRow,
     Run,
+    unpack_blocks,
 )
+from recrawler.state.sql.database import block_model
 from recrawler.state.sql.dialect import count, one, rows
 from recrawler.state.sql.rows import (
     _RETIRED_REPLACED,
@@ -107,9 +107,9 @@ class SQLHistory:
     async def fold_block_stats(self) -> int:
         """Fold what page writes left in ``block_deltas`` into the sites' block and block-pair
         counters, a batch per transaction; returns how many page deltas were folded."""
-        d = self.db.dialect
+        d, blocks = self.db.dialect, block_model(self.db)
         folded = 0
-        while n := await self.db.transaction(_fold_block_deltas(d, FOLD_BATCH)):
+        while n := await self.db.transaction(_fold_block_deltas(d, FOLD_BATCH, blocks)):
             folded += n
         return folded
 
@@ -121,13 +121,13 @@ class SQLHistory:
         A pair of adjacent blocks (a page's start and end count as blocks) becomes boilerplate when
         it is on at least *enter_share* of the site's live pages and stops being one below
         *exit_share*; sites with fewer than *min_pages* pages have none. What a page's hash keeps
-        under those pairs is :func:`~recrawler.detect.boilerplate.kept_blocks`. Pages whose hash moves
+        under those pairs is the store's :class:`BlockModel`'s to say. Pages whose hash moves
         because of a flip are re-hashed from their stored blocks, so the next run compares like
         with like (no false "changed").
         """
         await self.fold_block_stats()  # the counters first take in every page written so far
 
-        d = self.db.dialect
+        d, blocks = self.db.dialect, block_model(self.db)
 
         def work() -> Work[dict[str, int]]:
             row = yield one("SELECT COUNT(*) FROM pages WHERE site = ? AND status = ?", (site, LIVE))
@@ -162,7 +162,7 @@ class SQLHistory:
                 )
             yield count("DELETE FROM site_pairs WHERE site = ? AND pages <= 0", (site,))
             yield count("DELETE FROM site_blocks WHERE site = ? AND pages <= 0", (site,))
-            rehashed = (yield from _rehash(d, site)) if on or off else 0
+            rehashed = (yield from _rehash(d, site, blocks)) if on or off else 0
             return {"boilerplate_on": on, "boilerplate_off": off, "rehashed": rehashed}
 
         return await self.db.transaction(work())
@@ -174,6 +174,8 @@ class SQLHistory:
         Returns the page keys taken back.
         """
 
+        blocks = block_model(self.db)
+
         def work() -> Work[list[str]]:
             # a pair that was boilerplate when the run started still counts as noise here
             now = yield from _boilerplate_pairs(site)
@@ -181,7 +183,7 @@ class SQLHistory:
             # furniture is what was there before: the blocks of the pairs that were boilerplate
             # when the run started
             before = (now - self._flipped_on.get(site, set())) | self._flipped_off.get(site, set())
-            furniture = {b for pair in before for b in pair} - {EDGE}
+            furniture = {b for pair in before for b in pair} - {blocks.edge}
             changes = yield rows(
                 """SELECT c.id, c.key, c.old_blocks, f.blocks FROM page_changes c
                    JOIN page_fields f ON f.key = c.key JOIN pages p ON p.key = c.key
@@ -192,9 +194,9 @@ class SQLHistory:
             taken: list[str] = []
             for change_id, key, old_blob, new_blob in changes:
                 old_list, new_list = unpack_blocks(old_blob), unpack_blocks(new_blob)
-                if kept_blocks(old_list, boiler) != kept_blocks(new_list, boiler):
+                if not blocks.same_content(old_list, new_list, boiler):
                     continue
-                if not joins_furniture(old_list, new_list, furniture):
+                if not blocks.joins_furniture(old_list, new_list, furniture):
                     # a block newly on many pages at once, beside their own content: a site-wide
                     # edit (a deprecation notice), not furniture; it reaches the knowledge base
                     continue

@@ -7,8 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from recrawler.detect.hashing import unpack_blocks
-from recrawler.state.records import packed_text, samples_json
+from recrawler.state.records import packed_text, samples_json, unpack_blocks
 from recrawler.state.sql.dialect import count, many, rows, values
 from recrawler.state.sql.pending import keep_published, revert_page
 from recrawler.state.sql.rows import _PAGE_COLUMNS, _RETIRED_QUARANTINED, _RETIRED_REPLACED, _ts

@@ -214,9 +214,12 @@ class SQLPages:
         if self._unfolded < FOLD_EVERY:
             return
         self._unfolded = 0
+        blocks = self.db.blocks
+        if blocks is None:
+            return  # no block arithmetic here: the deltas wait for a store that has it
         # the group first (a group that cannot commit fails this write, as any group commit does)
         await self.db.flush()
-        fold = _fold_block_deltas(self.db.dialect, FOLD_BATCH)
+        fold = _fold_block_deltas(self.db.dialect, FOLD_BATCH, blocks)
         try:
             if self.db.dry_run:
                 # never committed: in the store's own transaction, undone with it

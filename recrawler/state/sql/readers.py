@@ -312,12 +312,20 @@ class SQLReaders:
             if not self._has_table(conn, "page_before"):
                 return
             d = conn.dialect
+            # a period reads the runs that ended in it (or have not ended) through the outbox's run
+            # index, and only their events' payloads: not every payload the outbox ever kept
+            period = (
+                f"""AND o.run_id IN (SELECT p.id FROM runs p
+                                     WHERE p.finished_at IS NULL OR p.finished_at >= :since)
+                    AND {d.json_text("o.payload", "at")} >= :since"""
+                if since is not None
+                else ""
+            )
             for row in conn.iter(
                 f"""SELECT o.payload FROM outbox o LEFT JOIN runs r ON r.id = o.run_id
                     WHERE o.run_id IS NOT NULL AND {visible_run("o.run_id")}
                       AND (CAST(:site AS TEXT) IS NULL OR r.site = :site)
-                      AND (CAST(:run AS INTEGER) IS NULL OR o.run_id = :run)
-                      AND (CAST(:since AS TEXT) IS NULL OR {d.json_text("o.payload", "at")} >= :since)
+                      AND (CAST(:run AS INTEGER) IS NULL OR o.run_id = :run) {period}
                     ORDER BY o.id""",
                 {"site": site, "run": run_id, "since": _at(since) if since is not None else None},
             ):
@@ -491,10 +499,16 @@ class SQLReaders:
     def _has_table(conn: Reader, name: str) -> bool:
         return any(r[0] == name for r in conn.iter(conn.dialect.tables_sql))
 
-    def check_sync(self, key_maker: Callable[[str], str], *, lease_secs: float) -> list[Finding]:
+    def check_sync(
+        self,
+        key_maker: Callable[[str], str],
+        *,
+        lease_secs: float,
+        refusal: Callable[[str], str | None] | None = None,
+    ) -> list[Finding]:
         """Every broken invariant of the database, read-only (see ``recrawler.state.sql.check``)."""
         with self.db.reader() as conn:
-            return check(conn, key_maker, lease_secs=lease_secs)
+            return check(conn, key_maker, lease_secs=lease_secs, refusal=refusal)
 
     async def repair(self, findings: Sequence[Finding]) -> dict[str, int]:
         """Mend what :meth:`check_sync` found, in one transaction (re-queue, retire, abort)."""

@@ -7,20 +7,20 @@ from collections import Counter, defaultdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from recrawler.detect.boilerplate import EDGE, block_pairs, kept_blocks
-from recrawler.detect.hashing import page_hash, unpack_blocks
 from recrawler.intervals import Revisit
 from recrawler.state.records import (
     PageRecord,
     ScheduledPage,
     SiteBuild,
     TrustRecord,
+    unpack_blocks,
 )
 from recrawler.state.sql.dialect import count, many, rows, values
 
 if TYPE_CHECKING:
     from typing import Any
 
+    from recrawler.state.roles.blocks import BlockModel
     from recrawler.state.sql.dialect import Dialect, Work
 
 
@@ -200,7 +200,7 @@ def _block_delta(site: str, old: bytes, new: bytes, samples: str | None) -> Work
 FOLD_BATCH = 1000
 
 
-def _fold_block_deltas(d: Dialect, limit: int) -> Work[int]:
+def _fold_block_deltas(d: Dialect, limit: int, model: BlockModel) -> Work[int]:
     """Fold up to *limit* page deltas, oldest first, into ``site_blocks`` and ``site_pairs``;
     returns how many were folded (0: none left).
 
@@ -230,13 +230,13 @@ def _fold_block_deltas(d: Dialect, limit: int) -> Work[int]:
             old_set, new_set = set(old), set(new)
             blocks[site].update(new_set - old_set)
             blocks[site].subtract(old_set - new_set)
-            old_pairs, new_pairs = block_pairs(old), block_pairs(new)
+            old_pairs, new_pairs = model.pairs(old), model.pairs(new)
             pairs[site].update(new_pairs - old_pairs)
             pairs[site].subtract(old_pairs - new_pairs)
         else:
             # no blocks stored before (a new page): every block and pair is gained
             blocks[site].update(set(new))
-            pairs[site].update(block_pairs(new))
+            pairs[site].update(model.pairs(new))
         if sample_json:
             sample_objects[site].append(sample_json)
     for site in sorted(blocks):
@@ -306,13 +306,13 @@ def _boilerplate_pairs(site: str) -> Work[set[tuple[int, int]]]:
     return {(r[0], r[1]) for r in found}
 
 
-def _rehash(d: Dialect, site: str) -> Work[int]:
+def _rehash(d: Dialect, site: str, model: BlockModel) -> Work[int]:
     """Re-hash the site's pages from their stored blocks under its boilerplate pairs, and mark the
     blocks of those pairs in ``site_blocks`` (what ``recrawler noise`` lists); returns how many
     page hashes moved. Pages are read in key order, a page of keys at a time."""
     boiler = yield from _boilerplate_pairs(site)
     yield many("UPDATE site_blocks SET boilerplate = 0 WHERE site = ? AND boilerplate = 1", [(site,)])
-    marked = sorted({b for pair in boiler for b in pair} - {EDGE})
+    marked = sorted({b for pair in boiler for b in pair} - {model.edge})
     if marked:
         yield many(
             "UPDATE site_blocks SET boilerplate = 1 WHERE site = ? AND block = ?", [(site, b) for b in marked]
@@ -331,7 +331,7 @@ def _rehash(d: Dialect, site: str) -> Work[int]:
             break
         updates = []
         for key, old_hash, blob in batch:
-            new_hash = page_hash(kept_blocks(unpack_blocks(blob), boiler))
+            new_hash = model.page_hash(unpack_blocks(blob), boiler)
             if new_hash != old_hash:
                 updates.append((new_hash, key))
         if updates:
@@ -352,7 +352,7 @@ def _rehash(d: Dialect, site: str) -> Work[int]:
         updates = [
             (new_hash, key)
             for key, old_hash, blob in batch
-            if (new_hash := page_hash(kept_blocks(unpack_blocks(blob or b""), boiler))) != old_hash
+            if (new_hash := model.page_hash(unpack_blocks(blob or b""), boiler)) != old_hash
         ]
         if updates:
             yield many("UPDATE page_before SET content_hash = ? WHERE key = ?", updates)

@@ -254,8 +254,10 @@ class SQLRuns:
         reasons: Sequence[str] = (),
         listed: int | None = None,
         exit_code: int | None = None,
+        aborted: bool = False,
     ) -> None:
-        """Store the run's end, counts, report and outcome, and release the site's lease."""
+        """Store the run's end, counts, report and outcome, and release the site's lease; an
+        *aborted* run (stopped before its closing work) ends ``aborted``."""
         lease_key = run.site if run.site is not None else f"spider:{run.spider}"
 
         def work() -> Work[None]:
@@ -273,7 +275,7 @@ class SQLRuns:
                     listed,
                     exit_code,
                     RUN_RUNNING,
-                    RUN_FINISHED,
+                    RUN_ABORTED if aborted else RUN_FINISHED,
                     run.id,
                 ),
             )

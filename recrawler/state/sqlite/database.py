@@ -9,7 +9,13 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
-from recrawler.exceptions import SchemaVersionError, StateStoreError, StateStoreUnavailable
+from recrawler.exceptions import (
+    ConfigurationError,
+    SchemaVersionError,
+    StateStoreError,
+    StateStoreLost,
+    StateStoreUnavailable,
+)
 from recrawler.state.sql.database import store_options
 from recrawler.state.sqlite.connection import (
     SQLiteReader,
@@ -34,6 +40,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
     from recrawler.events import EventSink
+    from recrawler.state.roles.blocks import BlockModel
 
 #: the write connection's page cache, in KiB (per connection, at most this much)
 _CACHE_KIB = 16384
@@ -47,6 +54,9 @@ class SQLiteDatabase(SQLiteTransactions):
     ``RECRAWLER_DB_BATCH_SIZE`` pages or ``RECRAWLER_DB_COMMIT_SECS`` seconds: each page is atomic,
     and a kill loses at most the uncommitted tail, which the next run simply checks again.
     """
+
+    #: the caller's block arithmetic the history role applies (None: block statistics wait)
+    blocks: BlockModel | None = None
 
     def __init__(
         self,
@@ -69,8 +79,9 @@ class SQLiteDatabase(SQLiteTransactions):
             dry_run=dry_run,
             deliver_on_commit=deliver_on_commit,
         )
-        #: refuse a database that fails ``PRAGMA integrity_check`` when it opens
+        #: refuse a database that fails ``PRAGMA integrity_check`` when it opens (readers: ``quick_check``)
         self.integrity_check = integrity_check
+        self._verified = False
         self._open_lock = threading.Lock()
 
     @classmethod
@@ -82,6 +93,12 @@ class SQLiteDatabase(SQLiteTransactions):
         with self._open_lock:
             if self._conn is not None:
                 return
+            if self.readonly:
+                msg = (
+                    f"RECRAWLER_DB_URI: {self.uri!r} is read-only (?mode=ro) and this writes to it; "
+                    "drop ?mode=ro (the commands that only read open the database read-only anyway)"
+                )
+                raise ConfigurationError(msg)
             if self.dry_run and self.path != ":memory:" and not Path(self.path).exists():
                 # a dry run against no database compares with empty state and creates no file
                 self.path = ":memory:"
@@ -92,6 +109,8 @@ class SQLiteDatabase(SQLiteTransactions):
                 version = check_schema(conn, self.path)
                 if version and self.integrity_check:
                     check_integrity(conn, self.path)
+                # checked, or new: the readers of this store (the run's own) need not check it again
+                self._verified = True
                 if not version and existed:
                     refuse_empty(self.path, timeout_secs=self.timeout_secs)
                 if self.dry_run:
@@ -105,16 +124,22 @@ class SQLiteDatabase(SQLiteTransactions):
                     # a bounded page cache, larger than SQLite's 2 MiB: the block statistics'
                     # upserts land at random keys, and each cache miss is a read
                     conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
-                migrate(conn, self.path, self.dry_run)
+                migrate(conn, self.path, self.dry_run, self.blocks)
             except sqlite3.DatabaseError as exc:
                 conn.close()
                 raise open_error(self.path, exc) from exc
             except StateStoreError:
                 conn.close()
                 raise
-            self._conn = conn
             if self.path != ":memory:":
-                self._identity = file_identity(self.path)
+                try:
+                    self._identity = file_identity(self.path)
+                except OSError as exc:
+                    # deleted (or its directory) between the connect and now
+                    conn.close()
+                    msg = f"state database {self.path!r} was deleted while it was being opened"
+                    raise StateStoreUnavailable(msg) from exc
+            self._conn = conn
         self._deliver()
 
     async def open(self) -> None:
@@ -129,7 +154,7 @@ class SQLiteDatabase(SQLiteTransactions):
     def reader(self) -> Iterator[SQLiteReader]:
         """A read-only connection of its own (refused on a newer schema), closed after use."""
         if self._lost is not None:
-            raise StateStoreUnavailable(self._lost)
+            raise StateStoreLost(self._lost)
         conn = self._reader()
         try:
             yield SQLiteReader(conn)
@@ -145,6 +170,15 @@ class SQLiteDatabase(SQLiteTransactions):
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise open_error(self.path, exc) from exc
+        if version and self.integrity_check and not self._verified:
+            # a command that only reads (pages, runs, ...) answers from an undamaged file, or says
+            # it is damaged, as a crawl refuses it: once per store, not once per read
+            try:
+                check_integrity(conn, self.path, quick=True)
+            except SchemaVersionError:
+                conn.close()
+                raise
+            self._verified = True
         if not version:
             # an empty file (a 0-byte one, say): nothing to read, and readers never create a schema
             conn.close()
@@ -157,13 +191,20 @@ class SQLiteDatabase(SQLiteTransactions):
                 f"recrawler's {SCHEMA_VERSION}; upgrade recrawler"
             )
             raise SchemaVersionError(msg)
+        if version < SCHEMA_VERSION and self.readonly:
+            conn.close()
+            msg = (
+                f"state database {self.path!r} has schema version {version}, older than this "
+                f"recrawler's {SCHEMA_VERSION}, and ?mode=ro forbids upgrading it: run a crawl first"
+            )
+            raise SchemaVersionError(msg)
         if version < SCHEMA_VERSION:
             # an older schema (recrawler was upgraded, no crawl ran since): migrated forward
             # first, as the next crawl would, so readers see the columns they read
             conn.close()
             rw = connect(self.path, timeout_secs=self.timeout_secs)
             try:
-                migrate(rw, self.path, False)
+                migrate(rw, self.path, False, self.blocks)
             except sqlite3.DatabaseError as exc:
                 raise open_error(self.path, exc) from exc
             finally:

@@ -9,6 +9,7 @@ from recrawler.state.sqlite.database import SQLiteDatabase
 
 if TYPE_CHECKING:
     from recrawler.events import EventSink
+    from recrawler.state.roles.blocks import BlockModel
 
 
 class SQLiteStateStore(SQLiteDatabase, RoleMethods):
@@ -20,8 +21,8 @@ class SQLiteStateStore(SQLiteDatabase, RoleMethods):
     and a kill loses at most the uncommitted tail, which the next run simply checks again.
 
     The roles are attributes (``pages``, ``runs``, ``kb``, ``history``, ``schedule``, ``host_trust``
-    for trust, ``readers``); the store's methods are theirs, bound once, so callers may type a
-    store by :class:`~recrawler.state.roles.StateStore` or by the one role they use.
+    for trust, ``readers``, ...): a component is handed the one role it uses and calls it
+    (``store.pages.record(...)``).
     """
 
     def __init__(
@@ -34,6 +35,7 @@ class SQLiteStateStore(SQLiteDatabase, RoleMethods):
         sink: EventSink | None = None,
         dry_run: bool = False,
         deliver_on_commit: bool = True,
+        blocks: BlockModel | None = None,
     ) -> None:
         super().__init__(
             uri,
@@ -44,6 +46,8 @@ class SQLiteStateStore(SQLiteDatabase, RoleMethods):
             dry_run=dry_run,
             deliver_on_commit=deliver_on_commit,
         )
+        #: the caller's block arithmetic the history role applies (None: block statistics wait)
+        self.blocks = blocks
         self._bind_roles(self)
 
 

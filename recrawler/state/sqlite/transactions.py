@@ -14,13 +14,13 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
-from recrawler.exceptions import PageWriteError, StateStoreError, StateStoreUnavailable
+from recrawler.exceptions import PageWriteError, StateStoreError, StateStoreLost
 from recrawler.state.sql.database import insert_embeddings, insert_outbox
 from recrawler.state.sql.dialect import SQLITE, drive
 from recrawler.state.sql.visibility import visible_run
 from recrawler.state.sqlite.connection import deliver_outbox, open_error
 from recrawler.state.sqlite.files import abandon, file_trouble
-from recrawler.state.sqlite.versions import _execute, path_from_uri
+from recrawler.state.sqlite.versions import _execute, sqlite_target
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -57,7 +57,8 @@ class SQLiteTransactions:
         #: deliver events after each commit; off when the run publishes as a whole, so events go
         #: out with the run (and a change the run takes back is never announced)
         self.deliver_on_commit = deliver_on_commit
-        self.path = path_from_uri(uri)
+        #: ``?mode=ro``: readers only; opening it to write is refused
+        self.path, self.readonly = sqlite_target(uri)
         self.label = self.path
         self.dry_run = dry_run
         self.batch_size = max(1, batch_size)
@@ -98,7 +99,7 @@ class SQLiteTransactions:
             if self._lost is not None:
                 self._abandon()
         if self._lost is not None and func != self._close:
-            raise StateStoreUnavailable(self._lost)
+            raise StateStoreLost(self._lost)
         return call()
 
     def _abandon(self) -> None:
@@ -303,8 +304,12 @@ class SQLiteTransactions:
     def _flush_done(self, task: asyncio.Future[None]) -> None:
         self._background.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            logger.error(
-                "timed commit to %(path)s failed: %(exc)s", {"path": self.path, "exc": task.exception()}
+            # a lost database was said once, when it was noticed
+            level = logging.DEBUG if isinstance(task.exception(), StateStoreLost) else logging.ERROR
+            logger.log(
+                level,
+                "timed commit to %(path)s failed: %(exc)s",
+                {"path": self.path, "exc": task.exception()},
             )
 
     async def close(self) -> None:

@@ -7,12 +7,13 @@ import re
 import sqlite3
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from recrawler.exceptions import ConfigurationError, SchemaVersionError
 from recrawler.state.sql.dialect import ALL, COUNT, MANY, ONE, ROWS, SQLITE, drive, value_statements
 
 if TYPE_CHECKING:
+    from recrawler.state.roles.blocks import BlockModel
     from recrawler.state.sql.dialect import Op, Work
 
 _T = TypeVar("_T")
@@ -37,16 +38,49 @@ def _migrations() -> list[tuple[int, str]]:
 SCHEMA_VERSION = max(v for v, _ in _migrations())
 
 
+#: ``?mode=`` values of a SQLite URI: ``ro`` opens it read-only; the others are how a crawl opens it
+_MODES = ("ro", "rw", "rwc")
+#: ``scheme:`` at the start of a URI written without ``//`` (``sqlite:/x.db``); one letter is a drive
+_BARE_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(?!//)")
+
+
 def path_from_uri(uri: str) -> str:
-    """Map ``sqlite:///rel.db``, ``sqlite:////abs.db``, ``file:///abs.db`` or a bare path to a path."""
-    if "://" not in uri:
-        path = uri
-    else:
+    """Map ``sqlite:///rel.db``, ``sqlite:////abs.db``, ``file:///abs.db``, ``file:rel.db`` or a bare
+    path to a path (see :func:`sqlite_target`)."""
+    return sqlite_target(uri)[0]
+
+
+def sqlite_target(uri: str) -> tuple[str, bool]:
+    """The file *uri* names and whether it is opened read-only (``?mode=ro``).
+
+    ``sqlite:///rel.db`` and ``file:rel.db`` are relative, ``sqlite:////abs.db``, ``file:///abs.db``
+    and ``file:/abs.db`` absolute, as SQLAlchemy and SQLite read them. A bare path is a path. A
+    query other than ``mode=ro|rw|rwc``, or a scheme without ``//`` (``sqlite:/x.db``), is one
+    ConfigurationError line saying what to write instead.
+    """
+    query = ""
+    bare = _BARE_SCHEME.match(uri)
+    if "://" in uri:
         parts = urlsplit(uri)
-        path = unquote(parts.path)
+        path, query = unquote(parts.path), parts.query
         if parts.scheme == "sqlite":
             # sqlite:///rel.db -> "rel.db"; sqlite:////abs.db -> "/abs.db" (SQLAlchemy's convention)
             path = path[1:] if path.startswith("/") else path
+    elif bare is not None and bare.group(1).lower() == "file":
+        # RFC 8089's forms without an authority, as SQLite reads them: file:rel.db, file:/abs.db
+        parts = urlsplit(uri)
+        path, query = unquote(parts.path), parts.query
+    elif bare is not None:
+        scheme, rest = bare.group(1), uri[bare.end() :]
+        name = rest.lstrip("/") or "recrawler.db"
+        hint = (
+            f"write sqlite:///{name} (relative) or sqlite:////{name} (absolute)"
+            if scheme.lower() == "sqlite"
+            else f"write {scheme}://... (two slashes after the scheme)"
+        )
+        raise ConfigurationError(f"RECRAWLER_DB_URI: {uri!r} is not a database URI: {hint}")
+    else:
+        path = uri
     if not path.strip():
         # SQLite opens a throwaway database for an empty name: every run would be a first run
         msg = (
@@ -54,7 +88,16 @@ def path_from_uri(uri: str) -> str:
             "use sqlite:///recrawler.db (relative) or sqlite:////abs/path/recrawler.db"
         )
         raise ConfigurationError(msg)
-    return path
+    readonly = False
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name != "mode" or value not in _MODES:
+            msg = (
+                f"RECRAWLER_DB_URI: {uri!r}: unsupported parameter {name}={value!r} "
+                "(a SQLite URI takes ?mode=ro: read-only, for the commands that only read)"
+            )
+            raise ConfigurationError(msg)
+        readonly = value == "ro"
+    return path, readonly
 
 
 def schema_version(conn: sqlite3.Connection, path: str) -> int:
@@ -82,30 +125,35 @@ def check_schema(conn: sqlite3.Connection, path: str) -> int:
     return version
 
 
-def integrity_problems(conn: sqlite3.Connection, most: int = 20) -> list[str]:
-    """What ``PRAGMA integrity_check`` finds wrong with the file, at most *most* (empty: nothing)."""
+def integrity_problems(conn: sqlite3.Connection, most: int = 20, *, quick: bool = False) -> list[str]:
+    """What ``PRAGMA integrity_check`` (*quick*: ``quick_check``, which skips matching each index
+    with its table) finds wrong with the file, at most *most* (empty: nothing)."""
+    pragma = "quick_check" if quick else "integrity_check"
     try:
-        problems = [str(r[0]) for r in conn.execute(f"PRAGMA integrity_check({int(most)})")]
+        problems = [str(r[0]) for r in conn.execute(f"PRAGMA {pragma}({int(most)})")]
     except sqlite3.DatabaseError as exc:
         # too damaged for the check to go on ("database disk image is malformed")
         return [str(exc)]
     return [] if problems == ["ok"] else problems
 
 
-def check_integrity(conn: sqlite3.Connection, path: str) -> None:
+def check_integrity(conn: sqlite3.Connection, path: str, *, quick: bool = False) -> None:
     """Refuse a database whose pages SQLite finds damaged (``PRAGMA integrity_check``): written to,
     it would spread the damage, and its rows would be served as they are. Checked before anything
-    writes, so a refused file stays byte-identical."""
-    problems = integrity_problems(conn, 5)
+    writes, so a refused file stays byte-identical. Readers check with *quick* (``quick_check``:
+    every page and record, not each index against its table): what a command shows comes from an
+    undamaged file, or it says the file is damaged."""
+    problems = integrity_problems(conn, 5, quick=quick)
     if problems:
+        pragma = "quick_check" if quick else "integrity_check"
         msg = (
-            f"state database {path!r} is corrupt (PRAGMA integrity_check: {'; '.join(problems)[:300]}); "
+            f"state database {path!r} is corrupt (PRAGMA {pragma}: {'; '.join(problems)[:300]}); "
             "it was left untouched: restore it from a backup, or move it away to start afresh"
         )
         raise SchemaVersionError(msg)
 
 
-def migrate(conn: sqlite3.Connection, path: str, dry_run: bool) -> None:
+def migrate(conn: sqlite3.Connection, path: str, dry_run: bool, blocks: BlockModel | None = None) -> None:
     version = check_schema(conn, path)
     # each applied number is a row: a migration numbered below one already applied (written
     # on another branch) is still applied once
@@ -136,7 +184,8 @@ def migrate(conn: sqlite3.Connection, path: str, dry_run: bool) -> None:
     from recrawler.state.sql.database import log_migrations
 
     log_migrations(path, version, done)
-    fill_block_pairs(conn, path, dry_run)
+    if blocks is not None:
+        fill_block_pairs(conn, path, dry_run, blocks)
 
 
 def _applied_meanwhile(conn: sqlite3.Connection, number: int) -> bool:
@@ -147,19 +196,18 @@ def _applied_meanwhile(conn: sqlite3.Connection, number: int) -> bool:
     return conn.execute("SELECT 1 FROM schema_version WHERE version = ?", (number,)).fetchone() is not None
 
 
-def fill_block_pairs(conn: sqlite3.Connection, path: str, dry_run: bool) -> None:
+def fill_block_pairs(conn: sqlite3.Connection, path: str, dry_run: bool, blocks: BlockModel) -> None:
     """Count the block pairs of a database from before schema 6 from its stored blocks, once.
 
     Until the next run ends and re-decides them, a pair of two boilerplate blocks (a page edge
     counts as one) is a boilerplate pair; every page is re-hashed under those pairs, so the
-    next run compares like with like (no false "changed"). One transaction: a crash leaves
+    next run compares like with like (no false "changed"), with *blocks*' arithmetic (a store
+    opened without it leaves this to the next open that has it). One transaction: a crash leaves
     ``site_pairs`` empty and the next open counts again. Pages written since schema 8 count
     through ``block_deltas``: a database with deltas waiting (a run killed before its first
     reconciliation) has its pairs counted by their fold, not here.
     """
-    # imported here: a reader that only checks the schema (open_kb) loads no change detection
-    from recrawler.detect.boilerplate import EDGE, block_pairs
-    from recrawler.detect.hashing import unpack_blocks
+    from recrawler.state.records import unpack_blocks
     from recrawler.state.sql.rows import _count_pairs, _rehash
 
     if conn.execute(
@@ -175,7 +223,7 @@ def fill_block_pairs(conn: sqlite3.Connection, path: str, dry_run: bool) -> None
         for site, blob in conn.execute(
             "SELECT p.site, f.blocks FROM page_fields f JOIN pages p ON p.key = f.key"
         ):
-            _run(conn, _count_pairs(SQLITE, site, block_pairs(unpack_blocks(blob)), 1))
+            _run(conn, _count_pairs(SQLITE, site, blocks.pairs(unpack_blocks(blob)), 1))
             pages += 1
         sites = [r[0] for r in conn.execute("SELECT DISTINCT site FROM site_blocks WHERE boilerplate = 1")]
         for site in sites:
@@ -185,9 +233,9 @@ def fill_block_pairs(conn: sqlite3.Connection, path: str, dry_run: bool) -> None
                           (SELECT block FROM site_blocks WHERE site = :site AND boilerplate = 1))
                      AND (block = :edge OR block IN
                           (SELECT block FROM site_blocks WHERE site = :site AND boilerplate = 1))""",
-                {"site": site, "edge": EDGE},
+                {"site": site, "edge": blocks.edge},
             )
-            _run(conn, _rehash(SQLITE, site))
+            _run(conn, _rehash(SQLITE, site, blocks))
         conn.execute("RELEASE migrate" if dry_run else "COMMIT")
     except BaseException:
         conn.execute("ROLLBACK TO migrate" if dry_run else "ROLLBACK")

@@ -88,6 +88,11 @@ class VectorScan:
         self._cached = 0
         self.dims: int | None = None
 
+    @property
+    def block(self) -> int:
+        """Vectors per block: ``errors[position // block]`` bounds a score's error."""
+        return BLOCK
+
     def _load(self) -> None:
         version = (
             self.conn.execute("PRAGMA data_version").fetchone()[0],
