@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import shutil
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -267,6 +268,7 @@ class Operations(RuleBasedStateMachine):
         for d in (self.main, self.shadow):
             self.run_until(d.store.close())
         self.loop.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     @initialize()
     def first_run(self) -> None:
