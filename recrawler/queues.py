@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from scrapy.crawler import Crawler
 
-    from recrawler.state import PageRecord, Run, StateStore
+    from recrawler.state import Frontier, PageRecord, Run
 
 #: the default queue: the run's database
 DATABASE_QUEUE = "recrawler.queues.DatabaseQueue"
@@ -69,33 +69,33 @@ class DatabaseQueue(FrontierQueue):
 
     records = True
 
-    def __init__(self, store: StateStore) -> None:
-        self.store = store
+    def __init__(self, frontier: Frontier) -> None:
+        self.frontier = frontier
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        """Over the crawl's store."""
-        return cls(runtime_of(crawler).store)
+        """Over the crawl's store's frontier role."""
+        return cls(runtime_of(crawler).store.frontier)
 
     async def push(
         self, run: Run, rows: Sequence[tuple[str, int, bytes]], *, listed: bool = False
     ) -> tuple[int, int]:
         """Queue *rows* in the ``frontier`` table."""
         if listed:
-            return await self.store.frontier.frontier_add_listed(run, rows)
-        return await self.store.frontier.frontier_add(run, rows), 0
+            return await self.frontier.frontier_add_listed(run, rows)
+        return await self.frontier.frontier_add(run, rows), 0
 
     async def pop(self, run: Run, limit: int) -> list[tuple[bytes, PageRecord | None]]:
         """Take the next rows, with their pages' records (one wait for the store)."""
-        return await self.store.frontier.frontier_next(run, limit)
+        return await self.frontier.frontier_next(run, limit)
 
     async def has(self, run: Run, keys: Sequence[str]) -> set[str]:
         """Those of *keys* in the ``frontier`` table."""
-        return await self.store.frontier.frontier_has(run, keys)
+        return await self.frontier.frontier_has(run, keys)
 
     async def claim(self, run: Run, key: str) -> bool:
         """A fetched row for *key* (False: one was queued)."""
-        return await self.store.frontier.frontier_claim(run, key)
+        return await self.frontier.frontier_claim(run, key)
 
 
 class RedisQueue(FrontierQueue):
