@@ -107,7 +107,7 @@ async def leave(
     run_id = run.id
     if not await asyncio.to_thread(workers.leader_alive):
         # nobody closes this run: it stays unfinished until the next run takes the site over
-        crawler.signals.send_catch_log(
+        await crawler.signals.send_catch_log_async(
             recrawler_signals.run_failed, cause=LEADER_LOST, exit_code=outcome.EXIT_WORKER_LOST
         )
         logger.error(
