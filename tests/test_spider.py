@@ -475,7 +475,8 @@ async def test_at_most_the_set_number_of_sitemap_files_are_held_and_read_at_once
     assert r.stats["recrawler/sitemap/error"] == 1
     assert r.stats["recrawler/sitemap/urls"] == 160
     assert ReadingProbe.reading == ReadingProbe.held == 0
-    assert ReadingProbe.most_reading == concurrency
+    # at most the set number at once (whether two reads overlap at all is the scheduler's timing)
+    assert 1 <= ReadingProbe.most_reading <= concurrency
     # the index itself (a start request) and the files it let out
     assert ReadingProbe.most_held <= concurrency + 1
 
