@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -219,15 +220,7 @@ class DeployChecks:
         try:
             pages = await store.schedule.live_pages(run.site)
             base = self.build or SiteBuild(site=run.site)
-            self.build = SiteBuild(
-                site=run.site,
-                fingerprint=base.fingerprint,
-                noise=base.noise,
-                lastmod_noise=base.lastmod_noise,
-                deploy_at=now,
-                deploy_run=run.id,
-                deploy_reason=why,
-            )
+            self.build = dataclasses.replace(base, deploy_at=now, deploy_run=run.id, deploy_reason=why)
             await store.schedule.record_site_build(self.build, utcnow())
         except StateStoreError as exc:
             self._state_error(exc, "storing the deploy")
@@ -425,14 +418,11 @@ class DeployChecks:
             and watch.reason.startswith("listing")
             and "lastmod" in watch.reason
         )
-        build = SiteBuild(
-            site=run.site,
+        build = dataclasses.replace(
+            base,
             fingerprint=learned.markers if learned is not None else base.fingerprint,
             noise=tuple(sorted(learned.noise)) if learned is not None else base.noise,
             lastmod_noise=lastmod_noise,
-            deploy_at=base.deploy_at,
-            deploy_run=base.deploy_run,
-            deploy_reason=base.deploy_reason,
         )
         try:
             if false_alarm and "sample" in watch.fired:
