@@ -17,7 +17,13 @@ from recrawler.state.postgres.vector_index import exact_only
 from recrawler.state.postgres.versions import check_schema
 from recrawler.state.sql.changes import ChangeReads
 from recrawler.state.sql.dialect import POSTGRES
-from recrawler.state.sql.visibility import published_pages, visible_from, visible_where
+from recrawler.state.sql.visibility import (
+    PUBLISHED_EMBEDDER,
+    PUBLISHED_RUN,
+    published_pages,
+    visible_from,
+    visible_where,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -28,7 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = ["EF_SEARCH", "NEAREST_MIN", "NEAREST_PER_HIT", "PostgreSQLSearchReads"]
 
-_PUBLISHED = "SELECT COALESCE(MAX(id), 0) FROM runs WHERE state = 'published'"
 #: pgvector's ``hnsw.ef_search`` for indexed searches (at most 1,000: a larger value is ignored).
 #: Over a real model's vectors (``bench_pgvector --embedder model``) at 100,000 chunks, the top 10
 #: held 0.89 of the exact one at 200 and 0.99 at 800; at a million (the store's m 32 build), 0.987
@@ -67,15 +72,12 @@ class PostgreSQLSearchReads:
 
     def published_run(self) -> int:
         """The last published run's id, of any site (0: nothing published yet)."""
-        row = self.conn.execute(_PUBLISHED).fetchone()
+        row = self.conn.execute(PUBLISHED_RUN).fetchone()
         return int(row[0]) if row is not None else 0
 
     def published_embedder(self) -> str | None:
         """The embedder the last published run that names one indexed with (``runs.embedder``)."""
-        row = self.conn.execute(
-            "SELECT embedder FROM runs WHERE state = 'published' AND embedder IS NOT NULL "
-            "ORDER BY id DESC LIMIT 1"
-        ).fetchone()
+        row = self.conn.execute(PUBLISHED_EMBEDDER).fetchone()
         return row[0] if row else None
 
     @contextmanager

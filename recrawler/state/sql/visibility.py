@@ -11,6 +11,8 @@ from __future__ import annotations
 __all__ = [
     "BEFORE_COLUMNS",
     "PAGE_COLUMNS",
+    "PUBLISHED_EMBEDDER",
+    "PUBLISHED_RUN",
     "WATERMARKS",
     "published_pages",
     "unpublished_runs",
@@ -24,7 +26,13 @@ WATERMARKS = (
     "SELECT COALESCE(site, '') AS site, MAX(id) AS p FROM runs WHERE state = 'published' "
     "GROUP BY COALESCE(site, '')"
 )
-_ANY = "(SELECT COALESCE(MAX(id), 0) FROM runs WHERE state = 'published')"
+#: the last published run's id (0: none yet), as search reads it
+PUBLISHED_RUN = "SELECT COALESCE(MAX(id), 0) FROM runs WHERE state = 'published'"
+_ANY = f"({PUBLISHED_RUN})"
+#: the embedder the last published run that names one indexed with
+PUBLISHED_EMBEDDER = (
+    "SELECT embedder FROM runs WHERE state = 'published' AND embedder IS NOT NULL ORDER BY id DESC LIMIT 1"
+)
 
 
 def visible_from(c: str = "c") -> str:

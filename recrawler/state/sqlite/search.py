@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 from recrawler.exceptions import SchemaVersionError, StateStoreUnavailable
 from recrawler.state.errors import DAMAGED, UNREADABLE, database_errors
 from recrawler.state.sql.changes import ChangeReads
-from recrawler.state.sql.visibility import published_pages, visible_from, visible_where
+from recrawler.state.sql.visibility import (
+    PUBLISHED_EMBEDDER,
+    PUBLISHED_RUN,
+    published_pages,
+    visible_from,
+    visible_where,
+)
 from recrawler.state.sqlite.vectors import VectorScan
 from recrawler.state.sqlite.versions import check_integrity, check_schema, path_from_uri
 
@@ -22,7 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["SQLiteSearchReads"]
 
-_PUBLISHED = "SELECT COALESCE(MAX(id), 0) FROM runs WHERE state = 'published'"
 _DOCS = "SELECT COUNT(*) FROM (SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)"
 
 
@@ -71,14 +76,11 @@ class SQLiteSearchReads:
 
     def published_run(self) -> int:
         """The last published run's id (0: nothing published yet)."""
-        return int(self.conn.execute(_PUBLISHED).fetchone()[0])
+        return int(self.conn.execute(PUBLISHED_RUN).fetchone()[0])
 
     def published_embedder(self) -> str | None:
         """The embedder the last published run that names one indexed with (``runs.embedder``)."""
-        row = self.conn.execute(
-            "SELECT embedder FROM runs WHERE state = 'published' AND embedder IS NOT NULL "
-            "ORDER BY id DESC LIMIT 1"
-        ).fetchone()
+        row = self.conn.execute(PUBLISHED_EMBEDDER).fetchone()
         return row[0] if row else None
 
     @contextmanager
