@@ -389,7 +389,7 @@ class RecrawlerAddon:
         site = getattr(self.crawler.spider, "recrawler_site", None) if self.crawler else None
         prefix = f"recrawler:%(spider)s:{site}" if site else "recrawler:%(spider)s"
         for name, value in (
-            ("SCHEDULER", "recrawler.scheduler.SharedScheduler"),
+            ("SCHEDULER", "recrawler.shared_run.SharedScheduler"),
             ("DUPEFILTER_CLASS", "recrawler.shared_run.PageKeyDupeFilter"),
             ("SCHEDULER_DUPEFILTER_CLASS", "recrawler.shared_run.PageKeyDupeFilter"),
             # a worker that closes must not flush the frontier the others still work on

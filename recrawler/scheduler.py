@@ -447,34 +447,14 @@ class FrontierScheduler(Scheduler):
             logger.error(message, {"exc": exc}, extra={"spider": self.spider})
 
 
-def _redis_scheduler() -> type:
-    try:
-        from scrapy_redis.scheduler import Scheduler as RedisScheduler
-    except ImportError:  # the workers extra is not installed: RECRAWLER_WORKERS_ENABLED says so
-        return object
-    return RedisScheduler  # type: ignore[no-any-return]
+def __getattr__(name: str) -> Any:
+    # the workers' scheduler lives with the shared run: scrapy-redis (and redis) load only when a
+    # run is shared, not on every crawl's start; the name it had here still resolves
+    if name == "SharedScheduler":
+        from recrawler.shared_run import SharedScheduler
+
+        return SharedScheduler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class SharedScheduler(_redis_scheduler()):  # type: ignore[misc]  # scrapy-redis ships no type hints
-    """scrapy-redis's scheduler (the frontier the workers of a run share, with
-    ``RECRAWLER_WORKERS_ENABLED``), which queues the checks of stored pages the run did not reach
-    (``recrawler.signals.pages_to_check``) as FrontierScheduler does."""
-
-    crawler: Crawler | None = None
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        """scrapy-redis's scheduler, listening for the checks."""
-        scheduler: Self = super().from_crawler(crawler)
-        scheduler.crawler = crawler
-        crawler.signals.connect(scheduler.pages_to_check, signal=recrawler_signals.pages_to_check)
-        return scheduler
-
-    def pages_to_check(self, requests: list[Request]) -> None:
-        """Queue the checks (an empty batch: none left); the engine looks again now."""
-        for request in requests:
-            self.enqueue_request(request)
-        wake(self.crawler)
-
-
-__all__ = ["FrontierScheduler", "SharedScheduler", "frontier_enabled", "request_dict", "wake"]
+__all__ = ["FrontierScheduler", "frontier_enabled", "request_dict", "wake"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import logging
 import os
@@ -14,7 +15,9 @@ from typing import TYPE_CHECKING, Any, Self
 
 from scrapy.exceptions import NotConfigured
 
+from recrawler import signals as recrawler_signals
 from recrawler.exceptions import ConfigurationError
+from recrawler.scheduler import wake
 from recrawler.state import Run
 
 if TYPE_CHECKING:
@@ -26,16 +29,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def _redis_dupefilter() -> type:
+def _scrapy_redis(module: str, name: str) -> type:
+    """scrapy-redis's class *name* from *module* (the workers extra), or one line saying to install it."""
     try:
-        from scrapy_redis.dupefilter import RFPDupeFilter
+        return getattr(importlib.import_module(f"scrapy_redis.{module}"), name)  # type: ignore[no-any-return]
     except ImportError as exc:  # pragma: no cover - the extra is missing
         msg = "RECRAWLER_WORKERS_ENABLED: scrapy-redis is not installed (pip install 'recrawler[workers]')"
         raise ConfigurationError(msg) from exc
-    return RFPDupeFilter  # type: ignore[no-any-return]  # scrapy-redis ships no type hints
 
 
-class PageKeyDupeFilter(_redis_dupefilter()):  # type: ignore[misc]  # scrapy-redis ships no type hints
+class PageKeyDupeFilter(_scrapy_redis("dupefilter", "RFPDupeFilter")):  # type: ignore[misc]  # scrapy-redis ships no type hints
     """scrapy-redis's shared seen-set, keyed by recrawler's page-key request fingerprint, so URL
     variants of one page are fetched (and classified) once per run across every worker."""
 
@@ -53,6 +56,28 @@ class PageKeyDupeFilter(_redis_dupefilter()):  # type: ignore[misc]  # scrapy-re
         if self.fingerprinter is None:
             return str(super().request_fingerprint(request))
         return str(self.fingerprinter.fingerprint(request).hex())
+
+
+class SharedScheduler(_scrapy_redis("scheduler", "Scheduler")):  # type: ignore[misc]  # scrapy-redis ships no type hints
+    """scrapy-redis's scheduler (the frontier the workers of a run share, with
+    ``RECRAWLER_WORKERS_ENABLED``), which queues the checks of stored pages the run did not reach
+    (``recrawler.signals.pages_to_check``) as FrontierScheduler does."""
+
+    crawler: Crawler | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """scrapy-redis's scheduler, listening for the checks."""
+        scheduler: Self = super().from_crawler(crawler)
+        scheduler.crawler = crawler
+        crawler.signals.connect(scheduler.pages_to_check, signal=recrawler_signals.pages_to_check)
+        return scheduler
+
+    def pages_to_check(self, requests: list[Request]) -> None:
+        """Queue the checks (an empty batch: none left); the engine looks again now."""
+        for request in requests:
+            self.enqueue_request(request)
+        wake(self.crawler)
 
 
 def frontier_keys(settings: BaseSettings, spider: str) -> tuple[str, str]:
@@ -279,4 +304,4 @@ class SharedRun:
         )
 
 
-__all__ = ["PageKeyDupeFilter", "SharedRun", "frontier_keys"]
+__all__ = ["PageKeyDupeFilter", "SharedRun", "SharedScheduler", "frontier_keys"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
@@ -71,7 +73,7 @@ def placed(spidercls: type[scrapy.Spider], **project: Any) -> str:
         # and the unseen pages' checks (Scrapy's queues hold the page requests)
         (DocsSpider, {"RECRAWLER_FRONTIER_ENABLED": False}, "recrawler.scheduler.FrontierScheduler"),
         # several workers share scrapy-redis's frontier instead
-        (DocsSpider, {"RECRAWLER_WORKERS_ENABLED": True}, "recrawler.scheduler.SharedScheduler"),
+        (DocsSpider, {"RECRAWLER_WORKERS_ENABLED": True}, "recrawler.shared_run.SharedScheduler"),
         # a project's own scheduler wins
         (DocsSpider, {"SCHEDULER": "tests.test_scheduler.OwnScheduler"}, "tests.test_scheduler.OwnScheduler"),
         # a spider that did not opt in runs as if recrawler were absent
@@ -82,6 +84,38 @@ def test_the_addon_places_the_frontier_for_spiders_that_opted_in(
     spidercls: type[scrapy.Spider], project: dict[str, Any], scheduler: str
 ) -> None:
     assert placed(spidercls, **project) == scheduler
+
+
+def test_a_crawl_that_is_not_shared_loads_no_redis_client() -> None:
+    """scrapy-redis (and the redis client under it: 70 ms of every start) load only for a run
+    several workers share: every component the add-on places for a plain crawl loads without."""
+    code = """
+import sys
+from contextlib import suppress
+from scrapy.exceptions import NotConfigured
+from scrapy.settings import Settings
+from scrapy.utils.misc import load_object
+from recrawler.addon import RecrawlerAddon
+from recrawler.spiders.docs import DocsSpider
+from tests.conftest import make_crawler
+settings = Settings({"RECRAWLER_DB_URI": "sqlite:///unused.db"}, priority="project")
+with suppress(NotConfigured):
+    RecrawlerAddon(make_crawler(DocsSpider, {})).update_settings(settings)
+paths = [settings["SCHEDULER"], settings["DUPEFILTER_CLASS"]]
+for name in ("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "ITEM_PIPELINES", "EXTENSIONS"):
+    paths += [p for p, order in settings.getwithbase(name).items() if order is not None]
+for path in paths:
+    if isinstance(path, str):
+        load_object(path)
+print(len(paths), sorted(m for m in sys.modules if m.split(".")[0] in ("redis", "scrapy_redis")))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1]
+    ).stdout.split(" ", 1)
+    assert int(out[0]) > 20  # the add-on's components and Scrapy's
+    assert out[1].strip() == "[]"
+    # the name it had still resolves, for a project that set it
+    assert load_object("recrawler.scheduler.SharedScheduler") is load_object("recrawler.shared_run.SharedScheduler")
 
 
 class OwnScheduler(Scheduler):
