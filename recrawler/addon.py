@@ -18,6 +18,7 @@ from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.misc import load_object
 
 from recrawler import default_settings
+from recrawler.auditor import Auditor
 from recrawler.downloadermiddlewares.audit import AuditMiddleware
 from recrawler.downloadermiddlewares.compression import BoundedHttpCompressionMiddleware
 from recrawler.downloadermiddlewares.conditional import ConditionalRequestMiddleware
@@ -34,6 +35,9 @@ from recrawler.extensions.reconcile import Reconciler
 from recrawler.extensions.sinks import VectorStoreSinks
 from recrawler.extras import quiet_library_deprecations, require
 from recrawler.facets import FacetPattern
+from recrawler.intervals import SchedulePolicy
+from recrawler.kb.embedders import RunEmbedder
+from recrawler.learning import NoiseRegistry
 from recrawler.meta import spider_opted_in
 from recrawler.pipelines.classify import ClassifyPipeline
 from recrawler.pipelines.index import IndexPipeline
@@ -346,8 +350,14 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", ClassifyPipeline, 700)
         settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", IndexPipeline, 800)
         # Extension order is irrelevant: they work from signals only. The Runtime owns the crawl's
-        # state; every other component finds it with crawler.get_extension(Runtime).
+        # state; every other component finds it with crawler.get_extension(Runtime). The run's
+        # shared collaborators are extensions too, found by class: the schedule policy (its run
+        # clock), the noise registry, the auditor and the embedder (RECRAWLER_INDEX_ENABLED).
         settings.setdefault_in_component_priority_dict("EXTENSIONS", Runtime, 0)
+        settings.setdefault_in_component_priority_dict("EXTENSIONS", SchedulePolicy, 0)
+        settings.setdefault_in_component_priority_dict("EXTENSIONS", NoiseRegistry, 0)
+        settings.setdefault_in_component_priority_dict("EXTENSIONS", Auditor, 0)
+        settings.setdefault_in_component_priority_dict("EXTENSIONS", RunEmbedder, 0)
         settings.setdefault_in_component_priority_dict("EXTENSIONS", Reconciler, 0)
         settings.setdefault_in_component_priority_dict("EXTENSIONS", DownloadFailureLog, 0)
         # off unless RECRAWLER_VECTORSTORE_SINKS names a store (NotConfigured): after a publication

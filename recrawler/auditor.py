@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from recrawler.counters import Counting, state_error_key
 from recrawler.exceptions import ConfigurationError, StateStoreError
@@ -14,9 +14,10 @@ from recrawler.state import TRUST_SIGNALS, utcnow
 from recrawler.urls import key_host
 
 if TYPE_CHECKING:
-    from datetime import datetime
+    from scrapy.crawler import Crawler
 
     from recrawler.counters import RunCounters
+    from recrawler.intervals import SchedulePolicy
     from recrawler.state import PageRecord, Run, Schedule, Trust
 
 logger = logging.getLogger(__name__)
@@ -26,7 +27,9 @@ _REPORT_LIMIT = 100
 
 
 class Auditor(Counting):
-    """One per crawl (the Runtime owns it): draws the audit sample, holds hosts' trust, records lies.
+    """One per crawl (an extension the add-on places, found with ``crawler.get_extension``): draws
+    the audit sample, holds hosts' trust, records lies. The Runtime hands it the store's trust and
+    schedule roles, the run's counters and the schedule policy when the run begins (:meth:`bind`).
 
     Settings: ``RECRAWLER_AUDIT_SAMPLE``, ``RECRAWLER_AUDIT_DISTRUST_AFTER``,
     ``RECRAWLER_AUDIT_TRUST_AFTER``.
@@ -34,30 +37,16 @@ class Auditor(Counting):
     ``recrawler/audit/distrusted``.
     """
 
-    def __init__(
-        self,
-        host_trust: Trust,
-        schedule: Schedule,
-        counters: RunCounters,
-        *,
-        sample: float,
-        distrust_after: int,
-        trust_after: int = 10,
-        clock: datetime | None = None,
-        bound_secs: float | None = None,
-    ) -> None:
+    def __init__(self, *, sample: float, distrust_after: int, trust_after: int = 10) -> None:
         if distrust_after < 1:
             raise ConfigurationError(f"RECRAWLER_AUDIT_DISTRUST_AFTER: bad value {distrust_after!r}")
         if trust_after < 0:
             raise ConfigurationError(f"RECRAWLER_AUDIT_TRUST_AFTER: bad value {trust_after!r}")
         #: honest audited claims after which a host's signal counts as found honest
         self.trust_after = trust_after
-        #: the run clock and the staleness bound: a share is audited per bound, not per run
-        self.clock = clock
-        self.bound_secs = bound_secs
-        self.host_trust = host_trust
-        self.schedule = schedule
-        self.counters: RunCounters = counters
+        #: the store's trust and schedule roles and the schedule policy (its run clock and
+        #: staleness bound: a share is audited per bound, not per run), from :meth:`bind`
+        self._roles: tuple[Trust, Schedule, SchedulePolicy] | None = None
         self.sample = sample
         self.distrust_after = distrust_after
         self.sample_keys: set[str] = set()
@@ -70,6 +59,32 @@ class Auditor(Counting):
         self.distrusted: list[dict[str, str]] = []
         self._ready: asyncio.Future[None] | None = None
 
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """From the settings, for a spider that opted in (bound to the store when the run begins)."""
+        from recrawler.intervals import parse_audit_sample
+        from recrawler.meta import require_opt_in
+
+        require_opt_in(crawler)
+        s = crawler.settings
+        return cls(
+            sample=parse_audit_sample(s.get("RECRAWLER_AUDIT_SAMPLE")),
+            distrust_after=s.getint("RECRAWLER_AUDIT_DISTRUST_AFTER"),
+            trust_after=s.getint("RECRAWLER_AUDIT_TRUST_AFTER"),
+        )
+
+    def bind(
+        self, host_trust: Trust, schedule: Schedule, counters: RunCounters, policy: SchedulePolicy
+    ) -> None:
+        """The store roles it reads and writes, the run's counters and the schedule policy."""
+        self._roles = (host_trust, schedule, policy)
+        self.counters = counters
+
+    def _bound(self) -> tuple[Trust, Schedule, SchedulePolicy]:
+        if self._roles is None:
+            raise RuntimeError("the Auditor is used before the run began (Auditor.bind)")
+        return self._roles
+
     async def ready(self, run: Run) -> None:
         """Load trust and draw the sample, once per run (every caller awaits the same work)."""
         if self._ready is None:
@@ -77,8 +92,9 @@ class Auditor(Counting):
         await asyncio.shield(self._ready)
 
     async def _load(self, run: Run) -> None:
+        host_trust, schedule, policy = self._bound()
         try:
-            records = await self.host_trust.trust()
+            records = await host_trust.trust()
             self.off = {(r.host, r.signal) for r in records if not r.trusted}
             self.found_honest = {
                 (r.host, r.signal)
@@ -86,7 +102,7 @@ class Auditor(Counting):
                 if r.trusted and not r.lies and r.checks >= self.trust_after
             }
             self.sample_keys = set(
-                await self.schedule.audit_sample(run, self.sample, now=self.clock, bound_secs=self.bound_secs)
+                await schedule.audit_sample(run, self.sample, now=policy.now, bound_secs=policy.default_bound)
             )
         except StateStoreError as exc:
             # no sample and full trust: the run goes on as it would without the audit
@@ -132,7 +148,7 @@ class Auditor(Counting):
         if not self.trusted(host, signal):
             return
         try:
-            rec = await self.host_trust.record_trust(
+            rec = await self._bound()[0].record_trust(
                 host, signal, lied=lied, url=url, at=utcnow(), distrust_after=self.distrust_after
             )
         except StateStoreError as exc:
@@ -162,8 +178,8 @@ class Auditor(Counting):
         """The ``audit`` section of the run report."""
         return {
             "sample": len(self.sample_keys),
-            "checked": self.counters["recrawler/audit/checked"],
-            "refetched": self.counters["recrawler/audit/refetched"],
+            "checked": self.counters["recrawler/audit/checked"] if self.counters is not None else 0,
+            "refetched": self.counters["recrawler/audit/refetched"] if self.counters is not None else 0,
             "lies": list(self.lies),
             "distrusted": list(self.distrusted),
             "switched_off": [{"host": h, "signal": s} for h, s in sorted(self.off)],

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+from typing import TYPE_CHECKING, Any
+
+from recrawler.redact import redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from scrapy.statscollectors import StatsCollector
+
+logger = logging.getLogger(__name__)
 
 
 #: the family counting the state store failures a run went on without, one count per exception class
@@ -20,7 +25,8 @@ def state_error_key(exc: BaseException) -> str:
 
 
 class RunCounters:
-    """The run's own counts, keyed by their stat names (``recrawler/page/new``, ...).
+    """The run's own counts, keyed by their stat names (``recrawler/page/new``, ...), and what was
+    logged once this run and is only counted since (:meth:`first`, :meth:`refused`).
 
     Guards, breakers and the report read these; every write is mirrored to Scrapy's stats
     collector for monitoring, and nothing reads the stats back, so a ``DummyStatsCollector``
@@ -30,6 +36,27 @@ class RunCounters:
     def __init__(self, stats: StatsCollector | None = None) -> None:
         self._values: dict[str, int | float] = {}
         self._stats = stats
+        #: what was logged once this run and is only counted since (see :meth:`first`)
+        self._logged: set[str] = set()
+
+    def first(self, what: str) -> bool:
+        """True the first time *what* happens this run: a reason is logged once, then only counted."""
+        if what in self._logged:
+            return False
+        self._logged.add(what)
+        return True
+
+    def refused(self, url: str, reason: str, source: str, spider: Any = None) -> None:
+        """Count a URL the policy refused, from any source; the first of each reason this run is
+        logged (credentials never)."""
+        self.inc("recrawler/url/refused")
+        self.inc(f"recrawler/url/refused/{reason}")
+        if self.first(reason):
+            logger.warning(
+                "refused %(source)s URL (%(reason)s): %(url)s; further %(reason)s URLs are only counted",
+                {"source": source, "reason": reason, "url": redact_url(url)[:300]},
+                extra={"spider": spider},
+            )
 
     def inc(self, key: str, count: int = 1) -> None:
         """Add *count* to *key*."""

@@ -39,6 +39,7 @@ from recrawler.times import parse_time
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
@@ -204,9 +205,10 @@ class SchedulePolicy:
     """Decides which pages a run requests, and when each is due next.
 
     Built from ``RECRAWLER_SCHEDULE``, ``RECRAWLER_NOW``, ``RECRAWLER_MAX_INTERVAL_SECS``,
-    ``RECRAWLER_INTERVAL_OVERRIDES`` and ``RECRAWLER_LASTMOD_MODE``. ``now`` is the run clock: one
-    instant for the whole run. A deploy detected on a site (:meth:`deployed`) makes every page of
-    it that was not checked since due.
+    ``RECRAWLER_INTERVAL_OVERRIDES`` and ``RECRAWLER_LASTMOD_MODE`` (``RECRAWLER_MIN_INTERVAL_SECS``
+    is no longer read: setting it warns). ``now`` is the run clock: one instant for the whole run,
+    the one policy of a crawl (an extension, see :meth:`from_crawler`). A deploy detected on a
+    site (:meth:`deployed`) makes every page of it that was not checked since due.
     """
 
     def __init__(
@@ -236,6 +238,15 @@ class SchedulePolicy:
             self.overrides.append((self._regex(pattern), self._bound(pattern, value)))
         #: site -> when its last deploy was detected: pages last checked before it are due
         self.deploys: dict[str, datetime] = {}
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """The run's one policy (its clock and the deploys it learns are the run's), placed by the
+        add-on as an extension for a spider that opted in and found with ``crawler.get_extension``."""
+        from recrawler.meta import require_opt_in
+
+        require_opt_in(crawler)
+        return cls.from_settings(crawler.settings)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, now: datetime | None = None) -> Self:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from recrawler.detect.noise import SiteNoise
 from recrawler.detect.tokens import DEFAULT_PATTERNS, Normalizer, VolatilePattern
@@ -13,6 +13,7 @@ from recrawler.exceptions import ConfigurationError
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
+    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
     from recrawler.state import History
@@ -30,7 +31,8 @@ def _patterns(value: Any) -> dict[str, list[str]]:
 
 
 class NoiseRegistry:
-    """Per-crawler cache of site noise models, loaded from the database once per run.
+    """Per-crawler cache of site noise models, loaded from the database once per run (an
+    extension of the crawl: see :meth:`from_crawler`).
 
     Settings: ``RECRAWLER_VOLATILE_ENABLED``, ``RECRAWLER_VOLATILE_PATTERNS``,
     ``RECRAWLER_BOILERPLATE_ENABLED``, ``RECRAWLER_CONTENT_SELECTORS``,
@@ -58,7 +60,16 @@ class NoiseRegistry:
             self._normalizer(site)  # a bad pattern stops the crawl before it starts
 
     @classmethod
-    def from_settings(cls, settings: BaseSettings) -> NoiseRegistry:
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """The run's one registry, placed by the add-on as an extension for a spider that opted in
+        and found with ``crawler.get_extension``; the Runtime loads it when the run begins."""
+        from recrawler.meta import require_opt_in
+
+        require_opt_in(crawler)
+        return cls.from_settings(crawler.settings)
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
         """Build from settings (no database access yet)."""
         return cls(
             volatile=settings.getbool("RECRAWLER_VOLATILE_ENABLED"),

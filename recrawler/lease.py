@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from recrawler.counters import RunCounters
     from recrawler.shared_run import SharedRun
-    from recrawler.state import Run, StateStore
+    from recrawler.state import Lifecycle, Run, Runs
 
 logger = logging.getLogger(__name__)
 
@@ -39,14 +39,16 @@ class Lease:
     def start(
         self,
         crawler: Crawler,
-        store: StateStore,
+        runs: Runs,
         run: Run,
         *,
         counters: RunCounters,
         workers: SharedRun | None = None,
+        lifecycle: Lifecycle | None = None,
     ) -> None:
-        """Renew the lease from now on."""
-        self._task = asyncio.ensure_future(self._beat(crawler, store, run, counters, workers))
+        """Renew the lease from now on (the store's runs role renews it; a joining worker reports
+        its counts with the page writes its store's *lifecycle* committed)."""
+        self._task = asyncio.ensure_future(self._beat(crawler, runs, run, counters, workers, lifecycle))
 
     def stop(self) -> None:
         """Stop renewing the lease (the closing work releases it with the run)."""
@@ -55,19 +57,25 @@ class Lease:
             self._task = None
 
     async def _beat(
-        self, crawler: Crawler, store: StateStore, run: Run, counters: RunCounters, workers: SharedRun | None
+        self,
+        crawler: Crawler,
+        runs: Runs,
+        run: Run,
+        counters: RunCounters,
+        workers: SharedRun | None,
+        lifecycle: Lifecycle | None,
     ) -> None:
         ttl = workers.ttl_secs if workers is not None else self.secs
         while True:
             await asyncio.sleep(min(self.secs, ttl) / 4)
             if workers is not None:
                 await asyncio.to_thread(workers.beat)
-                if not workers.leader:
+                if not workers.leader and lifecycle is not None:
                     # this worker's work so far, counted by the leader should this process die
-                    await asyncio.to_thread(workers.report, membership.worker_counts(counters, store))
+                    await asyncio.to_thread(workers.report, membership.worker_counts(counters, lifecycle))
                     continue
             try:
-                held = await store.runs.heartbeat(run)
+                held = await runs.heartbeat(run)
             except StateStoreError as exc:
                 # a database lost mid-run was said once, by the store, when it noticed
                 level = logging.DEBUG if isinstance(exc, StateStoreLost) else logging.ERROR

@@ -30,15 +30,13 @@ class WorkerActivity:
     """A worker's idleness, as the others see it (``RECRAWLER_WORKERS_ENABLED``): a joining worker
     stays open while its leader lives and work may still come, and reports itself idle (once its
     writes are committed) or busy. The Runtime connects it to ``spider_idle`` and
-    ``request_reached_downloader``, and tells it when the run has begun (``joined``)."""
+    ``request_reached_downloader``; the shared run says when this worker's run has begun (``joined``)."""
 
     def __init__(self, crawler: Crawler, shared: SharedRun, store: Lifecycle, counters: RunCounters) -> None:
         self.crawler = crawler
         self.shared = shared
         self.store = store
         self.counters = counters
-        #: the run this process works on has begun
-        self.joined = False
         self._idle_report: asyncio.Future[None] | None = None
         #: requests that reached this worker's downloader (an idle report older than one is stale)
         self._busy_gen = 0
@@ -46,7 +44,7 @@ class WorkerActivity:
     def spider_idle(self) -> None:
         """A joining worker stays open while its leader lives and work may still come."""
         workers = self.shared
-        if workers.leader or not self.joined:
+        if workers.leader or not workers.joined:
             return
         self._idle_report = asyncio.ensure_future(self._report_idle(self._busy_gen))
         if workers.leader_alive() and not (workers.closing() and workers.frontier_empty()):

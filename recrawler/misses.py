@@ -93,7 +93,7 @@ def state_error(
         return
     runtime.counters.state_error(exc)
     # a database lost mid-run was said once, by the store, when it noticed
-    if not isinstance(exc, StateStoreLost) and runtime.first(f"state/error/{name}"):
+    if not isinstance(exc, StateStoreLost) and runtime.counters.first(f"state/error/{name}"):
         logger.error(
             "%(doing)s failed%(about)s: %(exc)s; more %(name)s failures are only counted "
             "(recrawler/state/error/%(name)s)",

@@ -34,7 +34,6 @@ from spidermon import monitors as spidermon_monitors  # noqa: E402 (after the ch
 
 from recrawler.extensions.reconcile import Reconciler  # noqa: E402 (after the check above)
 from recrawler.outcome import HOLD_MASS_REMOVAL  # noqa: E402 (after the check above)
-from recrawler.runtime import Runtime  # noqa: E402 (after the check above)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -80,8 +79,8 @@ class RunMonitor(Monitor):  # type: ignore[misc]  # spidermon is untyped
     @property
     def failure(self) -> str | None:
         """Why the run did not begin (refused at start: the site busy, the database unreachable), or None."""
-        runtime = self.crawler.get_extension(Runtime)
-        return None if runtime is None or runtime.failure is None else str(runtime.failure)
+        reconciler = self.crawler.get_extension(Reconciler)
+        return None if reconciler is None or reconciler.refusal is None else str(reconciler.refusal)
 
     @property
     def report(self) -> dict[str, Any]:
@@ -252,8 +251,8 @@ class RefusedRunMonitors:
         return monitors
 
     def spider_closed(self) -> None:
-        """Run the engine-stop monitors when the run was refused (the Runtime holds its failure)."""
-        runtime = self.crawler.get_extension(Runtime)
-        if runtime is None or runtime.failure is None:
+        """Run the engine-stop monitors when the run was refused (the Reconciler holds why)."""
+        reconciler = self.crawler.get_extension(Reconciler)
+        if reconciler is None or reconciler.refusal is None:
             return
         run_engine_stop_monitors(self.crawler)

@@ -23,7 +23,8 @@ from recrawler.exceptions import (
     SchemaVersionError,
     StateStoreError,
 )
-from recrawler.intervals import SchedulePolicy, parse_audit_sample
+from recrawler.intervals import SchedulePolicy
+from recrawler.kb.embedders import RunEmbedder
 from recrawler.learning import NoiseRegistry
 from recrawler.lease import Lease
 from recrawler.outcome import EXIT_BUSY, EXIT_CONFIG, EXIT_HELD, EXIT_STATE
@@ -36,14 +37,13 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from recrawler.cpu import CpuPool
-    from recrawler.kb.embedders import Embedder
-    from recrawler.membership import WorkerActivity
     from recrawler.shared_run import SharedRun
     from recrawler.state import Run, StateStore
 
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+_C = TypeVar("_C")
 _P = ParamSpec("_P")
 
 #: close reasons of a run refused when the spider opens
@@ -53,35 +53,26 @@ CLOSE_BUSY, CLOSE_HELD, CLOSE_STATE = "recrawler_busy", "recrawler_held", "recra
 class Runtime:
     """One per crawl, placed by the add-on: owns the state store (opened when the spider opens,
     closed when the engine stops, after every close handler), the run and its lease, the run's
-    counters and the policy objects (schedule, noise, audit, embedder). Components find it with
-    ``crawler.get_extension(Runtime)``.
+    counters and where per-page CPU work runs. Components find it with
+    ``crawler.get_extension(Runtime)`` (:func:`runtime_of`). The run's shared collaborators are
+    extensions of their own, found by class (:func:`component_of`): the schedule policy, the noise
+    registry and the auditor, which the Runtime makes ready when the run begins, and the embedder.
 
     A database that cannot be opened, another live run of the site or a held run awaiting a
     decision closes the spider before its first request (close reasons ``recrawler_state_error``,
     ``recrawler_busy``, ``recrawler_held``), with one ERROR line and the matching exit code.
 
-    Settings: ``RECRAWLER_DB_URI``, ``RECRAWLER_LEASE_SECS``, ``RECRAWLER_AUDIT_SAMPLE``,
-    ``RECRAWLER_AUDIT_DISTRUST_AFTER``, ``RECRAWLER_AUDIT_TRUST_AFTER``, ``RECRAWLER_INDEX_ENABLED``,
-    ``RECRAWLER_EMBEDDER*``, ``RECRAWLER_MAX_INTERVAL_SECS`` (the audit's share is per bound),
-    ``RECRAWLER_PUBLISH``, ``RECRAWLER_DRY_RUN``, ``RECRAWLER_CPU_*``, ``RECRAWLER_GC_THRESHOLD``,
-    ``RECRAWLER_WORKERS_ENABLED``, ``RECRAWLER_REPORT_FILE`` (a refused run's report),
+    Settings: ``RECRAWLER_DB_URI``, ``RECRAWLER_LEASE_SECS``, ``RECRAWLER_INDEX_ENABLED``,
+    ``RECRAWLER_EMBEDDER*`` (the run row names its embedder), ``RECRAWLER_PUBLISH``,
+    ``RECRAWLER_DRY_RUN``, ``RECRAWLER_CPU_*``, ``RECRAWLER_GC_THRESHOLD``,
+    ``RECRAWLER_WORKERS_ENABLED``, ``RECRAWLER_REPORT_FILE`` (a refused run's report).
     Signals: listens to ``spider_opened`` and ``engine_stopped``; with ``RECRAWLER_WORKERS_ENABLED``
-    its ``WorkerActivity`` (``recrawler.membership``) listens to ``spider_idle`` and
-    ``request_reached_downloader``.
+    a ``WorkerActivity`` (``recrawler.membership``, held by the signals) listens to ``spider_idle``
+    and ``request_reached_downloader``.
     """
 
     def __init__(
-        self,
-        crawler: Crawler,
-        store: StateStore,
-        *,
-        schedule: SchedulePolicy,
-        noise: NoiseRegistry,
-        audit_sample: float = 0.0,
-        distrust_after: int = 1,
-        trust_after: int = 10,
-        lease_secs: float = 60.0,
-        cpu: CpuWork | None = None,
+        self, crawler: Crawler, store: StateStore, *, lease_secs: float = 60.0, cpu: CpuWork | None = None
     ) -> None:
         #: the run's hold on its site (``RECRAWLER_LEASE_SECS``)
         self.lease = Lease(lease_secs)
@@ -91,28 +82,10 @@ class Runtime:
         self.store = store
         self.counters = RunCounters(crawler.stats)
         self.cpu.pool.counters = self.counters
-        self.schedule = schedule
-        self.noise = noise
-        self.auditor = Auditor(
-            store.host_trust,
-            store.schedule,
-            self.counters,
-            sample=audit_sample,
-            distrust_after=distrust_after,
-            trust_after=trust_after,
-            clock=schedule.now,
-            bound_secs=schedule.default_bound,
-        )
-        self._embedder: Embedder | None = None
         self.run: Run | None = None
-        #: why the run could not begin (the spider was closed before its first request)
-        self.failure: BaseException | None = None
         self._opened = asyncio.Event()
-        self._closed = False
-        #: refusal and failure reasons already logged this run (each logged once, then counted)
-        self._refusals_logged: set[str] = set()
-        #: with RECRAWLER_WORKERS_ENABLED: this worker's idle and busy reports to the others
-        self.activity: WorkerActivity | None = None
+        #: with RECRAWLER_WORKERS_ENABLED: this process's part in a run shared with other workers
+        self.workers: SharedRun | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -127,72 +100,27 @@ class Runtime:
         runtime = cls(
             crawler,
             store_from_uri(str(uri), s, blocks=PAGE_BLOCKS),
-            schedule=SchedulePolicy.from_settings(s),
-            noise=NoiseRegistry.from_settings(s),
-            audit_sample=parse_audit_sample(s.get("RECRAWLER_AUDIT_SAMPLE")),
-            distrust_after=s.getint("RECRAWLER_AUDIT_DISTRUST_AFTER"),
-            trust_after=s.getint("RECRAWLER_AUDIT_TRUST_AFTER"),
             lease_secs=s.getfloat("RECRAWLER_LEASE_SECS"),
             cpu=CpuWork.from_settings(s),
         )
-        if s.getbool("RECRAWLER_INDEX_ENABLED"):
-            # a bad RECRAWLER_EMBEDDER stops the crawl before it starts
-            embedder = runtime.embedder
-            if s.getbool("RECRAWLER_CPU_EMBED") and not s.getbool("RECRAWLER_DRY_RUN"):
-                runtime.cpu.pool.embed_with(embedder)
         crawler.signals.connect(runtime.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(runtime.engine_stopped, signal=signals.engine_stopped)
         if s.getbool("RECRAWLER_WORKERS_ENABLED"):
             from recrawler.membership import WorkerActivity
             from recrawler.shared_run import SharedRun
 
-            shared = SharedRun.from_crawler(crawler)
-            # held here: the signals keep a weak reference to a handler's object
-            runtime.activity = activity = WorkerActivity(crawler, shared, runtime.store, runtime.counters)
-            crawler.signals.connect(activity.spider_idle, signal=signals.spider_idle)
+            runtime.workers = shared = SharedRun.from_crawler(crawler)
+            activity = WorkerActivity(crawler, shared, runtime.store, runtime.counters)
+            # held by the signals themselves (weak=False): nothing else keeps the reports alive
+            crawler.signals.connect(activity.spider_idle, signal=signals.spider_idle, weak=False)
             crawler.signals.connect(
-                activity.request_reached_downloader, signal=signals.request_reached_downloader
+                activity.request_reached_downloader, signal=signals.request_reached_downloader, weak=False
             )
         return runtime
-
-    def first(self, what: str) -> bool:
-        """True the first time *what* happens this run: a reason logged once, then only counted."""
-        if what in self._refusals_logged:
-            return False
-        self._refusals_logged.add(what)
-        return True
-
-    def refused(self, url: str, reason: str, source: str) -> None:
-        """Count a URL the policy refused, from any source; the first of each reason this run is
-        logged (credentials never)."""
-        self.counters.inc("recrawler/url/refused")
-        self.counters.inc(f"recrawler/url/refused/{reason}")
-        if reason not in self._refusals_logged:
-            self._refusals_logged.add(reason)
-            logger.warning(
-                "refused %(source)s URL (%(reason)s): %(url)s; further %(reason)s URLs are only counted",
-                {"source": source, "reason": reason, "url": redact_url(url)[:300]},
-                extra={"spider": self.crawler.spider},
-            )
-
-    @property
-    def embedder(self) -> Embedder:
-        """The run's embedder, built once from ``RECRAWLER_EMBEDDER*``."""
-        if self._embedder is None:
-            from recrawler.kb.embedders import embedder_from_settings
-
-            self._embedder = embedder_from_settings(self.crawler.settings)
-        return self._embedder
 
     async def offload(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Run pure per-page CPU work on the CPU threads (``RECRAWLER_CPU_THREADS``), or inline."""
         return await self.cpu.offload(func, *args, **kwargs)
-
-    @property
-    def workers(self) -> SharedRun | None:
-        """With ``RECRAWLER_WORKERS_ENABLED``: this process's part in a run shared with other
-        workers (its WorkerActivity's)."""
-        return self.activity.shared if self.activity is not None else None
 
     @property
     def cpu_pool(self) -> CpuPool:
@@ -211,13 +139,20 @@ class Runtime:
 
     async def spider_opened(self) -> None:
         """Open the store, begin the run (taking the site's lease), load what the policies need."""
+        crawler = self.crawler
+        embedding = crawler.get_extension(RunEmbedder)
+        if embedding is not None and embedding.in_workers:
+            self.cpu.pool.embed_with(embedding.embedder)
         # forked before the store's thread (or any other of the run's) starts, with the
         # collector's generation frozen first
         self.cpu.start()
         try:
+            noise, auditor = component_of(crawler, NoiseRegistry), component_of(crawler, Auditor)
+            policy = component_of(crawler, SchedulePolicy)
+            auditor.bind(self.store.host_trust, self.store.schedule, self.counters, policy)
             await self.store.open()
             if self.workers is not None and not await asyncio.to_thread(self.workers.elect):
-                self.run = await membership.join(self.workers, self.auditor, self.crawler)
+                self.run = await membership.join(self.workers, auditor, crawler)
             else:
                 spider, site, kwargs = self._run_args()
                 self.run = await self.store.runs.begin_run(spider, site, utcnow(), **kwargs)
@@ -225,15 +160,15 @@ class Runtime:
                     await asyncio.to_thread(self.workers.publish_run, self.run)
             if self.workers is not None:
                 await asyncio.to_thread(self.workers.beat)
-            if self.activity is not None:
-                self.activity.joined = True
-            await self.noise.load(self.store.history)
+            if self.workers is not None:
+                self.workers.joined = True
+            await noise.load(self.store.history)
             if self.run.site is not None:
                 # the site's noise model before its first page: a CPU worker fingerprints (and
                 # chunks) the first pages too, not only those after the first was classified
-                await self.noise.ensure(self.run.site, self.store.history)
+                await noise.ensure(self.run.site, self.store.history)
             # trust and the audit sample, before the first request is decided
-            await self.auditor.ready(self.run)
+            await auditor.ready(self.run)
         except (RunRefused, StateStoreError, ConfigurationError) as exc:
             await self._refuse(exc)
             self._report_refusal(exc)
@@ -245,13 +180,22 @@ class Runtime:
             {"run": self.run.id, "uri": redact_url(self.store.uri), "site": self.run.site or "-"},
             extra={"spider": self.crawler.spider},
         )
-        self.lease.start(self.crawler, self.store, self.run, counters=self.counters, workers=self.workers)
+        self.lease.start(
+            self.crawler,
+            self.store.runs,
+            self.run,
+            counters=self.counters,
+            workers=self.workers,
+            lifecycle=self.store,
+        )
 
     async def _refuse(self, exc: BaseException) -> None:
-        self.failure = exc
         # the Reconciler decides the run's exit code: the refusal is a cause it is told of
         await self.crawler.signals.send_catch_log_async(
-            recrawler_signals.run_failed, cause=self._close_reason(exc), exit_code=_exit_code_for(exc)
+            recrawler_signals.run_failed,
+            cause=self._close_reason(exc),
+            exit_code=_exit_code_for(exc),
+            error=exc,
         )
         if isinstance(exc, StateStoreError):
             self.counters.state_error(exc)
@@ -298,12 +242,13 @@ class Runtime:
         spider = self.crawler.spider
         settings = self.crawler.settings
         embedder = None
-        if settings.getbool("RECRAWLER_INDEX_ENABLED"):
+        embedding = self.crawler.get_extension(RunEmbedder)
+        if embedding is not None:
             base_url = settings.get("RECRAWLER_EMBEDDER_BASE_URL")
             # what search and `runs approve` need to rebuild the same embedder (never a key or password)
             embedder = json.dumps(
                 {
-                    "id": self.embedder.id,
+                    "id": embedding.embedder.id,
                     "spec": settings.get("RECRAWLER_EMBEDDER"),
                     "base_url": redact_url(str(base_url)) if base_url else base_url,
                 }
@@ -341,9 +286,7 @@ class Runtime:
         self.cpu.stop()
 
     async def _close_store(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        # a refused run's store was closed already: closing is idempotent
         try:
             await self.store.close()
         except StateStoreError as exc:
@@ -360,20 +303,33 @@ def _exit_code_for(exc: BaseException) -> int:
     return EXIT_STATE
 
 
+def component_of(crawler: Crawler, cls: type[_C]) -> _C:
+    """The crawl's one *cls*: the Runtime and the run's shared collaborators (SchedulePolicy,
+    NoiseRegistry, Auditor, RunEmbedder) are extensions the add-on places, found by their class
+    (a component's ``from_crawler`` runs after the extensions are built, so they exist)."""
+    found = crawler.get_extension(cls)
+    if found is None:
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        msg = f"EXTENSIONS: {name} is not enabled (enable recrawler.addon.RecrawlerAddon)"
+        raise ConfigurationError(msg)
+    return found
+
+
 def runtime_of(crawler: Crawler) -> Runtime:
     """The crawl's Runtime (its components are built after the extensions, so it exists)."""
-    runtime = crawler.get_extension(Runtime)
-    if runtime is None:
-        msg = "EXTENSIONS: recrawler.runtime.Runtime is not enabled (enable recrawler.addon.RecrawlerAddon)"
-        raise ConfigurationError(msg)
-    return runtime
+    return component_of(crawler, Runtime)
+
+
+def find_component(crawler: Crawler | None, cls: type[_C]) -> _C | None:
+    """The crawl's one *cls*, or None (no crawler, extensions not built yet, or not enabled)."""
+    if crawler is None or getattr(crawler, "extensions", None) is None:
+        return None
+    return crawler.get_extension(cls)
 
 
 def find_runtime(crawler: Crawler | None) -> Runtime | None:
     """The crawl's Runtime, or None (no crawler, extensions not built yet, or not enabled)."""
-    if crawler is None or getattr(crawler, "extensions", None) is None:
-        return None
-    return crawler.get_extension(Runtime)
+    return find_component(crawler, Runtime)
 
 
 __all__ = [
@@ -381,6 +337,8 @@ __all__ = [
     "CLOSE_HELD",
     "CLOSE_STATE",
     "Runtime",
+    "component_of",
+    "find_component",
     "find_runtime",
     "runtime_of",
 ]

@@ -443,7 +443,7 @@ class FrontierScheduler(Scheduler):
         name = type(exc).__name__
         rt.counters.inc(f"recrawler/state/error/{name}")
         # a database lost mid-run was said once, by the store, when it noticed
-        if not isinstance(exc, StateStoreLost) and rt.first(f"frontier:{message}"):
+        if not isinstance(exc, StateStoreLost) and rt.counters.first(f"frontier:{message}"):
             logger.error(message, {"exc": exc}, extra={"spider": self.spider})
 
 

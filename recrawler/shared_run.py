@@ -127,6 +127,8 @@ class SharedRun:
         self.ttl_secs = ttl_secs
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         self.leader = False
+        #: the run this process works on has begun (led or joined)
+        self.joined = False
         self.state = self.BUSY
 
     @classmethod

@@ -6,8 +6,9 @@ from __future__ import annotations
 page_classified = object()
 # run, report; Reconciler after the run was finished in the store and the report built
 run_finished = object()
-# cause, exit_code; any component that finds why the run fails (a refusal, a lost leader): the
-# Reconciler alone decides the run's exit code (the most severe cause or finding)
+# cause, exit_code, error; any component that finds why the run fails (a refusal, a lost leader):
+# the Reconciler alone decides the run's exit code (the most severe cause or finding); error is the
+# exception a run refused at start was refused for (None otherwise)
 run_failed = object()
 # run, reasons ({reason: explanation}), report; Reconciler when it holds a run for an operator
 run_held = object()

@@ -17,7 +17,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.reactor import is_reactor_installed
 from scrapy.utils.test import get_reactor_settings
 
-from recrawler.extensions.reconcile import decided_exit_code
+from recrawler.extensions.reconcile import Reconciler, decided_exit_code
 from recrawler.runtime import Runtime
 from recrawler.spiders.docs import DocsSpider
 from tests.conftest_mockserver import *  # noqa: F403 (fixtures: mockserver, site)
@@ -101,6 +101,7 @@ class Crawls:
         await crawler.crawl_async(**args)
         runtime = crawler.get_extension(Runtime)
         assert runtime is not None
+        reconciler = crawler.get_extension(Reconciler)
         # decisions come from the run's counters; the stats are their mirror (exact, unless dummy)
         stats = {k: v for k, v in runtime.counters.items() if k.startswith("recrawler/")}
         assert crawler.stats is not None
@@ -115,7 +116,7 @@ class Crawls:
             events=self._events()[len(before) :],
             finish_reason=closed[0] if closed else None,
             exit_code=decided_exit_code(crawler),
-            failure=runtime.failure,
+            failure=reconciler.refusal if reconciler is not None else None,
         )
 
     def _events(self) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +48,14 @@ COMPONENTS = {
         "recrawler.downloadermiddlewares.redirect.PageRedirectMiddleware": 541,
     },
     "ITEM_PIPELINES": {"recrawler.pipelines.classify.ClassifyPipeline": 800},
-    "EXTENSIONS": {"recrawler.runtime.Runtime": 0, "recrawler.extensions.reconcile.Reconciler": 0},
+    "EXTENSIONS": {
+        "recrawler.runtime.Runtime": 0,
+        "recrawler.intervals.SchedulePolicy": 0,
+        "recrawler.learning.NoiseRegistry": 0,
+        "recrawler.auditor.Auditor": 0,
+        "recrawler.kb.embedders.RunEmbedder": 0,
+        "recrawler.extensions.reconcile.Reconciler": 0,
+    },
 }
 RECRAWLER_DEFAULTS = {
     name: getattr(default_settings, name) for name in dir(default_settings) if name.startswith("RECRAWLER_")
@@ -132,7 +140,7 @@ async def test_own_spider_with_the_addon_recrawls_with_304s(site: Site, tmp_path
 
 @deferred_f_from_coro_f
 async def test_components_without_the_addon(site: Site, tmp_path: Path) -> None:
-    """Without the add-on, a project lists the three components and loads every ``RECRAWLER_*``
+    """Without the add-on, a project lists the components and loads every ``RECRAWLER_*``
     default itself (``RECRAWLER_DEFAULTS`` here: each name of ``recrawler.default_settings``).
 
     The components have no inline defaults, so a partial copy either fails at startup with a
@@ -181,6 +189,22 @@ def test_pages_are_written_with_their_chunks_only_where_an_index_pipeline_runs(
     settings = {**extra, "RECRAWLER_DB_URI": f"sqlite:///{tmp_path / 'state.db'}"}
     crawler = get_crawler(MySpider, settings)
     assert meta.indexes_pages(crawler.settings) is indexes
+
+
+@pytest.mark.parametrize(
+    "collaborator",
+    ["recrawler.intervals.SchedulePolicy", "recrawler.learning.NoiseRegistry", "recrawler.auditor.Auditor"],
+)
+@deferred_f_from_coro_f
+async def test_a_collaborator_left_out_stops_the_crawl_naming_it(tmp_path: Path, collaborator: str) -> None:
+    """The run's shared collaborators are extensions, found by class: a project that wires the
+    components itself and leaves one out is told which, before the first request."""
+    components = {**COMPONENTS, "EXTENSIONS": {**COMPONENTS["EXTENSIONS"], collaborator: None}}
+    settings = base_settings(tmp_path, **RECRAWLER_DEFAULTS, **components)
+    settings["RECRAWLER_DB_URI"] = f"sqlite:///{tmp_path / 'state.db'}"
+    with pytest.raises(ConfigurationError, match=rf"EXTENSIONS: {re.escape(collaborator)} is not enabled"):
+        await crawl(settings, urls=["http://127.0.0.1:9/a.html"])
+    assert not (tmp_path / "state.db").exists()
 
 
 @pytest.mark.parametrize(

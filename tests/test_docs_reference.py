@@ -21,6 +21,10 @@ READ = re.compile(r"""\.get(?:int|float|bool|list|dict)?\(\s*["']([A-Z][A-Z0-9_]
 #: the components the add-on places, and the extension it adds
 COMPONENTS = [
     "recrawler.runtime.Runtime",
+    "recrawler.intervals.SchedulePolicy",
+    "recrawler.learning.NoiseRegistry",
+    "recrawler.auditor.Auditor",
+    "recrawler.kb.embedders.RunEmbedder",
     "recrawler.extensions.reconcile.Reconciler",
     "recrawler.extensions.logs.DownloadFailureLog",
     "recrawler.downloadermiddlewares.conditional.ConditionalRequestMiddleware",

@@ -41,7 +41,7 @@ def test_a_workers_activity_keeps_listening_once_the_runtime_is_built(tmp_path: 
     gc.collect()
     answered = [receiver for receiver, _ in crawler.signals.send_catch_log(signals.spider_idle)]
     assert [type(getattr(r, "__self__", None)) for r in answered] == [WorkerActivity]
-    assert answered[0].__self__ is runtime.activity  # type: ignore[attr-defined]  # a bound method
+    assert answered[0].__self__.shared is runtime.workers  # type: ignore[attr-defined]  # a bound method
 
 
 class LeaderGone(SharedRun):

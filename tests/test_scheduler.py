@@ -110,12 +110,18 @@ for path in paths:
 print(len(paths), sorted(m for m in sys.modules if m.split(".")[0] in ("redis", "scrapy_redis")))
 """
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1]
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parents[1],
     ).stdout.split(" ", 1)
     assert int(out[0]) > 20  # the add-on's components and Scrapy's
     assert out[1].strip() == "[]"
     # the name it had still resolves, for a project that set it
-    assert load_object("recrawler.scheduler.SharedScheduler") is load_object("recrawler.shared_run.SharedScheduler")
+    assert load_object("recrawler.scheduler.SharedScheduler") is load_object(
+        "recrawler.shared_run.SharedScheduler"
+    )
 
 
 class OwnScheduler(Scheduler):

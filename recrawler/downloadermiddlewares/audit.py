@@ -9,17 +9,18 @@ from scrapy.exceptions import NotConfigured
 
 from recrawler import meta
 from recrawler import signals as recrawler_signals
+from recrawler.auditor import Auditor
 from recrawler.intervals import parse_audit_sample
 from recrawler.items import PageStatus
 from recrawler.meta import is_page_request, request_key
-from recrawler.runtime import runtime_of
+from recrawler.runtime import component_of, runtime_of
 from recrawler.urls import KeyMaker
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Request, Response
 
-    from recrawler.auditor import Auditor
+    from recrawler.counters import RunCounters
     from recrawler.items import Page
 
 logger = logging.getLogger(__name__)
@@ -43,16 +44,17 @@ class AuditMiddleware:
     ``recrawler/audit/lies/<signal>``. Signals: listens to ``page_classified``.
     """
 
-    def __init__(self, auditor: Auditor, *, key_maker: KeyMaker | None = None) -> None:
+    def __init__(self, auditor: Auditor, counters: RunCounters, *, key_maker: KeyMaker | None = None) -> None:
         self.auditor = auditor
+        self.counters = counters
         self.key_maker = key_maker or KeyMaker()
         self._claims: dict[str, str] = {}
         self._checked: set[str] = set()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        """Use the run's Auditor (the Runtime loads trust and draws the sample before the first
-        request) and connect the signal."""
+        """Use the run's Auditor (the Runtime binds it, loads trust and draws the sample before the
+        first request) and connect the signal."""
         meta.require_opt_in(crawler)
         s = crawler.settings
         if not parse_audit_sample(s.get("RECRAWLER_AUDIT_SAMPLE")):
@@ -60,7 +62,8 @@ class AuditMiddleware:
             # silently, as configured (a message would make Scrapy log a WARNING every run)
             raise NotConfigured
         mw = cls(
-            runtime_of(crawler).auditor,
+            component_of(crawler, Auditor),
+            runtime_of(crawler).counters,
             key_maker=KeyMaker(
                 s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS")
             ),
@@ -78,7 +81,7 @@ class AuditMiddleware:
         if not self.auditor.in_sample(key):
             return response
         signal = "etag" if request.headers.get(b"If-None-Match") else "last_modified"
-        self.auditor.counters.inc("recrawler/audit/refetched")
+        self.counters.inc("recrawler/audit/refetched")
         logger.debug("audit: %(url)s answered 304, fetching it in full", {"url": request.url})
         return request.replace(
             dont_filter=True, meta={**request.meta, meta.CONDITIONAL: False, meta.AUDIT_CLAIM: signal}
@@ -91,7 +94,7 @@ class AuditMiddleware:
         if status not in (PageStatus.CHANGED, PageStatus.UNCHANGED, PageStatus.NEW):
             return
         self._checked.add(page.key)
-        self.auditor.counters.inc("recrawler/audit/checked")
+        self.counters.inc("recrawler/audit/checked")
         signal = self._claims.pop(page.key, None)
         # a second 304, to a request without validators, proves nothing either way
         if signal is not None and page.http_status != 304 and status != PageStatus.NEW:

@@ -10,12 +10,13 @@ from scrapy.extensions.httpcache import RFC2616Policy
 from scrapy.utils.misc import load_object
 
 from recrawler import meta
+from recrawler.auditor import Auditor
 from recrawler.counters import Counting
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
 from recrawler.misses import miss_moves, record_page_error, stage_miss, state_error
 from recrawler.redact import redact_text, redact_url
-from recrawler.runtime import runtime_of
+from recrawler.runtime import component_of, runtime_of
 from recrawler.state import GONE, LIVE, MOVED, PageRecord
 from recrawler.urls import KeyMaker, key_host
 
@@ -86,10 +87,13 @@ class ConditionalRequestMiddleware(Counting):
         indexing: bool = False,
         crawler: Crawler | None = None,
         runtime: Runtime | None = None,
+        auditor: Auditor | None = None,
     ) -> None:
         self.pages = pages
         self.frontier = frontier
         self.runtime = runtime
+        #: the run's audit: validators a host was caught lying with are not sent
+        self.auditor = auditor
         self.counters = runtime.counters if runtime is not None else None
         self.key_maker = key_maker or KeyMaker()
         self.conditional = conditional
@@ -129,6 +133,7 @@ class ConditionalRequestMiddleware(Counting):
             indexing=meta.indexes_pages(s),
             crawler=crawler,
             runtime=runtime,
+            auditor=component_of(crawler, Auditor),
         )
 
     def _state_error(self, exc: StateStoreError) -> None:
@@ -171,8 +176,8 @@ class ConditionalRequestMiddleware(Counting):
             # stored before the knowledge base was on: fetch the body once so it gets indexed
             return
         # validators a host was caught lying with are switched off for it (see AuditMiddleware)
-        if self.runtime is not None:
-            rec = self.runtime.auditor.trusted_validators(rec)
+        if self.auditor is not None:
+            rec = self.auditor.trusted_validators(rec)
         sent = self._attach(request, rec)
         if sent:
             request.meta[meta.SENT] = True

@@ -185,7 +185,9 @@ class PageRedirectMiddleware(Counting, RedirectMiddleware):
             self._inc("recrawler/request/count")
             self._inc("recrawler/redirect/refused")
             location = (response.headers[b"Location"] or b"").decode("latin-1")
-            self.runtime.refused(target or location, reason or "malformed", "redirect")
+            self.runtime.counters.refused(
+                target or location, reason or "malformed", "redirect", self.crawler.spider
+            )
             await stage_miss(self.runtime, key, request.url, status)
             raise IgnoreRequest(f"redirect to a refused URL ({reason or 'malformed'})")
         target_key = self.key_maker(target)

@@ -70,7 +70,9 @@ class UrlPolicyMiddleware:
         if reason is None:
             return
         if self.runtime is not None:
-            self.runtime.refused(request.url, reason, meta.role(request))
+            self.runtime.counters.refused(
+                request.url, reason, meta.role(request), self.crawler.spider if self.crawler else None
+            )
         raise IgnoreRequest(f"recrawler refused the URL ({reason})")
 
 

@@ -38,11 +38,13 @@ from recrawler.extensions.guards import (
     most_severe,
 )
 from recrawler.extensions.verify import UnseenVerifier
+from recrawler.intervals import SchedulePolicy
 from recrawler.items import PageStatus
+from recrawler.kb.embedders import RunEmbedder
 from recrawler.kb.publish import Publisher, publish_mode
 from recrawler.outcome import EXIT_CRASH, EXIT_GUARD, EXIT_OK, EXIT_STATE, Verdicts
 from recrawler.reports import summary
-from recrawler.runtime import find_runtime, runtime_of
+from recrawler.runtime import component_of, find_runtime, runtime_of
 from recrawler.state import RUN_ABORTED, RUN_FINISHED, RUN_HELD, utcnow
 from recrawler.state.records import SETTLE_APPLY, SETTLE_DROP, SETTLE_KEEP, SETTLE_KEEP_LISTED
 
@@ -135,6 +137,8 @@ class Reconciler:
         self.summary: tuple[int, str] | None = None
         #: causes other components reported (``run_failed``), each with the exit code it asks for
         self.failures: list[Finding] = []
+        #: why the run could not begin (the Runtime refused it at start), or None
+        self.refusal: BaseException | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -172,9 +176,12 @@ class Reconciler:
 
     # -- the run's exit code ---------------------------------------------------------------------
 
-    def run_failed(self, cause: str, exit_code: int) -> None:
+    def run_failed(self, cause: str, exit_code: int, error: BaseException | None = None) -> None:
         """A component found a *cause* the run fails for (a refusal, a lost leader): the exit code
-        stands at the most severe cause so far, and the closing findings can only raise it."""
+        stands at the most severe cause so far, and the closing findings can only raise it. A
+        run refused at start says with *error* what it was refused for."""
+        if error is not None and self.refusal is None:
+            self.refusal = error
         self.failures.append(Finding(cause, exit_code))
         self._decide(())
 
@@ -221,7 +228,7 @@ class Reconciler:
         facts = self.facts(run=rt.run)
         why = facts.sitemap_failure
         if self._verifier is None:
-            policy = rt.schedule
+            policy = component_of(self.crawler, SchedulePolicy)
             due_at = policy.now if policy.mode == "adaptive" else None
             self._verifier = UnseenVerifier(
                 self.crawler,
@@ -316,7 +323,7 @@ class Reconciler:
         rt.stop_heartbeat()
         run = rt.run
         if run is None:
-            if rt.failure is None:
+            if self.refusal is None:
                 logger.error("recrawler run never started (%(why)s); nothing recorded", {"why": reason})
                 # an error no refusal names (its traceback is above): never a success
                 self.failures.append(Finding("never_started", EXIT_CRASH))
@@ -524,7 +531,7 @@ class Reconciler:
             rt.store.decisions,
             rt.store.kb,
             rt.store.search_index,
-            rt.embedder,
+            component_of(self.crawler, RunEmbedder).embedder,
             rt.counters,
             dry_run=self.dry_run,
             each_page=self.publish_each_page,

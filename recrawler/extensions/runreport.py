@@ -6,9 +6,12 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from recrawler.auditor import Auditor
 from recrawler.deploys import SIGNALS
+from recrawler.intervals import SchedulePolicy
 from recrawler.reports import summary
 from recrawler.reports.freshness import STORED, freshness_view
+from recrawler.runtime import component_of
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -25,7 +28,10 @@ async def freshness(rt: Runtime, run: Run, settings: BaseSettings) -> dict[str, 
     """How current the published knowledge base is now (what the HTML report shows later)."""
     bound = settings.getfloat("RECRAWLER_MAX_INTERVAL_SECS")
     fresh = await asyncio.to_thread(
-        rt.store.readers.freshness, run.site, bound_secs=bound, now=rt.schedule.now
+        rt.store.readers.freshness,
+        run.site,
+        bound_secs=bound,
+        now=component_of(rt.crawler, SchedulePolicy).now,
     )
     view = freshness_view(fresh)
     return {k: view[k] for k in STORED} | {"bound_secs": bound}
@@ -77,7 +83,7 @@ def build(
             "and none with a 304: it ignores validators, so the content hash decides",
             {"host": host, "n": c[f"recrawler/conditional/ignored/{host}"]},
         )
-    policy = rt.schedule
+    policy = component_of(rt.crawler, SchedulePolicy)
     return summary.build(
         run,
         reason,
@@ -93,7 +99,7 @@ def build(
             "now": policy.now.isoformat(),
             "due": c.family("recrawler/schedule/due"),
         },
-        audit=rt.auditor.report(),
+        audit=component_of(rt.crawler, Auditor).report(),
         deploy=deploy,
     )
 

@@ -21,6 +21,7 @@ __all__ = [
     "EmbedderError",
     "HashingEmbedder",
     "OpenAIEmbedder",
+    "RunEmbedder",
     "SentenceTransformersEmbedder",
     "blob_to_vector",
     "embedder_from_settings",
@@ -92,3 +93,32 @@ def embedder_from_settings(settings: Any) -> Embedder:
         max_retries=settings.getint("RECRAWLER_EMBEDDER_MAX_RETRIES"),
         timeout_secs=settings.getfloat("RECRAWLER_EMBEDDER_TIMEOUT_SECS"),
     )
+
+
+class RunEmbedder:
+    """A crawl's embedder (``RECRAWLER_EMBEDDER*``), one per crawl that keeps a knowledge base
+    (``RECRAWLER_INDEX_ENABLED``): an extension the add-on places for a spider that opted in, found
+    with ``crawler.get_extension``. Built when the crawler is, so a bad embedder stops the crawl
+    before it starts. With ``RECRAWLER_CPU_EMBED`` (and no ``RECRAWLER_DRY_RUN``) the CPU workers
+    embed each page's chunks as they make them."""
+
+    def __init__(self, embedder: Embedder, *, in_workers: bool = False) -> None:
+        self.embedder = embedder
+        #: the CPU workers embed each page's chunks as they make them (``RECRAWLER_CPU_EMBED``)
+        self.in_workers = in_workers
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> RunEmbedder:
+        """The embedder the settings name; NotConfigured without a knowledge base."""
+        from scrapy.exceptions import NotConfigured
+
+        from recrawler.meta import require_opt_in
+
+        require_opt_in(crawler)
+        s = crawler.settings
+        if not s.getbool("RECRAWLER_INDEX_ENABLED"):
+            raise NotConfigured("RECRAWLER_INDEX_ENABLED is off")
+        return cls(
+            embedder_from_settings(s),
+            in_workers=s.getbool("RECRAWLER_CPU_EMBED") and not s.getbool("RECRAWLER_DRY_RUN"),
+        )

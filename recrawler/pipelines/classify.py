@@ -8,15 +8,18 @@ from typing import TYPE_CHECKING, Any, Self
 from scrapy.exceptions import DropItem
 
 from recrawler import meta
+from recrawler.auditor import Auditor
 from recrawler.counters import Counting, state_error_key
 from recrawler.detect import decide, fingerprint
 from recrawler.detect.verdict import BY_HASH, Verdict
 from recrawler.exceptions import ConfigurationError, StateStoreError
+from recrawler.intervals import SchedulePolicy
 from recrawler.items import Page, PageStatus, Unread
+from recrawler.learning import NoiseRegistry
 from recrawler.misses import state_error
 from recrawler.pipelines.commit import hand_over, page_update
 from recrawler.revisits import Revisits
-from recrawler.runtime import runtime_of
+from recrawler.runtime import component_of, runtime_of
 from recrawler.state import (
     GONE,
     LIVE,
@@ -35,7 +38,6 @@ if TYPE_CHECKING:
 
     from recrawler.cpu import Worked
     from recrawler.detect import Fingerprint, SiteNoise
-    from recrawler.learning import NoiseRegistry
     from recrawler.runtime import Runtime
     from recrawler.state import History, PageRecord, Pages, Run
 
@@ -126,13 +128,15 @@ class ClassifyPipeline(Counting):
             runtime.store.pages,
             runtime.store.history,
             crawler,
-            noise=runtime.noise,
+            noise=component_of(crawler, NoiseRegistry),
             threshold=_threshold(s.get("RECRAWLER_FUZZY_THRESHOLD"), "RECRAWLER_FUZZY_THRESHOLD"),
             thresholds=thresholds,
             diff_limit=s.getint("RECRAWLER_DIFF_MAX_BYTES"),
             indexing=meta.indexes_pages(s),
             runtime=runtime,
-            revisits=Revisits.of(crawler, runtime.schedule, runtime.auditor),
+            revisits=Revisits.of(
+                crawler, component_of(crawler, SchedulePolicy), component_of(crawler, Auditor)
+            ),
         )
 
     async def process_item(self, item: Any) -> Any:

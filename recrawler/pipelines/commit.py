@@ -337,7 +337,7 @@ async def commit(
         reason = type(exc).__name__
         counters.state_error(exc)
         # a database lost mid-run was said once, by the store, when it noticed
-        if not isinstance(exc, StateStoreLost) and runtime.first(f"write_failed/{reason}"):
+        if not isinstance(exc, StateStoreLost) and runtime.counters.first(f"write_failed/{reason}"):
             logger.error(
                 "state write failed for %(url)s: %(exc)s; further %(reason)s write failures are only counted",
                 {"url": page.url, "exc": exc, "reason": reason},

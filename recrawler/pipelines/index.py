@@ -10,16 +10,18 @@ from typing import TYPE_CHECKING, Any, Self
 from scrapy.exceptions import DropItem, NotConfigured
 
 from recrawler import meta
+from recrawler.auditor import Auditor
 from recrawler.exceptions import StateStoreError
+from recrawler.intervals import SchedulePolicy
 from recrawler.items import Page, PageStatus
 from recrawler.kb.chunking import Chunker
-from recrawler.kb.embedders import EmbedderError, vector_to_blob
+from recrawler.kb.embedders import EmbedderError, RunEmbedder, vector_to_blob
 from recrawler.kb.publish import publish_mode
 from recrawler.outcome import Verdicts, is_spike, spike_figures
 from recrawler.pipelines import commit
 from recrawler.redact import redact_url
 from recrawler.revisits import Revisits
-from recrawler.runtime import runtime_of
+from recrawler.runtime import component_of, runtime_of
 from recrawler.state import RUN_HELD
 
 if TYPE_CHECKING:
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 
     from recrawler.cpu import Worked
     from recrawler.kb.chunking import Chunk
+    from recrawler.kb.embedders import Embedder
     from recrawler.pipelines import PageUpdate
     from recrawler.runtime import Runtime
     from recrawler.state import KnowledgeBase, Lifecycle, Run
@@ -58,6 +61,7 @@ class IndexPipeline:
         chunker: Chunker,
         *,
         runtime: Runtime,
+        embedder: Embedder,
         publish_each_page: bool = False,
         alert_ratio: float = 0.5,
         alert_min: int = 10,
@@ -71,6 +75,8 @@ class IndexPipeline:
         #: each checked page's next revisit, written with it (None: the schedule is off)
         self.revisits = revisits
         self.runtime = runtime
+        #: the run's embedder (a page's texts no worker embedded, in page mode)
+        self.embedder = embedder
         self.publish_each_page = publish_each_page and not dry_run
         self.alert_ratio = alert_ratio
         self.alert_min = alert_min
@@ -99,7 +105,10 @@ class IndexPipeline:
             alert_ratio=s.getfloat("RECRAWLER_CHANGE_ALERT_RATIO"),
             alert_min=s.getint("RECRAWLER_CHANGE_ALERT_MIN"),
             dry_run=s.getbool("RECRAWLER_DRY_RUN"),
-            revisits=Revisits.of(crawler, runtime.schedule, runtime.auditor),
+            revisits=Revisits.of(
+                crawler, component_of(crawler, SchedulePolicy), component_of(crawler, Auditor)
+            ),
+            embedder=component_of(crawler, RunEmbedder).embedder,
         )
 
     async def process_item(self, item: Any) -> Any:
@@ -162,7 +171,7 @@ class IndexPipeline:
         counters.inc("recrawler/index/capped")
 
     def _worker_vectors(self, vectors: list[tuple[str, bytes]]) -> list[tuple[str, str, bytes]]:
-        embedder_id = self.runtime.embedder.id
+        embedder_id = self.embedder.id
         counters = self.runtime.counters
         counters.inc("recrawler/embed/texts", len(vectors))
         counters.inc("recrawler/cpu/worker_embedded", len(vectors))
@@ -170,7 +179,7 @@ class IndexPipeline:
 
     async def _embed(self, chunks: list[Chunk], have: set[str]) -> list[tuple[str, str, bytes]]:
         """Embed the chunk texts the cache does not hold yet and no worker embedded (page mode only)."""
-        embedder = self.runtime.embedder
+        embedder = self.embedder
         unique = {c.chunk_hash: c.text for c in chunks if c.chunk_hash not in have}
         if not unique:
             return []

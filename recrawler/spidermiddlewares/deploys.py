@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
     from recrawler.intervals import SchedulePolicy
+    from recrawler.learning import NoiseRegistry
     from recrawler.runtime import Runtime
     from recrawler.state import Run
     from recrawler.urls import KeyMaker
@@ -66,6 +67,7 @@ class DeployChecks:
         runtime: Runtime,
         policy: SchedulePolicy,
         *,
+        noise: NoiseRegistry,
         probes: int,
         signals: frozenset[str],
         key_maker: KeyMaker,
@@ -75,6 +77,7 @@ class DeployChecks:
         self.crawler = crawler
         self.runtime = runtime
         self.policy = policy
+        self.noise = noise
         self.probes = probes
         self.key_maker = key_maker
         self.watch = DeployWatch(enabled=signals)
@@ -348,7 +351,7 @@ class DeployChecks:
                 return False
         if not _record(rec) or rec is None or rec.status != LIVE or not rec.content_hash:
             return False
-        noise = self.runtime.noise.site(self.site or "")
+        noise = self.noise.site(self.site or "")
         if rec.noise_key != noise.key:
             # stored under another noise model: the hashes do not compare
             return False

@@ -12,8 +12,9 @@ from recrawler import meta
 from recrawler.detect import fingerprint
 from recrawler.exceptions import StateStoreError
 from recrawler.items import Page, Unread
+from recrawler.learning import NoiseRegistry
 from recrawler.misses import state_error
-from recrawler.runtime import runtime_of
+from recrawler.runtime import component_of, runtime_of
 from recrawler.state import GONE, LIVE, MOVED, PENDING_CHANGED
 from recrawler.urls import key_host
 
@@ -46,9 +47,10 @@ class RecheckMiddleware:
     Meta: sets ``_recrawler_first_body`` on the recheck.
     """
 
-    def __init__(self, crawler: Crawler, runtime: Runtime) -> None:
+    def __init__(self, crawler: Crawler, runtime: Runtime, noise: NoiseRegistry) -> None:
         self.crawler = crawler
         self.runtime = runtime
+        self.noise = noise
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -57,7 +59,7 @@ class RecheckMiddleware:
         s = crawler.settings
         if not (s.getbool("RECRAWLER_VOLATILE_ENABLED") and s.getbool("RECRAWLER_VOLATILE_LEARN")):
             raise NotConfigured
-        return cls(crawler, runtime_of(crawler))
+        return cls(crawler, runtime_of(crawler), component_of(crawler, NoiseRegistry))
 
     async def process_spider_output(
         self, response: Response, result: AsyncIterator[Any]
@@ -91,7 +93,7 @@ class RecheckMiddleware:
         if not same_validator:
             return None
         store = self.runtime.store
-        noise = await self.runtime.noise.ensure(key_host(page.key), store.history)
+        noise = await self.noise.ensure(key_host(page.key), store.history)
         worked: Worked | None = page.worked
         if worked is not None and worked.noise is noise and worked.fingerprint is not None:
             fp = worked.fingerprint

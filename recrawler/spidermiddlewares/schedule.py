@@ -9,14 +9,16 @@ from typing import TYPE_CHECKING, Any, Self
 from scrapy import Request, signals
 
 from recrawler import meta
+from recrawler.auditor import Auditor
 from recrawler.counters import Counting, state_error_key
 from recrawler.exceptions import ConfigurationError, StateStoreError
-from recrawler.intervals import SKIP_LASTMOD, Decision, parse_now
+from recrawler.intervals import SKIP_LASTMOD, Decision, SchedulePolicy, parse_now
 from recrawler.items import Page
+from recrawler.learning import NoiseRegistry
 from recrawler.meta import is_page_request, is_sitemap_request, request_key
 from recrawler.misses import state_error
 from recrawler.queues import queue_of
-from recrawler.runtime import find_runtime, runtime_of
+from recrawler.runtime import component_of, find_runtime, runtime_of
 from recrawler.scheduler import frontier_enabled
 from recrawler.spidermiddlewares.deploys import SAMPLED, DeployChecks, parse_signals
 from recrawler.urls import KeyMaker, key_host
@@ -27,9 +29,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from recrawler.auditor import Auditor
     from recrawler.counters import RunCounters
-    from recrawler.intervals import SchedulePolicy
     from recrawler.queues import FrontierQueue
     from recrawler.state import Frontier, Run, Schedule, ScheduledPage
 
@@ -131,12 +131,13 @@ class ScheduleMiddleware(Counting):
         meta.require_opt_in(crawler)
         s = crawler.settings
         runtime = runtime_of(crawler)
+        policy = component_of(crawler, SchedulePolicy)
         key_maker = KeyMaker(s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS"))
         mw = cls(
             runtime.store.schedule,
             runtime.store.frontier,
-            runtime.schedule,
-            runtime.auditor,
+            policy,
+            component_of(crawler, Auditor),
             crawler=crawler,
             counters=runtime.counters,
             batch_size=s.getint("RECRAWLER_SCHEDULE_BATCH_SIZE"),
@@ -145,7 +146,8 @@ class ScheduleMiddleware(Counting):
             deploys=DeployChecks(
                 crawler,
                 runtime,
-                runtime.schedule,
+                policy,
+                noise=component_of(crawler, NoiseRegistry),
                 probes=s.getint("RECRAWLER_DEPLOY_PROBES"),
                 signals=parse_signals(s.getlist("RECRAWLER_DEPLOY_SIGNALS")),
                 key_maker=key_maker,

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from recrawler import meta
 from recrawler.documents import HTML
 from recrawler.exceptions import ConfigurationError
-from recrawler.runtime import find_runtime
+from recrawler.learning import NoiseRegistry
+from recrawler.runtime import find_component, find_runtime
 from recrawler.spiders.page_builder import PageBuilder
 from recrawler.urls import UrlPolicy, spider_url_policy, url_host, url_origin
 
@@ -112,7 +113,7 @@ class RecrawlerSpiderMixin:
             if crawler is None:
                 raise ConfigurationError("recrawler_page() needs a spider created by a crawler")
             self._recrawler_builder = PageBuilder.from_settings(crawler.settings)
-            runtime = find_runtime(crawler)
-            if runtime is not None:
-                self._recrawler_builder.noise = runtime.noise
+            noise = find_component(crawler, NoiseRegistry)
+            if noise is not None:
+                self._recrawler_builder.noise = noise
         return self._recrawler_builder

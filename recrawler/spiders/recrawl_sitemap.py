@@ -23,9 +23,10 @@ from scrapy.utils.sitemap import Sitemap, sitemap_urls_from_robots
 from recrawler import meta
 from recrawler.counters import Counting
 from recrawler.exceptions import ConfigurationError
+from recrawler.intervals import SchedulePolicy
 from recrawler.markdown import is_llms_txt, llms_links, twin_page
 from recrawler.redact import redact_url
-from recrawler.runtime import find_runtime
+from recrawler.runtime import find_component, find_runtime
 from recrawler.sitemaps import gunzip_into, stopped_early
 from recrawler.spiders.discovery import (
     FOUND,
@@ -491,10 +492,10 @@ class RecrawlSitemapSpider(Counting, RecrawlerSpiderMixin, SitemapSpider):
         return self._page_request(url, lastmod)
 
     def recrawler_refused(self, url: str, reason: str, source: str) -> None:
-        """Count a URL the policy refused (the run's Runtime logs the first of each reason)."""
+        """Count a URL the policy refused (the run's counters log the first of each reason)."""
         runtime = find_runtime(getattr(self, "crawler", None))
         if runtime is not None:
-            runtime.refused(url, reason, source)
+            runtime.counters.refused(url, reason, source, self)
 
     def _allowed(self, url: str, source: str) -> bool:
         reason = self.recrawler_url_policy.refusal(url)
@@ -514,8 +515,8 @@ class RecrawlSitemapSpider(Counting, RecrawlerSpiderMixin, SitemapSpider):
             )
             return
         self._inc("recrawler/feed/fetched")
-        runtime = find_runtime(self.crawler)
-        now = runtime.schedule.now if runtime is not None else datetime.now(UTC)
+        policy = find_component(getattr(self, "crawler", None), SchedulePolicy)
+        now = policy.now if policy is not None else datetime.now(UTC)
         for entry in parsed.entries:
             link = entry.get("link")
             if not link:
