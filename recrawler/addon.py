@@ -49,6 +49,7 @@ from recrawler.project import (
     resolve_project_db,
     unknown_environment,
 )
+from recrawler.queues import REDIS_QUEUE
 from recrawler.runtime import Runtime
 from recrawler.spidermiddlewares.deltafetch import DeltaFetchMiddleware
 from recrawler.spidermiddlewares.links import LinkListingMiddleware
@@ -306,13 +307,11 @@ class RecrawlerAddon:
         if settings.getbool("RECRAWLER_WORKERS_ENABLED"):
             # scrapy-redis is an extra (recrawler[workers]): one line if it is missing
             require("scrapy_redis", "RECRAWLER_WORKERS_ENABLED")
-            # its scheduler's own deprecated calls warn on every run: not the user's to fix
-            quiet_library_deprecations("scrapy_redis")
             self._shared_frontier(settings)
-        elif self.crawler is not None:
-            # the run's page requests wait in the database (RECRAWLER_FRONTIER_ENABLED), and the
-            # sitemap files and the unseen pages' checks in its queues; a project's own SCHEDULER
-            # still wins. A crawl's only, and only a spider that opted in gets here
+        if self.crawler is not None:
+            # the run's page requests wait in the frontier queue (RECRAWLER_FRONTIER_ENABLED), and
+            # the sitemap files and the unseen pages' checks in its queues; a project's own
+            # SCHEDULER still wins. A crawl's only, and only a spider that opted in gets here
             settings.set("SCHEDULER", FRONTIER_SCHEDULER, priority="addon")
         if (settings.getpriority("LOG_FORMATTER") or 0) <= SETTINGS_PRIORITIES["default"]:
             # Scrapy's per-request lines without the credentials a URL carries (?token=, ?api_key=)
@@ -394,19 +393,10 @@ class RecrawlerAddon:
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", RecheckMiddleware, 85)
 
     def _shared_frontier(self, settings: BaseSettings) -> None:
-        """scrapy-redis as scheduler and frontier, its keys per spider and site; the seen-set is
-        recrawler's page keys, kept across a worker's close (the next run's leader clears it)."""
-        site = getattr(self.crawler.spider, "recrawler_site", None) if self.crawler else None
-        prefix = f"recrawler:%(spider)s:{site}" if site else "recrawler:%(spider)s"
-        for name, value in (
-            ("SCHEDULER", "recrawler.shared_run.SharedScheduler"),
-            ("DUPEFILTER_CLASS", "recrawler.shared_run.PageKeyDupeFilter"),
-            ("SCHEDULER_DUPEFILTER_CLASS", "recrawler.shared_run.PageKeyDupeFilter"),
-            # a worker that closes must not flush the frontier the others still work on
-            ("SCHEDULER_PERSIST", True),
-            ("SCHEDULER_QUEUE_KEY", f"{prefix}:requests"),
-            ("SCHEDULER_DUPEFILTER_KEY", f"{prefix}:dupefilter"),
-        ):
-            settings.set(name, value, priority="addon")
+        """Several workers share the run's frontier: the same FrontierScheduler, its queue in Redis
+        (``recrawler.queues.RedisQueue``, its keys per spider, site and run, each page key once per
+        run across the workers) unless the project names a queue class of its own."""
+        if (settings.getpriority("RECRAWLER_QUEUE_CLASS") or 0) <= SETTINGS_PRIORITIES["addon"]:
+            settings.set("RECRAWLER_QUEUE_CLASS", REDIS_QUEUE, priority="addon")
         # any order: it only withholds a joining worker's start requests
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", WorkerStartMiddleware, 120)

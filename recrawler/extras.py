@@ -27,15 +27,10 @@ EXTRA_MODULES = {
 
 #: Scrapy's deprecation warnings that a library's own code raises on every run where recrawler
 #: places it, as (message, the library module that calls): Spidermon's monitor runner logs
-#: through ``Spider.log()``, scrapy-redis's scheduler calls ``Spider.log()`` and
-#: ``StatsCollector.inc_value(spider=...)``. Still so in the newest releases (spidermon 1.27.0,
-#: scrapy-redis 0.9.1); none is recrawler's to fix.
+#: through ``Spider.log()``. Still so in the newest release (spidermon 1.27.0); not recrawler's
+#: to fix.
 LIBRARY_DEPRECATIONS = {
     "spidermon": ((r"Spider\.log\(\) is deprecated", r"spidermon\.contrib\.scrapy\.runners"),),
-    "scrapy_redis": (
-        (r"Spider\.log\(\) is deprecated", r"scrapy_redis\.scheduler"),
-        (r"Passing a 'spider' argument to StatsCollector\.\w+\(\) is deprecated", r"scrapy_redis\.scheduler"),
-    ),
 }
 
 

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 #: the default queue: the run's database
 DATABASE_QUEUE = "recrawler.queues.DatabaseQueue"
+#: the queue the workers of a shared run use (RECRAWLER_WORKERS_ENABLED)
+REDIS_QUEUE = "recrawler.queues.RedisQueue"
 
 #: a priority's weight in a Redis score (a queued request's arrival counter stays below it)
 _PRIORITY_WEIGHT = 2**32
@@ -121,11 +123,10 @@ class RedisQueue(FrontierQueue):
         ttl = s.getint("RECRAWLER_QUEUE_TTL_SECS")
         if ttl < 1:
             raise ConfigurationError(f"RECRAWLER_QUEUE_TTL_SECS: must be at least 1, got {ttl!r}")
-        return cls(redis.Redis.from_url(url), f"recrawler:{name}:{site}:frontier", ttl_secs=ttl)
+        return cls(redis.Redis.from_url(url), redis_prefix(name, site), ttl_secs=ttl)
 
     def _keys(self, run: Run) -> tuple[str, str, str]:
-        base = f"{self.prefix}:{run.id}"
-        return f"{base}:queue", f"{base}:keys", f"{base}:seq"
+        return redis_keys(self.prefix, run.id)
 
     async def _call(self, func: Any, *args: Any) -> Any:
         import redis
@@ -184,6 +185,17 @@ class RedisQueue(FrontierQueue):
     async def claim(self, run: Run, key: str) -> bool:
         """*key* added to the run's keys (False: held already)."""
         return bool(await self._call(self.server.sadd, self._keys(run)[1], key))
+
+
+def redis_prefix(spider: str, site: str) -> str:
+    """The Redis keys of *spider*'s frontier on *site* begin with this (see :func:`redis_keys`)."""
+    return f"recrawler:{spider}:{site}:frontier"
+
+
+def redis_keys(prefix: str, run_id: int) -> tuple[str, str, str]:
+    """A run's queue (a sorted set of requests), its page keys and its sequence, in Redis."""
+    base = f"{prefix}:{run_id}"
+    return f"{base}:queue", f"{base}:keys", f"{base}:seq"
 
 
 def _callback_name(spider: Any, func: Any) -> str | None:
@@ -250,4 +262,14 @@ def queue_of(crawler: Crawler) -> FrontierQueue:
     return cls.from_crawler(crawler)
 
 
-__all__ = ["DATABASE_QUEUE", "DatabaseQueue", "FrontierQueue", "RedisQueue", "queue_of", "request_dict"]
+__all__ = [
+    "DATABASE_QUEUE",
+    "REDIS_QUEUE",
+    "DatabaseQueue",
+    "FrontierQueue",
+    "RedisQueue",
+    "queue_of",
+    "redis_keys",
+    "redis_prefix",
+    "request_dict",
+]

@@ -38,15 +38,14 @@ logger = logging.getLogger(__name__)
 
 #: a smaller batch than RECRAWLER_FRONTIER_BATCH_SIZE is written once no page request came this long
 _QUIET_SECS = 0.01
+#: a queue other workers push to (RECRAWLER_WORKERS_ENABLED) is read again this long after a read
+#: found it empty
+_SHARED_POLL_SECS = 1.0
 
 
 def _switched_on(crawler: Crawler) -> bool:
-    s = crawler.settings
-    # several workers share scrapy-redis's frontier instead
-    return (
-        spider_opted_in(crawler.spider or crawler.spidercls)
-        and s.getbool("RECRAWLER_FRONTIER_ENABLED")
-        and not s.getbool("RECRAWLER_WORKERS_ENABLED")
+    return spider_opted_in(crawler.spider or crawler.spidercls) and crawler.settings.getbool(
+        "RECRAWLER_FRONTIER_ENABLED"
     )
 
 
@@ -100,7 +99,10 @@ class FrontierScheduler(Scheduler):
     whenever fewer than half a batch of them wait there: memory stays flat however long the
     listing is. Start requests, sitemaps, feeds, retries, redirect hops and direct checks take
     Scrapy's own path, as do every request of a spider that did not opt in and all of them with
-    ``RECRAWLER_FRONTIER_ENABLED`` off or ``RECRAWLER_WORKERS_ENABLED`` on.
+    ``RECRAWLER_FRONTIER_ENABLED`` off. The workers of a shared run (``RECRAWLER_WORKERS_ENABLED``)
+    share the queue (Redis): each reads what it has in flight at a time (``CONCURRENT_REQUESTS``),
+    and a read that found the queue empty is tried again a second later, since another worker may
+    have queued requests meanwhile.
 
     ``enqueue_request`` and ``next_request`` never touch the database: page requests are written
     a batch at a time (or what a callback yielded, once it stops coming) and read back by tasks on
@@ -141,6 +143,8 @@ class FrontierScheduler(Scheduler):
         batch_size: int = 500,
         key_maker: KeyMaker | None = None,
         sitemap_concurrency: int = 2,
+        shared: bool = False,
+        concurrency: int = 16,
         **kwargs: Any,
     ) -> None:
         if batch_size < 1:
@@ -155,6 +159,9 @@ class FrontierScheduler(Scheduler):
         #: where the run's page requests wait (``RECRAWLER_QUEUE_CLASS``); None with the runtime
         self.queue = queue
         self.batch_size = batch_size
+        #: fed requests taken a read at a time: a batch, or, from a queue other workers share,
+        #: what this worker has in flight (``CONCURRENT_REQUESTS``), so the rest stays theirs too
+        self.read_size = max(1, min(batch_size, concurrency)) if shared else batch_size
         self.key_maker = key_maker or KeyMaker()
         #: fed requests still in Scrapy's queues
         self.waiting = 0
@@ -163,6 +170,10 @@ class FrontierScheduler(Scheduler):
         self._queued = 1
         #: writes that added rows so far (a read that found none is news only if none came in since)
         self._added = 0
+        #: other workers push to the queue too (RECRAWLER_WORKERS_ENABLED): an empty read is
+        #: only news until the next poll
+        self.shared = shared
+        self._poll: asyncio.TimerHandle | None = None
         #: page requests not written yet: those a sitemap named (True) and the rest (False),
         #: written apart so that what a sitemap adds is counted once per key
         self._unwritten: dict[bool, list[Request]] = {True: [], False: []}
@@ -195,6 +206,8 @@ class FrontierScheduler(Scheduler):
             queue=queue_of(crawler) if _switched_on(crawler) else None,
             batch_size=s.getint("RECRAWLER_FRONTIER_BATCH_SIZE"),
             sitemap_concurrency=s.getint("RECRAWLER_SITEMAP_CONCURRENCY"),
+            shared=s.getbool("RECRAWLER_WORKERS_ENABLED"),
+            concurrency=s.getint("CONCURRENT_REQUESTS"),
             key_maker=KeyMaker(
                 s.getlist("RECRAWLER_URL_DROP_PARAMS"), s.getlist("RECRAWLER_URL_KEEP_PARAMS")
             ),
@@ -218,9 +231,10 @@ class FrontierScheduler(Scheduler):
         """Let the writes and the read under way end (on the store, still open), then close as
         Scrapy's scheduler does. Requests not written yet are dropped with Scrapy's queues."""
         self._closed = True
-        if self._quiet is not None:
-            self._quiet.cancel()
-            self._quiet = None
+        for timer in (self._quiet, self._poll):
+            if timer is not None:
+                timer.cancel()
+        self._quiet = self._poll = None
         self._unwritten = {True: [], False: []}
         self._files.clear()
         tasks = [t for t in (*self._writes, self._reading) if t is not None and not t.done()]
@@ -382,7 +396,7 @@ class FrontierScheduler(Scheduler):
         read is under way, or the database is known to hold none)."""
         rt = self.runtime
         run = rt.run if rt is not None else None
-        if run is None or self._closed or self.waiting * 2 >= self.batch_size:
+        if run is None or self._closed or self.waiting * 2 >= self.read_size:
             return
         if self._queued and (self._reading is None or self._reading.done()):
             # never on the reactor: a blocking read on a connection of its own waited for row
@@ -397,7 +411,7 @@ class FrontierScheduler(Scheduler):
         try:
             # each request comes with its page's stored record (if the queue reads it), for its
             # meta: the conditional middleware and the pipelines need not read each page on its own
-            taken = await queue.pop(run, self.batch_size)
+            taken = await queue.pop(run, self.read_size)
         except StateStoreError as exc:
             self._state_error(exc, "could not read the frontier: %(exc)s")
             # the rest of the run goes on without it (the next write reads again)
@@ -408,8 +422,10 @@ class FrontierScheduler(Scheduler):
             return
         if not taken:
             if added == self._added:
-                # nothing queued now: wait for the next write
+                # nothing queued now: wait for the next write (shared: or another worker's)
                 self._queued = 0
+                if self.shared and self._poll is None:
+                    self._poll = asyncio.get_running_loop().call_later(_SHARED_POLL_SECS, self._poll_again)
             # an engine that waited for this read looks again now (and may go idle, or read
             # what a write added meanwhile)
             wake(self.crawler)
@@ -429,6 +445,13 @@ class FrontierScheduler(Scheduler):
         rt.counters.max("recrawler/frontier/waiting_max", self.waiting)
         wake(self.crawler)
 
+    def _poll_again(self) -> None:
+        """Shared: read the queue again, another worker may have queued requests since."""
+        self._poll = None
+        if not self._closed and not self._queued:
+            self._queued = 1
+            self._top_up()
+
     def _attach_record(self, request: Request, record: PageRecord | None) -> None:
         """The page's stored record (None: none) rides on the fed request's meta."""
         request.meta[meta.RECORD] = record
@@ -445,16 +468,6 @@ class FrontierScheduler(Scheduler):
         # a database lost mid-run was said once, by the store, when it noticed
         if not isinstance(exc, StateStoreLost) and rt.counters.first(f"frontier:{message}"):
             logger.error(message, {"exc": exc}, extra={"spider": self.spider})
-
-
-def __getattr__(name: str) -> Any:
-    # the workers' scheduler lives with the shared run: scrapy-redis (and redis) load only when a
-    # run is shared, not on every crawl's start; the name it had here still resolves
-    if name == "SharedScheduler":
-        from recrawler.shared_run import SharedScheduler
-
-        return SharedScheduler
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["FrontierScheduler", "frontier_enabled", "request_dict", "wake"]

@@ -1,9 +1,8 @@
-"""Several workers share one run of a site: scrapy-redis holds the frontier, Redis the rendezvous."""
+"""Several workers share one run of a site: Redis holds the frontier's queue and the rendezvous."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import logging
 import os
@@ -11,80 +10,19 @@ import socket
 import time
 from dataclasses import asdict
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import NotConfigured
 
-from recrawler import signals as recrawler_signals
 from recrawler.exceptions import ConfigurationError
-from recrawler.scheduler import wake
+from recrawler.queues import redis_keys, redis_prefix
 from recrawler.state import Run
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
-    from scrapy.http import Request
-    from scrapy.settings import BaseSettings
 
 
 logger = logging.getLogger(__name__)
-
-
-def _scrapy_redis(module: str, name: str) -> type:
-    """scrapy-redis's class *name* from *module* (the workers extra), or one line saying to install it."""
-    try:
-        return getattr(importlib.import_module(f"scrapy_redis.{module}"), name)  # type: ignore[no-any-return]
-    except ImportError as exc:  # pragma: no cover - the extra is missing
-        msg = "RECRAWLER_WORKERS_ENABLED: scrapy-redis is not installed (pip install 'recrawler[workers]')"
-        raise ConfigurationError(msg) from exc
-
-
-class PageKeyDupeFilter(_scrapy_redis("dupefilter", "RFPDupeFilter")):  # type: ignore[misc]  # scrapy-redis ships no type hints
-    """scrapy-redis's shared seen-set, keyed by recrawler's page-key request fingerprint, so URL
-    variants of one page are fetched (and classified) once per run across every worker."""
-
-    fingerprinter: Any = None
-
-    @classmethod
-    def from_spider(cls, spider: Any) -> Self:
-        """As scrapy-redis builds it, with the crawler's request fingerprinter."""
-        dupefilter: Self = super().from_spider(spider)
-        dupefilter.fingerprinter = spider.crawler.request_fingerprinter
-        return dupefilter
-
-    def request_fingerprint(self, request: Request) -> str:
-        """The page key's fingerprint (hex)."""
-        if self.fingerprinter is None:
-            return str(super().request_fingerprint(request))
-        return str(self.fingerprinter.fingerprint(request).hex())
-
-
-class SharedScheduler(_scrapy_redis("scheduler", "Scheduler")):  # type: ignore[misc]  # scrapy-redis ships no type hints
-    """scrapy-redis's scheduler (the frontier the workers of a run share, with
-    ``RECRAWLER_WORKERS_ENABLED``), which queues the checks of stored pages the run did not reach
-    (``recrawler.signals.pages_to_check``) as FrontierScheduler does."""
-
-    crawler: Crawler | None = None
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        """scrapy-redis's scheduler, listening for the checks."""
-        scheduler: Self = super().from_crawler(crawler)
-        scheduler.crawler = crawler
-        crawler.signals.connect(scheduler.pages_to_check, signal=recrawler_signals.pages_to_check)
-        return scheduler
-
-    def pages_to_check(self, requests: list[Request]) -> None:
-        """Queue the checks (an empty batch: none left); the engine looks again now."""
-        for request in requests:
-            self.enqueue_request(request)
-        wake(self.crawler)
-
-
-def frontier_keys(settings: BaseSettings, spider: str) -> tuple[str, str]:
-    """The scrapy-redis queue and seen-set keys of *spider* (what a new run clears)."""
-    queue = settings.get("SCHEDULER_QUEUE_KEY") or "%(spider)s:requests"
-    seen = settings.get("SCHEDULER_DUPEFILTER_KEY") or "%(spider)s:dupefilter"
-    return queue % {"spider": spider}, seen % {"spider": spider}
 
 
 def _run_to_json(run: Run) -> str:
@@ -115,14 +53,17 @@ class SharedRun:
     BUSY, IDLE = "busy", "idle"
 
     def __init__(
-        self, server: Any, prefix: str, *, frontier: tuple[str, str], wait_secs: float, ttl_secs: float
+        self, server: Any, prefix: str, *, queue_prefix: str, wait_secs: float, ttl_secs: float
     ) -> None:
         if wait_secs <= 0 or ttl_secs <= 0:
             msg = f"RECRAWLER_WORKERS_WAIT_SECS/_TTL_SECS: bad values {wait_secs!r}, {ttl_secs!r}"
             raise ConfigurationError(msg)
         self.server = server
         self.prefix = prefix
-        self.frontier = frontier
+        #: the run's frontier queue in Redis (``recrawler.queues.RedisQueue``'s keys)
+        self.queue_prefix = queue_prefix
+        #: the run the workers share, once led or joined
+        self.run_id: int | None = None
         self.wait_secs = wait_secs
         self.ttl_secs = ttl_secs
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
@@ -145,7 +86,7 @@ class SharedRun:
         return cls(
             connection.from_settings(s),
             f"recrawler:{name}:{site}",
-            frontier=frontier_keys(s, name),
+            queue_prefix=redis_prefix(name, site),
             wait_secs=s.getfloat("RECRAWLER_WORKERS_WAIT_SECS"),
             ttl_secs=s.getfloat("RECRAWLER_WORKERS_TTL_SECS"),
         )
@@ -164,10 +105,11 @@ class SharedRun:
         return self.leader
 
     def publish_run(self, run: Run) -> None:
-        """Leader: clear the last run's frontier (its seen-set would skip every page) and announce the run."""
+        """Leader: announce the run (its frontier's keys are the run's own: none to clear)."""
+        self.run_id = run.id
         old = self._members()
         pipe = self.server.pipeline()
-        pipe.delete(*self.frontier, self._key("workers"), self._key("counts"), self._key("closing"))
+        pipe.delete(self._key("workers"), self._key("counts"), self._key("closing"))
         pipe.delete(self._key("members"), self._key("left"), *(self._key(f"counts:{m}") for m in old))
         pipe.set(self._key("run"), _run_to_json(run), ex=self._ttl() * 1000)
         pipe.execute()
@@ -184,7 +126,9 @@ class SharedRun:
             text = await asyncio.to_thread(self.server.get, self._key("run"))
             leader = await asyncio.to_thread(self.server.get, self._key("leader"))
             if text and leader:
-                return _run_from_json(text.decode() if isinstance(text, bytes) else text)
+                run = _run_from_json(text.decode() if isinstance(text, bytes) else text)
+                self.run_id = run.id
+                return run
             await asyncio.sleep(0.2)
         return None
 
@@ -225,15 +169,10 @@ class SharedRun:
         return True
 
     def frontier_empty(self) -> bool:
-        """True when the shared queue holds no request."""
-        queue = self.frontier[0]
-        kind = self.server.type(queue)
-        kind = kind.decode() if isinstance(kind, bytes) else kind
-        if kind == "zset":
-            return int(self.server.zcard(queue)) == 0
-        if kind == "list":
-            return int(self.server.llen(queue)) == 0
-        return kind == "none"
+        """True when the run's shared queue holds no request."""
+        if self.run_id is None:
+            return True
+        return int(self.server.zcard(redis_keys(self.queue_prefix, self.run_id)[0])) == 0
 
     def report(self, counts: dict[str, int | float]) -> None:
         """Worker: this worker's counts so far (with each heartbeat): a worker that dies has its
@@ -306,4 +245,4 @@ class SharedRun:
         )
 
 
-__all__ = ["PageKeyDupeFilter", "SharedRun", "SharedScheduler", "frontier_keys"]
+__all__ = ["SharedRun"]

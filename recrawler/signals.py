@@ -13,5 +13,5 @@ run_failed = object()
 # run, reasons ({reason: explanation}), report; Reconciler when it holds a run for an operator
 run_held = object()
 # requests; UnseenVerifier with a batch of requests checking stored pages the run has not reached
-# (an empty batch: none left). The scheduler queues them (FrontierScheduler, SharedScheduler)
+# (an empty batch: none left). The scheduler queues them (FrontierScheduler)
 pages_to_check = object()

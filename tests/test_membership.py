@@ -48,7 +48,9 @@ class LeaderGone(SharedRun):
     """A worker's view of a run whose leader stopped beating (no Redis: nothing else is asked)."""
 
     def __init__(self) -> None:
-        super().__init__(None, "recrawler:docs:test", frontier=("q", "d"), wait_secs=1, ttl_secs=1)
+        super().__init__(
+            None, "recrawler:docs:test", queue_prefix="recrawler:docs:test:frontier", wait_secs=1, ttl_secs=1
+        )
         self.left: list[dict[str, int | float]] = []
 
     def leave(self, counts: dict[str, int | float]) -> None:

@@ -72,8 +72,8 @@ def placed(spidercls: type[scrapy.Spider], **project: Any) -> str:
         # the frontier switched off as configured: the scheduler still queues the sitemap files
         # and the unseen pages' checks (Scrapy's queues hold the page requests)
         (DocsSpider, {"RECRAWLER_FRONTIER_ENABLED": False}, "recrawler.scheduler.FrontierScheduler"),
-        # several workers share scrapy-redis's frontier instead
-        (DocsSpider, {"RECRAWLER_WORKERS_ENABLED": True}, "recrawler.shared_run.SharedScheduler"),
+        # several workers share the same scheduler, their frontier's queue in Redis
+        (DocsSpider, {"RECRAWLER_WORKERS_ENABLED": True}, "recrawler.scheduler.FrontierScheduler"),
         # a project's own scheduler wins
         (DocsSpider, {"SCHEDULER": "tests.test_scheduler.OwnScheduler"}, "tests.test_scheduler.OwnScheduler"),
         # a spider that did not opt in runs as if recrawler were absent
@@ -118,10 +118,31 @@ print(len(paths), sorted(m for m in sys.modules if m.split(".")[0] in ("redis", 
     ).stdout.split(" ", 1)
     assert int(out[0]) > 20  # the add-on's components and Scrapy's
     assert out[1].strip() == "[]"
-    # the name it had still resolves, for a project that set it
-    assert load_object("recrawler.scheduler.SharedScheduler") is load_object(
-        "recrawler.shared_run.SharedScheduler"
-    )
+
+
+@pytest.mark.parametrize(
+    ("project", "queue"),
+    [
+        ({}, "recrawler.queues.DatabaseQueue"),
+        # several workers swap the queue, not the scheduler: theirs is in Redis
+        ({"RECRAWLER_WORKERS_ENABLED": True}, "recrawler.queues.RedisQueue"),
+        # a project's own queue class still wins (the run's PostgreSQL database is shared too)
+        (
+            {"RECRAWLER_WORKERS_ENABLED": True, "RECRAWLER_QUEUE_CLASS": "recrawler.queues.DatabaseQueue"},
+            "recrawler.queues.DatabaseQueue",
+        ),
+    ],
+)
+def test_workers_share_the_frontier_s_queue_not_another_scheduler(
+    project: dict[str, Any], queue: str
+) -> None:
+    settings = Settings({"RECRAWLER_DB_URI": "sqlite:///unused.db", **project}, priority="project")
+    RecrawlerAddon(make_crawler(DocsSpider, {})).update_settings(settings)
+    assert settings["SCHEDULER"] == "recrawler.scheduler.FrontierScheduler"
+    assert settings["RECRAWLER_QUEUE_CLASS"] == queue
+    # and no scrapy-redis scheduler, duplicate filter or persistence is left behind
+    assert "SCHEDULER_PERSIST" not in settings.attributes or not settings.getbool("SCHEDULER_PERSIST")
+    assert "scrapy_redis" not in str(settings["DUPEFILTER_CLASS"])
 
 
 class OwnScheduler(Scheduler):
