@@ -9,26 +9,18 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-from scrapy.utils.defer import deferred_f_from_coro_f
 
 from recrawler.integrations.langchain import RecrawlerRetriever
 from recrawler.kb.embedders import HashingEmbedder
 from recrawler.kb.ranking import Ranked, fuse
 from recrawler.kb.reader import open_kb
-from recrawler.state.sql import search as sql_search
 from recrawler.state.sql.search import BLOCK
-from recrawler.state.sqlite import vectors as sqlite_vectors
 from recrawler.words import chunk_words, keyword_terms
-from tests import docsite, statedb
+from tests import statedb
 from tests.kbfill import fill_sync
-
-if TYPE_CHECKING:
-    from tests.conftest import Crawls
-    from tests.conftest_mockserver import Site
 
 PROJECT = Path(__file__).resolve().parent.parent
 
@@ -452,34 +444,3 @@ def test_the_best_positions_are_those_of_a_full_sort() -> None:
         ):
             want = np.argsort(-values, kind="stable")[:n]
             assert _best(values, n).tolist() == want.tolist(), (size, n)
-
-
-@deferred_f_from_coro_f
-async def test_a_first_run_writes_the_blocks_search_reads_as_its_vectors_come(
-    site: Site, crawls: Crawls, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A first run of 100,000 pages spent 12 s at its end writing the 48 blocks of its 800,000
-    vectors, one core busy: the blocks are written in the background as the vectors come in, so
-    the run's end writes at most the last. Blocks of 64 vectors here (16,384 in a crawl)."""
-    for module in (sql_search, sqlite_vectors):
-        monkeypatch.setattr(module, "BLOCK", 64)
-    names = [f"p{i}.html" for i in range(300)]
-    for i, name in enumerate(names):
-        sections = [
-            (f"{w.title()} {i}", [f"How {w} {i} works with {WORDS[(i + j) % len(WORDS)]}."])
-            for j, w in enumerate(WORDS[:3])
-        ]
-        site.write(name, docsite.page(f"Page {i}", sections))
-    r = await crawls.crawl(site.write_sitemap(names), RECRAWLER_CPU_PROCESSES=1)
-    assert r.stats["recrawler/page/new"] == 300
-    cached = statedb.rows(crawls.db_path, "SELECT COUNT(*) FROM embeddings")[0][0]
-    blocks = statedb.rows(crawls.db_path, "SELECT COUNT(*) FROM vector_blocks")[0][0]
-    assert cached >= 10 * 64
-    # every full block is written, most of them while the crawl went on
-    assert blocks == cached // 64
-    assert r.stats["recrawler/index/blocks_early"] >= blocks - 2
-    # and search reads them: a page's own words find it first
-    with open_kb(f"sqlite:///{crawls.db_path}", embedder="hashing") as kb:
-        hits = kb.search("How upload 137 works with", k=3)
-    assert hits
-    assert hits[0].chunk.key.endswith("/p137.html")

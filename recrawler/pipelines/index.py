@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from recrawler.kb.embedders import Embedder
     from recrawler.pipelines import PageUpdate
     from recrawler.runtime import Runtime
-    from recrawler.state import KnowledgeBase, Lifecycle, Run, SearchIndex
+    from recrawler.state import KnowledgeBase, Lifecycle, Run
 
 logger = logging.getLogger(__name__)
 
@@ -50,11 +50,8 @@ class IndexPipeline:
     ``RECRAWLER_CHUNK_MAX_PER_PAGE``,
     ``RECRAWLER_PUBLISH``, ``RECRAWLER_EMBEDDER*``, ``RECRAWLER_CHANGE_ALERT_RATIO``,
     ``RECRAWLER_CHANGE_ALERT_MIN``, ``RECRAWLER_DRY_RUN``.
-    Once a block's worth of vectors is cached (16,384 on SQLite), the blocks search reads are
-    written in the background while the crawl goes on, not all at the run's end.
-    Stats: ``recrawler/index/{upserted,chunks,restored,error,capped,blocks_early}``,
-    ``recrawler/embed/{texts,calls}``, ``recrawler/run/held``.
-    Signals: sends ``page_classified`` after the write.
+    Stats: ``recrawler/index/{upserted,chunks,restored,error,capped}``, ``recrawler/embed/{texts,calls}``,
+    ``recrawler/run/held``. Signals: sends ``page_classified`` after the write.
     """
 
     def __init__(
@@ -70,11 +67,8 @@ class IndexPipeline:
         alert_min: int = 10,
         dry_run: bool = False,
         revisits: Revisits | None = None,
-        search_index: SearchIndex | None = None,
     ) -> None:
         self.kb = kb
-        #: the vector blocks SQLite's search reads, written as the run's vectors come in
-        self.search_index = search_index
         #: what the store's page writes came to (its committed and lost outcomes)
         self.lifecycle = lifecycle
         self.chunker = chunker
@@ -87,9 +81,6 @@ class IndexPipeline:
         self.alert_ratio = alert_ratio
         self.alert_min = alert_min
         self._held = False
-        #: vectors cached since the last block was written, and the write under way
-        self._unblocked = 0
-        self._blocks: asyncio.Task[None] | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -118,7 +109,6 @@ class IndexPipeline:
                 crawler, component_of(crawler, SchedulePolicy), component_of(crawler, Auditor)
             ),
             embedder=component_of(crawler, RunEmbedder).embedder,
-            search_index=runtime.store.search_index,
         )
 
     async def process_item(self, item: Any) -> Any:
@@ -165,40 +155,9 @@ class IndexPipeline:
             embeddings=embeddings,
             revisits=self.revisits,
         )
-        if embeddings:
-            self._unblocked += len(embeddings)
-            self._write_blocks()
         if self.publish_each_page and not self._held:
             await self._check_spike(run)
         return page
-
-    def _write_blocks(self) -> None:
-        """Once a block's worth of vectors is cached, write the full blocks search reads now, in
-        the background, while the crawl goes on: the run's end then writes only the rest, not
-        every block of a first run at once (48 of them, 12 s, at 100,000 pages)."""
-        if self.search_index is None or self._unblocked < self.search_index.block:
-            return
-        if self._blocks is not None and not self._blocks.done():
-            return
-        self._unblocked = 0
-        self._blocks = asyncio.ensure_future(self._blocks_now())
-
-    async def _blocks_now(self) -> None:
-        assert self.search_index is not None
-        try:
-            written = await self.search_index.index_vectors(self.embedder.id)
-        except StateStoreError as exc:
-            # the run's end writes them: nothing is lost, the crawl goes on
-            logger.debug("vector blocks not written during the run: %(exc)s", {"exc": exc})
-            return
-        if written:
-            self.runtime.counters.inc("recrawler/index/blocks_early", written)
-
-    async def close_spider(self) -> None:
-        """A block write under way ends before the run's end work begins."""
-        if self._blocks is not None:
-            await asyncio.gather(self._blocks, return_exceptions=True)
-            self._blocks = None
 
     def _capped(self, item: Page) -> None:
         """A page at RECRAWLER_CHUNK_MAX_PER_PAGE chunks: only its first ones are indexed."""

@@ -11,13 +11,8 @@ class SearchIndex(Protocol):
     """The search index over the embedding cache.
 
     Guarantees: a block is written once it is full and never rewritten; search reads the blocks
-    and the cache's tail beyond them alike, so an unwritten block never hides a vector. Writing
-    them is safe at any time (during a run too): the cache's rows are no run's to publish.
+    and the cache's tail beyond them alike, so an unwritten block never hides a vector.
     """
-
-    @property
-    def block(self) -> int:
-        """Cached vectors a block holds (a run may write blocks as often as it caches this many)."""
 
     async def index_vectors(self, embedder: str) -> int:
         """Write the search index's blocks of cached vectors that are full and not written yet

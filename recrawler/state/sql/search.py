@@ -151,11 +151,6 @@ class SQLSearchIndex:
     """Writes the blocks of cached vectors that SQLite's search reads (PostgreSQL searches with
     pgvector's index: nothing to write there)."""
 
-    @property
-    def block(self) -> int:
-        """Cached vectors a block holds."""
-        return BLOCK
-
     def __init__(self, db: Database) -> None:
         self.db = db
 
