@@ -16,6 +16,7 @@ from scrapy import Request
 from recrawler.exceptions import ConfigurationError, StateStoreError
 from recrawler.redact import redact_url
 from recrawler.runtime import runtime_of
+from recrawler.shared_run import redis_keys, redis_prefix
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -187,17 +188,6 @@ class RedisQueue(FrontierQueue):
         return bool(await self._call(self.server.sadd, self._keys(run)[1], key))
 
 
-def redis_prefix(spider: str, site: str) -> str:
-    """The Redis keys of *spider*'s frontier on *site* begin with this (see :func:`redis_keys`)."""
-    return f"recrawler:{spider}:{site}:frontier"
-
-
-def redis_keys(prefix: str, run_id: int) -> tuple[str, str, str]:
-    """A run's queue (a sorted set of requests), its page keys and its sequence, in Redis."""
-    base = f"{prefix}:{run_id}"
-    return f"{base}:queue", f"{base}:keys", f"{base}:seq"
-
-
 def _callback_name(spider: Any, func: Any) -> str | None:
     """The name of *spider*'s method *func* is bound to, when it is bound under its own name
     (then it is the name ``Request.to_dict`` finds); else None."""
@@ -269,7 +259,5 @@ __all__ = [
     "FrontierQueue",
     "RedisQueue",
     "queue_of",
-    "redis_keys",
-    "redis_prefix",
     "request_dict",
 ]

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from scrapy.exceptions import NotConfigured
 
 from recrawler.exceptions import ConfigurationError
-from recrawler.queues import redis_keys, redis_prefix
 from recrawler.state import Run
 
 if TYPE_CHECKING:
@@ -23,6 +22,17 @@ if TYPE_CHECKING:
 
 
 logger = logging.getLogger(__name__)
+
+
+def redis_prefix(spider: str, site: str) -> str:
+    """The Redis keys of *spider*'s frontier on *site* begin with this (see :func:`redis_keys`)."""
+    return f"recrawler:{spider}:{site}:frontier"
+
+
+def redis_keys(prefix: str, run_id: int) -> tuple[str, str, str]:
+    """A run's queue (a sorted set of requests), its page keys and its sequence, in Redis."""
+    base = f"{prefix}:{run_id}"
+    return f"{base}:queue", f"{base}:keys", f"{base}:seq"
 
 
 def _run_to_json(run: Run) -> str:
@@ -245,4 +255,4 @@ class SharedRun:
         )
 
 
-__all__ = ["SharedRun"]
+__all__ = ["SharedRun", "redis_keys", "redis_prefix"]
