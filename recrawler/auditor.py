@@ -176,10 +176,11 @@ class Auditor(Counting):
 
     def report(self) -> dict[str, Any]:
         """The ``audit`` section of the run report."""
+        c = self.counters
         return {
             "sample": len(self.sample_keys),
-            "checked": self.counters["recrawler/audit/checked"] if self.counters is not None else 0,
-            "refetched": self.counters["recrawler/audit/refetched"] if self.counters is not None else 0,
+            "checked": c["recrawler/audit/checked"] if c is not None else 0,
+            "refetched": c["recrawler/audit/refetched"] if c is not None else 0,
             "lies": list(self.lies),
             "distrusted": list(self.distrusted),
             "switched_off": [{"host": h, "signal": s} for h, s in sorted(self.off)],

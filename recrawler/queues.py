@@ -117,14 +117,11 @@ class RedisQueue(FrontierQueue):
         import redis
 
         s = crawler.settings
-        spider = crawler.spider
-        name = str(getattr(spider, "name", "") or "recrawler")
-        site = getattr(spider, "recrawler_site", None) or name
         url = s.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
         ttl = s.getint("RECRAWLER_QUEUE_TTL_SECS")
         if ttl < 1:
             raise ConfigurationError(f"RECRAWLER_QUEUE_TTL_SECS: must be at least 1, got {ttl!r}")
-        return cls(redis.Redis.from_url(url), redis_prefix(name, site), ttl_secs=ttl)
+        return cls(redis.Redis.from_url(url), f"{redis_prefix(crawler)}:frontier", ttl_secs=ttl)
 
     def _keys(self, run: Run) -> tuple[str, str, str]:
         return redis_keys(self.prefix, run.id)

@@ -24,9 +24,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def redis_prefix(spider: str, site: str) -> str:
-    """The Redis keys of *spider*'s frontier on *site* begin with this (see :func:`redis_keys`)."""
-    return f"recrawler:{spider}:{site}:frontier"
+def redis_prefix(crawler: Crawler) -> str:
+    """Where the Redis keys of a crawl's spider on its site begin (the rendezvous's; the frontier
+    queue's add ``:frontier``, see :func:`redis_keys`)."""
+    spider = crawler.spider
+    name = str(getattr(spider, "name", "") or "recrawler")
+    site = getattr(spider, "recrawler_site", None) or name
+    return f"recrawler:{name}:{site}"
 
 
 def redis_keys(prefix: str, run_id: int) -> tuple[str, str, str]:
@@ -90,13 +94,11 @@ class SharedRun:
             raise NotConfigured
         from scrapy_redis import connection
 
-        spider = crawler.spider
-        name = str(getattr(spider, "name", "") or "recrawler")
-        site = getattr(spider, "recrawler_site", None) or name
+        prefix = redis_prefix(crawler)
         return cls(
             connection.from_settings(s),
-            f"recrawler:{name}:{site}",
-            queue_prefix=redis_prefix(name, site),
+            prefix,
+            queue_prefix=f"{prefix}:frontier",
             wait_secs=s.getfloat("RECRAWLER_WORKERS_WAIT_SECS"),
             ttl_secs=s.getfloat("RECRAWLER_WORKERS_TTL_SECS"),
         )
